@@ -1,0 +1,140 @@
+"""The record, version 1: the one place that says what an event is.
+
+Every stage that writes events uses `Emitter`; every stage that reads them uses
+`read_events`. The human-readable description is docs/record.md and the
+machine-readable one is record_schema.json beside this file; tests check that
+all three agree.
+"""
+from __future__ import annotations
+
+import os
+import secrets
+import time
+from typing import IO, Iterator
+
+import orjson
+
+VERSION = 1
+
+# The twelve event types, in the order a run produces them.
+EVENT_TYPES = (
+    "run.start",      # orchestrator: the run begins
+    "path.check",     # broker: the chosen path was checked before the program starts
+    "sandbox.ready",  # orchestrator: the helper sealed the sandbox; what the seal holds
+    "conn.request",   # broker: a client asked a door for host:port
+    "dns.resolve",    # broker: a name was looked up (only when an address could change the answer)
+    "policy.allow",   # broker: the policy allowed the request
+    "policy.deny",    # broker: the policy denied it (or would have, under --dry-run)
+    "conn.open",      # broker: the destination was dialled and the relay started
+    "conn.fail",      # broker: the connection could not be made (or the handshake was bad)
+    "conn.close",     # broker: an opened connection ended; byte counts and duration
+    "program.exit",   # orchestrator: the program ended (code or signal)
+    "run.end",        # orchestrator: the run is over; totals and vpnw's exit code
+)
+
+# Lines stay below PIPE_BUF so that several writers can share one pipe and a
+# line is never torn: a write of at most PIPE_BUF bytes to a pipe is atomic.
+MAX_LINE = 4000
+MAX_FIELD = 512
+
+
+class RecordError(ValueError):
+    """A line that is not a valid version-1 event."""
+
+
+def new_run_id() -> str:
+    return "r-" + secrets.token_hex(3)
+
+
+def rfc3339_ns(ns: int) -> str:
+    secs, frac = divmod(ns, 1_000_000_000)
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(secs)) + f".{frac:09d}Z"
+
+
+def _clip(value):
+    # Field values come from untrusted clients (host names); keep lines bounded.
+    if isinstance(value, str) and len(value) > MAX_FIELD:
+        return value[:MAX_FIELD] + "…"
+    if isinstance(value, list):
+        return [_clip(v) for v in value[:64]]
+    if isinstance(value, dict):
+        return {k: _clip(v) for k, v in value.items()}
+    return value
+
+
+def encode(run: str, type_: str, fields: dict, *, path: str | None = None,
+           conn: int | None = None, pid: int | None = None, ts_ns: int | None = None) -> bytes:
+    if type_ not in EVENT_TYPES:
+        raise RecordError(f"unknown event type {type_!r}")
+    event = {
+        "v": VERSION,
+        "ts": rfc3339_ns(time.time_ns() if ts_ns is None else ts_ns),
+        "type": type_,
+        "run": run,
+        "pid": os.getpid() if pid is None else pid,
+        "path": path,
+        "conn": conn,
+        "fields": _clip(fields),
+    }
+    line = orjson.dumps(event) + b"\n"
+    if len(line) > MAX_LINE:
+        event["fields"] = {"truncated": True}
+        line = orjson.dumps(event) + b"\n"
+    return line
+
+
+class Emitter:
+    """Writes events to a file descriptor, one whole line per write(2)."""
+
+    def __init__(self, fd: int, run: str, path: str | None = None):
+        self.fd = fd
+        self.run = run
+        self.path = path
+
+    def emit(self, type_: str, conn: int | None = None, path: str | None = None, **fields) -> None:
+        line = encode(self.run, type_, fields, path=path or self.path, conn=conn)
+        try:
+            os.write(self.fd, line)
+        except BrokenPipeError:
+            # The recorder is gone; the orchestrator notices and stops the run.
+            pass
+
+
+def parse_line(line: bytes | str) -> dict:
+    """One line of a run file -> an event dict, or RecordError."""
+    try:
+        event = orjson.loads(line)
+    except orjson.JSONDecodeError as exc:
+        raise RecordError(f"not JSON: {exc}") from None
+    if not isinstance(event, dict):
+        raise RecordError("an event is a JSON object")
+    if event.get("v") != VERSION:
+        raise RecordError(f"unsupported record version {event.get('v')!r}")
+    if event.get("type") not in EVENT_TYPES:
+        raise RecordError(f"unknown event type {event.get('type')!r}")
+    if not isinstance(event.get("fields"), dict):
+        raise RecordError("fields must be an object")
+    if not isinstance(event.get("run"), str) or not isinstance(event.get("ts"), str):
+        raise RecordError("run and ts must be strings")
+    conn = event.get("conn")
+    if conn is not None and (not isinstance(conn, int) or isinstance(conn, bool)):
+        raise RecordError("conn must be an integer or null")
+    return event
+
+
+def read_events(stream: IO[bytes], *, strict: bool = False) -> Iterator[dict]:
+    """Stream events from a run file. A torn or foreign line is skipped unless
+    strict (a run file cut short by a crash still yields everything flushed)."""
+    for raw in stream:
+        if not raw.strip():
+            continue
+        try:
+            yield parse_line(raw)
+        except RecordError:
+            if strict:
+                raise
+
+
+def state_dir() -> str:
+    base = os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
+    return os.path.join(base, "vpnw", "runs")
