@@ -1,0 +1,146 @@
+"""`vpnw`: the command line. Thin: it parses, loads the policy and the paths, and
+hands a RunRequest to the orchestrator. Every bad command line, policy or config
+exits 121 with a message that says what to fix; nothing is started before that."""
+from __future__ import annotations
+
+import importlib
+import sys
+
+import click
+
+EXIT_USAGE = 121
+
+# Subcommands that live with their stage; imported only when used, to keep start-up light.
+LAZY_COMMANDS = {
+    "learn": ("stages.learner.commands", "learn_command"),
+    "doctor": ("stages.helper.doctor", "doctor_command"),
+    "runs": ("stages.recorder.commands", "runs_command"),
+    "show": ("stages.recorder.commands", "show_command"),
+}
+
+
+class UsageProblem(click.ClickException):
+    exit_code = EXIT_USAGE
+
+    def format_message(self):
+        return self.message
+
+    def show(self, file=None):
+        click.echo(f"vpnw: {self.message}", err=True)
+
+
+class VpnwGroup(click.Group):
+    def list_commands(self, ctx):
+        return sorted(set(super().list_commands(ctx)) | set(LAZY_COMMANDS))
+
+    def get_command(self, ctx, name):
+        if name in LAZY_COMMANDS:
+            module, attr = LAZY_COMMANDS[name]
+            return getattr(importlib.import_module(module), attr)
+        return super().get_command(ctx, name)
+
+
+@click.group(cls=VpnwGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option("0.1.0", prog_name="vpnw")
+def cli():
+    """Run one program with a network of its own: a path, a policy and a record."""
+
+
+def _load_policy(policy_file):
+    from .policy import Policy, PolicyError, load_policy
+    if not policy_file:
+        return Policy.allow_all()
+    try:
+        return load_policy(policy_file)
+    except PolicyError as exc:
+        raise UsageProblem(str(exc)) from None
+    except OSError as exc:
+        raise UsageProblem(f"{policy_file}: cannot read the policy: {exc.strerror}") from None
+
+
+def _load_path(config_file, via):
+    from .paths import ConfigError, choose_path, load_config
+    try:
+        config = load_config(config_file) if config_file else None
+        return choose_path(config, via)
+    except ConfigError as exc:
+        raise UsageProblem(str(exc)) from None
+    except OSError as exc:
+        raise UsageProblem(f"{config_file}: cannot read the config: {exc.strerror}") from None
+
+
+def _sandboxed(mode: str, *, require_policy: bool):
+    def decorate(fn):
+        options = [
+            click.option("--policy", "policy_file", type=click.Path(dir_okay=False),
+                         required=require_policy,
+                         help="Policy file (TOML) to enforce."),
+            click.option("--config", "config_file", type=click.Path(dir_okay=False),
+                         help="Paths file (TOML) naming the ways out."),
+            click.option("--via", help="Name of the path to use (default: the config's default, else direct)."),
+            click.option("--record", help="Write the record to FILE ('-' for stdout) instead of the state directory."),
+            click.option("--events-to", help="Also feed the event stream (JSON Lines) to COMMAND's stdin."),
+            click.option("--allow-unix-sockets", is_flag=True,
+                         help="Let the program open Unix sockets (lifts only that part of the filter; recorded)."),
+        ]
+        if mode == "guard":
+            options.append(click.option("--dry-run", is_flag=True,
+                                        help="Decide and record what would be denied, but let it through."))
+        for option in reversed(options):
+            fn = option(fn)
+        fn = click.argument("program", nargs=-1, required=True, type=click.UNPROCESSED)(fn)
+        return cli.command(mode, context_settings={"ignore_unknown_options": False})(fn)
+    return decorate
+
+
+def _execute(mode, program, policy_file, config_file, via, record, events_to,
+             allow_unix_sockets, dry_run=False):
+    from .orchestrator import RunRequest, execute
+    from .policy import check_policy_for_path
+    policy = _load_policy(policy_file)
+    path = _load_path(config_file, via)
+    problem = check_policy_for_path(policy, path.resolves_at_exit) if policy_file else None
+    if problem:
+        raise UsageProblem(f"{policy_file}: {problem}")
+    request = RunRequest(mode=mode, argv=list(program), policy=policy, path=path, record=record,
+                         events_to=events_to, allow_unix_sockets=allow_unix_sockets,
+                         dry_run=dry_run)
+    return execute(request)
+
+
+@_sandboxed("run", require_policy=False)
+def run(program, **opts):
+    """Run PROGRAM sealed, through the chosen path; print failures and a summary."""
+    return _execute("run", program, **opts)
+
+
+@_sandboxed("trace", require_policy=False)
+def trace(program, **opts):
+    """Run PROGRAM sealed and print every connection as it happens."""
+    return _execute("trace", program, **opts)
+
+
+@_sandboxed("guard", require_policy=True)
+def guard(program, **opts):
+    """Run PROGRAM sealed under a policy; any denial makes vpnw exit 120."""
+    return _execute("guard", program, **opts)
+
+
+def main(argv=None) -> None:
+    try:
+        code = cli.main(args=argv, prog_name="vpnw", standalone_mode=False)
+    except click.exceptions.NoSuchOption as exc:
+        click.echo(f"vpnw: {exc.format_message()} (put the program after `--`: vpnw run -- PROG ARGS)", err=True)
+        sys.exit(EXIT_USAGE)
+    except click.ClickException as exc:
+        exc.show()
+        sys.exit(exc.exit_code if isinstance(exc, UsageProblem) else EXIT_USAGE)
+    except click.exceptions.Abort:
+        sys.exit(130)
+    except click.exceptions.Exit as exc:
+        sys.exit(exc.exit_code)
+    sys.exit(code if isinstance(code, int) else 0)
+
+
+if __name__ == "__main__":
+    main()

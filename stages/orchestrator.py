@@ -1,0 +1,376 @@
+"""The orchestrator: starts the stages, wires their pipes, waits, decides the exit code.
+
+It is the only process that decides vpnw's exit code (DESIGN.md §5). Each stage
+is forked from this single-threaded process and runs its own `main_from_fds`;
+the stages import their heavy modules only after the fork, so they load in
+parallel and the orchestrator stays light.
+"""
+from __future__ import annotations
+
+import ctypes
+import os
+import selectors
+import signal
+import sys
+import time
+from dataclasses import dataclass, field
+
+import orjson
+
+from . import handoff
+from .record import Emitter, new_run_id, state_dir
+
+EXIT_DENIED = 120
+EXIT_USAGE = 121
+EXIT_NO_SANDBOX = 122
+EXIT_PATH_DOWN = 123
+EXIT_INTERNAL = 125
+
+FORWARDED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT,
+                     signal.SIGUSR1, signal.SIGUSR2)
+PR_SET_PDEATHSIG = 1
+VERSION = "0.1.0"
+
+
+@dataclass
+class RunRequest:
+    mode: str                      # run | trace | guard
+    argv: list[str]
+    policy: object                 # stages.policy.Policy
+    path: object                   # stages.paths.PathSpec
+    record: str | None = None      # file, "-" for stdout, None for the state directory
+    events_to: str | None = None
+    allow_unix_sockets: bool = False
+    dry_run: bool = False
+    env: dict = field(default_factory=lambda: dict(os.environ))
+
+
+def say(message: str) -> None:
+    sys.stderr.write(f"vpnw: {message}\n")
+    sys.stderr.flush()
+
+
+def _set_pdeathsig(sig: int) -> None:
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(PR_SET_PDEATHSIG, sig, 0, 0, 0)
+
+
+def _fork_stage(keep: list[int], body, *, die_with_parent: bool = False,
+                stdin_null: bool = True) -> int:
+    """Fork a child that keeps only fds 0-2 and `keep`, runs body() and exits with its code."""
+    pid = os.fork()
+    if pid:
+        return pid
+    code = EXIT_INTERNAL
+    try:
+        # Terminal signals go to the orchestrator only; it forwards what it must.
+        os.setpgid(0, 0)
+        for sig in FORWARDED_SIGNALS:
+            signal.signal(sig, signal.SIG_DFL)
+        if die_with_parent:
+            _set_pdeathsig(signal.SIGKILL)
+        if stdin_null:
+            null = os.open(os.devnull, os.O_RDONLY)
+            os.dup2(null, 0)
+            os.close(null)
+        low = 3
+        for fd in sorted(set(keep)):
+            os.closerange(low, fd)
+            low = fd + 1
+        os.closerange(low, 65536)
+        code = body()
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else EXIT_INTERNAL
+    except BaseException as exc:  # noqa: BLE001 - a stage must never return into the parent's code
+        try:
+            sys.stderr.write(f"vpnw: internal error in stage: {exc!r}\n")
+            sys.stderr.flush()
+        except Exception:
+            pass
+    finally:
+        os._exit(code if isinstance(code, int) else EXIT_INTERNAL)
+
+
+class _Lines:
+    """Accumulates JSON Lines from a status pipe."""
+
+    def __init__(self, fd: int):
+        self.fd = fd
+        self.buf = b""
+        self.eof = False
+
+    def read(self) -> list[dict]:
+        try:
+            chunk = os.read(self.fd, 65536)
+        except BlockingIOError:
+            return []
+        if not chunk:
+            self.eof = True
+            return []
+        self.buf += chunk
+        out = []
+        while b"\n" in self.buf:
+            line, self.buf = self.buf.split(b"\n", 1)
+            if line.strip():
+                try:
+                    msg = orjson.loads(line)
+                except orjson.JSONDecodeError:
+                    continue
+                if isinstance(msg, dict):
+                    out.append(msg)
+        return out
+
+
+def record_file(request: RunRequest, run_id: str) -> str:
+    if request.record:
+        return request.record
+    return os.path.join(state_dir(), f"{run_id}.jsonl")
+
+
+def execute(request: RunRequest) -> int:
+    started = time.monotonic()
+    run_id = new_run_id()
+    record = record_file(request, run_id)
+    path_name = request.path.name
+
+    # The recorder first: nothing happens that it does not see.
+    events_r, events_w = os.pipe()
+    human = {"trace": "trace"}.get(request.mode, "run")
+
+    def recorder_body():
+        from .recorder import main_from_fds
+        return main_from_fds(events_r, record=record, human=human,
+                             tee_command=request.events_to)
+
+    recorder_pid = _fork_stage([events_r], recorder_body)
+    os.close(events_r)
+    emitter = Emitter(events_w, run_id, path=path_name)
+    policy_name = getattr(request.policy, "name", None)
+    emitter.emit("run.start", mode=request.mode, program=os.path.basename(request.argv[0]),
+                 policy=policy_name if getattr(request.policy, "source", None) else None,
+                 policy_file=getattr(request.policy, "source", None), via=path_name,
+                 dry_run=request.dry_run, allow_unix_sockets=request.allow_unix_sockets,
+                 version=VERSION, record=record)
+
+    helper_end, broker_end = handoff.link()
+    broker_status_r, broker_status_w = os.pipe()
+    helper_status_r, helper_status_w = os.pipe()
+    go_r, go_w = os.pipe()
+
+    def broker_body():
+        from .broker import main_from_fds
+        return main_from_fds(broker_end.fileno(), events_w, broker_status_w, run_id=run_id,
+                             policy=request.policy, path=request.path,
+                             dry_run=request.dry_run)
+
+    broker_pid = _fork_stage([broker_end.fileno(), events_w, broker_status_w], broker_body)
+
+    def helper_body():
+        from .helper import run_helper
+        run_helper(request.argv, handoff_fd=helper_end.fileno(), status_fd=helper_status_w,
+                   go_fd=go_r, allow_unix_sockets=request.allow_unix_sockets, env=request.env)
+        return EXIT_INTERNAL
+
+    helper_pid = _fork_stage([helper_end.fileno(), helper_status_w, go_r], helper_body,
+                             die_with_parent=True, stdin_null=False)
+    for fd in (broker_status_w, helper_status_w, go_r):
+        os.close(fd)
+    helper_end.close()
+    broker_end.close()
+
+    run = _Run(request, emitter, helper_pid, broker_pid, recorder_pid,
+               helper_status_r, broker_status_r, go_w)
+    code, error = run.wait()
+
+    totals = run.totals or {}
+    emitter.emit("run.end", exit_code=code, connections=totals.get("connections", 0),
+                 denied=totals.get("denied", 0), would_deny=totals.get("would_deny", 0),
+                 failed=totals.get("failed", 0),
+                 ms=round((time.monotonic() - started) * 1000, 3),
+                 **({"error": error} if error else {}))
+    os.close(events_w)
+    _, status = os.waitpid(recorder_pid, 0)
+    if os.waitstatus_to_exitcode(status) != 0 and code != EXIT_INTERNAL:
+        say(f"the recorder failed; the record {record} may be incomplete")
+        return EXIT_INTERNAL
+    return code
+
+
+class _Run:
+    """Waits for the stages and turns what they report into vpnw's exit code."""
+
+    def __init__(self, request, emitter, helper_pid, broker_pid, recorder_pid,
+                 helper_status_r, broker_status_r, go_w):
+        self.request = request
+        self.emitter = emitter
+        self.pids = {"helper": helper_pid, "broker": broker_pid, "recorder": recorder_pid}
+        self.helper = _Lines(helper_status_r)
+        self.broker = _Lines(broker_status_r)
+        self.go_w = go_w
+        self.path_ok = None          # None until the broker has checked the path
+        self.ready = None            # the helper's seal report
+        self.started = False
+        self.program_exit = None     # (code, signal)
+        self.exec_error = None       # (code, message)
+        self.seal_error = None       # message
+        self.totals = None
+        self.fatal = None            # a stage died: message
+        self.recorder_gone = False
+        self.pending_signals: list[int] = []
+
+    def _on_signal(self, signum, _frame):
+        self.pending_signals.append(signum)
+
+    def _forward_signals(self):
+        while self.pending_signals:
+            sig = self.pending_signals.pop(0)
+            if self.started and self.program_exit is None:
+                try:
+                    os.kill(self.pids["helper"], sig)
+                except ProcessLookupError:
+                    pass
+            elif not self.started:
+                self.fatal = self.fatal or f"interrupted by signal {sig} before the program started"
+
+    def wait(self) -> tuple[int, str | None]:
+        old = {sig: signal.signal(sig, self._on_signal) for sig in FORWARDED_SIGNALS}
+        sel = selectors.DefaultSelector()
+        wake_r, wake_w = os.pipe()
+        os.set_blocking(wake_w, False)
+        old_wakeup = signal.set_wakeup_fd(wake_w)
+        try:
+            sel.register(self.helper.fd, selectors.EVENT_READ, "helper")
+            sel.register(self.broker.fd, selectors.EVENT_READ, "broker")
+            sel.register(wake_r, selectors.EVENT_READ, "signal")
+            recorder_fd = os.pidfd_open(self.pids["recorder"])
+            sel.register(recorder_fd, selectors.EVENT_READ, "recorder")
+            while True:
+                for key, _ in sel.select(timeout=1.0):
+                    if key.data == "signal":
+                        os.read(wake_r, 512)
+                    elif key.data == "recorder":
+                        sel.unregister(recorder_fd)
+                        if self.totals is None:
+                            self.recorder_gone = True
+                            self.fatal = self.fatal or "the recorder stopped; vpnw stops the program rather than run it unrecorded"
+                    else:
+                        lines = getattr(self, key.data)
+                        for msg in lines.read():
+                            self._handle(key.data, msg)
+                        if lines.eof:
+                            sel.unregister(lines.fd)
+                            self._on_eof(key.data)
+                self._forward_signals()
+                self._advance()
+                if self._done():
+                    break
+        finally:
+            signal.set_wakeup_fd(old_wakeup)
+            for sig, handler in old.items():
+                signal.signal(sig, handler)
+            sel.close()
+            os.close(wake_r)
+            os.close(wake_w)
+        self._reap()
+        return self._exit_code()
+
+    def _handle(self, stage, msg):
+        if stage == "broker":
+            if "path_ok" in msg:
+                self.path_ok = True
+            elif "path_down" in msg:
+                self.path_ok = False
+                self.path_down = msg["path_down"]
+            elif "totals" in msg:
+                self.totals = msg["totals"] if isinstance(msg["totals"], dict) else {}
+            return
+        if "ready" in msg and self.ready is None:
+            self.ready = msg["ready"] if isinstance(msg["ready"], dict) else {}
+            seal = self.ready
+            self.emitter.emit("sandbox.ready", namespaces=seal.get("namespaces", []),
+                              seccomp=bool(seal.get("seccomp")),
+                              unix_sockets=bool(seal.get("unix_sockets")),
+                              doors=seal.get("doors", {"http": 3128, "socks": 1080}))
+        elif "error" in msg:
+            self.seal_error = str(msg["error"])
+        elif "exec_error" in msg:
+            self.exec_error = (int(msg.get("code", 127)), str(msg["exec_error"]))
+        elif "exit" in msg:
+            info = msg["exit"] if isinstance(msg["exit"], dict) else {}
+            self.program_exit = (info.get("code"), info.get("signal"))
+            self.emitter.emit("program.exit", code=info.get("code"), signal=info.get("signal"))
+
+    def _on_eof(self, stage):
+        if stage == "helper" and not self.started and self.ready is None and self.seal_error is None:
+            self.seal_error = ("the sandbox helper stopped before the seal was ready; the program was not run "
+                               "(run `vpnw doctor` to see what this machine supports)")
+        if stage == "helper" and self.program_exit is None and self.exec_error is None \
+                and self.seal_error is None and self.started:
+            self.fatal = self.fatal or "the helper died during the run; the program is gone with it"
+        if stage == "broker" and self.totals is None:
+            self.fatal = self.fatal or "the broker stopped during the run; its connections failed"
+            if self.path_ok is None:
+                self.path_ok = False
+                self.path_down = {"error": "the broker stopped before it checked the path"}
+
+    def _advance(self):
+        """Start the program once the path is up and the seal holds; stop it on a fatal error."""
+        if not self.started and self.go_w is not None:
+            if self.path_ok is False or self.seal_error or self.fatal:
+                os.close(self.go_w)  # EOF: the helper gives up without running anything
+                self.go_w = None
+            elif self.path_ok and self.ready is not None:
+                os.write(self.go_w, b"g")
+                os.close(self.go_w)
+                self.go_w = None
+                self.started = True
+        if self.fatal and self.started and self.program_exit is None:
+            try:
+                os.kill(self.pids["helper"], signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+    def _done(self) -> bool:
+        helper_over = self.helper.eof
+        broker_over = self.broker.eof
+        if not self.started:
+            return helper_over and (broker_over or self.path_ok is not None)
+        return helper_over and broker_over
+
+    def _reap(self):
+        if not self.broker.eof:
+            try:
+                os.kill(self.pids["broker"], signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+        for name in ("helper", "broker"):
+            os.waitpid(self.pids[name], 0)
+
+    def _exit_code(self) -> tuple[int, str | None]:
+        if self.path_ok is False and not self.started:
+            down = getattr(self, "path_down", {}) or {}
+            message = (f"the path {self.request.path.name!r} is down: {down.get('error', 'no answer')}; "
+                       f"the program was not started (vpnw never falls back to a direct connection)")
+            say(message)
+            return EXIT_PATH_DOWN, message
+        if self.seal_error:
+            say(self.seal_error)
+            return EXIT_NO_SANDBOX, self.seal_error
+        if self.fatal:
+            say(self.fatal)
+            return EXIT_INTERNAL, self.fatal
+        if self.exec_error:
+            code, message = self.exec_error
+            say(message)
+            return code, message
+        if self.program_exit is None:
+            message = "the sandbox ended without reporting the program's exit"
+            say(message)
+            return EXIT_INTERNAL, message
+        totals = self.totals or {}
+        if totals.get("denied", 0) or totals.get("would_deny", 0):
+            return EXIT_DENIED, None
+        code, sig = self.program_exit
+        if sig:
+            return 128 + int(sig), None
+        return int(code or 0), None
