@@ -1,0 +1,50 @@
+"""Shared fixtures. The test world (tests/world.py) is built once per pytest
+worker, only when a test asks for it.
+
+The world needs root: without it every test that uses the world is skipped,
+saying so. The unprivileged variant of `user` needs the account `vpnwtest`
+(scripts/test creates it); without it that variant is skipped, saying so.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+
+import pytest
+
+from world import UNPRIVILEGED_USER, World, WorldError, user_exists
+
+
+@pytest.fixture(scope="session")
+def world():
+    if os.geteuid() != 0:
+        pytest.skip("the test world needs root (network namespaces, a second user): "
+                    "run scripts/test as root")
+    missing = [t for t in ("unshare", "nsenter", "ip", "setpriv", "dnsmasq", "git", "curl")
+               if shutil.which(t) is None]
+    if missing:
+        pytest.skip(f"the test world needs {', '.join(missing)} (scripts/test installs them)")
+    w = World()
+    try:
+        w.start()
+    except WorldError as exc:
+        pytest.skip(f"the test world cannot be built here: {exc}")
+    try:
+        yield w
+    finally:
+        w.stop()
+
+
+@pytest.fixture(params=["root", UNPRIVILEGED_USER])
+def user(request) -> str:
+    """End-to-end tests run once as root and once as an unprivileged user."""
+    if request.param != "root" and not user_exists(request.param):
+        pytest.skip(f"no user {request.param!r}: scripts/test creates it (useradd -m {request.param})")
+    return request.param
+
+
+@pytest.fixture
+def clean_dns(world):
+    """Restore the world's default DNS table after a test changes it."""
+    yield world
+    world.dns_reset()
