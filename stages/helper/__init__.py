@@ -1,0 +1,31 @@
+"""The helper stage: the sandbox the program runs in (DESIGN.md §3).
+
+Kept light: the orchestrator imports this module; everything heavy is
+imported inside the forked helper process.
+"""
+from __future__ import annotations
+
+import os
+from typing import NoReturn
+
+
+def run_helper(argv: list[str], *, handoff_fd: int, status_fd: int, go_fd: int,
+               allow_unix_sockets: bool = False, env: dict[str, str] | None = None) -> NoReturn:
+    """Seal, report on status_fd, wait for go, run argv, report its end; never returns.
+
+    Call it in a freshly forked, single-threaded child. Status lines are the
+    "Helper status" JSON Lines of docs/architecture.md.
+    """
+    code = 125
+    try:
+        from stages.helper.sandbox import run
+        code = run(argv, handoff_fd, status_fd, go_fd, allow_unix_sockets, env)
+    except BaseException as e:  # never return into the orchestrator's code
+        try:
+            import json
+            os.write(status_fd, (json.dumps({"error": f"helper failed: {e!r}", "code": 125})
+                                 + "\n").encode())
+        except BaseException:
+            pass
+    finally:
+        os._exit(code & 0xFF if code >= 0 else 125)

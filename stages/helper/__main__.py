@@ -1,0 +1,90 @@
+"""Run one program in the sandbox alone, with no broker:
+
+    python -m stages.helper [--allow-unix-sockets] [--status-fd N] -- PROG ARGS
+
+Handed-over connections are reported on stderr (`vpnw-helper: conn http`)
+and closed. Exits with the program's status (122 when the sandbox cannot be
+built). Status lines go to stderr, or to --status-fd.
+"""
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+
+def main(args: list[str]) -> int:
+    allow_unix, status_out = False, None
+    while args and args[0] != "--":
+        opt = args.pop(0)
+        if opt == "--allow-unix-sockets":
+            allow_unix = True
+        elif opt == "--status-fd" and args:
+            status_out = int(args.pop(0))
+        else:
+            print(f"usage: python -m stages.helper [--allow-unix-sockets] "
+                  f"[--status-fd N] -- PROG ARGS (unknown {opt!r})", file=sys.stderr)
+            return 2
+    argv = args[1:]
+    from stages import handoff
+    helper_end, broker_end = handoff.link()
+    status_r, status_w = os.pipe()
+    go_r, go_w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        broker_end.close()
+        os.close(status_r)
+        os.close(go_w)
+        from stages.helper import run_helper
+        run_helper(argv, handoff_fd=helper_end.fileno(), status_fd=status_w, go_fd=go_r,
+                   allow_unix_sockets=allow_unix)
+    helper_end.close()
+    os.close(status_w)
+    os.close(go_r)
+    status = os.fdopen(status_r, "rb")
+    result = 125
+    import selectors
+    sel = selectors.DefaultSelector()
+    sel.register(status, selectors.EVENT_READ, "status")
+    sel.register(broker_end, selectors.EVENT_READ, "link")
+    open_ = {"status", "link"}
+    while "status" in open_:
+        for key, _ in sel.select():
+            if key.data == "link":
+                try:
+                    got = handoff.recv_conn(broker_end)
+                except handoff.HandoffError as e:
+                    print(f"vpnw-helper: bad handoff: {e}", file=sys.stderr)
+                    continue
+                if got is None:
+                    sel.unregister(broker_end)
+                    open_.discard("link")
+                    continue
+                door, conn = got
+                print(f"vpnw-helper: conn {door}", file=sys.stderr, flush=True)
+                conn.close()
+                continue
+            line = status.readline()
+            if not line:
+                sel.unregister(status)
+                open_.discard("status")
+                break
+            if status_out is not None:
+                os.write(status_out, line)
+            else:
+                sys.stderr.write("vpnw-helper: " + line.decode())
+                sys.stderr.flush()
+            msg = json.loads(line)
+            if "ready" in msg:
+                os.write(go_w, b"g")
+            elif "exit" in msg:
+                result = msg["exit"]["code"]
+            elif "code" in msg:
+                result = msg["code"]
+    os.close(go_w)
+    os.waitpid(pid, 0)
+    return result
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,192 @@
+"""Just enough rtnetlink to check the seal: dump links and routes, parse them.
+
+pyroute2 would do this, but importing it costs 300-400 ms (its package
+__init__ pulls in everything), which is most of vpnw's whole budget. The two
+dumps we need are small and fixed, so we speak them directly: the parsers are
+pure (bytes in, records out) and raise NetlinkError on anything malformed.
+"""
+from __future__ import annotations
+
+import ipaddress
+import socket
+import struct
+from dataclasses import dataclass
+
+NETLINK_ROUTE = 0
+RTM_GETLINK = 18
+RTM_NEWLINK = 16
+RTM_GETROUTE = 26
+RTM_NEWROUTE = 24
+NLMSG_ERROR = 2
+NLMSG_DONE = 3
+NLM_F_REQUEST = 0x1
+NLM_F_DUMP = 0x300
+IFLA_IFNAME = 3
+RTA_DST = 1
+RTA_OIF = 4
+RTA_TABLE = 15
+RTN_UNICAST, RTN_LOCAL, RTN_BROADCAST, RTN_MULTICAST = 1, 2, 3, 5
+
+_NLMSGHDR = struct.Struct("=IHHII")
+_IFINFOMSG = struct.Struct("=BxHiII")
+_RTMSG = struct.Struct("=BBBBBBBBI")
+_RTATTR = struct.Struct("=HH")
+
+
+class NetlinkError(Exception):
+    pass
+
+
+@dataclass(frozen=True)
+class Link:
+    index: int
+    name: str
+    flags: int
+
+
+@dataclass(frozen=True)
+class Route:
+    family: int
+    dst: str | None      # None = default route (no RTA_DST)
+    dst_len: int
+    table: int
+    type: int
+    oif: int | None
+
+
+def _align(n: int) -> int:
+    return (n + 3) & ~3
+
+
+def dump_request(msg_type: int, seq: int) -> bytes:
+    if msg_type == RTM_GETLINK:
+        body = _IFINFOMSG.pack(socket.AF_UNSPEC, 0, 0, 0, 0)
+    elif msg_type == RTM_GETROUTE:
+        body = _RTMSG.pack(socket.AF_UNSPEC, 0, 0, 0, 0, 0, 0, 0, 0)
+    else:
+        raise ValueError(msg_type)
+    return _NLMSGHDR.pack(_NLMSGHDR.size + len(body), msg_type,
+                          NLM_F_REQUEST | NLM_F_DUMP, seq, 0) + body
+
+
+def _attrs(data: bytes) -> dict[int, bytes]:
+    out: dict[int, bytes] = {}
+    off = 0
+    while off + _RTATTR.size <= len(data):
+        length, kind = _RTATTR.unpack_from(data, off)
+        if length < _RTATTR.size or off + length > len(data):
+            raise NetlinkError("bad attribute length")
+        out[kind & 0x3FFF] = data[off + _RTATTR.size: off + length]
+        off += _align(length)
+    return out
+
+
+def split_messages(data: bytes) -> tuple[list[tuple[int, bytes]], bool]:
+    """One recv() worth of netlink -> ([(type, payload)], done?)."""
+    msgs, off, done = [], 0, False
+    while off + _NLMSGHDR.size <= len(data):
+        length, kind, _flags, _seq, _pid = _NLMSGHDR.unpack_from(data, off)
+        if length < _NLMSGHDR.size or off + length > len(data):
+            raise NetlinkError("bad message length")
+        payload = data[off + _NLMSGHDR.size: off + length]
+        if kind == NLMSG_DONE:
+            done = True
+        elif kind == NLMSG_ERROR:
+            code = struct.unpack_from("=i", payload)[0] if len(payload) >= 4 else -1
+            if code:
+                raise NetlinkError(f"netlink error {code}")
+        else:
+            msgs.append((kind, payload))
+        off += _align(length)
+    return msgs, done
+
+
+def parse_link(payload: bytes) -> Link:
+    if len(payload) < _IFINFOMSG.size:
+        raise NetlinkError("short ifinfomsg")
+    _family, _type, index, flags, _change = _IFINFOMSG.unpack_from(payload)
+    attrs = _attrs(payload[_IFINFOMSG.size:])
+    name = attrs.get(IFLA_IFNAME, b"").split(b"\0", 1)[0].decode("utf-8", "replace")
+    return Link(index, name, flags)
+
+
+def parse_route(payload: bytes) -> Route:
+    if len(payload) < _RTMSG.size:
+        raise NetlinkError("short rtmsg")
+    family, dst_len, _src_len, _tos, table, _proto, _scope, rtype, _flags = _RTMSG.unpack_from(payload)
+    attrs = _attrs(payload[_RTMSG.size:])
+    dst = None
+    if RTA_DST in attrs:
+        raw = attrs[RTA_DST]
+        if family == socket.AF_INET and len(raw) == 4:
+            dst = str(ipaddress.IPv4Address(raw))
+        elif family == socket.AF_INET6 and len(raw) == 16:
+            dst = str(ipaddress.IPv6Address(raw))
+        else:
+            dst = raw.hex()
+    if RTA_TABLE in attrs and len(attrs[RTA_TABLE]) == 4:
+        table = struct.unpack("=I", attrs[RTA_TABLE])[0]
+    oif = struct.unpack("=i", attrs[RTA_OIF])[0] if len(attrs.get(RTA_OIF, b"")) == 4 else None
+    return Route(family, dst, dst_len, table, rtype, oif)
+
+
+def seal_problems(links: list[Link], routes: list[Route]) -> list[str]:
+    """What is wrong with this namespace for a sandbox; [] when it holds only lo.
+
+    Allowed: exactly one link, `lo`; every route leaves through lo and points at
+    loopback space (127.0.0.0/8, ::1) or is lo's multicast route. Anything else,
+    including a route with no output interface (blackhole, multipath), is a
+    problem: we would rather refuse than reason about it.
+    """
+    problems = []
+    names = sorted(link.name for link in links)
+    if names != ["lo"]:
+        problems.append(f"expected exactly one interface, lo; found {', '.join(names) or 'none'}")
+    lo_index = next((link.index for link in links if link.name == "lo"), None)
+    loop4 = ipaddress.ip_network("127.0.0.0/8")
+    for r in routes:
+        where = f"{r.dst or 'default'}/{r.dst_len} (table {r.table})"
+        if r.oif is None or r.oif != lo_index:
+            problems.append(f"route {where} does not go through lo")
+            continue
+        if r.dst is None:
+            problems.append(f"default route {where}")
+            continue
+        try:
+            net = ipaddress.ip_network(f"{r.dst}/{r.dst_len}", strict=False)
+        except ValueError:
+            problems.append(f"route {where} has an unreadable destination")
+            continue
+        if r.family == socket.AF_INET and net.subnet_of(loop4):
+            continue
+        if r.family == socket.AF_INET6 and (net == ipaddress.ip_network("::1/128")
+                                            or (r.type == RTN_MULTICAST and net.is_multicast)):
+            continue
+        problems.append(f"route {where} is not a loopback route")
+    return problems
+
+
+def _dump(sock: socket.socket, msg_type: int, seq: int) -> list[bytes]:
+    sock.send(dump_request(msg_type, seq))
+    payloads = []
+    while True:
+        msgs, done = split_messages(sock.recv(65536))
+        payloads += [p for kind, p in msgs if kind in (RTM_NEWLINK, RTM_NEWROUTE)]
+        if done:
+            return payloads
+
+
+def read_links_and_routes() -> tuple[list[Link], list[Route]]:
+    with socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, NETLINK_ROUTE) as sock:
+        links = [parse_link(p) for p in _dump(sock, RTM_GETLINK, 1)]
+        routes = [parse_route(p) for p in _dump(sock, RTM_GETROUTE, 2)]
+    return links, routes
+
+
+def bring_up(name: str = "lo") -> None:
+    import fcntl
+    SIOCGIFFLAGS, SIOCSIFFLAGS, IFF_UP = 0x8913, 0x8914, 0x1
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        req = struct.pack("16sH14x", name.encode(), 0)
+        flags = struct.unpack_from("16sH", fcntl.ioctl(s, SIOCGIFFLAGS, req))[1]
+        fcntl.ioctl(s, SIOCSIFFLAGS, struct.pack("16sH14x", name.encode(), flags | IFF_UP))

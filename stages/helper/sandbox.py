@@ -1,0 +1,388 @@
+"""The helper's process shell: seal (P), init (C, PID 1 inside), program (G).
+
+    P  helper: unshare, id maps, lo, seal check, doors, status; hands over
+    │          every accepted connection; forwards SIGINT/SIGTERM to C
+    └─ C  init, PID 1 of the new PID namespace: private mounts, fresh /proc,
+          │ forwards signals, reaps orphans, exits with G's status
+          └─ G  the program: fds closed, setsid, privileges dropped,
+                seccomp, exec
+
+P and C talk over one pipe (C -> P, JSON lines): first {"init": "ok"} or
+{"init_error": ...}, at the end {"exit": ...} or {"exec_error": ...}.
+P starts C before it reports ready (so a failed /proc mount is a sandbox
+error, not a surprise later) and lets it go with one byte on a second pipe.
+"""
+from __future__ import annotations
+
+import errno
+import json
+import os
+import selectors
+import signal
+import socket
+
+from stages import handoff
+from stages.helper import privileges as priv
+
+FORWARDED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP,
+                     signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2)
+DOCTOR_HINT = "run `vpnw doctor` to see what this machine supports"
+PROXY_HTTP = "http://127.0.0.1:3128"
+PROXY_SOCKS = "socks5h://127.0.0.1:1080"
+NO_PROXY = "localhost,127.0.0.1,::1"
+_PROXY_KEYS = {"http_proxy", "https_proxy", "all_proxy", "no_proxy", "node_use_env_proxy"}
+
+
+class SealError(Exception):
+    """The sandbox cannot be built; the message says what is missing."""
+
+
+def program_env(env: dict[str, str]) -> dict[str, str]:
+    """DESIGN §3.5: the caller's env with our proxy settings, in both cases, and
+    the caller's NO_PROXY replaced (any spelling of these names is dropped)."""
+    out = {k: v for k, v in env.items() if k.lower() not in _PROXY_KEYS}
+    for key in ("HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy"):
+        out[key] = PROXY_HTTP
+    out["ALL_PROXY"] = out["all_proxy"] = PROXY_SOCKS
+    out["NO_PROXY"] = out["no_proxy"] = NO_PROXY
+    out["NODE_USE_ENV_PROXY"] = "1"
+    return out
+
+
+def _line(fd: int, obj: dict) -> None:
+    data = (json.dumps(obj, separators=(",", ":")) + "\n").encode()
+    while data:
+        try:
+            data = data[os.write(fd, data):]
+        except InterruptedError:
+            continue
+
+
+def _read_byte(fd: int) -> bytes:
+    while True:
+        try:
+            return os.read(fd, 1)
+        except InterruptedError:
+            continue
+        except OSError:
+            return b""
+
+
+# ---------------------------------------------------------------- P: seal
+
+def _unshare_and_map() -> None:
+    uid, gid = os.getuid(), os.getgid()
+    try:
+        priv.unshare(priv.SANDBOX_NAMESPACES)
+    except OSError as e:
+        hint = {errno.EPERM: "unprivileged user namespaces look disabled or restricted "
+                             "(kernel.unprivileged_userns_clone, AppArmor's "
+                             "apparmor_restrict_unprivileged_userns, or a seccomp policy)",
+                errno.ENOSPC: "the user.max_user_namespaces limit is reached or 0",
+                errno.EINVAL: "the helper was not single-threaded or the kernel lacks "
+                              "one of the namespace types",
+                errno.EUSERS: "user namespaces are nested too deeply"}.get(e.errno, "")
+        raise SealError(f"cannot create user/net/pid/ipc/mount namespaces: "
+                        f"{os.strerror(e.errno)}{'; ' + hint if hint else ''}; {DOCTOR_HINT}")
+    try:
+        priv.write_id_maps(uid, gid)
+    except OSError as e:
+        raise SealError(f"cannot write the uid/gid maps of the new user namespace: "
+                        f"{e.strerror}; {DOCTOR_HINT}")
+    try:
+        # Before any mount, so nothing we mount can propagate to the host.
+        priv.mount(None, "/", None, priv.MS_REC | priv.MS_PRIVATE)
+    except OSError as e:
+        raise SealError(f"cannot make the sandbox's mounts private: {e.strerror}; {DOCTOR_HINT}")
+
+
+def _check_network() -> None:
+    from stages.helper import netlink
+    try:
+        netlink.bring_up("lo")
+        links, routes = netlink.read_links_and_routes()
+    except (OSError, netlink.NetlinkError) as e:
+        raise SealError(f"cannot bring up or inspect the sandbox's loopback: {e}; {DOCTOR_HINT}")
+    problems = netlink.seal_problems(links, routes)
+    if problems:
+        raise SealError("the sandbox's network is not sealed: " + "; ".join(problems))
+
+
+def _open_doors() -> list[tuple[str, socket.socket]]:
+    doors = []
+    try:
+        for door, port in handoff.DOORS.items():
+            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            s.bind(("127.0.0.1", port))
+            s.listen(128)
+            s.setblocking(False)
+            doors.append((door, s))
+    except OSError as e:
+        raise SealError(f"cannot listen on the doors: {e.strerror}")
+    # [::1] too, for programs that resolve "localhost" to ::1 first. A kernel
+    # without IPv6 simply has no ::1 to reach, so that is not an error.
+    for door, port in handoff.DOORS.items():
+        try:
+            s = socket.socket(socket.AF_INET6, socket.SOCK_STREAM)
+            s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+            s.bind(("::1", port))
+            s.listen(128)
+            s.setblocking(False)
+            doors.append((door, s))
+        except OSError:
+            break
+    return doors
+
+
+def run(argv: list[str], handoff_fd: int, status_fd: int, go_fd: int,
+        allow_unix_sockets: bool, env: dict[str, str] | None) -> int:
+    """P's whole life; returns its exit code (the caller _exits with it)."""
+    if not argv:
+        _line(status_fd, {"exec_error": "no program given", "code": 127})
+        return 127
+    penv = program_env(dict(os.environ if env is None else env))
+    try:
+        # Before unshare: pyseccomp looks libseccomp up by running ldconfig, and
+        # a process spawned after unshare(CLONE_NEWPID) would become the new
+        # namespace's PID 1 and spend it.
+        try:
+            from stages.helper.seccomp_rules import build_filter
+            seccomp_filter = build_filter(allow_unix_sockets)
+        except (ImportError, OSError, RuntimeError) as e:
+            raise SealError(f"cannot build the seccomp filter (libseccomp via pyseccomp): {e}; "
+                            f"{DOCTOR_HINT}")
+        _unshare_and_map()
+        # Non-dumpable: a program that somehow saw us could not ptrace us and
+        # borrow the handoff socket. Children (init) inherit it.
+        priv.prctl(priv.PR_SET_DUMPABLE, 0)
+        _check_network()
+        doors = _open_doors()
+    except SealError as e:
+        _line(status_fd, {"error": str(e), "code": 122})
+        return 122
+
+    report_r, report_w = os.pipe2(os.O_CLOEXEC)
+    go_r, go_w = os.pipe2(os.O_CLOEXEC)
+    keep = {report_w, go_r}
+    init_pid = os.fork()
+    if init_pid == 0:
+        os._exit(_init(argv, penv, seccomp_filter, report_w, go_r, keep))
+    os.close(report_w)
+    os.close(go_r)
+    report = _ReportReader(report_r)
+    first = report.next_line()
+    if first != {"init": "ok"}:
+        msg = (first or {}).get("init_error", "the sandbox's init process died while starting")
+        _line(status_fd, {"error": f"{msg}; {DOCTOR_HINT}", "code": 122})
+        _reap(init_pid)
+        return 122
+
+    _line(status_fd, {"ready": {"namespaces": priv.NAMESPACE_NAMES, "seccomp": True,
+                                "unix_sockets": allow_unix_sockets,
+                                "doors": dict(handoff.DOORS)}})
+    if not _go_byte(go_fd):
+        return 122  # the orchestrator gave up; init dies with us (pdeathsig)
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda s, _f: _kill_quietly(init_pid, s))
+    os.write(go_w, b"g")
+    os.close(go_w)
+
+    link = socket.socket(fileno=os.dup(handoff_fd))
+    _serve(doors, link, report)
+    final = report.next_line() or {}
+    status = _reap(init_pid)
+    if "exec_error" in final or "error" in final:
+        _line(status_fd, final)
+        return int(final["code"])
+    if "exit" in final:
+        _line(status_fd, final)
+        return int(final["exit"]["code"])
+    # init died without a word (killed from outside): report what we saw.
+    code, sig = _decode_status(status)
+    _line(status_fd, {"exit": {"code": code, "signal": sig}})
+    return code
+
+
+def _go_byte(go_fd: int) -> bool:
+    return _read_byte(go_fd) != b""
+
+
+def _kill_quietly(pid: int, sig: int) -> None:
+    try:
+        os.kill(pid, sig)
+    except ProcessLookupError:
+        pass
+
+
+def _reap(pid: int) -> int:
+    while True:
+        try:
+            return os.waitpid(pid, 0)[1]
+        except ChildProcessError:
+            return 0
+        except InterruptedError:
+            continue
+
+
+def _decode_status(status: int) -> tuple[int, int | None]:
+    if os.WIFSIGNALED(status):
+        return 128 + os.WTERMSIG(status), os.WTERMSIG(status)
+    return os.waitstatus_to_exitcode(status), None
+
+
+class _ReportReader:
+    def __init__(self, fd: int):
+        self.fd, self.buf, self.eof = fd, b"", False
+
+    def feed(self) -> None:
+        try:
+            data = os.read(self.fd, 4096)
+        except InterruptedError:
+            return
+        if data:
+            self.buf += data
+        else:
+            self.eof = True
+
+    def has_line(self) -> bool:
+        return b"\n" in self.buf
+
+    def next_line(self) -> dict | None:
+        while not self.has_line() and not self.eof:
+            self.feed()
+        if not self.has_line():
+            return None
+        line, self.buf = self.buf.split(b"\n", 1)
+        try:
+            obj = json.loads(line)
+        except ValueError:
+            return None
+        return obj if isinstance(obj, dict) else None
+
+
+def _serve(doors: list[tuple[str, socket.socket]], link: socket.socket,
+           report: _ReportReader) -> None:
+    """Accept on the doors and hand every connection over until init reports."""
+    sel = selectors.DefaultSelector()
+    for door, lsock in doors:
+        sel.register(lsock, selectors.EVENT_READ, door)
+    sel.register(report.fd, selectors.EVENT_READ, None)
+    while not report.has_line() and not report.eof:
+        for key, _ in sel.select():
+            if key.data is None:
+                report.feed()
+                continue
+            try:
+                conn, _addr = key.fileobj.accept()
+            except (BlockingIOError, InterruptedError, ConnectionAbortedError):
+                continue
+            try:
+                handoff.send_conn(link, key.data, conn.fileno())
+            except OSError:
+                pass  # the broker is gone: the connection just closes (fail closed)
+            finally:
+                conn.close()
+    for _door, lsock in doors:
+        lsock.close()
+
+
+# ---------------------------------------------------------------- C: init
+
+def _init(argv, penv, seccomp_filter, report_w: int, go_r: int, keep: set[int]) -> int:
+    try:
+        for sig in FORWARDED_SIGNALS:
+            signal.signal(sig, signal.SIG_DFL)
+        # If the helper dies, init dies, and with PID 1 the whole namespace.
+        priv.prctl(priv.PR_SET_PDEATHSIG, signal.SIGKILL)
+        priv.prctl(priv.PR_SET_DUMPABLE, 0)
+        _close_all_but(keep)
+        priv.mount("proc", "/proc", "proc", priv.MS_NOSUID | priv.MS_NODEV | priv.MS_NOEXEC)
+    except OSError as e:
+        _line(report_w, {"init_error": f"cannot set up the sandbox's init (fresh /proc): {e}"})
+        return 122
+    _line(report_w, {"init": "ok"})
+    if not _go_byte(go_r):
+        return 122
+    os.close(go_r)
+
+    err_r, err_w = os.pipe2(os.O_CLOEXEC)
+    program_pid = os.fork()
+    if program_pid == 0:
+        _program(argv, penv, seccomp_filter, err_w)  # never returns
+    os.close(err_w)
+    for sig in FORWARDED_SIGNALS:
+        signal.signal(sig, lambda s, _f: _kill_quietly(program_pid, s))
+
+    failure = b""
+    while True:
+        try:
+            chunk = os.read(err_r, 4096)
+        except InterruptedError:
+            continue
+        if not chunk:
+            break
+        failure += chunk
+    os.close(err_r)
+    status = _wait_for(program_pid)
+    if failure:
+        try:
+            info = json.loads(failure)
+        except ValueError:
+            info = {"exec_error": "the program could not be started", "code": 126}
+        _line(report_w, info)
+        return int(info.get("code", 126))
+    code, sig = _decode_status(status)
+    _line(report_w, {"exit": {"code": code, "signal": sig}})
+    return code
+
+
+def _wait_for(program_pid: int) -> int:
+    """Reap everything (we are PID 1) until the program itself ends."""
+    while True:
+        try:
+            pid, status = os.waitpid(-1, 0)
+        except InterruptedError:
+            continue
+        except ChildProcessError:
+            return 0
+        if pid == program_pid:
+            return status
+
+
+def _close_all_but(keep: set[int]) -> None:
+    fd = 3
+    for k in sorted(keep) + [None]:
+        if k is None:
+            os.closerange(fd, 0x7FFFFFFF)
+        else:
+            os.closerange(fd, k)
+            fd = k + 1
+
+
+# ---------------------------------------------------------------- G: program
+
+def _program(argv, penv, seccomp_filter, err_w: int) -> None:
+    try:
+        for sig in FORWARDED_SIGNALS + (signal.SIGPIPE, signal.SIGXFSZ):
+            signal.signal(sig, signal.SIG_DFL)  # Python ignores SIGPIPE; programs expect the default
+        os.setsid()
+        priv.prctl(priv.PR_SET_PDEATHSIG, signal.SIGKILL)
+        _close_all_but({err_w})
+        priv.drop_all_privileges()
+        seccomp_filter.load()
+    except OSError as e:
+        _report_exec(err_w, {"error": f"cannot seal the program's process: {e}; {DOCTOR_HINT}",
+                             "code": 122})
+    try:
+        os.execvpe(argv[0], argv, penv)
+    except OSError as e:
+        code = 127 if e.errno in (errno.ENOENT, errno.ENOTDIR) else 126
+        what = "not found" if code == 127 else "cannot be executed"
+        _report_exec(err_w, {"exec_error": f"{argv[0]}: {what} ({e.strerror})", "code": code})
+
+
+def _report_exec(err_w: int, info: dict) -> None:
+    try:
+        os.write(err_w, json.dumps(info).encode())
+    finally:
+        os._exit(int(info["code"]))

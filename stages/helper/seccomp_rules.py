@@ -1,0 +1,110 @@
+"""The seccomp filter the program runs under: rules as data, then libseccomp.
+
+`filter_rules()` is pure (a list of Rule records) so tests can read exactly
+what is refused; `build_filter()` turns them into a libseccomp context
+(through pyseccomp) that the program's process loads just before exec.
+
+Order of concern (libseccomp emits the arch check first by construction):
+1. a syscall from a non-native arch (i386 `int 0x80`) or an x32 number
+   (nr | 0x40000000) gets the bad-arch action, ENOSYS: the x86_64 filter
+   refuses both before any per-syscall rule is looked at;
+2. io_uring (it can open sockets and connect without calling socket());
+3. socket families other than AF_INET, AF_INET6, AF_NETLINK;
+4. Unix socketpairs other than SOCK_STREAM;
+5. TIOCSTI / TIOCLINUX, the keyring, new user namespaces, clone3.
+"""
+from __future__ import annotations
+
+import errno
+from dataclasses import dataclass
+
+AF_UNIX, AF_INET, AF_INET6, AF_NETLINK = 1, 2, 10, 16
+SOCK_STREAM = 1
+SOCK_TYPE_MASK = 0xF
+CLONE_NEWUSER = 0x10000000
+TIOCSTI, TIOCLINUX = 0x5412, 0x541C
+
+# A refused socket family gets EAFNOSUPPORT: that is what the kernel itself
+# says for a family it does not have, so programs take their usual "no such
+# transport" path. Everything else that is a policy refusal gets EPERM.
+REFUSED_FAMILY_ERRNO = errno.EAFNOSUPPORT
+
+
+@dataclass(frozen=True)
+class Rule:
+    """Refuse `syscall` with `errno_` when every (arg, mask, value) matches."""
+    syscall: str
+    errno_: int
+    args: tuple[tuple[int, int, int], ...] = ()
+
+
+def complement_patterns(allowed: set[int], bits: int) -> list[tuple[int, int]]:
+    """(mask, value) pairs whose union is exactly the `bits`-bit values not in `allowed`.
+
+    seccomp (and libseccomp) can only OR together masked equalities, so "any
+    family but these" is spelled as a prefix cover of the complement: walking
+    from the top bit down, every branch that holds no allowed value becomes one
+    pattern.
+    """
+    out: list[tuple[int, int]] = []
+
+    def walk(candidates: set[int], bit: int, mask: int, value: int) -> None:
+        if bit < 0:
+            return
+        for b in (0, 1):
+            sub = {v for v in candidates if (v >> bit) & 1 == b}
+            m, val = mask | (1 << bit), value | (b << bit)
+            if not sub:
+                out.append((m, val))
+            else:
+                walk(sub, bit - 1, m, val)
+
+    walk({v & ((1 << bits) - 1) for v in allowed}, bits - 1, 0, 0)
+    return out
+
+
+def allowed_families(allow_unix_sockets: bool) -> set[int]:
+    fams = {AF_INET, AF_INET6, AF_NETLINK}
+    if allow_unix_sockets:
+        fams.add(AF_UNIX)
+    return fams
+
+
+def filter_rules(allow_unix_sockets: bool) -> list[Rule]:
+    rules = [Rule(name, errno.ENOSYS) for name in
+             ("io_uring_setup", "io_uring_enter", "io_uring_register")]
+    # socket(int family, ...): the kernel reads only the low 32 bits, so the
+    # patterns look only at those (a 64-bit compare would let 0x1_00000001
+    # through as AF_UNIX).
+    for mask, value in complement_patterns(allowed_families(allow_unix_sockets), 32):
+        rules.append(Rule("socket", REFUSED_FAMILY_ERRNO, ((0, mask, value),)))
+    if not allow_unix_sockets:
+        # A stream socketpair is a private pipe between two fds of this process
+        # tree (Python's asyncio, libuv and Node use one for child stdio); it
+        # reaches nothing outside. Datagram and seqpacket pairs are refused as
+        # DESIGN asks, which leaves Unix sockets only as anonymous byte pipes.
+        for mask, value in complement_patterns({SOCK_STREAM}, 4):
+            rules.append(Rule("socketpair", errno.EPERM,
+                              ((0, 0xFFFFFFFF, AF_UNIX), (1, mask, value))))
+    for cmd in (TIOCSTI, TIOCLINUX):
+        rules.append(Rule("ioctl", errno.EPERM, ((1, 0xFFFFFFFF, cmd),)))
+    for name in ("add_key", "request_key", "keyctl"):
+        rules.append(Rule(name, errno.EPERM))
+    rules.append(Rule("unshare", errno.EPERM, ((0, CLONE_NEWUSER, CLONE_NEWUSER),)))
+    rules.append(Rule("clone", errno.EPERM, ((0, CLONE_NEWUSER, CLONE_NEWUSER),)))
+    # clone3 passes its flags in a struct seccomp cannot read; ENOSYS makes
+    # glibc fall back to clone(), whose flags the rule above can check.
+    rules.append(Rule("clone3", errno.ENOSYS))
+    return rules
+
+
+def build_filter(allow_unix_sockets: bool):
+    """A loaded-later pyseccomp SyscallFilter (default allow)."""
+    import pyseccomp as sc
+
+    f = sc.SyscallFilter(sc.ALLOW)
+    f.set_attr(sc.Attr.ACT_BADARCH, sc.ERRNO(errno.ENOSYS))
+    for rule in filter_rules(allow_unix_sockets):
+        args = [sc.Arg(i, sc.MASKED_EQ, mask, value) for i, mask, value in rule.args]
+        f.add_rule(sc.ERRNO(rule.errno_), rule.syscall, *args)
+    return f
