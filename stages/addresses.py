@@ -1,0 +1,317 @@
+"""Host strings and special addresses: the shared vocabulary of the policy.
+
+Two pure functions:
+
+- `parse_host` turns what a client asked for into one canonical form: a name
+  (IDNA A-labels, lower case, no trailing dot) or an IP address. Anything a
+  resolver or a URL parser might read in more than one way is refused here,
+  before any look-up: names made only of digits (`2130706433`), every IPv4
+  spelling that is not plain dotted decimal (`0x7f.1`, `0177.0.0.1`, `127.1`,
+  `10.0.0.010`, `1.2.3.4.`), IPv6 zone ids, characters no host name holds,
+  labels over 63 and names over 253 characters.
+- `classify` says why an address is special (the `deny_private` check), or
+  returns None for an ordinary public address.
+
+Names are converted with Python's built-in "idna" codec, which implements
+IDNA 2003 (RFC 3490, nameprep). We chose it over the third-party `idna`
+package (IDNA 2008) to stay dependency-free; the one difference that matters
+to us is that IDNA 2003 maps a few characters (ß -> ss, ς -> σ, some
+zero-width characters to nothing) where IDNA 2008 keeps or refuses them. The
+same conversion is applied to rules and to requests, so a rule always matches
+the name it was written for; a name whose 2003 and 2008 forms differ is simply
+compared in its 2003 form.
+
+The special-purpose table is written by hand from the IANA IPv4 and IPv6
+Special-Purpose Address Registries (plus multicast, reserved space and
+deprecated ranges). We do not use `ipaddress.is_global`/`is_private`: they
+pass 192.0.0.192 (an old cloud metadata address), multicast, site-local
+fec0::/10 and several IPv6 embeddings of IPv4.
+"""
+from __future__ import annotations
+
+import ipaddress
+import re
+from ipaddress import IPv4Address, IPv4Network, IPv6Address, IPv6Network
+from typing import Iterable, Union
+
+IPAddress = Union[IPv4Address, IPv6Address]
+
+MAX_NAME = 253
+MAX_LABEL = 63
+
+
+class BadHost(ValueError):
+    """A host string we refuse to interpret; str() is the reason sentence."""
+
+
+# --- parse_host ------------------------------------------------------------
+
+_DOTTED_QUAD = re.compile(r"(?:25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])"
+                          r"(?:\.(?:25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])){3}")
+# A label that a URL parser (WHATWG "ends in a number") or inet_aton would read
+# as a number: decimal, octal with a leading 0, or hexadecimal with 0x.
+_NUMERIC_LABEL = re.compile(r"[0-9]+|0[xX][0-9a-fA-F]*")
+_LABEL_CHARS = re.compile(r"[a-z0-9_-]+")
+_ASCII_ALLOWED = re.compile(r"[A-Za-z0-9._-]*")
+
+
+def _describe_char(ch: str) -> str:
+    if ch == "\x00":
+        return "a NUL byte"
+    if ch == " ":
+        return "a space"
+    if ch == "%":
+        return '"%" (a zone id or percent-encoding)'
+    if ord(ch) < 0x20 or ord(ch) == 0x7F:
+        return f"a control character (U+{ord(ch):04X})"
+    return f'"{ch}"'
+
+
+def _parse_ipv6(text: str) -> IPv6Address:
+    if "%" in text:
+        raise BadHost(f"{text!r}: an IPv6 zone id (after %) names an interface of this machine; "
+                      "zone ids are refused")
+    try:
+        return IPv6Address(text)
+    except ValueError:
+        raise BadHost(f"{text!r} is not a valid IPv6 address") from None
+
+
+def parse_host(host: str) -> str | IPv4Address | IPv6Address:
+    """Canonical name or IP address for `host`, or BadHost(reason).
+
+    `[2001:db8::1]` (brackets, as in a URL authority) is read as IPv6.
+    """
+    if not isinstance(host, str):
+        raise BadHost("a host must be text")
+    if host == "":
+        raise BadHost("the host is empty")
+    if len(host) > 1024:
+        raise BadHost("the host is longer than any DNS name (253 characters)")
+    if host.startswith("[") and host.endswith("]"):
+        return _parse_ipv6(host[1:-1])
+    if ":" in host:
+        return _parse_ipv6(host)
+
+    if host.isascii():
+        bad = next((c for c in host if not _ASCII_ALLOWED.fullmatch(c)), None)
+        if bad is not None:
+            raise BadHost(f"{host!r} holds {_describe_char(bad)}, which no host name may hold")
+        name = host.lower()
+    else:
+        for c in host:
+            if ord(c) < 0x20 or c in " %/\\@:#?[]\x7f":
+                raise BadHost(f"{host!r} holds {_describe_char(c)}, which no host name may hold")
+        try:
+            name = host.encode("idna").decode("ascii").lower()
+        except UnicodeError as exc:
+            raise BadHost(f"{host!r} cannot be converted to an IDNA A-label name ({exc})") from None
+        # nameprep can turn full-width digits and dots into ASCII ones, so the
+        # checks below run on the converted name, never on the input.
+        bad = next((c for c in name if not _ASCII_ALLOWED.fullmatch(c)), None)
+        if bad is not None:
+            raise BadHost(f"{host!r} becomes {name!r}, which holds {_describe_char(bad)}")
+
+    trailing_dot = name.endswith(".")
+    bare = name[:-1] if trailing_dot else name
+    if bare == "":
+        raise BadHost(f"{host!r} is not a host name")
+    labels = bare.split(".")
+
+    if _NUMERIC_LABEL.fullmatch(labels[-1]):
+        # Ends in a number: resolvers and URL parsers read this as an IPv4
+        # address. Only the plain dotted-decimal spelling is accepted.
+        if not trailing_dot and host.isascii() and _DOTTED_QUAD.fullmatch(bare):
+            return IPv4Address(bare)
+        if len(labels) == 1 and labels[0].isdigit():
+            raise BadHost(f"{host!r} is a host name made only of digits, which resolvers read "
+                          "as an IPv4 address written as one number; refused")
+        raise BadHost(f"{host!r} is not the dotted-decimal spelling of an IPv4 address "
+                      "(octal, hexadecimal, short forms and trailing dots are read differently "
+                      "by different programs); refused")
+
+    if len(bare) > MAX_NAME:
+        raise BadHost(f"{host!r} is longer than {MAX_NAME} characters, the limit for a DNS name")
+    for label in labels:
+        if label == "":
+            raise BadHost(f"{host!r} has an empty label (two dots in a row, or a leading dot)")
+        if len(label) > MAX_LABEL:
+            raise BadHost(f"{host!r} has a label longer than {MAX_LABEL} characters")
+        if not _LABEL_CHARS.fullmatch(label):
+            raise BadHost(f"{host!r} holds characters no host name may hold")
+        if label.startswith("-") or label.endswith("-"):
+            raise BadHost(f"{host!r} has a label that starts or ends with a hyphen")
+    return bare
+
+
+# --- classify ---------------------------------------------------------------
+
+# (network, what it is, why it matters, RFC). Order matters: the first match
+# wins, so narrower entries come before the ranges that contain them.
+_IPV4_SPECIAL: tuple[tuple[str, str, str, str], ...] = (
+    ("0.0.0.0/32", "unspecified address", "which Linux connects to this machine itself", "RFC 1122"),
+    ("0.0.0.0/8", '"this network" address', "which never names a remote host", "RFC 791"),
+    ("10.0.0.0/8", "private address", "inside a private network, not on the internet", "RFC 1918"),
+    ("100.64.0.0/10", "shared address (carrier-grade NAT)",
+     "inside a provider's network, where some cloud metadata services live (100.100.100.200)",
+     "RFC 6598"),
+    ("127.0.0.0/8", "loopback address", "which reaches services on this machine", "RFC 1122"),
+    ("169.254.0.0/16", "link-local address", "where cloud metadata services live", "RFC 3927"),
+    ("172.16.0.0/12", "private address", "inside a private network, not on the internet", "RFC 1918"),
+    ("192.0.0.192/32", "IETF protocol assignment",
+     "where a cloud metadata service lives (Oracle Cloud)", "RFC 6890"),
+    ("192.0.0.0/29", "IPv4 service continuity prefix (DS-Lite)",
+     "used inside a provider's network", "RFC 7335"),
+    ("192.0.0.170/31", "NAT64/DNS64 discovery address", "which is not a real host", "RFC 8880"),
+    ("192.0.0.0/24", "IETF protocol assignment address",
+     "reserved for protocols, not ordinary hosts", "RFC 6890"),
+    ("192.0.2.0/24", "documentation address (TEST-NET-1)", "which no real host uses", "RFC 5737"),
+    ("192.31.196.0/24", "AS112 anycast address", "a sink for stray reverse look-ups", "RFC 7535"),
+    ("192.52.193.0/24", "AMT relay anycast address", "for multicast tunnelling, not ordinary hosts",
+     "RFC 7450"),
+    ("192.88.99.0/24", "deprecated 6to4 relay anycast address",
+     "which relays into other networks", "RFC 7526"),
+    ("192.168.0.0/16", "private address", "inside a private network, not on the internet",
+     "RFC 1918"),
+    ("192.175.48.0/24", "AS112 direct delegation address", "a sink for stray reverse look-ups",
+     "RFC 7534"),
+    ("198.18.0.0/15", "benchmarking address", "for lab networks, not the internet", "RFC 2544"),
+    ("198.51.100.0/24", "documentation address (TEST-NET-2)", "which no real host uses",
+     "RFC 5737"),
+    ("203.0.113.0/24", "documentation address (TEST-NET-3)", "which no real host uses",
+     "RFC 5737"),
+    ("224.0.0.0/4", "multicast address", "which reaches groups of hosts on local networks",
+     "RFC 5771"),
+    ("255.255.255.255/32", "limited broadcast address", "which reaches every host on the local network",
+     "RFC 919"),
+    ("240.0.0.0/4", "reserved address", "which is not assigned to the internet", "RFC 1112"),
+)
+
+# IPv6 entries. Embeddings of IPv4 are handled in code before this table.
+_IPV6_SPECIAL: tuple[tuple[str, str, str, str], ...] = (
+    ("::/128", "unspecified address", "which Linux connects to this machine itself", "RFC 4291"),
+    ("::1/128", "loopback address", "which reaches services on this machine", "RFC 4291"),
+    ("::/96", "deprecated IPv4-compatible IPv6 address",
+     "an IPv4 embedding that some stacks route to the IPv4 address inside", "RFC 4291"),
+    ("::ffff:0:0:0/96", "IPv4-translated IPv6 address",
+     "an IPv4 embedding that translators route to the IPv4 address inside", "RFC 2765"),
+    ("100::/64", "discard-only address", "which goes nowhere", "RFC 6666"),
+    ("100:0:0:1::/64", "dummy IPv6 prefix", "which is not a real host", "RFC 9780"),
+    ("2001::/32", "Teredo address", "a tunnel that carries IPv4 addresses into other networks",
+     "RFC 4380"),
+    ("2001:2::/48", "benchmarking address", "for lab networks, not the internet", "RFC 5180"),
+    ("2001:10::/28", "deprecated ORCHID address", "which is not routable", "RFC 4843"),
+    ("2001::/23", "IETF protocol assignment address", "reserved for protocols, not ordinary hosts",
+     "RFC 2928"),
+    ("2001:db8::/32", "documentation address", "which no real host uses", "RFC 3849"),
+    ("2002::/16", "6to4 address", "a tunnel that carries IPv4 addresses into other networks",
+     "RFC 3056"),
+    ("2620:4f:8000::/48", "AS112 direct delegation address", "a sink for stray reverse look-ups",
+     "RFC 7534"),
+    ("3fff::/20", "documentation address", "which no real host uses", "RFC 9637"),
+    ("5f00::/16", "segment routing SID address", "inside an operator's network", "RFC 9602"),
+    ("fc00::/7", "unique local address",
+     "inside a private network, where some cloud metadata services live (fd00:ec2::254)",
+     "RFC 4193"),
+    ("fe80::/10", "link-local address", "on the local link only", "RFC 4291"),
+    ("fec0::/10", "deprecated site-local address", "inside a private site", "RFC 3879"),
+    ("ff00::/8", "multicast address", "which reaches groups of hosts on local networks",
+     "RFC 4291"),
+    # Everything outside global unicast space is reserved or unassigned.
+    ("::/0", "address outside IPv6 global unicast space (2000::/3)",
+     "which is reserved, not assigned to the internet", "RFC 4291"),
+)
+
+
+def _table(entries, network_type):
+    return tuple((network_type(net), what, why, rfc) for net, what, why, rfc in entries)
+
+
+IPV4_SPECIAL = _table(_IPV4_SPECIAL, IPv4Network)
+IPV6_SPECIAL = _table(_IPV6_SPECIAL, IPv6Network)
+_GLOBAL_UNICAST = IPv6Network("2000::/3")
+
+_MAPPED = IPv6Network("::ffff:0:0/96")
+_NAT64 = IPv6Network("64:ff9b::/96")
+_NAT64_LOCAL = IPv6Network("64:ff9b:1::/48")
+_NAT64_LOCAL_96 = IPv6Network("64:ff9b:1::/96")
+
+
+def embedded_ipv4(ip: IPv6Address) -> tuple[IPv4Address, str] | None:
+    """The IPv4 address an IPv6 address stands for, when it is one whose
+    traffic goes to that IPv4 address (IPv4-mapped, NAT64): (ipv4, description)."""
+    if ip in _MAPPED:
+        return IPv4Address(int(ip) & 0xFFFFFFFF), "IPv4-mapped IPv6 address (::ffff:0:0/96)"
+    if ip in _NAT64:
+        return IPv4Address(int(ip) & 0xFFFFFFFF), "NAT64 address (64:ff9b::/96, RFC 6052)"
+    if ip in _NAT64_LOCAL_96:
+        return IPv4Address(int(ip) & 0xFFFFFFFF), "local-use NAT64 address (64:ff9b:1::/48, RFC 8215)"
+    return None
+
+
+def _as_ip(ip) -> IPAddress:
+    if isinstance(ip, (IPv4Address, IPv6Address)):
+        if isinstance(ip, IPv6Address) and ip.scope_id:
+            return IPv6Address(int(ip))
+        return ip
+    if isinstance(ip, str):
+        return _as_ip(ipaddress.ip_address(ip))
+    raise TypeError(f"not an IP address: {ip!r}")
+
+
+def _a(phrase: str) -> str:
+    return ("an " if phrase[:1] in "aeiou" else "a ") + phrase
+
+
+def _classify_v4(ip: IPv4Address) -> str | None:
+    for net, what, why, rfc in IPV4_SPECIAL:
+        if ip in net:
+            return f"{what} ({net}), {why}"
+    return None
+
+
+def _isatap_ipv4(ip: IPv6Address) -> IPv4Address | None:
+    # ISATAP interface ids (::0:5efe:a.b.c.d, ::200:5efe:a.b.c.d) carry the
+    # IPv4 address of a tunnel end point; that end point may sit inside.
+    if (int(ip) >> 32) & 0xFDFFFFFF == 0x00005EFE:
+        return IPv4Address(int(ip) & 0xFFFFFFFF)
+    return None
+
+
+def classify(ip, local_addresses: Iterable = frozenset()) -> str | None:
+    """Why `ip` is special, as a sentence starting with the address, or None.
+
+    `local_addresses`: the addresses of this machine's own interfaces (the
+    caller collects them; this module does no I/O).
+    """
+    ip = _as_ip(ip)
+    local = local_addresses if isinstance(local_addresses, (set, frozenset)) else frozenset(local_addresses)
+    if ip in local:
+        return (f"{ip}: an address of this machine's own interfaces, "
+                "which reaches services listening here")
+    if isinstance(ip, IPv4Address):
+        why = _classify_v4(ip)
+        return f"{ip}: {why}" if why else None
+
+    embedded = embedded_ipv4(ip)
+    if embedded is not None:
+        v4, what = embedded
+        if v4 in local:
+            return f"{ip}: {what} carrying {v4}, an address of this machine's own interfaces"
+        why = _classify_v4(v4)
+        return f"{ip}: {what} carrying {v4}, {_a(why)}" if why else None
+    if ip in _NAT64_LOCAL:
+        return (f"{ip}: local-use NAT64 address ({_NAT64_LOCAL}) in a layout that does not show "
+                "which IPv4 address it carries, so it cannot be checked; refused (RFC 8215)")
+    for net, what, why, rfc in IPV6_SPECIAL:
+        if ip in net:
+            if net.prefixlen == 0 and ip in _GLOBAL_UNICAST:
+                break
+            return f"{ip}: {what} ({net}), {why}"
+    isatap = _isatap_ipv4(ip)
+    if isatap is not None:
+        why = _classify_v4(isatap) or ("an address of this machine's own interfaces"
+                                       if isatap in local else None)
+        if why:
+            return f"{ip}: ISATAP address carrying {isatap}, {_a(why)}"
+    return None

@@ -1,0 +1,189 @@
+"""The decision: five steps, in order, the first that decides wins.
+
+1. deny rules on the name;
+2. deny rules on every address the name resolved to;
+3. deny_private on every address;
+4. allow rules;
+5. the default (deny when there is an allow list).
+
+Pure: a target, a policy and (once looked up) addresses in; a `Decision` or a
+`LookUp` out. The broker calls `decide(target, policy)` first. When the answer
+is `LookUp()`, it resolves the name once and calls again with the addresses;
+an allowed `Decision.addresses` is then exactly what it may dial (no second
+look-up, so a DNS answer cannot change between the check and the dial).
+
+`LookUp` is asked for only when an address could change the answer: the
+policy has address deny rules or deny_private (which could refuse), or
+address allow rules (which could allow a name no name rule allows). A denied
+name is never looked up, and under a default of deny neither is a name that no
+allow rule could match: a DNS query carries data out too.
+
+An allowed `Decision` with `addresses == ()` means no address was needed to
+decide: the broker (or the exit proxy) resolves the name to dial it, and any
+of its addresses is acceptable to the policy.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from ipaddress import IPv4Address, IPv6Address, ip_address
+
+from ..addresses import BadHost, classify, embedded_ipv4, parse_host
+from ..policy import Policy, Rule, check_policy_for_path  # noqa: F401  (re-exported for the broker)
+
+
+class BadTarget(Exception):
+    """A request we refuse before any decision; str() is the reason sentence."""
+
+
+@dataclass(frozen=True)
+class Target:
+    host: str                              # canonical name, or the address as text
+    port: int
+    ip: IPv4Address | IPv6Address | None   # set when the client asked for an address
+
+    def __str__(self) -> str:
+        if isinstance(self.ip, IPv6Address):
+            return f"[{self.ip}]:{self.port}"
+        return f"{self.host}:{self.port}"
+
+
+@dataclass(frozen=True)
+class LookUp:
+    """Resolve the target's name, then call decide() again with its addresses."""
+
+
+@dataclass(frozen=True)
+class Decision:
+    allowed: bool
+    reason: str           # a sentence for a person
+    rule: str             # deny_private | default | deny "<text>" (line N) | allow "<text>" (line N) | no policy | target
+    addresses: tuple = ()  # allowed: the addresses checked, the only ones the broker may dial
+
+
+def parse_target(host: str, port: int) -> Target:
+    """What a client asked for -> Target, or BadTarget (odd spellings refused
+    before anything is looked up)."""
+    if type(port) is not int or not 1 <= port <= 65535:
+        raise BadTarget(f"{port!r} is not a port (1 to 65535)")
+    try:
+        canonical = parse_host(host)
+    except BadHost as exc:
+        raise BadTarget(str(exc)) from None
+    if isinstance(canonical, str):
+        return Target(host=canonical, port=port, ip=None)
+    return Target(host=str(canonical), port=port, ip=canonical)
+
+
+def _as_address(value) -> IPv4Address | IPv6Address:
+    if isinstance(value, IPv6Address) and value.scope_id:
+        return IPv6Address(int(value))
+    if isinstance(value, (IPv4Address, IPv6Address)):
+        return value
+    return _as_address(ip_address(value))
+
+
+def _match_address(index, ip, port: int) -> Rule | None:
+    # An IPv4-mapped or NAT64 address reaches the IPv4 address it carries, so
+    # rules written for that IPv4 address apply to it too.
+    rule = index.match_address(ip, port)
+    if rule is None and isinstance(ip, IPv6Address):
+        embedded = embedded_ipv4(ip)
+        if embedded is not None:
+            rule = index.match_address(embedded[0], port)
+    return rule
+
+
+def _deny(reason: str, rule: str) -> Decision:
+    return Decision(allowed=False, reason=reason, rule=rule, addresses=())
+
+
+def _default(target: Target, policy: Policy, addresses: tuple) -> Decision:
+    why = ("set in the policy" if policy.default_explicit else
+           "because the policy has an allow list" if policy.has_allow_list else
+           "because the policy has no allow list")
+    if policy.default == "deny":
+        return _deny(f"no allow rule matches {target}; default is deny ({why})", "default")
+    return Decision(True, f"no rule matches {target}; default is allow ({why})", "default", addresses)
+
+
+def decide(target: Target, policy: Policy, addresses=None, *,
+           local_addresses=frozenset(), resolves_at_exit: bool = False) -> Decision | LookUp:
+    """The five steps. `addresses`: None before a look-up, else every address
+    the name resolved to. IP-literal targets never need a look-up."""
+    if policy.no_policy:
+        return Decision(True, "no policy: every connection is allowed", "no policy",
+                        (target.ip,) if target.ip is not None else tuple(
+                            _as_address(a) for a in addresses or ()))
+    port = target.port
+    is_name = target.ip is None
+
+    # 1. deny rules on the name
+    if is_name:
+        rule = policy.deny_index.match_name(target.host, port)
+        if rule is not None:
+            return _deny(f'{target} matches deny rule "{rule.text}" ({policy.where(rule)})',
+                         f"deny {rule.label()}")
+
+    if not is_name:
+        addresses = (target.ip,)
+    elif resolves_at_exit:
+        # The exit resolves the name; vpnw never sees its addresses. The CLI
+        # has already refused policies that would need them (check_policy_for_path).
+        addresses = None
+    elif addresses is None:
+        if _address_could_change_answer(target, policy):
+            return LookUp()
+    if addresses is not None:
+        seen = dict.fromkeys(_as_address(a) for a in addresses)
+        addresses = tuple(seen)
+        if not addresses:
+            return _deny(f"{target.host} resolved to no address", "target")
+        local = frozenset(_as_address(a) for a in local_addresses)
+
+        # 2. deny rules on every address
+        for ip in addresses:
+            rule = _match_address(policy.deny_index, ip, port)
+            if rule is not None:
+                subject = f"{target} resolved to {ip}, which" if is_name else f"{target}"
+                return _deny(f'{subject} matches deny rule "{rule.text}" ({policy.where(rule)})',
+                             f"deny {rule.label()}")
+        # 3. deny_private on every address
+        if policy.deny_private:
+            for ip in addresses:
+                why = classify(ip, local)
+                if why is not None:
+                    return _deny(f"{target.host} resolved to {why}" if is_name else why,
+                                 "deny_private")
+    else:
+        addresses = ()
+
+    # 4. allow rules: the name matches one, or every address matches one
+    if is_name:
+        rule = policy.allow_index.match_name(target.host, port)
+        if rule is not None:
+            return Decision(True, f'{target} matches allow rule "{rule.text}" ({policy.where(rule)})',
+                            f"allow {rule.label()}", addresses)
+    if addresses and policy.allow_index.has_address_rules:
+        matched = [_match_address(policy.allow_index, ip, port) for ip in addresses]
+        if all(r is not None for r in matched):
+            rule = matched[0]
+            subject = f"{target} resolved to {', '.join(map(str, addresses))}, which" if is_name \
+                else f"{target}"
+            return Decision(True, f'{subject} matches allow rule "{rule.text}" ({policy.where(rule)})',
+                            f"allow {rule.label()}", addresses)
+
+    # 5. the default
+    return _default(target, policy, addresses)
+
+
+def _address_could_change_answer(target: Target, policy: Policy) -> bool:
+    """Step 1 has passed. Would any address move the decision for this name?"""
+    port = target.port
+    could_refuse = policy.deny_private or policy.deny_index.address_rules_for_port(port)
+    if policy.allow_index.match_name(target.host, port) is not None:
+        return could_refuse
+    if policy.allow_index.address_rules_for_port(port):
+        return True          # an address allow rule could allow this name
+    if policy.default == "deny":
+        return False         # nothing can allow it: never look it up
+    return could_refuse

@@ -1,0 +1,606 @@
+"""The policy file -> a frozen `Policy`, or a `PolicyError` that names the file,
+the line and the fix.
+
+    version = 1
+    name = "agent"
+
+    [policy]
+    default = "deny"          # "allow" | "deny"; absent: deny when there is an allow list
+    deny_private = true       # absent: false
+    allow = ["api.github.com", "*.pythonhosted.org", "140.82.112.0/20", "[2001:db8::1]:443"]
+    deny = ["*.example"]
+
+Choices this module makes (the description leaves them open):
+- `deny_private` is false unless the file sets it. The description's example
+  writes `deny_private = true` explicitly, and learn's drafts do the same.
+- "there is an allow list" means the `allow` key is present, even when empty:
+  `allow = []` with no default denies everything.
+- `name` may be left out; it then defaults to the file's name without `.toml`.
+
+Rules are host patterns with an optional port: an exact name, `*.suffix`
+(any name below suffix, never suffix itself), an IP address or a CIDR block;
+`:PORT` after any of them, with IPv6 in brackets (`[2001:db8::1]:443`).
+Names are stored in the canonical form of `addresses.parse_host`.
+
+Matching never scans the rule list for names: exact names are a dict, and a
+wildcard is found by walking the suffixes of the requested name in another
+dict. Address rules are bucketed by prefix length.
+
+tomllib reports no line numbers for values, so `_locate` re-reads the source
+text with a small TOML scanner to find the line of each key and array item.
+"""
+from __future__ import annotations
+
+import difflib
+import os
+import re
+import tomllib
+from dataclasses import dataclass, field
+from ipaddress import IPv4Address, IPv4Network, IPv6Address, IPv6Network, ip_network
+
+from .addresses import BadHost, parse_host
+
+VERSION = 1
+TOP_KEYS = ("version", "name", "policy")
+POLICY_KEYS = ("default", "deny_private", "allow", "deny")
+MAX_PROBLEMS = 20
+
+
+class PolicyError(Exception):
+    """A policy that cannot be used. str() is the whole message for the user,
+    one `file:line: problem; fix: ...` sentence a line."""
+
+    def __init__(self, message: str, *, source: str | None = None, line: int | None = None):
+        super().__init__(message)
+        self.source = source
+        self.line = line
+
+
+@dataclass(frozen=True)
+class Rule:
+    text: str                      # as written in the file
+    kind: str                      # 'name' | 'wildcard' | 'ip' | 'cidr'
+    port: int | None
+    line: int | None
+    host: str | None = None        # 'name': the name; 'wildcard': the suffix after "*."
+    network: IPv4Network | IPv6Network | None = None   # 'ip' (/32, /128) and 'cidr'
+
+    @property
+    def is_address(self) -> bool:
+        return self.kind in ("ip", "cidr")
+
+    def applies_to_port(self, port: int) -> bool:
+        return self.port is None or self.port == port
+
+    def label(self) -> str:
+        """How Decision.rule names this rule: deny "x" (line N)."""
+        where = f" (line {self.line})" if self.line else ""
+        return f'"{self.text}"{where}'
+
+
+class RuleIndex:
+    """Rules of one list (allow or deny), indexed so that a look-up costs the
+    same for 10 rules as for 10,000."""
+
+    __slots__ = ("exact", "wildcard", "networks", "prefixlens", "has_address_rules", "has_name_rules",
+                 "_address_ports", "_address_any_port")
+
+    def __init__(self, rules: tuple[Rule, ...]):
+        self.exact: dict[str, list[Rule]] = {}
+        self.wildcard: dict[str, list[Rule]] = {}
+        # (version, prefixlen) -> {network address as int: rules}
+        self.networks: dict[tuple[int, int], dict[int, list[Rule]]] = {}
+        for rule in rules:
+            if rule.kind == "name":
+                self.exact.setdefault(rule.host, []).append(rule)
+            elif rule.kind == "wildcard":
+                self.wildcard.setdefault(rule.host, []).append(rule)
+            else:
+                net = rule.network
+                bucket = self.networks.setdefault((net.version, net.prefixlen), {})
+                bucket.setdefault(int(net.network_address), []).append(rule)
+        self.prefixlens = {4: [], 6: []}
+        for version, prefixlen in sorted(self.networks, key=lambda k: -k[1]):
+            self.prefixlens[version].append(prefixlen)
+        self.has_address_rules = bool(self.networks)
+        address_ports = {r.port for r in rules if r.is_address}
+        self._address_any_port = None in address_ports
+        self._address_ports = frozenset(address_ports - {None})
+        self.has_name_rules = bool(self.exact or self.wildcard)
+
+    @staticmethod
+    def _first(rules: list[Rule] | None, port: int) -> Rule | None:
+        if rules:
+            for rule in rules:
+                if rule.port is None or rule.port == port:
+                    return rule
+        return None
+
+    def match_name(self, name: str, port: int) -> Rule | None:
+        rule = self._first(self.exact.get(name), port)
+        if rule is not None or not self.wildcard:
+            return rule
+        # "*.b.c" matches "a.b.c" and "x.a.b.c", never "b.c": walk the
+        # suffixes that are strictly shorter than the name.
+        dot = name.find(".")
+        while dot != -1:
+            suffix = name[dot + 1:]
+            rule = self._first(self.wildcard.get(suffix), port)
+            if rule is not None:
+                return rule
+            dot = name.find(".", dot + 1)
+        return None
+
+    def match_address(self, ip: IPv4Address | IPv6Address, port: int) -> Rule | None:
+        if not self.networks:
+            return None
+        value, bits = int(ip), ip.max_prefixlen
+        for prefixlen in self.prefixlens[ip.version]:
+            masked = value >> (bits - prefixlen) << (bits - prefixlen) if prefixlen else 0
+            rule = self._first(self.networks[(ip.version, prefixlen)].get(masked), port)
+            if rule is not None:
+                return rule
+        return None
+
+    def address_rules_for_port(self, port: int) -> bool:
+        return self._address_any_port or port in self._address_ports
+
+
+@dataclass(frozen=True)
+class Policy:
+    name: str
+    default: str                   # "allow" | "deny"
+    default_explicit: bool         # False: the default came from the presence of an allow list
+    deny_private: bool
+    allow: tuple[Rule, ...]
+    deny: tuple[Rule, ...]
+    source: str | None             # the file as the user named it; None for allow_all()
+    has_allow_list: bool = False
+    no_policy: bool = False        # allow_all(): run/trace without --policy
+    allow_index: RuleIndex = field(default=None, compare=False, repr=False)
+    deny_index: RuleIndex = field(default=None, compare=False, repr=False)
+
+    def __post_init__(self):
+        if self.allow_index is None:
+            object.__setattr__(self, "allow_index", RuleIndex(self.allow))
+        if self.deny_index is None:
+            object.__setattr__(self, "deny_index", RuleIndex(self.deny))
+
+    @staticmethod
+    def allow_all() -> "Policy":
+        """No --policy: everything is allowed and decide() never asks for a look-up."""
+        return Policy(name="", default="allow", default_explicit=False, deny_private=False,
+                      allow=(), deny=(), source=None, no_policy=True)
+
+    def where(self, rule: Rule) -> str:
+        """`agent.toml line 9` for reasons."""
+        src = self.source or "policy"
+        return f"{src} line {rule.line}" if rule.line else src
+
+
+def needs_addresses(policy: Policy) -> bool:
+    """Whether any rule of the policy depends on the addresses a name resolves
+    to (deny_private, or a rule written as an address or CIDR)."""
+    if policy.no_policy:
+        return False
+    return (policy.deny_private or policy.deny_index.has_address_rules
+            or policy.allow_index.has_address_rules)
+
+
+def check_policy_for_path(policy: Policy, resolves_at_exit: bool) -> str | None:
+    """None when the policy can be honoured on a path; else why not, as a sentence.
+
+    On a path that resolves names at the exit (socks5h://, http:// proxies) vpnw
+    never sees the addresses of a name, so it refuses a policy that would count
+    on them rather than enforce it partly.
+    """
+    if not resolves_at_exit or policy.no_policy:
+        return None
+    if policy.deny_private and policy.default == "allow":
+        return ("deny_private with a default of allow needs the addresses names resolve to, "
+                "but this path resolves names at the exit, where vpnw cannot see them; "
+                'fix: set default = "deny" with an allow list, or use a path that resolves '
+                "names here")
+    for rule in policy.deny:
+        if rule.is_address:
+            return (f'deny rule "{rule.text}" (line {rule.line}) is an address rule, but this path '
+                    "resolves names at the exit, where vpnw cannot see the addresses; fix: deny "
+                    "by name, or use a path that resolves names here")
+    return None
+
+
+# --- rule patterns -----------------------------------------------------------
+
+class _BadRule(ValueError):
+    def __init__(self, problem: str, fix: str):
+        super().__init__(problem)
+        self.problem = problem
+        self.fix = fix
+
+
+_PORT = re.compile(r"[1-9][0-9]{0,4}")
+
+
+def _parse_port(text: str, pattern: str) -> int:
+    if not _PORT.fullmatch(text) or int(text) > 65535:
+        raise _BadRule(f'"{text}" is not a port',
+                       "write a port from 1 to 65535 after the colon, or leave the port out")
+    return int(text)
+
+
+def parse_rule(text: str, line: int | None = None) -> Rule:
+    """One pattern -> Rule, or _BadRule(problem, fix)."""
+    if text == "":
+        raise _BadRule("the pattern is empty", "remove it, or write a host name")
+    if text != text.strip() or any(c.isspace() for c in text):
+        raise _BadRule("the pattern holds spaces", "write the host without spaces")
+    port: int | None = None
+    host = text
+    if text.startswith("["):
+        end = text.find("]")
+        if end == -1:
+            raise _BadRule("an opening [ without ]", "write an IPv6 address as [2001:db8::1]:443")
+        host, rest = text[1:end], text[end + 1:]
+        if rest:
+            if not rest.startswith(":"):
+                raise _BadRule(f'unexpected "{rest}" after ]', "write [2001:db8::1]:443")
+            port = _parse_port(rest[1:], text)
+        if ":" not in host:
+            raise _BadRule("brackets are only for IPv6 addresses", "write the host without brackets")
+    elif text.count(":") == 1:
+        host, port_text = text.split(":")
+        port = _parse_port(port_text, text)
+        if host == "":
+            raise _BadRule("a port without a host", "write the host before the colon")
+
+    if host == "*":
+        raise _BadRule('"*" alone would match every name',
+                       'to allow every name, leave the allow list out and set default = "allow"')
+    if "*" in host:
+        if not host.startswith("*.") or "*" in host[2:]:
+            raise _BadRule('a wildcard may only be "*." at the start',
+                           'write "*.example.com" to match every name below example.com')
+        suffix = host[2:]
+        try:
+            canonical = parse_host(suffix)
+        except BadHost as exc:
+            raise _BadRule(str(exc), 'write "*." followed by a host name') from None
+        if not isinstance(canonical, str):
+            raise _BadRule("a wildcard is for names, not addresses",
+                           "write an address or a CIDR block (10.0.0.0/8) without the *.")
+        return Rule(text=text, kind="wildcard", port=port, line=line, host=canonical)
+    if "/" in host:
+        addr, _, bits = host.partition("/")
+        try:
+            parse_ip = parse_host(addr)
+        except BadHost as exc:
+            raise _BadRule(str(exc), "write a CIDR block as 140.82.112.0/20 or 2001:db8::/32") from None
+        if isinstance(parse_ip, str) or not re.fullmatch(r"[0-9]{1,3}", bits):
+            raise _BadRule("not a CIDR block", "write a CIDR block as 140.82.112.0/20 or 2001:db8::/32")
+        try:
+            network = ip_network(f"{parse_ip}/{int(bits)}", strict=False)
+        except ValueError:
+            raise _BadRule(f"/{bits} is not a prefix length for this address",
+                           "use /0 to /32 for IPv4 and /0 to /128 for IPv6") from None
+        if network.network_address != parse_ip:
+            raise _BadRule("the address has bits set beyond the prefix length",
+                           f'write "{network}" (the block that contains it)')
+        return Rule(text=text, kind="cidr", port=port, line=line, network=network)
+    try:
+        canonical = parse_host(host)
+    except BadHost as exc:
+        raise _BadRule(str(exc), "write a host name such as api.github.com, an IP address, "
+                       'or "*.example.com"') from None
+    if isinstance(canonical, str):
+        return Rule(text=text, kind="name", port=port, line=line, host=canonical)
+    return Rule(text=text, kind="ip", port=port, line=line, network=ip_network(canonical))
+
+
+# --- locating keys in the source ---------------------------------------------
+
+_TOKEN = re.compile(r"""
+    (?P<nl>\r?\n)
+  | (?P<ws>[ \t]+)
+  | (?P<comment>\#[^\n]*)
+  | (?P<mlbasic>\"\"\"(?:[^\\]|\\.)*?\"\"\"\"{0,2})
+  | (?P<mllit>'''.*?''''{0,2})
+  | (?P<basic>"(?:[^"\\\n]|\\.)*")
+  | (?P<lit>'[^'\n]*')
+  | (?P<punct>[\[\]{}=,.])
+  | (?P<bare>[^\s\[\]{}=,.\#"']+)
+""", re.VERBOSE | re.DOTALL)
+
+
+def _tokens(text: str):
+    line, pos = 1, 0
+    while pos < len(text):
+        m = _TOKEN.match(text, pos)
+        if m is None:
+            pos += 1
+            continue
+        kind, value = m.lastgroup, m.group()
+        if kind not in ("ws", "comment"):
+            if kind in ("basic", "lit"):
+                yield "key", value[1:-1] if kind == "lit" else _unquote(value), line
+            elif kind in ("mlbasic", "mllit"):
+                yield "str", value, line
+            elif kind == "punct":
+                yield value, value, line
+            elif kind == "nl":
+                yield "nl", value, line
+            else:
+                yield "key", value, line
+        line += value.count("\n")
+        pos = m.end()
+
+
+def _unquote(literal: str) -> str:
+    try:
+        return tomllib.loads("k = " + literal)["k"]
+    except tomllib.TOMLDecodeError:
+        return literal[1:-1]
+
+
+def _locate(text: str) -> dict[tuple, int]:
+    """Key path -> line, for every key, table and array item of a valid TOML
+    document: ("policy", "allow", 2) -> 9. Best effort: never raises."""
+    lines: dict[tuple, int] = {}
+    try:
+        toks = list(_tokens(text))
+    except Exception:                              # the locator must never fail a load
+        return lines
+    i, n = 0, len(toks)
+    table: tuple = ()
+
+    def peek(k=0):
+        return toks[i + k] if i + k < n else ("eof", "", 0)
+
+    def read_key():
+        nonlocal i
+        parts = []
+        while i < n and toks[i][0] == "key":
+            parts.append(toks[i][1])
+            i += 1
+            if i < n and toks[i][0] == ".":
+                i += 1
+            else:
+                break
+        return tuple(parts)
+
+    def note(path, line):
+        for k in range(1, len(path) + 1):
+            lines.setdefault(path[:k], line)
+
+    def skip_nl():
+        nonlocal i
+        while i < n and toks[i][0] == "nl":
+            i += 1
+
+    def value(path):
+        nonlocal i
+        kind, _, line = peek()
+        if kind == "[":
+            i += 1
+            index = 0
+            while i < n:
+                skip_nl()
+                if peek()[0] == "]":
+                    i += 1
+                    return
+                lines.setdefault(path + (index,), peek()[2])
+                value(path + (index,))
+                skip_nl()
+                if peek()[0] == ",":
+                    i += 1
+                    index += 1
+                elif peek()[0] == "]":
+                    i += 1
+                    return
+                else:
+                    i += 1
+            return
+        if kind == "{":
+            i += 1
+            while i < n and peek()[0] not in ("}", "nl"):
+                if peek()[0] == ",":
+                    i += 1
+                    continue
+                key_line = peek()[2]
+                key = read_key()
+                if not key or peek()[0] != "=":
+                    i += 1
+                    continue
+                i += 1
+                note(path + key, key_line)
+                value(path + key)
+            i += 1
+            return
+        # A scalar: one or more tokens up to the end of the value.
+        while i < n and peek()[0] not in (",", "]", "}", "nl"):
+            i += 1
+
+    try:
+        while i < n:
+            skip_nl()
+            if i >= n:
+                break
+            kind, _, line = toks[i]
+            if kind == "[":
+                i += 1
+                array_table = peek()[0] == "["
+                if array_table:
+                    i += 1
+                table = read_key()
+                note(table, line)
+                while i < n and toks[i][0] != "nl":
+                    i += 1
+            elif kind == "key":
+                key = read_key()
+                if peek()[0] == "=":
+                    i += 1
+                    note(table + key, line)
+                    value(table + key)
+                while i < n and toks[i][0] != "nl":
+                    i += 1
+            else:
+                i += 1
+    except Exception:
+        pass
+    return lines
+
+
+# --- loading ------------------------------------------------------------------
+
+def _show(value) -> str:
+    text = repr(value) if not isinstance(value, str) else '"' + value + '"'
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _type_name(value) -> str:
+    return {bool: "a boolean", int: "an integer", float: "a number", str: "a string",
+            list: "an array", dict: "a table"}.get(type(value), "a date or time")
+
+
+class _Problems:
+    def __init__(self, source: str, lines: dict[tuple, int]):
+        self.source = source
+        self.lines = lines
+        self.found: list[tuple[int, str]] = []
+
+    def line_of(self, path: tuple) -> int:
+        # The most precise position known: the item, else its key, else its table.
+        for k in range(len(path), 0, -1):
+            if path[:k] in self.lines:
+                return self.lines[path[:k]]
+        return 1
+
+    def add(self, path: tuple, what: str, fix: str) -> None:
+        line = self.line_of(path)
+        self.found.append((line, f"{self.source}:{line}: {what}; fix: {fix}"))
+
+    def raise_if_any(self) -> None:
+        if self.found:
+            self.found.sort(key=lambda item: item[0])
+            first = self.found[0][0]
+            messages = [m for _, m in self.found[:MAX_PROBLEMS]]
+            if len(self.found) > MAX_PROBLEMS:
+                messages.append(f"{self.source}: ... and {len(self.found) - MAX_PROBLEMS} more problems")
+            raise PolicyError("\n".join(messages), source=self.source, line=first)
+
+
+def _unknown(key: str, known: tuple) -> str:
+    near = difflib.get_close_matches(key, known, n=1)
+    if near:
+        return f'did you mean "{near[0]}"?'
+    return "the keys allowed here are " + ", ".join(known)
+
+
+def parse_policy(text: str, source: str = "<policy>") -> Policy:
+    """Policy text -> Policy, or PolicyError naming source and line."""
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        msg = str(exc)
+        m = re.search(r"\(at line (\d+), column (\d+)\)", msg)
+        where = f"{m.group(1)}:{m.group(2)}" if m else "1"
+        problem = re.sub(r"\s*\(at (line \d+, column \d+|end of document)\)", "", msg)
+        if not m and "end of document" in msg:
+            where = str(text.count("\n") + 1)
+        raise PolicyError(f"{source}:{where}: TOML syntax error: {problem}; fix: correct the "
+                          "TOML at that place (strings need quotes, arrays need [ ])",
+                          source=source, line=int(where.split(":")[0])) from None
+    lines = _locate(text)
+    problems = _Problems(source, lines)
+
+    for key in data:
+        if key not in TOP_KEYS:
+            problems.add((key,), f'unknown key "{key}"', _unknown(key, TOP_KEYS))
+
+    version = data.get("version")
+    if "version" not in data:
+        problems.add((), "the policy has no version", "add `version = 1` at the top")
+    elif type(version) is not int:
+        problems.add(("version",), f"version is {_type_name(version)}, not an integer",
+                     "write `version = 1`")
+    elif version != VERSION:
+        problems.add(("version",), f"unknown policy version {version}; this vpnw reads version 1",
+                     "write `version = 1`, or use the vpnw that wrote this policy")
+
+    default_name = os.path.basename(source)
+    if default_name.endswith(".toml"):
+        default_name = default_name[:-5]
+    name = data.get("name", default_name)
+    if not isinstance(name, str):
+        problems.add(("name",), f"name is {_type_name(name)}, not a string", 'write name = "agent"')
+        name = default_name
+    elif not name or len(name) > 200 or not name.isprintable():
+        problems.add(("name",), "name must be 1 to 200 printable characters", 'write name = "agent"')
+
+    body = data.get("policy")
+    if "policy" not in data:
+        problems.add((), "the policy has no [policy] table",
+                     'add a [policy] table with default = "deny" and an allow list')
+        body = {}
+    elif not isinstance(body, dict):
+        problems.add(("policy",), f"policy is {_type_name(body)}, not a table",
+                     "write [policy] on a line of its own, with its keys below it")
+        body = {}
+
+    for key in body:
+        if key not in POLICY_KEYS:
+            problems.add(("policy", key), f'unknown key "{key}" in [policy]', _unknown(key, POLICY_KEYS))
+
+    default = body.get("default")
+    if default is not None and default not in ("allow", "deny"):
+        shown = _show(default) if isinstance(default, str) else _type_name(default)
+        problems.add(("policy", "default"), f'default is {shown}, not "allow" or "deny"',
+                     'write default = "deny" (or "allow")')
+        default = None
+    deny_private = body.get("deny_private", False)
+    if type(deny_private) is not bool:
+        problems.add(("policy", "deny_private"), f"deny_private is {_type_name(deny_private)}, "
+                     "not true or false", "write deny_private = true (no quotes)")
+        deny_private = False
+
+    lists: dict[str, tuple[Rule, ...]] = {}
+    for which in ("allow", "deny"):
+        patterns = body.get(which, [])
+        if not isinstance(patterns, list):
+            problems.add(("policy", which), f"{which} is {_type_name(patterns)}, not an array",
+                         f'write {which} = ["api.github.com", "*.pythonhosted.org"]')
+            patterns = []
+        rules = []
+        for index, pattern in enumerate(patterns):
+            path = ("policy", which, index)
+            if not isinstance(pattern, str):
+                problems.add(path, f"{which}[{index}] is {_type_name(pattern)}, not a string",
+                             'write each pattern in quotes, as "api.github.com"')
+                continue
+            try:
+                rules.append(parse_rule(pattern, problems.line_of(path)))
+            except _BadRule as exc:
+                problems.add(path, f"{which}[{index}] {_show(pattern)}: {exc.problem}", exc.fix)
+        lists[which] = tuple(rules)
+
+    problems.raise_if_any()
+    has_allow_list = "allow" in body
+    explicit = default is not None
+    if default is None:
+        default = "deny" if has_allow_list else "allow"
+    return Policy(name=name, default=default, default_explicit=explicit,
+                  deny_private=deny_private, allow=lists["allow"], deny=lists["deny"],
+                  source=source, has_allow_list=has_allow_list)
+
+
+def load_policy(path: str) -> Policy:
+    """Read and parse a policy file. OSError propagates (the CLI words it);
+    a file that is not UTF-8 is a PolicyError."""
+    with open(path, "rb") as f:
+        raw = f.read()
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = raw[:exc.start].count(b"\n") + 1
+        raise PolicyError(f"{path}:{line}: the policy is not UTF-8 text; fix: save it as UTF-8",
+                          source=path, line=line) from None
+    return parse_policy(text, source=path)
