@@ -7,10 +7,9 @@ pure (bytes in, records out) and raise NetlinkError on anything malformed.
 """
 from __future__ import annotations
 
-import ipaddress
 import socket
 import struct
-from dataclasses import dataclass
+from typing import NamedTuple
 
 NETLINK_ROUTE = 0
 RTM_GETLINK = 18
@@ -37,17 +36,15 @@ class NetlinkError(Exception):
     pass
 
 
-@dataclass(frozen=True)
-class Link:
+class Link(NamedTuple):
     index: int
     name: str
     flags: int
 
 
-@dataclass(frozen=True)
-class Route:
+class Route(NamedTuple):
     family: int
-    dst: str | None      # None = default route (no RTA_DST)
+    dst: bytes | None    # raw address; None = default route (no RTA_DST)
     dst_len: int
     table: int
     type: int
@@ -115,15 +112,7 @@ def parse_route(payload: bytes) -> Route:
         raise NetlinkError("short rtmsg")
     family, dst_len, _src_len, _tos, table, _proto, _scope, rtype, _flags = _RTMSG.unpack_from(payload)
     attrs = _attrs(payload[_RTMSG.size:])
-    dst = None
-    if RTA_DST in attrs:
-        raw = attrs[RTA_DST]
-        if family == socket.AF_INET and len(raw) == 4:
-            dst = str(ipaddress.IPv4Address(raw))
-        elif family == socket.AF_INET6 and len(raw) == 16:
-            dst = str(ipaddress.IPv6Address(raw))
-        else:
-            dst = raw.hex()
+    dst = attrs.get(RTA_DST)
     if RTA_TABLE in attrs and len(attrs[RTA_TABLE]) == 4:
         table = struct.unpack("=I", attrs[RTA_TABLE])[0]
     oif = struct.unpack("=i", attrs[RTA_OIF])[0] if len(attrs.get(RTA_OIF, b"")) == 4 else None
@@ -143,27 +132,36 @@ def seal_problems(links: list[Link], routes: list[Route]) -> list[str]:
     if names != ["lo"]:
         problems.append(f"expected exactly one interface, lo; found {', '.join(names) or 'none'}")
     lo_index = next((link.index for link in links if link.name == "lo"), None)
-    loop4 = ipaddress.ip_network("127.0.0.0/8")
     for r in routes:
-        where = f"{r.dst or 'default'}/{r.dst_len} (table {r.table})"
+        where = f"{_show(r)} (table {r.table})"
         if r.oif is None or r.oif != lo_index:
             problems.append(f"route {where} does not go through lo")
-            continue
-        if r.dst is None:
+        elif r.dst is None:
             problems.append(f"default route {where}")
-            continue
-        try:
-            net = ipaddress.ip_network(f"{r.dst}/{r.dst_len}", strict=False)
-        except ValueError:
-            problems.append(f"route {where} has an unreadable destination")
-            continue
-        if r.family == socket.AF_INET and net.subnet_of(loop4):
-            continue
-        if r.family == socket.AF_INET6 and (net == ipaddress.ip_network("::1/128")
-                                            or (r.type == RTN_MULTICAST and net.is_multicast)):
-            continue
-        problems.append(f"route {where} is not a loopback route")
+        elif not _is_loopback_route(r):
+            problems.append(f"route {where} is not a loopback route")
     return problems
+
+
+_IPV6_LOOPBACK = bytes(15) + b"\1"
+
+
+def _is_loopback_route(r: Route) -> bool:
+    if r.family == socket.AF_INET:
+        return len(r.dst) == 4 and r.dst[0] == 127 and r.dst_len >= 8
+    if r.family == socket.AF_INET6 and len(r.dst) == 16:
+        return ((r.dst == _IPV6_LOOPBACK and r.dst_len == 128)
+                or (r.type == RTN_MULTICAST and r.dst[0] == 0xFF and r.dst_len >= 8))
+    return False
+
+
+def _show(r: Route) -> str:
+    if r.dst is None:
+        return f"default/{r.dst_len}"
+    try:
+        return f"{socket.inet_ntop(r.family, r.dst)}/{r.dst_len}"
+    except (ValueError, OSError):
+        return f"{r.dst.hex()}/{r.dst_len} (family {r.family})"
 
 
 def _dump(sock: socket.socket, msg_type: int, seq: int) -> list[bytes]:

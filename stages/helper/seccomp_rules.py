@@ -16,7 +16,7 @@ Order of concern (libseccomp emits the arch check first by construction):
 from __future__ import annotations
 
 import errno
-from dataclasses import dataclass
+from typing import NamedTuple
 
 AF_UNIX, AF_INET, AF_INET6, AF_NETLINK = 1, 2, 10, 16
 SOCK_STREAM = 1
@@ -30,8 +30,7 @@ TIOCSTI, TIOCLINUX = 0x5412, 0x541C
 REFUSED_FAMILY_ERRNO = errno.EAFNOSUPPORT
 
 
-@dataclass(frozen=True)
-class Rule:
+class Rule(NamedTuple):
     """Refuse `syscall` with `errno_` when every (arg, mask, value) matches."""
     syscall: str
     errno_: int
