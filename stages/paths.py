@@ -1,0 +1,337 @@
+"""Paths: how an allowed connection leaves the machine (`--config`, `--via`).
+
+A config file names paths:
+
+    version = 1
+    name = "office"
+    default = "office"                 # optional; without it the default is "direct"
+
+    [paths.office]
+    type = "proxy"
+    url = "socks5h://10.8.0.1:1080"   # names are resolved at the exit
+    username = "alice"                 # optional
+    password_env = "OFFICE_PROXY_PASSWORD"   # or password_file = "office.pass"
+
+`direct` is built in. This module is pure apart from reading the config file and
+the password source it names; it never touches the network.
+
+Passwords are kept out of every string this module makes: `PathSpec`'s repr
+hides the field, `describe()` never shows credentials, and no `ConfigError`
+quotes a URL that held one.
+"""
+from __future__ import annotations
+
+import ipaddress
+import os
+import re
+import tomllib
+import urllib.parse
+from dataclasses import dataclass, field
+
+SCHEMES = ("socks5", "socks5h", "http")
+# Schemes where the destination name goes to the exit, which resolves it.
+RESOLVES_AT_EXIT = {"socks5": False, "socks5h": True, "http": True, "https": True}
+
+_PATH_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}\Z")
+_TOP_KEYS = {"version", "name", "default", "paths"}
+_PATH_KEYS = {"type", "url", "username", "password_env", "password_file", "ca_file"}
+
+
+class ConfigError(Exception):
+    """A config file (or a --via name) that vpnw cannot use.
+
+    str() names the file, the line when there is one, what is wrong and how to
+    fix it. The CLI turns it into exit code 121.
+    """
+
+    def __init__(self, problem: str, fix: str, *, file: str | None = None,
+                 line: int | None = None):
+        self.problem = problem
+        self.fix = fix
+        self.file = file
+        self.line = line
+        super().__init__(str(self))
+
+    def __str__(self) -> str:
+        where = ""
+        if self.file is not None:
+            where = f"{self.file}, line {self.line}: " if self.line else f"{self.file}: "
+        return f"{where}{self.problem}. Fix: {self.fix}"
+
+
+@dataclass(frozen=True)
+class PathSpec:
+    name: str
+    type: str                      # "direct" | "proxy"
+    scheme: str | None = None      # "socks5" | "socks5h" | "http"
+    host: str | None = None        # the proxy's own host (name or address)
+    port: int | None = None
+    username: str | None = None
+    password: str | None = field(default=None, repr=False)
+    resolves_at_exit: bool = False
+    ca_file: str | None = None
+
+    def describe(self) -> str:
+        """'office (socks5h://10.8.0.1:1080)', never with credentials."""
+        if self.type == "direct":
+            return self.name
+        host = f"[{self.host}]" if self.host and ":" in self.host else self.host
+        return f"{self.name} ({self.scheme}://{host}:{self.port})"
+
+    def __str__(self) -> str:
+        return self.describe()
+
+
+DIRECT = PathSpec(name="direct", type="direct")
+
+
+@dataclass(frozen=True)
+class Config:
+    name: str
+    paths: dict[str, PathSpec]
+    default: str | None
+    source: str
+
+
+# --- locating keys in the text, so that errors can name a line -------------
+
+_TABLE = re.compile(r"\s*\[\s*([^\]\[]+?)\s*\]\s*(#.*)?$")
+_KEY = re.compile(r"\s*([A-Za-z0-9_\-\"'.]+)\s*=")
+
+
+def _key_lines(text: str) -> dict[tuple[str, ...], int]:
+    """(table..., key) -> first line number; (table...) -> its header line.
+
+    tomllib gives no positions; this light scan is enough for the flat files
+    vpnw reads (tables of simple keys). Multi-line strings are not a concern:
+    a line inside one would at worst point an error at the wrong line.
+    """
+    lines: dict[tuple[str, ...], int] = {}
+    table: tuple[str, ...] = ()
+    for number, raw in enumerate(text.splitlines(), start=1):
+        table_match = _TABLE.match(raw)
+        if table_match:
+            table = tuple(p.strip().strip("\"'") for p in table_match.group(1).split("."))
+            lines.setdefault(table, number)
+            continue
+        key_match = _KEY.match(raw)
+        if key_match:
+            key = key_match.group(1).strip("\"'")
+            lines.setdefault(table + (key,), number)
+    return lines
+
+
+class _Reader:
+    """Helper that builds ConfigErrors pointing at the right line."""
+
+    def __init__(self, source: str, text: str):
+        self.source = source
+        self.lines = _key_lines(text)
+
+    def error(self, where: tuple[str, ...], problem: str, fix: str) -> ConfigError:
+        line = None
+        for cut in range(len(where), 0, -1):
+            line = self.lines.get(where[:cut])
+            if line:
+                break
+        return ConfigError(problem, fix, file=self.source, line=line)
+
+
+def _parse_proxy_url(url: str, reader: _Reader, where: tuple[str, ...]):
+    """-> scheme, host, port, username|None, password|None (percent-decoded)."""
+    # Never echo the URL itself: it may hold a password.
+    try:
+        parts = urllib.parse.urlsplit(url)
+        port = parts.port
+    except ValueError:
+        raise reader.error(where, "the proxy url is not a valid URL (bad host or port)",
+                           'write it as scheme://host:port, e.g. "socks5h://10.8.0.1:1080"') from None
+    scheme = parts.scheme.lower()
+    if scheme == "https":
+        raise reader.error(
+            where, "https:// proxies (TLS to the proxy) are not supported yet: the relay "
+            "moves raw sockets and cannot carry a TLS session to the proxy",
+            "use socks5h:// or http:// to the proxy over a link you trust (e.g. the office VPN)")
+    if scheme not in SCHEMES:
+        shown = scheme if re.fullmatch(r"[a-z0-9+.-]{1,16}", scheme) else "?"
+        raise reader.error(where, f'unknown proxy scheme "{shown}"',
+                           "use socks5:// (vpnw resolves names), socks5h:// or http:// "
+                           "(names resolved at the exit)")
+    if not parts.hostname:
+        raise reader.error(where, "the proxy url has no host",
+                           'write it as scheme://host:port, e.g. "socks5h://10.8.0.1:1080"')
+    if port is None or port == 0:
+        raise reader.error(where, "the proxy url has no port (or port 0)",
+                           f'add the proxy\'s port, e.g. "{scheme}://{parts.hostname}:1080"')
+    if parts.path not in ("", "/") or parts.query or parts.fragment:
+        raise reader.error(where, "the proxy url has a path, query or fragment",
+                           "keep only scheme://host:port")
+    host = parts.hostname
+    try:
+        host = str(ipaddress.ip_address(host))
+    except ValueError:
+        if not re.fullmatch(r"[A-Za-z0-9.-]{1,253}", host):
+            raise reader.error(where, "the proxy host is not a valid name or address",
+                               "use the proxy's address or DNS name") from None
+    username = urllib.parse.unquote(parts.username) if parts.username else None
+    password = urllib.parse.unquote(parts.password) if parts.password is not None else None
+    return scheme, host, port, username, password
+
+
+def _read_path(name: str, table, reader: _Reader, env, base_dir: str) -> PathSpec:
+    where = ("paths", name)
+    if not isinstance(table, dict):
+        raise reader.error(where, f'"paths.{name}" must be a table',
+                           f"write it as a [paths.{name}] section")
+    if not _PATH_NAME.match(name):
+        raise reader.error(where, f'path name "{name[:64]}" is not allowed',
+                           "use letters, digits, '.', '_' or '-' (at most 64)")
+    unknown = sorted(set(table) - _PATH_KEYS)
+    if unknown:
+        raise reader.error(where + (unknown[0],), f'unknown key "{unknown[0]}" in [paths.{name}]',
+                           "use only: " + ", ".join(sorted(_PATH_KEYS)))
+    kind = table.get("type")
+    if kind not in ("direct", "proxy"):
+        raise reader.error(where + ("type",), f'[paths.{name}] needs type = "direct" or "proxy"',
+                           'add type = "proxy" (with a url) or type = "direct"')
+    if name == "direct" and kind != "direct":
+        raise reader.error(where, '"direct" is the built-in direct path and cannot be a proxy',
+                           "give the proxy path another name")
+    if kind == "direct":
+        extra = sorted(set(table) - {"type"})
+        if extra:
+            raise reader.error(where + (extra[0],), f'a direct path takes no "{extra[0]}"',
+                               'remove it, or use type = "proxy"')
+        return PathSpec(name=name, type="direct")
+
+    url = table.get("url")
+    if not isinstance(url, str) or not url:
+        raise reader.error(where + ("url",), f"[paths.{name}] is a proxy but has no url",
+                           'add url = "socks5h://host:port" (or socks5://, http://)')
+    scheme, host, port, username, password = _parse_proxy_url(url, reader, where + ("url",))
+
+    if "username" in table:
+        if not isinstance(table["username"], str) or not table["username"]:
+            raise reader.error(where + ("username",), "username must be a non-empty string",
+                               'write username = "alice"')
+        if username is not None:
+            raise reader.error(where + ("username",), "the username is given twice (url and username)",
+                               "keep one of them")
+        username = table["username"]
+
+    sources = [k for k in ("password_env", "password_file") if k in table]
+    if password is not None:
+        sources.insert(0, "url")
+    if len(sources) > 1:
+        raise reader.error(where + (sources[-1],), "the password is given more than once ("
+                           + " and ".join(sources) + ")", "keep only one password source")
+    if "password_env" in table:
+        var = table["password_env"]
+        if not isinstance(var, str) or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", var):
+            raise reader.error(where + ("password_env",), "password_env must name an environment variable",
+                               'write password_env = "OFFICE_PROXY_PASSWORD"')
+        if var not in env:
+            raise reader.error(where + ("password_env",),
+                               f"the environment variable {var} (password_env) is not set",
+                               f"export {var}=... before running vpnw, or use password_file")
+        password = env[var]
+    if "password_file" in table:
+        file_name = table["password_file"]
+        if not isinstance(file_name, str) or not file_name:
+            raise reader.error(where + ("password_file",), "password_file must be a file name",
+                               'write password_file = "office.pass" (relative to this config)')
+        file_path = os.path.join(base_dir, os.path.expanduser(file_name))
+        try:
+            with open(file_path, encoding="utf-8") as handle:
+                password = handle.read().rstrip("\r\n")
+        except OSError as exc:
+            raise reader.error(where + ("password_file",),
+                               f"cannot read password_file {file_path}: {exc.strerror}",
+                               "create the file (one line, the password) or fix its name") from None
+        except UnicodeDecodeError:
+            raise reader.error(where + ("password_file",), f"password_file {file_path} is not UTF-8 text",
+                               "write the password as one line of UTF-8 text") from None
+    if password is not None and username is None:
+        raise reader.error(where, f"[paths.{name}] has a password but no username",
+                           'add username = "..." (or put it in the url as user@host)')
+    if username is not None and password is None:
+        raise reader.error(where, f"[paths.{name}] has a username but no password",
+                           "add password_env or password_file")
+    for label, value in (("username", username), ("password", password)):
+        # RFC 1929 carries each in one length byte; HTTP Basic refuses ':' in the user.
+        if value is not None and (len(value.encode()) > 255 or "\n" in value or "\r" in value):
+            raise reader.error(where, f"the {label} is longer than 255 bytes or spans lines",
+                               f"use a shorter single-line {label}")
+    if username is not None and ":" in username and scheme == "http":
+        raise reader.error(where, "an HTTP proxy username cannot contain ':'",
+                           "use another username")
+
+    if "ca_file" in table:
+        raise reader.error(where + ("ca_file",), "ca_file applies only to https:// proxies, "
+                           "which are not supported yet", "remove ca_file")
+    return PathSpec(name=name, type="proxy", scheme=scheme, host=host, port=port,
+                    username=username, password=password,
+                    resolves_at_exit=RESOLVES_AT_EXIT[scheme], ca_file=None)
+
+
+def load_config(path: str, env=os.environ) -> Config:
+    """Read and check a paths config; raises ConfigError."""
+    try:
+        with open(path, "rb") as handle:
+            raw = handle.read()
+    except OSError as exc:
+        raise ConfigError(f"cannot read the config: {exc.strerror}",
+                          "check the file name given to --config", file=path) from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise ConfigError("the config is not UTF-8 text", "save it as UTF-8", file=path) from None
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        match = re.search(r"\(at line (\d+), column \d+\)", str(exc))
+        problem = re.sub(r"\s*\(at line \d+, column \d+\)", "", str(exc))
+        raise ConfigError(f"not valid TOML ({problem})", "correct the TOML syntax on that line",
+                          file=path, line=int(match.group(1)) if match else None) from None
+    reader = _Reader(path, text)
+
+    unknown = sorted(set(data) - _TOP_KEYS)
+    if unknown:
+        raise reader.error((unknown[0],), f'unknown key "{unknown[0]}"',
+                           "use only: version, name, default and [paths.NAME] sections")
+    if data.get("version") != 1:
+        raise reader.error(("version",), "version must be 1", "write version = 1 at the top")
+    name = data.get("name")
+    if not isinstance(name, str) or not name:
+        raise reader.error(("name",), "the config needs a name", 'add name = "office"')
+    tables = data.get("paths", {})
+    if not isinstance(tables, dict) or not tables:
+        raise reader.error(("paths",), "the config defines no paths",
+                           'add a [paths.NAME] section with type = "proxy" and a url')
+    base_dir = os.path.dirname(os.path.abspath(path))
+    paths = {key: _read_path(key, value, reader, env, base_dir) for key, value in tables.items()}
+    default = data.get("default")
+    if default is not None:
+        if not isinstance(default, str) or (default not in paths and default != "direct"):
+            known = ", ".join(sorted(set(paths) | {"direct"}))
+            raise reader.error(("default",), f'default names no path defined here (known: {known})',
+                               "set default to one of the known paths, or remove it")
+    return Config(name=name, paths=paths, default=default, source=path)
+
+
+def choose_path(config: Config | None, via: str | None) -> PathSpec:
+    """The path for this run: --via, else the config's default, else direct."""
+    if via is None:
+        via = config.default if config is not None and config.default else "direct"
+    if config is not None and via in config.paths:
+        return config.paths[via]
+    if via == "direct":
+        return DIRECT
+    known = ", ".join(sorted((set(config.paths) if config else set()) | {"direct"}))
+    shown = via if _PATH_NAME.match(via) else repr(via[:64])
+    if config is None:
+        raise ConfigError(f"--via {shown}: no config was given, so the only path is direct",
+                          "add --config FILE that defines this path, or use --via direct")
+    raise ConfigError(f"--via {shown}: no path of that name (known: {known})",
+                      "use one of the known names, or add a [paths." + shown + "] section",
+                      file=config.source)
