@@ -1,0 +1,413 @@
+"""Draft a policy from recorded runs (pure: events in, TOML text out).
+
+The draft allows what the program did, including anything it should not have
+done; that is why it opens with "Read it before you use it" and why the
+`needs review` block lists what a person should look at. Suggestions (such as
+a wildcard) are comments only: the draft never allows more than was seen.
+
+Memory grows with the number of distinct destinations (and connections open
+at one time), never with the length of the record. The output depends only on
+the events: same record, byte-identical draft (everything is sorted; nothing
+reads the clock).
+"""
+from __future__ import annotations
+
+import ipaddress
+import math
+import re
+from collections import Counter
+from dataclasses import dataclass
+from typing import Iterable
+
+from ..recorder.human import human_bytes, printable
+
+PLAIN_PORTS = (80, 443)
+WILDCARD_MIN_NAMES = 3
+_MAX_LISTED = 8                  # names shown per wildcard suggestion
+# Second-level labels under which registrations happen (co.uk, com.au, ...):
+# never suggest "*.co.uk". A short list, not the Public Suffix List.
+_SHARED_SECOND_LEVEL = {"co", "com", "net", "org", "gov", "edu", "ac", "or", "ne", "go"}
+
+
+# --- names that look generated ----------------------------------------------
+
+def shannon_entropy(text: str) -> float:
+    """Bits per character of `text` (0 for the empty string)."""
+    if not text:
+        return 0.0
+    n = len(text)
+    return -sum(c / n * math.log2(c / n) for c in Counter(text).values())
+
+
+_HEX = set("0123456789abcdef")
+
+
+def looks_generated(label: str) -> bool:
+    """Does one DNS label look machine-made (encoded data, a DGA name)?
+
+    DNS tunnels and exfiltration spell data into labels: hex, base32 or
+    base64 blobs. Words joined by hyphens are judged word by word, so
+    `github-production-release-asset` is not flagged. A piece is flagged
+    when it is a long hex blob, a long mix of letters and digits with high
+    entropy, or long letters-only text with the entropy of random letters
+    (English words of that length stay well below it).
+    """
+    for piece in label.lower().split("-"):
+        n = len(piece)
+        if n < 10:
+            continue
+        digits = sum(ch.isdigit() for ch in piece)
+        letters = sum(ch.isalpha() for ch in piece)
+        entropy = shannon_entropy(piece)
+        if n >= 16 and set(piece) <= _HEX and digits and letters:
+            return True
+        if digits / n >= 0.2 and letters / n >= 0.2 and entropy >= 3.0:
+            return True
+        if n >= 16 and entropy >= 3.6:
+            return True
+        if n >= 24 and entropy >= 3.4:
+            return True
+    return False
+
+
+def generated_labels(host: str) -> list[str]:
+    labels = host.split(".")
+    return [label for label in labels[:-1] if looks_generated(label)]
+
+
+# --- aggregation ---------------------------------------------------------------
+
+@dataclass
+class _Destination:
+    host: str
+    port: int
+    requests: int = 0
+    opened: int = 0
+    denied: int = 0
+    would_deny: int = 0
+    failed: int = 0
+    bytes_up: int = 0
+    bytes_down: int = 0
+    first: str | None = None
+    last: str | None = None
+    deny_reason: str | None = None
+    would_deny_reason: str | None = None
+    fail_reason: str | None = None
+    special: str | None = None   # first special address it was reached at
+
+
+def _classify(address: str) -> str | None:
+    try:
+        ip = ipaddress.ip_address(address.strip("[]"))
+    except ValueError:
+        return None
+    try:
+        from ..addresses import classify
+    except ImportError:  # pragma: no cover - the classifier ships with vpnw
+        return None if ip.is_global else f"{ip}: not a public address"
+    return classify(ip)
+
+
+def _int(value) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
+
+
+class _Learner:
+    def __init__(self):
+        self.dests: dict[tuple[str, int], _Destination] = {}
+        self.conns: dict[tuple, _Destination] = {}
+        self.runs: dict[str, tuple] = {}
+        self.first_program: str | None = None
+
+    def feed(self, event: dict) -> None:
+        type_ = event.get("type")
+        f = event.get("fields")
+        if not isinstance(f, dict):
+            return
+        ts = event.get("ts") if isinstance(event.get("ts"), str) else None
+        key = (event.get("run"), event.get("conn"))
+        if type_ == "run.start":
+            run = str(event.get("run"))
+            if run not in self.runs:
+                self.runs[run] = (ts or "", str(f.get("mode", "?")), str(f.get("program", "?")))
+            if self.first_program is None and isinstance(f.get("program"), str):
+                self.first_program = f["program"]
+            return
+        if type_ == "conn.request":
+            host, port = f.get("host"), f.get("port")
+            if not isinstance(host, str) or not isinstance(port, int):
+                return
+            dest = self.dests.get((host, port))
+            if dest is None:
+                dest = self.dests[(host, port)] = _Destination(host, port)
+            dest.requests += 1
+            if ts is not None:
+                if dest.first is None or ts < dest.first:
+                    dest.first = ts
+                if dest.last is None or ts > dest.last:
+                    dest.last = ts
+            self.conns[key] = dest
+            return
+        dest = self.conns.get(key)
+        if dest is None:
+            return
+        if type_ == "policy.deny":
+            if f.get("enforced", True) is False:
+                dest.would_deny += 1
+                dest.would_deny_reason = dest.would_deny_reason or str(f.get("reason", ""))
+            else:
+                dest.denied += 1
+                dest.deny_reason = dest.deny_reason or str(f.get("reason", ""))
+                del self.conns[key]
+        elif type_ == "conn.open":
+            dest.opened += 1
+            if dest.special is None and isinstance(f.get("address"), str):
+                dest.special = _classify(f["address"])
+        elif type_ == "conn.fail":
+            dest.failed += 1
+            dest.fail_reason = dest.fail_reason or str(f.get("reason") or f.get("error") or "")
+            del self.conns[key]
+        elif type_ == "conn.close":
+            dest.bytes_up += _int(f.get("bytes_up"))
+            dest.bytes_down += _int(f.get("bytes_down"))
+            del self.conns[key]
+
+
+# --- rendering -------------------------------------------------------------------
+
+def toml_string(text: str) -> str:
+    out = ['"']
+    for ch in text:
+        code = ord(ch)
+        if ch == '"':
+            out.append('\\"')
+        elif ch == "\\":
+            out.append("\\\\")
+        elif code < 0x20 or code == 0x7F or 0x80 <= code < 0xA0:
+            out.append(f"\\u{code:04X}")
+        else:
+            out.append(ch)
+    out.append('"')
+    return "".join(out)
+
+
+def _canonical(host: str):
+    """(kind, canonical text, sort key) or None when the host cannot be a rule."""
+    try:
+        from ..addresses import BadHost, parse_host
+    except ImportError:  # pragma: no cover
+        parse_host, BadHost = None, ValueError
+    try:
+        value = parse_host(host) if parse_host else host.lower().rstrip(".")
+    except BadHost:
+        return None
+    if isinstance(value, str):
+        return ("name", value, (0, tuple(reversed(value.split("."))), 0))
+    return ("ip", str(value), (1, (value.version,), int(value)))
+
+
+def _rule(kind: str, host: str, port: int | None) -> str:
+    if port is None:
+        return host
+    if kind == "ip" and ":" in host:
+        return f"[{host}]:{port}"
+    return f"{host}:{port}"
+
+
+def _when(ts: str | None) -> str:
+    return f"{ts[:10]} {ts[11:19]}Z" if ts and len(ts) >= 19 else "?"
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}" if n == 1 else f"{n} {word}s"
+
+
+@dataclass
+class _Entry:
+    rule: str
+    kind: str
+    host: str
+    sort: tuple
+    connections: int = 0
+    bytes_up: int = 0
+    bytes_down: int = 0
+    first: str | None = None
+    last: str | None = None
+
+    def add(self, dest: _Destination) -> None:
+        self.connections += dest.opened
+        self.bytes_up += dest.bytes_up
+        self.bytes_down += dest.bytes_down
+        if dest.first and (self.first is None or dest.first < self.first):
+            self.first = dest.first
+        if dest.last and (self.last is None or dest.last > self.last):
+            self.last = dest.last
+
+    def evidence(self) -> str:
+        seen = _when(self.first)
+        if self.last and self.last[:19] != (self.first or "")[:19]:
+            same_day = self.last[:10] == (self.first or "")[:10]
+            seen += " .. " + (f"{self.last[11:19]}Z" if same_day else _when(self.last))
+        return (f"{_plural(self.connections, 'connection')}, up {human_bytes(self.bytes_up)}, "
+                f"down {human_bytes(self.bytes_down)}, {seen}")
+
+
+def _wildcards(names: list[str]) -> list[tuple[str, list[str]]]:
+    """(suffix, names under it) for every suffix with enough names, deepest
+    first; an ancestor that covers exactly the same names is left out."""
+    below: dict[str, list[str]] = {}
+    for name in names:
+        labels = name.split(".")
+        for i in range(1, len(labels) - 1):
+            suffix_labels = labels[i:]
+            if len(suffix_labels) == 2 and suffix_labels[0] in _SHARED_SECOND_LEVEL:
+                continue
+            below.setdefault(".".join(suffix_labels), []).append(name)
+    chosen: list[tuple[str, list[str]]] = []
+    for suffix in sorted(below, key=lambda s: (-s.count("."), s)):
+        members = sorted(set(below[suffix]))
+        if len(members) < WILDCARD_MIN_NAMES:
+            continue
+        if any(other.endswith("." + suffix) and set(m) == set(members) for other, m in chosen):
+            continue
+        chosen.append((suffix, members))
+    return sorted(chosen, key=lambda c: tuple(reversed(c[0].split("."))))
+
+
+def _clean_name(name: str) -> str:
+    name = printable(name).strip()
+    return name[:200] or "agent"
+
+
+def render(learner: _Learner, name: str) -> str:
+    entries: dict[str, _Entry] = {}
+    review: dict[str, list[str]] = {k: [] for k in (
+        "denied", "would_deny", "ip", "special", "ports", "once", "generated", "wildcard",
+        "unreached", "invalid")}
+    hosts_reached: dict[str, tuple] = {}
+
+    for (host, port), dest in sorted(learner.dests.items()):
+        canon = _canonical(host)
+        if canon is None:
+            if dest.opened:
+                review["invalid"].append(((9,), port, f"{printable(host)}:{port}: not a host a "
+                                          "rule can name"))
+            continue
+        kind, chost, sort = canon
+        target = _rule(kind, chost, port)
+        if dest.opened == 0:
+            if dest.denied:
+                review["denied"].append((sort, port, target,
+                                         f"denied {_plural(dest.denied, 'time')}: "
+                                         f"{printable(dest.deny_reason or '')}"))
+            elif dest.failed:
+                review["unreached"].append((sort, port, f"{target}: {_plural(dest.failed, 'attempt')}"
+                                            f" failed ({printable(dest.fail_reason or '')})"))
+            continue
+        rule = _rule(kind, chost, None if port in PLAIN_PORTS else port)
+        entry = entries.get(rule)
+        if entry is None:
+            entry = entries[rule] = _Entry(rule, kind, chost, sort + (0 if port in PLAIN_PORTS else port,))
+        entry.add(dest)
+        hosts_reached[chost] = (kind, sort)
+        if dest.would_deny:
+            review["would_deny"].append((sort, port, f"{target}: the policy in force would deny it "
+                                         f"({printable(dest.would_deny_reason or '')})"))
+        if dest.special:
+            review["special"].append((sort, port, f"{target}: reached at {printable(dest.special)}; "
+                                      "deny_private = true refuses it"))
+        if port not in PLAIN_PORTS:
+            review["ports"].append((sort, port, f"{target}: port {port} is neither 80 nor 443"))
+
+    for chost, (kind, sort) in hosts_reached.items():
+        if kind == "ip":
+            review["ip"].append((sort, 0, f"{_rule(kind, chost, None)}: an address with no name; "
+                                 "find out what it is"))
+        else:
+            labels = generated_labels(chost)
+            if labels:
+                review["generated"].append((sort, 0, f"{chost}: {', '.join(labels)} looks generated "
+                                            "(encoded data, as DNS tunnels and exfiltration use)"))
+    for entry in entries.values():
+        if entry.connections == 1:
+            review["once"].append((entry.sort, 0, f"{entry.rule}: seen once"))
+
+    names = sorted(h for h, (kind, _) in hosts_reached.items() if kind == "name")
+    for suffix, members in _wildcards(names):
+        shown = ", ".join(members[:_MAX_LISTED]) + (", ..." if len(members) > _MAX_LISTED else "")
+        generated = sum(1 for m in members
+                        if any(looks_generated(label) for label in m[:-len(suffix) - 1].split(".")))
+        if generated * 2 >= len(members):
+            advice = ("most look generated, the shape of a DNS tunnel: do NOT use a wildcard here; "
+                      "find out why the program made up these names")
+        else:
+            advice = "a wildcard would allow every name below it, so it is only suggested"
+        review["wildcard"].append(((0, tuple(reversed(suffix.split(".")))), 0,
+                                   f"*.{suffix} could replace {len(members)} names ({shown}); {advice}"))
+
+    headings = {
+        "denied": "Denied during the run; listed commented out in allow, not allowed:",
+        "would_deny": "Would have been denied by the policy in force (dry run); allowed here:",
+        "ip": "Raw IP addresses (no name):",
+        "special": "Private or special addresses:",
+        "ports": "Ports other than 80 and 443:",
+        "once": "Seen only once (one connection):",
+        "generated": "Names that look generated:",
+        "wildcard": "Wildcards you could use instead (not applied):",
+        "unreached": "Tried but never reached (not allowed):",
+        "invalid": "Left out:",
+    }
+
+    out = ["# Read it before you use it.", "#"]
+    clean = _clean_name(name)
+    runs = sorted(learner.runs.items(), key=lambda r: (r[1][0], r[0]))
+    out.append(f"# A draft policy for {printable(clean)}, learned by vpnw from "
+               f"{_plural(len(runs), 'run')}:")
+    for run_id, (ts, mode, program) in runs:
+        out.append(f"#   {printable(run_id)}  {printable(mode)}  {printable(program)}  {_when(ts)}")
+    out += ["#",
+            "# It allows every destination the program reached, including any it should",
+            "# not have reached. Remove what you do not recognise, then enforce it with",
+            f"#   vpnw guard --policy {printable(clean)}.toml -- PROGRAM",
+            "#"]
+    items = [(k, v) for k, v in review.items() if v and k != "denied"]
+    if items or review["denied"]:
+        out.append("# Needs review:")
+        if review["denied"]:
+            out.append(f"#   {headings['denied']}")
+            for _, _, target, why in sorted(review["denied"]):
+                out.append(f"#     {target}: {why}")
+        for key, lines in items:
+            out.append(f"#   {headings[key]}")
+            for _, _, text in sorted(lines):
+                out.append(f"#     {text}")
+    else:
+        out.append("# Needs review: nothing flagged; still read the allow list below.")
+    out += ["#", "", "version = 1", f"name = {toml_string(clean)}", "", "[policy]",
+            'default = "deny"', "deny_private = true"]
+
+    ordered = sorted(entries.values(), key=lambda e: e.sort)
+    if not ordered and not review["denied"]:
+        out.append("allow = []")
+    else:
+        out.append("allow = [")
+        width = min(44, max((len(toml_string(e.rule)) + 1 for e in ordered), default=0))
+        for e in ordered:
+            out.append(f"    {(toml_string(e.rule) + ','):<{width}}  # {e.evidence()}")
+        if review["denied"]:
+            out.append("    # Denied during the run (kept out; uncomment only if you are sure):")
+            for _, _, target, why in sorted(review["denied"]):
+                out.append(f"    # {toml_string(target)},  # {why}")
+        out.append("]")
+    out += ["deny = []", ""]
+    return "\n".join(out)
+
+
+def draft_policy(events: Iterable[dict], name: str | None = None) -> str:
+    """Recorded events (one run or several, in any order of runs) -> the text
+    of a draft policy named `name` (None: the program of the first run)."""
+    learner = _Learner()
+    for event in events:
+        if isinstance(event, dict):
+            learner.feed(event)
+    return render(learner, name or learner.first_program or "agent")
