@@ -1,0 +1,20 @@
+"""The broker: takes connections handed over by the helper, decides each with
+the policy, dials through the path, relays the bytes and records every step.
+
+Imports stay light here: the orchestrator imports this in its own process
+before forking the broker.
+"""
+from __future__ import annotations
+
+
+def main_from_fds(handoff_fd: int, event_fd: int, status_fd: int, *, run_id: str,
+                  policy, path, dry_run: bool = False, grace: float = 2.0) -> int:
+    """Run the broker until the helper is gone (or SIGTERM); returns the exit
+    code: 0, 123 when the path check failed, 125 when the broker itself failed.
+
+    Writes events to `event_fd` and the status lines (path_ok/path_down first,
+    totals last) to `status_fd`. `policy=None` allows everything; `path=None`
+    is the direct path."""
+    from .loop import run_broker
+    return run_broker(handoff_fd, event_fd, status_fd, run_id=run_id, policy=policy,
+                      path=path, dry_run=dry_run, grace=grace)

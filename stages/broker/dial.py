@@ -1,0 +1,71 @@
+"""Dialling a destination directly, and what a failure is called.
+
+`dial_direct` tries exactly the addresses it is given, in order (they are the
+addresses the policy checked: no second lookup), each with a non-blocking
+connect bounded by a timeout.
+"""
+from __future__ import annotations
+
+import asyncio
+import errno
+import ipaddress
+import socket
+from dataclasses import dataclass
+
+CONNECT_TIMEOUT = 10.0
+
+
+@dataclass
+class DialError(Exception):
+    """The destination could not be reached. `error` is the record's short
+    code (refused, unreachable, timeout, dns, path-down, internal)."""
+    error: str
+    reason: str
+
+    def __str__(self) -> str:
+        return self.reason
+
+
+def classify(exc: BaseException) -> str:
+    if isinstance(exc, (asyncio.TimeoutError, TimeoutError)):
+        return "timeout"
+    if isinstance(exc, ConnectionRefusedError):
+        return "refused"
+    if isinstance(exc, OSError) and exc.errno in (errno.ENETUNREACH, errno.EHOSTUNREACH,
+                                                   errno.EADDRNOTAVAIL, errno.EAFNOSUPPORT,
+                                                   errno.ENETDOWN, errno.EHOSTDOWN):
+        return "unreachable"
+    if isinstance(exc, OSError) and exc.errno == errno.ETIMEDOUT:
+        return "timeout"
+    if isinstance(exc, ConnectionError):
+        return "refused"
+    return "internal"
+
+
+async def dial_direct(addresses, port: int, *, timeout: float = CONNECT_TIMEOUT) -> tuple[socket.socket, str]:
+    """Connect to the first of `addresses` that answers -> (socket, address)."""
+    loop = asyncio.get_running_loop()
+    last: BaseException | None = None
+    if not addresses:
+        raise DialError("dns", "the name has no addresses")
+    for address in addresses:
+        ip = ipaddress.ip_address(address)
+        family = socket.AF_INET6 if ip.version == 6 else socket.AF_INET
+        sock = socket.socket(family, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
+        sock.setblocking(False)
+        try:
+            await asyncio.wait_for(loop.sock_connect(sock, (str(ip), port)), timeout)
+        except (OSError, asyncio.TimeoutError) as exc:
+            sock.close()
+            last = exc
+            continue
+        except BaseException:
+            sock.close()
+            raise
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        return sock, str(ip)
+    code = classify(last)
+    what = {"refused": "connection refused", "timeout": "timed out",
+            "unreachable": "unreachable"}.get(code, str(last))
+    tried = ", ".join(str(a) for a in addresses[:4])
+    raise DialError(code, f"{tried} port {port}: {what}")

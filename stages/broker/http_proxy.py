@@ -1,0 +1,559 @@
+"""HTTP proxy door: a sans-I/O parser (bytes in, events out).
+
+Two parsers share one framing core:
+
+* `RequestParser` reads what a client sends to the HTTP proxy door: a CONNECT
+  head (after which the stream is a tunnel and the parser hands back what it
+  already buffered), or an absolute-URI request of any method, re-written to
+  origin-form, followed by its body, byte for byte (Content-Length or chunked).
+  After a request's body ends the next request head is parsed on its own, so
+  each request on a kept-alive client connection is decided on its own.
+* `ResponseParser` reads the origin's answers to plain-HTTP requests, so that
+  the broker knows where each response ends (Content-Length, chunked, no body,
+  or close-delimited) and can keep the client connection alive between them.
+
+Events: a head (`ConnectHead`, `ForwardHead`, `ResponseHead`), `Body(data)`
+(raw bytes to pass on, chunk framing included), `END` (message complete) and
+`NEED_DATA`. Malformed input raises `ProtocolError`, and nothing else.
+
+The heads never go to the record: the record keeps host and port only.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+MAX_REQUEST_LINE = 8 * 1024
+MAX_HEADERS_BYTES = 64 * 1024
+MAX_HEADERS = 100
+MAX_RESPONSE_HEADERS = 256       # origins are less tidy than clients
+MAX_CHUNK_LINE = 4 * 1024
+MAX_BODY_EVENT = 256 * 1024      # a Body event never holds more than this
+
+# Hop-by-hop: meaningful for one connection only, never passed on.
+HOP_BY_HOP = frozenset({
+    b"connection", b"proxy-connection", b"keep-alive", b"proxy-authorization",
+    b"proxy-authenticate", b"te", b"upgrade",
+})
+
+_TOKEN = re.compile(rb"[!#$%&'*+\-.^_`|~0-9A-Za-z]+\Z")
+_METHOD = _TOKEN
+_VERSION = re.compile(rb"HTTP/1\.[01]\Z")
+_STATUS_LINE = re.compile(rb"(HTTP/1\.[01]) ([0-9]{3})(?: ([^\x00-\x08\x0a-\x1f\x7f]*))?\Z")
+_BAD_VALUE = re.compile(rb"[\x00-\x08\x0a-\x1f\x7f]")
+_PORT = re.compile(rb"[0-9]{1,5}\Z")
+_HOST_CHARS = re.compile(rb"[A-Za-z0-9._~!$&'()*+,;=%-]*\Z")
+_IPV6_CHARS = re.compile(rb"[0-9A-Fa-f:.%A-Za-z_-]+\Z")
+_HEX = re.compile(rb"[0-9A-Fa-f]{1,16}\Z")
+
+
+class ProtocolError(Exception):
+    """Malformed or unsupported HTTP; `status` is the answer to give."""
+
+    def __init__(self, reason: str, status: int = 400):
+        super().__init__(reason)
+        self.reason = reason
+        self.status = status
+
+
+class _NeedData:
+    def __repr__(self) -> str:
+        return "NEED_DATA"
+
+
+class _End:
+    def __repr__(self) -> str:
+        return "END"
+
+
+class _Closed:
+    def __repr__(self) -> str:
+        return "CLOSED"
+
+
+NEED_DATA = _NeedData()
+END = _End()
+CLOSED = _Closed()   # the client closed cleanly between requests
+
+
+@dataclass(frozen=True)
+class Body:
+    data: bytes
+
+
+@dataclass(frozen=True)
+class ConnectHead:
+    host: str
+    port: int
+    version: bytes
+
+
+@dataclass(frozen=True)
+class ForwardHead:
+    method: bytes
+    host: str               # as written in the URI (IPv6 without brackets)
+    port: int
+    target: bytes           # origin-form: path and query
+    version: bytes
+    headers: tuple           # ((name, value), ...) hop-by-hop removed, Host set
+    keep_alive: bool         # the client wants the connection kept
+
+    def render(self) -> bytes:
+        """The head to send to the origin."""
+        lines = [self.method + b" " + self.target + b" " + self.version]
+        lines += [n + b": " + v for n, v in self.headers]
+        return b"\r\n".join(lines) + b"\r\n\r\n"
+
+
+@dataclass(frozen=True)
+class ResponseHead:
+    status: int
+    version: bytes
+    reason: bytes
+    headers: tuple           # hop-by-hop removed
+    keep_alive: bool         # the origin allows another request on this connection
+    close_delimited: bool    # the body ends when the origin closes
+
+    def render(self, *, close: bool) -> bytes:
+        """The head to send to the client; `close` tells it we will close."""
+        lines = [self.version + b" " + str(self.status).encode() + b" " + self.reason]
+        lines += [n + b": " + v for n, v in self.headers]
+        if close and self.status >= 200:
+            lines.append(b"Connection: close")
+        return b"\r\n".join(lines) + b"\r\n\r\n"
+
+
+def _split_lines(head: bytes) -> list[bytes]:
+    # Accept CRLF and bare LF line ends (as h11 does); a bare CR is an error,
+    # since a parser that disagrees with the origin about line ends can be
+    # made to smuggle a request.
+    lines = head.split(b"\n")
+    out = []
+    for line in lines:
+        if line.endswith(b"\r"):
+            line = line[:-1]
+        if b"\r" in line:
+            raise ProtocolError("bare CR in the head")
+        out.append(line)
+    return out
+
+
+def _parse_headers(lines: list[bytes], max_headers: int) -> list[tuple[bytes, bytes]]:
+    if len(lines) > max_headers:
+        raise ProtocolError("too many headers", 431)
+    headers = []
+    for line in lines:
+        if line[:1] in (b" ", b"\t"):
+            raise ProtocolError("folded header lines are not accepted")
+        name, sep, value = line.partition(b":")
+        if not sep or not _TOKEN.match(name):
+            raise ProtocolError("malformed header line")
+        value = value.strip(b" \t")
+        if _BAD_VALUE.search(value):
+            raise ProtocolError("control character in a header value")
+        headers.append((name, value))
+    return headers
+
+
+def _connection_tokens(headers) -> set[bytes]:
+    tokens = set()
+    for name, value in headers:
+        if name.lower() in (b"connection", b"proxy-connection"):
+            tokens.update(t.strip().lower() for t in value.split(b",") if t.strip())
+    return tokens
+
+
+def _strip_hop_by_hop(headers, tokens: set[bytes]):
+    drop = HOP_BY_HOP | tokens
+    return [(n, v) for n, v in headers if n.lower() not in drop]
+
+
+def _body_framing(headers, *, is_request: bool) -> tuple[str, int]:
+    """('none'|'length'|'chunked'|'close', length)."""
+    te = [v for n, v in headers if n.lower() == b"transfer-encoding"]
+    cl = [v for n, v in headers if n.lower() == b"content-length"]
+    if te:
+        if cl:
+            # Both at once is how requests are smuggled past a proxy.
+            raise ProtocolError("both Transfer-Encoding and Content-Length")
+        codings = [c.strip().lower() for v in te for c in v.split(b",")]
+        if codings[-1:] != [b"chunked"] or codings.count(b"chunked") != 1:
+            if is_request:
+                raise ProtocolError("unsupported Transfer-Encoding", 501)
+            return "close", 0
+        return "chunked", 0
+    if cl:
+        values = {c.strip() for v in cl for c in v.split(b",")}
+        if len(values) != 1:
+            raise ProtocolError("conflicting Content-Length values")
+        value = values.pop()
+        if not value.isdigit() or len(value) > 18:
+            raise ProtocolError("malformed Content-Length")
+        length = int(value)
+        return ("length", length) if length else ("none", 0)
+    return ("none", 0) if is_request else ("close", 0)
+
+
+def split_authority(authority: bytes) -> tuple[str, int]:
+    """b"host:port" / b"[v6]:port" -> (host, port). Only splits and checks the
+    characters; what a host may be is for decide.parse_target."""
+    if authority.startswith(b"["):
+        end = authority.find(b"]")
+        if end < 0:
+            raise ProtocolError("unclosed [ in the authority")
+        host, rest = authority[1:end], authority[end + 1:]
+        if not host or not _IPV6_CHARS.match(host):
+            raise ProtocolError("malformed IPv6 literal")
+        if not rest.startswith(b":"):
+            raise ProtocolError("missing port")
+        port = rest[1:]
+    else:
+        host, sep, port = authority.rpartition(b":")
+        if not sep:
+            raise ProtocolError("missing port")
+        if not host or not _HOST_CHARS.match(host):
+            raise ProtocolError("malformed host")
+    if not _PORT.match(port) or int(port) > 65535:
+        raise ProtocolError("malformed port")
+    return host.decode("ascii"), int(port)
+
+
+def _parse_absolute_uri(target: bytes) -> tuple[str, int, bytes, bytes]:
+    """b"http://host[:port]/path?q" -> (host, port, authority, origin-form)."""
+    if target[:7].lower() != b"http://":
+        if target.startswith(b"/"):
+            raise ProtocolError("this is a proxy: the request needs an absolute http:// URI")
+        raise ProtocolError("only http:// URIs are forwarded (use CONNECT for https)")
+    rest = target[7:]
+    cut = len(rest)
+    for sep in (b"/", b"?", b"#"):
+        i = rest.find(sep)
+        if 0 <= i < cut:
+            cut = i
+    authority, tail = rest[:cut], rest[cut:]
+    if b"@" in authority:
+        raise ProtocolError("credentials in the URI are not forwarded")
+    if not authority:
+        raise ProtocolError("empty host in the URI")
+    tail = tail.split(b"#", 1)[0]
+    if not tail.startswith(b"/"):
+        tail = b"/" + tail
+    has_port = (authority.rfind(b":") > authority.rfind(b"]"))
+    host, port = split_authority(authority if has_port else authority + b":80")
+    return host, port, authority, tail
+
+
+class _Framer:
+    """The body-reading half shared by requests and responses."""
+
+    def __init__(self):
+        self._buf = bytearray()
+        self._mode = "head"        # head | length | chunked | close | tunnel | closed
+        self._left = 0             # bytes left of the body or current chunk
+        self._chunk_state = "size"  # size | data | data-crlf | trailer
+        self._eof = False
+
+    def feed(self, data: bytes) -> None:
+        if self._eof:
+            raise ProtocolError("data after end of stream")
+        self._buf += data
+
+    def feed_eof(self) -> None:
+        self._eof = True
+
+    @property
+    def buffered(self) -> int:
+        return len(self._buf)
+
+    def _take_head(self, first_line_cap: int) -> bytes | None:
+        end = self._buf.find(b"\n\n")
+        end_crlf = self._buf.find(b"\r\n\r\n")
+        ends = [(e, 2) for e in (end,) if e >= 0] + [(e, 4) for e in (end_crlf,) if e >= 0]
+        # A bare "\n\r\n" also ends a head when lines end in LF.
+        mixed = self._buf.find(b"\n\r\n")
+        if mixed >= 0:
+            ends.append((mixed, 3))
+        if not ends:
+            first_nl = self._buf.find(b"\n")
+            if first_nl < 0 and len(self._buf) > first_line_cap:
+                raise ProtocolError("first line too long", 414)
+            if first_nl > first_line_cap:
+                raise ProtocolError("first line too long", 414)
+            if len(self._buf) > first_line_cap + MAX_HEADERS_BYTES:
+                raise ProtocolError("headers too large", 431)
+            if self._eof and self._buf:
+                raise ProtocolError("stream ended inside a head")
+            return None
+        pos, width = min(ends)
+        head = bytes(self._buf[:pos])
+        if len(head) > first_line_cap + MAX_HEADERS_BYTES:
+            raise ProtocolError("headers too large", 431)
+        del self._buf[:pos + width]
+        return head
+
+    def _body_event(self):
+        if self._mode == "length":
+            if not self._buf:
+                if self._eof:
+                    raise ProtocolError("stream ended inside a body")
+                return NEED_DATA
+            n = min(self._left, len(self._buf), MAX_BODY_EVENT)
+            data = bytes(self._buf[:n])
+            del self._buf[:n]
+            self._left -= n
+            if self._left == 0:
+                self._mode = "done"
+            return Body(data)
+        if self._mode == "close":
+            if self._buf:
+                n = min(len(self._buf), MAX_BODY_EVENT)
+                data = bytes(self._buf[:n])
+                del self._buf[:n]
+                return Body(data)
+            if self._eof:
+                self._mode = "closed"
+                return END
+            return NEED_DATA
+        return self._chunked_event()
+
+    def _chunked_event(self):
+        # Chunks pass through verbatim; parsing only finds where the body ends.
+        out = bytearray()
+        while len(out) < MAX_BODY_EVENT:
+            if self._chunk_state == "size":
+                nl = self._buf.find(b"\n")
+                if nl < 0:
+                    if len(self._buf) > MAX_CHUNK_LINE:
+                        raise ProtocolError("chunk size line too long")
+                    break
+                if nl > MAX_CHUNK_LINE:
+                    raise ProtocolError("chunk size line too long")
+                line = bytes(self._buf[:nl])
+                stripped = line[:-1] if line.endswith(b"\r") else line
+                size = stripped.split(b";", 1)[0].strip(b" \t")
+                if not _HEX.match(size) or _BAD_VALUE.search(stripped):
+                    raise ProtocolError("malformed chunk size")
+                out += self._buf[:nl + 1]
+                del self._buf[:nl + 1]
+                self._left = int(size, 16)
+                self._chunk_state = "data" if self._left else "trailer"
+                self._trailer_bytes = 0
+            elif self._chunk_state == "data":
+                if not self._buf:
+                    break
+                n = min(self._left, len(self._buf), MAX_BODY_EVENT - len(out))
+                out += self._buf[:n]
+                del self._buf[:n]
+                self._left -= n
+                if self._left == 0:
+                    self._chunk_state = "data-crlf"
+                if not n:
+                    break
+            elif self._chunk_state == "data-crlf":
+                if self._buf[:2] == b"\r\n":
+                    out += b"\r\n"
+                    del self._buf[:2]
+                elif self._buf[:1] == b"\n":
+                    out += b"\n"
+                    del self._buf[:1]
+                elif len(self._buf) >= 2 or (self._buf and self._buf[:1] != b"\r"):
+                    raise ProtocolError("chunk not followed by a line end")
+                else:
+                    break
+                self._chunk_state = "size"
+            else:  # trailer lines until an empty one
+                nl = self._buf.find(b"\n")
+                if nl < 0:
+                    if self._trailer_bytes + len(self._buf) > MAX_HEADERS_BYTES:
+                        raise ProtocolError("trailers too large", 431)
+                    break
+                line = bytes(self._buf[:nl + 1])
+                del self._buf[:nl + 1]
+                out += line
+                self._trailer_bytes += len(line)
+                if self._trailer_bytes > MAX_HEADERS_BYTES:
+                    raise ProtocolError("trailers too large", 431)
+                body = line.rstrip(b"\n")
+                body = body[:-1] if body.endswith(b"\r") else body
+                if b"\r" in body:
+                    raise ProtocolError("bare CR in a trailer")
+                if not body:
+                    self._mode = "done"
+                    break
+                _parse_headers([body], MAX_HEADERS)
+        if out:
+            return Body(bytes(out))
+        if self._mode == "done":
+            return END
+        if self._eof:
+            raise ProtocolError("stream ended inside a chunked body")
+        return NEED_DATA
+
+
+class RequestParser(_Framer):
+    """Client -> HTTP proxy door."""
+
+    def __init__(self):
+        super().__init__()
+        self._method = b""
+
+    def next_event(self):
+        if self._mode == "tunnel":
+            raise ProtocolError("the stream is a tunnel now")
+        if self._mode == "closed":
+            return CLOSED
+        if self._mode == "done":
+            self._mode = "head"
+            return END
+        if self._mode != "head":
+            event = self._body_event()
+            if event is END:
+                self._mode = "head"
+            return event
+        # Empty lines between requests are tolerated (RFC 9112 2.2).
+        while self._buf[:2] == b"\r\n" or self._buf[:1] == b"\n":
+            del self._buf[:2 if self._buf[:1] == b"\r" else 1]
+        if not self._buf and self._eof:
+            self._mode = "closed"
+            return CLOSED
+        head = self._take_head(MAX_REQUEST_LINE)
+        if head is None:
+            return NEED_DATA
+        return self._parse_request_head(head)
+
+    def tunnel_data(self) -> bytes:
+        """After a ConnectHead: bytes the client sent ahead of the tunnel."""
+        data = bytes(self._buf)
+        self._buf.clear()
+        return data
+
+    def _parse_request_head(self, head: bytes):
+        lines = _split_lines(head)
+        request_line, header_lines = lines[0], lines[1:]
+        if len(request_line) > MAX_REQUEST_LINE:
+            raise ProtocolError("request line too long", 414)
+        parts = request_line.split(b" ")
+        if len(parts) != 3:
+            raise ProtocolError("malformed request line")
+        method, target, version = parts
+        if not _METHOD.match(method):
+            raise ProtocolError("malformed method")
+        if not _VERSION.match(version):
+            raise ProtocolError("unsupported HTTP version", 505)
+        if not target or _BAD_VALUE.search(target) or b"\t" in target:
+            raise ProtocolError("malformed request target")
+        headers = _parse_headers(header_lines, MAX_HEADERS)
+        if method == b"CONNECT":
+            host, port = split_authority(target)
+            self._mode = "tunnel"
+            return ConnectHead(host, port, version)
+        host, port, authority, origin_form = _parse_absolute_uri(target)
+        tokens = _connection_tokens(headers)
+        framing, length = _body_framing(headers, is_request=True)
+        if version == b"HTTP/1.0":
+            keep_alive = b"keep-alive" in tokens
+        else:
+            keep_alive = b"close" not in tokens
+        kept = [(n, v) for n, v in _strip_hop_by_hop(headers, tokens) if n.lower() != b"host"]
+        if b"upgrade" in tokens:
+            # An upgraded stream would no longer be HTTP we can frame.
+            raise ProtocolError("protocol upgrades are not forwarded (use CONNECT)", 501)
+        kept.insert(0, (b"Host", authority))
+        self._mode = {"none": "done", "length": "length", "chunked": "chunked"}[framing]
+        self._left = length
+        self._chunk_state = "size"
+        self._method = method
+        return ForwardHead(method, host, port, origin_form, version, tuple(kept), keep_alive)
+
+
+class ResponseParser(_Framer):
+    """Origin -> broker, for plain-HTTP forwarding. Call `expect(method)`
+    before each response so HEAD answers are framed right."""
+
+    def __init__(self):
+        super().__init__()
+        self._method = b"GET"
+        self._mode = "idle"
+
+    def expect(self, method: bytes) -> None:
+        if self._mode not in ("idle",):
+            raise ProtocolError("previous response not finished")
+        self._method = method
+        self._mode = "head"
+
+    def next_event(self):
+        if self._mode == "idle":
+            if self._buf:
+                raise ProtocolError("origin sent data nobody asked for")
+            return NEED_DATA if not self._eof else END
+        if self._mode == "closed":
+            return END
+        if self._mode == "done":
+            self._mode = "idle"
+            return END
+        if self._mode != "head":
+            event = self._body_event()
+            if event is END and self._mode != "closed":
+                self._mode = "idle"
+            return event
+        head = self._take_head(MAX_REQUEST_LINE)
+        if head is None:
+            if self._eof:
+                raise ProtocolError("origin closed before answering")
+            return NEED_DATA
+        return self._parse_response_head(head)
+
+    def _parse_response_head(self, head: bytes):
+        lines = _split_lines(head)
+        match = _STATUS_LINE.match(lines[0])
+        if not match:
+            raise ProtocolError("malformed status line", 502)
+        version, status, reason = match.group(1), int(match.group(2)), match.group(3) or b""
+        headers = _parse_headers(lines[1:], MAX_RESPONSE_HEADERS)
+        tokens = _connection_tokens(headers)
+        if version == b"HTTP/1.0":
+            keep_alive = b"keep-alive" in tokens
+        else:
+            keep_alive = b"close" not in tokens
+        kept = tuple(_strip_hop_by_hop(headers, tokens))
+        if status < 200:
+            if status == 101:
+                raise ProtocolError("origin switched protocols", 502)
+            self._mode = "head"  # the real answer follows
+            return ResponseHead(status, version, reason, kept, True, False)
+        if self._method == b"HEAD" or status in (204, 304):
+            framing, length = "none", 0
+        else:
+            framing, length = _body_framing(headers, is_request=False)
+        if framing == "close":
+            keep_alive = False
+        self._mode = {"none": "done", "length": "length", "chunked": "chunked",
+                      "close": "close"}[framing]
+        self._left = length
+        self._chunk_state = "size"
+        return ResponseHead(status, version, reason, kept, keep_alive, framing == "close")
+
+
+def error_response(status: int, reason: str, *, deny_reason: str | None = None) -> bytes:
+    """A short answer from the proxy itself; the connection closes after it."""
+    titles = {400: "Bad Request", 403: "Forbidden", 408: "Request Timeout",
+              414: "URI Too Long", 431: "Request Header Fields Too Large",
+              501: "Not Implemented", 502: "Bad Gateway", 504: "Gateway Timeout",
+              505: "HTTP Version Not Supported"}
+    body = f"vpnw: {reason}\n".encode("utf-8", "replace")
+    lines = [f"HTTP/1.1 {status} {titles.get(status, 'Error')}".encode(),
+             b"Content-Type: text/plain; charset=utf-8",
+             b"Content-Length: " + str(len(body)).encode(),
+             b"Connection: close"]
+    if deny_reason is not None:
+        lines.append(b"X-Vpnw-Deny: " + header_safe(deny_reason))
+    return b"\r\n".join(lines) + b"\r\n\r\n" + body
+
+
+def header_safe(text: str) -> bytes:
+    """A reason sentence as a header value: ASCII, no control characters."""
+    raw = text.encode("ascii", "replace")
+    return _BAD_VALUE.sub(b" ", raw)[:400]
+
+
+CONNECT_OK = b"HTTP/1.1 200 Connection established\r\n\r\n"
