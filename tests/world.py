@@ -428,6 +428,13 @@ class World:
         path.chmod(mode)
         return path
 
+    def program(self, name: str) -> Path:
+        """Copy a program from tests/world_servers (with content.py beside it)
+        into world.tmp, where every user can read it; return its path."""
+        for each in (name, "content.py"):
+            self.file(each, (SERVERS / each).read_bytes())
+        return self.tmp / "files" / name
+
     def workdir(self, user: str = "root") -> Path:
         """A fresh empty directory owned by `user` (e.g. for git clone)."""
         self._state_counter += 1

@@ -1,0 +1,76 @@
+"""Helpers shared by the end-to-end tests: read a vpnw run's record and check
+that every connection it made is there and accounted for."""
+from __future__ import annotations
+
+import json
+import re
+from collections import defaultdict
+from pathlib import Path
+
+from world import WorldResult
+
+ENVELOPE_KEYS = {"v", "ts", "type", "run", "pid", "path", "conn", "fields"}
+TS_RE = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{9}Z$")
+
+
+def describe(result: WorldResult) -> str:
+    return f"exit {result.returncode}\n--- stdout\n{result.stdout}\n--- stderr\n{result.stderr}"
+
+
+def run_events(result: WorldResult) -> list[dict]:
+    """The single run file of this vpnw call, parsed strictly as JSON Lines."""
+    files = result.run_files()
+    assert len(files) == 1, f"expected one run file under {result.state_home}, found {files}\n{describe(result)}"
+    events = []
+    for n, line in enumerate(files[0].read_bytes().split(b"\n")[:-1], 1):
+        event = json.loads(line)
+        assert set(event) == ENVELOPE_KEYS, f"line {n}: {event}"
+        assert event["v"] == 1 and TS_RE.match(event["ts"]), f"line {n}: {event}"
+        events.append(event)
+    assert files[0].read_bytes().endswith(b"\n"), "the run file ends mid-line"
+    assert events[0]["type"] == "run.start" and events[-1]["type"] == "run.end", [e["type"] for e in events]
+    assert len({e["run"] for e in events}) == 1
+    return events
+
+
+def connections(events: list[dict]) -> dict[int, list[dict]]:
+    by_conn: dict[int, list[dict]] = defaultdict(list)
+    for event in events:
+        if event["conn"] is not None:
+            by_conn[event["conn"]].append(event)
+    return dict(by_conn)
+
+
+def assert_every_connection_accounted(events: list[dict]) -> dict[int, list[dict]]:
+    """Every conn.request ends in exactly one of deny/fail/open, and every
+    open in exactly one close (docs/architecture.md)."""
+    by_conn = connections(events)
+    for conn, evs in by_conn.items():
+        types = [e["type"] for e in evs]
+        assert types[0] == "conn.request", (conn, types)
+        endings = [t for t in types if t in ("conn.open", "conn.fail")]
+        enforced_denials = [e for e in evs if e["type"] == "policy.deny" and e["fields"].get("enforced", True)]
+        assert len(endings) + len(enforced_denials) == 1, (conn, types)
+        if "conn.open" in types:
+            assert types.count("conn.close") == 1 and types[-1] == "conn.close", (conn, types)
+    return by_conn
+
+
+def opened(events: list[dict]) -> list[tuple[str, int, str]]:
+    """(host, port, door kind) of every connection that opened, in order."""
+    out = []
+    for conn, evs in sorted(assert_every_connection_accounted(events).items()):
+        if any(e["type"] == "conn.open" for e in evs):
+            req = evs[0]["fields"]
+            out.append((req["host"], req["port"], req["kind"]))
+    return out
+
+
+def closes(events: list[dict]) -> list[dict]:
+    return [e["fields"] for e in events if e["type"] == "conn.close"]
+
+
+def write_plan(path: Path, plan: list[dict]) -> str:
+    text = "".join(json.dumps(op) + "\n" for op in plan)
+    path.write_text(text)
+    return text

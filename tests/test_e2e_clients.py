@@ -1,0 +1,179 @@
+"""Real clients through vpnw's doors, inside the test world, as root and as an
+unprivileged user. Every client honours the proxy settings vpnw gives it; the
+record must show each connection it made."""
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from e2e_support import assert_every_connection_accounted, describe, opened, run_events
+from world import DEFAULT_NAMES, DEMO_PACKAGE, DEMO_VALUE, GIT_README, WORLD_V4
+
+pytestmark = pytest.mark.world
+GITHUB = DEFAULT_NAMES["api.github.com"][0]
+
+
+def whoami(stdout: str) -> dict:
+    return json.loads(stdout.strip().splitlines()[-1])
+
+
+def assert_seen_from_world(seen: dict, host: str, tls: bool) -> None:
+    # The server saw the connection come from the world: the broker dialled it.
+    assert seen["peer"] == WORLD_V4 and seen["host"] == host and seen["tls"] is tls, seen
+
+
+def test_curl_http_forward(world, user):
+    r = world.vpnw(["run", "--", "curl", "-sS", "--max-time", "30", "http://api.github.com/whoami"], user=user)
+    assert r.returncode == 0, describe(r)
+    assert_seen_from_world(whoami(r.stdout), "api.github.com", tls=False)
+    assert opened(run_events(r)) == [("api.github.com", 80, "http-forward")]
+
+
+def test_curl_https_connect_verifies_the_server_end_to_end(world, user):
+    r = world.vpnw(["run", "--", "curl", "-sS", "--max-time", "30", "--cacert", str(world.ca_pem),
+                    "https://api.github.com/whoami"], user=user)
+    assert r.returncode == 0, describe(r)
+    seen = whoami(r.stdout)
+    assert_seen_from_world(seen, "api.github.com", tls=True)
+    assert seen["local"] == GITHUB
+    events = run_events(r)
+    assert opened(events) == [("api.github.com", 443, "http-connect")]
+    opens = [e["fields"] for e in events if e["type"] == "conn.open"]
+    assert opens[0]["address"] == GITHUB
+
+
+def test_curl_socks5_hostname(world, user):
+    r = world.vpnw(["run", "--", "curl", "-sS", "--max-time", "30", "--cacert", str(world.ca_pem),
+                    "--socks5-hostname", "127.0.0.1:1080", "https://api.github.com/whoami"], user=user)
+    assert r.returncode == 0, describe(r)
+    assert_seen_from_world(whoami(r.stdout), "api.github.com", tls=True)
+    assert opened(run_events(r)) == [("api.github.com", 443, "socks5")]
+
+
+def test_curl_uses_all_proxy_socks5h(world, user):
+    # With only ALL_PROXY to go by, curl takes the SOCKS door (socks5h: the name travels).
+    r = world.vpnw(["run", "--", "sh", "-c",
+                    "unset HTTP_PROXY HTTPS_PROXY http_proxy https_proxy; "
+                    f"exec curl -sS --max-time 30 --cacert {world.ca_pem} https://api.github.com/whoami"],
+                   user=user)
+    assert r.returncode == 0, describe(r)
+    assert_seen_from_world(whoami(r.stdout), "api.github.com", tls=True)
+    assert opened(run_events(r)) == [("api.github.com", 443, "socks5")]
+
+
+URLLIB_PROGRAM = """
+import json, ssl, sys, urllib.request
+ctx = ssl.create_default_context(cafile=sys.argv[1])
+for url in ("http://api.github.com/whoami", "https://api.github.com/whoami"):
+    with urllib.request.urlopen(url, context=ctx, timeout=30) as resp:
+        print(resp.read().decode().strip())
+"""
+
+
+def test_python_urllib(world, user):
+    program = world.file("urllib_client.py", URLLIB_PROGRAM)
+    r = world.vpnw(["run", "--", sys.executable, str(program), str(world.ca_pem)], user=user)
+    assert r.returncode == 0, describe(r)
+    plain, tls = map(json.loads, r.stdout.split())
+    assert_seen_from_world(plain, "api.github.com", tls=False)
+    assert_seen_from_world(tls, "api.github.com", tls=True)
+    assert opened(run_events(r)) == [("api.github.com", 80, "http-forward"),
+                                     ("api.github.com", 443, "http-connect")]
+
+
+REQUESTS_PROGRAM = """
+import requests
+with requests.Session() as s:
+    for url in ("https://api.github.com/whoami", "https://files.pythonhosted.org/whoami",
+                "http://pypi.world/bytes/100000?seed=3"):
+        r = s.get(url, timeout=30)
+        r.raise_for_status()
+        print(len(r.content) if "bytes" in url else r.json()["host"])
+"""
+
+
+def test_python_requests(world, user):
+    program = world.file("requests_client.py", REQUESTS_PROGRAM)
+    r = world.vpnw(["run", "--", sys.executable, str(program)], user=user,
+                   env={"REQUESTS_CA_BUNDLE": str(world.ca_pem)})
+    assert r.returncode == 0, describe(r)
+    assert r.stdout.split() == ["api.github.com", "files.pythonhosted.org", "100000"]
+    hosts = {(h, p) for h, p, _ in opened(run_events(r))}
+    assert hosts == {("api.github.com", 443), ("files.pythonhosted.org", 443), ("pypi.world", 80)}
+
+
+def test_pip_install_from_the_worlds_index(world, user):
+    target = world.workdir(user)
+    r = world.vpnw(["run", "--", sys.executable, "-m", "pip", "install", "--no-cache-dir",
+                    "--index-url", "http://pypi.world/simple", "--target", str(target / "site"),
+                    DEMO_PACKAGE], user=user, timeout=120,
+                   env={"PIP_CONFIG_FILE": "/dev/null", "PIP_DISABLE_PIP_VERSION_CHECK": "1"})
+    assert r.returncode == 0, describe(r)
+    installed = (target / "site" / DEMO_PACKAGE.replace("-", "_") / "__init__.py").read_text()
+    assert DEMO_VALUE in installed
+    assert {h for h, _, _ in opened(run_events(r))} == {"pypi.world"}
+
+
+def test_git_clone_over_http(world, user):
+    work = world.workdir(user)
+    r = world.vpnw(["run", "--", "git", "clone", "-q", "http://git.world/repo.git", str(work / "repo")],
+                   user=user, timeout=120)
+    assert r.returncode == 0, describe(r)
+    assert (work / "repo" / "README").read_text() == GIT_README
+    assert {h for h, _, _ in opened(run_events(r))} == {"git.world"}
+
+
+def node_with_env_proxy() -> str | None:
+    """The node binary, if it honours NODE_USE_ENV_PROXY (Node 22.21+ / 24+)."""
+    node = shutil.which("node") or shutil.which("nodejs")
+    if node is None:
+        return None
+    version = subprocess.run([node, "--version"], capture_output=True, text=True).stdout.strip()
+    m = re.match(r"v(\d+)\.(\d+)", version)
+    if not m:
+        return None
+    major, minor = int(m.group(1)), int(m.group(2))
+    return node if (major >= 24 or (major == 22 and minor >= 21)) else None
+
+
+def test_node_fetch(world, user):
+    node = node_with_env_proxy()
+    if node is None:
+        pytest.skip("node is missing or older than 22.21/24, which honour NODE_USE_ENV_PROXY")
+    script = ("fetch('https://api.github.com/whoami').then(r => r.text())"
+              ".then(t => console.log(t.trim())).catch(e => { console.error(e); process.exit(3); })")
+    r = world.vpnw(["run", "--", node, "-e", script], user=user,
+                   env={"NODE_EXTRA_CA_CERTS": str(world.ca_pem)})
+    assert r.returncode == 0, describe(r)
+    assert_seen_from_world(whoami(r.stdout), "api.github.com", tls=True)
+    assert opened(run_events(r)) == [("api.github.com", 443, "http-connect")]
+
+
+def test_run_file_shows_every_connection(world, user):
+    urls = ["http://api.github.com/whoami", "https://files.pythonhosted.org/whoami",
+            "http://pypi.world/bytes/12345?seed=1", "https://git.world/whoami"]
+    script = "; ".join(f"curl -sS --max-time 30 --cacert {world.ca_pem} -o /dev/null {u}" for u in urls)
+    r = world.vpnw(["run", "--", "sh", "-c", script], user=user)
+    assert r.returncode == 0, describe(r)
+    events = run_events(r)
+    by_conn = assert_every_connection_accounted(events)
+    assert len(by_conn) == len(urls)
+    assert [(h, p) for h, p, _ in opened(events)] == [
+        ("api.github.com", 80), ("files.pythonhosted.org", 443), ("pypi.world", 80), ("git.world", 443)]
+    # The download's bytes show up in its connection's close.
+    pypi_conn = next(c for c, evs in by_conn.items() if evs[0]["fields"]["host"] == "pypi.world")
+    close = next(e for e in by_conn[pypi_conn] if e["type"] == "conn.close")["fields"]
+    assert close["bytes_down"] > 12345 and close["bytes_up"] > 0
+    end = events[-1]["fields"]
+    assert end["exit_code"] == 0 and end["connections"] == len(urls)
+    # No URL path, query string or header is kept in the record.
+    text = "".join(json.dumps(e) for e in events)
+    assert "/whoami" not in text and "seed=" not in text and "/bytes" not in text
+    # The human lines on stderr name each destination.
+    for host, port in [("api.github.com", 80), ("git.world", 443)]:
+        assert f"{host}:{port}" in r.stderr

@@ -1,0 +1,105 @@
+"""vpnw relays bytes exactly: many downloads and uploads of random sizes
+through each door, each checked by sha256 and length; the first connection a
+program makes the instant it starts succeeds; vpnw passes exit codes on."""
+from __future__ import annotations
+
+import json
+import math
+import random
+import sys
+
+import pytest
+
+from e2e_support import assert_every_connection_accounted, closes, describe, run_events
+from world import payload_sha256
+
+pytestmark = pytest.mark.world
+
+MAX_SIZE = 64 << 20
+OPS_PER_DOOR = 200
+# The sizes that catch off-by-one and buffer-boundary bugs come first.
+EDGE_SIZES = [0, 1, 2, 4095, 4096, 4097, 65535, 65536, 65537, (1 << 20) + 1, MAX_SIZE]
+DOORS = ["http-forward", "http-connect", "socks"]
+HOSTS = ["api.github.com", "files.pythonhosted.org", "pypi.world", "git.world"]
+# Sizes and their sums: a fixed seed, so every run moves the same bytes.
+_sha_cache: dict[tuple[int, str], str] = {}
+
+
+def expected_sha(size: int, seed: str) -> str:
+    if (size, seed) not in _sha_cache:
+        _sha_cache[(size, seed)] = payload_sha256(size, seed)
+    return _sha_cache[(size, seed)]
+
+
+def make_plan(door: str) -> list[dict]:
+    rng = random.Random(f"relay-plan-{door}")
+    sizes = list(EDGE_SIZES)
+    while len(sizes) < OPS_PER_DOOR:
+        # Log-uniform on [1, 64 MiB]: most transfers are small, a few are large.
+        sizes.append(int(math.exp(rng.uniform(0, math.log(MAX_SIZE + 1)))) - 1)
+    plan = []
+    for i, size in enumerate(sizes):
+        plan.append({"op": "get" if i % 2 == 0 else "put", "host": HOSTS[i % len(HOSTS)],
+                     "size": size, "seed": f"{door}-{i}"})
+    # Each size both ways: edge sizes are downloaded and uploaded.
+    for op in plan[: len(EDGE_SIZES)]:
+        plan.append({**op, "op": "put" if op["op"] == "get" else "get", "seed": op["seed"] + "-b"})
+    return plan
+
+
+@pytest.mark.parametrize("door", DOORS)
+def test_relay_is_byte_exact(world, user, door):
+    plan = make_plan(door)
+    client = world.program("relay_client.py")
+    plan_text = "".join(json.dumps(op) + "\n" for op in plan)
+    r = world.vpnw(["run", "--", sys.executable, str(client), door, str(world.ca_pem), "4"],
+                   user=user, input=plan_text, timeout=600)
+    assert r.returncode == 0, describe(r)
+    results = [json.loads(line) for line in r.stdout.splitlines()]
+    assert [res["i"] for res in results] == list(range(len(plan)))
+    wrong = []
+    for op, res in zip(plan, results):
+        want = {"length": op["size"], "sha256": expected_sha(op["size"], op["seed"])}
+        got = {k: res.get(k) for k in ("length", "sha256")}
+        if "error" in res or got != want:
+            wrong.append((op, res))
+    assert not wrong, f"{len(wrong)} of {len(plan)} transfers wrong, e.g. {wrong[:3]}"
+    events = run_events(r)
+    by_conn = assert_every_connection_accounted(events)
+    assert len(by_conn) == len(plan)
+    # The record's byte counts cover at least the payloads moved each way.
+    counted = closes(events)
+    assert len(counted) == len(plan)
+    assert sum(c["bytes_down"] for c in counted) >= sum(op["size"] for op in plan if op["op"] == "get")
+    assert sum(c["bytes_up"] for c in counted) >= sum(op["size"] for op in plan if op["op"] == "put")
+
+
+FIRST_CONNECTION_RUNS = 20
+
+
+def test_first_connection_at_start_succeeds(world, user):
+    # curl starts in a few milliseconds and connects at once: the doors must
+    # already be listening when the program starts, every time.
+    failures = []
+    for n in range(FIRST_CONNECTION_RUNS):
+        r = world.vpnw(["run", "--", "curl", "-sS", "--max-time", "30", "-o", "/dev/null",
+                        "-w", "%{http_code}", "http://api.github.com/whoami"], user=user)
+        if r.returncode != 0 or r.stdout != "200":
+            failures.append((n, describe(r)))
+    assert not failures, f"{len(failures)} of {FIRST_CONNECTION_RUNS} runs failed; first: {failures[0]}"
+
+
+@pytest.mark.parametrize("program, code", [
+    (["true"], 0),
+    (["false"], 1),
+    (["sh", "-c", "exit 42"], 42),
+    (["/nonexistent/vpnw-no-such-program"], 127),
+    (["vpnw-no-such-program-on-path"], 127),
+    (["sh", "-c", "kill -9 $$"], 137),
+    (["sh", "-c", "kill -TERM $$"], 143),
+])
+def test_exit_codes_pass_through(world, user, program, code):
+    r = world.vpnw(["run", "--", *program], user=user)
+    assert r.returncode == code, describe(r)
+    end = run_events(r)[-1]
+    assert end["type"] == "run.end" and end["fields"]["exit_code"] == code
