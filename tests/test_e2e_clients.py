@@ -79,7 +79,7 @@ def test_python_urllib(world, user):
     program = world.file("urllib_client.py", URLLIB_PROGRAM)
     r = world.vpnw(["run", "--", sys.executable, str(program), str(world.ca_pem)], user=user)
     assert r.returncode == 0, describe(r)
-    plain, tls = map(json.loads, r.stdout.split())
+    plain, tls = map(json.loads, r.stdout.splitlines())
     assert_seen_from_world(plain, "api.github.com", tls=False)
     assert_seen_from_world(tls, "api.github.com", tls=True)
     assert opened(run_events(r)) == [("api.github.com", 80, "http-forward"),
@@ -110,7 +110,7 @@ def test_python_requests(world, user):
 def test_pip_install_from_the_worlds_index(world, user):
     target = world.workdir(user)
     r = world.vpnw(["run", "--", sys.executable, "-m", "pip", "install", "--no-cache-dir",
-                    "--index-url", "http://pypi.world/simple", "--target", str(target / "site"),
+                    "--index-url", "http://pypi.world/simple", "--trusted-host", "pypi.world", "--target", str(target / "site"),
                     DEMO_PACKAGE], user=user, timeout=120,
                    env={"PIP_CONFIG_FILE": "/dev/null", "PIP_DISABLE_PIP_VERSION_CHECK": "1"})
     assert r.returncode == 0, describe(r)
@@ -154,13 +154,14 @@ def test_node_fetch(world, user):
     assert opened(run_events(r)) == [("api.github.com", 443, "http-connect")]
 
 
-def test_run_file_shows_every_connection(world, user):
+def test_trace_prints_and_records_every_connection(world, user):
     urls = ["http://api.github.com/whoami", "https://files.pythonhosted.org/whoami",
             "http://pypi.world/bytes/12345?seed=1", "https://git.world/whoami"]
     script = "; ".join(f"curl -sS --max-time 30 --cacert {world.ca_pem} -o /dev/null {u}" for u in urls)
-    r = world.vpnw(["run", "--", "sh", "-c", script], user=user)
+    r = world.vpnw(["trace", "--", "sh", "-c", script], user=user)
     assert r.returncode == 0, describe(r)
     events = run_events(r)
+    assert events[0]["fields"]["mode"] == "trace"
     by_conn = assert_every_connection_accounted(events)
     assert len(by_conn) == len(urls)
     assert [(h, p) for h, p, _ in opened(events)] == [
@@ -174,6 +175,7 @@ def test_run_file_shows_every_connection(world, user):
     # No URL path, query string or header is kept in the record.
     text = "".join(json.dumps(e) for e in events)
     assert "/whoami" not in text and "seed=" not in text and "/bytes" not in text
-    # The human lines on stderr name each destination.
-    for host, port in [("api.github.com", 80), ("git.world", 443)]:
-        assert f"{host}:{port}" in r.stderr
+    # The human lines on stderr name each destination as it is requested.
+    for host, port in [("api.github.com", 80), ("files.pythonhosted.org", 443),
+                       ("pypi.world", 80), ("git.world", 443)]:
+        assert re.search(rf"^vpnw .*#\d+ +→ {re.escape(host)}:{port} ", r.stderr, re.M), r.stderr
