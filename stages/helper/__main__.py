@@ -2,8 +2,8 @@
 
     python -m stages.helper [--allow-unix-sockets] [--status-fd N] -- PROG ARGS
 
-Handed-over connections are reported on stderr (`vpnw-helper: conn http`)
-and closed. Exits with the program's status (122 when the sandbox cannot be
+Handed-over connections are reported on stderr (`vpnw-helper: conn http`),
+answered with b"bye" and closed. Exits with the program's status (122 when the sandbox cannot be
 built). Status lines go to stderr, or to --status-fd.
 """
 from __future__ import annotations
@@ -11,6 +11,20 @@ from __future__ import annotations
 import json
 import os
 import sys
+
+
+def _greet(conn) -> None:
+    """Read what the client sent first (a few bytes) and answer b"bye", so a
+    test can see the handed-over descriptor really carries its connection."""
+    conn.settimeout(2)
+    try:
+        conn.recv(64)
+        conn.sendall(b"bye")
+        conn.shutdown(2)
+    except OSError:
+        pass
+    finally:
+        conn.close()
 
 
 def main(args: list[str]) -> int:
@@ -62,7 +76,7 @@ def main(args: list[str]) -> int:
                     continue
                 door, conn = got
                 print(f"vpnw-helper: conn {door}", file=sys.stderr, flush=True)
-                conn.close()
+                _greet(conn)
                 continue
             line = status.readline()
             if not line:
