@@ -139,9 +139,9 @@ class Socks5Parser:
 
     def _request(self):
         buf = self._buf
-        if len(buf) < 5:
-            if buf[:1] and buf[0] != VERSION:
-                raise ProtocolError("request is not SOCKS version 5", GENERAL_FAILURE)
+        if buf[:1] and buf[0] != VERSION:
+            raise ProtocolError("request is not SOCKS version 5", GENERAL_FAILURE)
+        if len(buf) < 4 or (len(buf) < 5 and buf[3] == ATYP_DOMAIN):
             return NEED_DATA
         version, command, reserved, atyp = buf[0], buf[1], buf[2], buf[3]
         if version != VERSION:
