@@ -1,0 +1,168 @@
+"""run_helper's status protocol (docs/architecture.md, "Helper status") and the handoff."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+
+import pytest
+
+from stages import handoff
+from stages.helper.sandbox import program_env
+
+PY = sys.executable
+
+pytestmark = pytest.mark.skipif(
+    subprocess.run(["unshare", "-Urn", "true"], capture_output=True).returncode != 0,
+    reason="this machine cannot create user namespaces")
+
+
+class Helper:
+    """A forked run_helper, as the orchestrator starts it."""
+
+    def __init__(self, argv, **kw):
+        self.helper_end, self.broker_end = handoff.link()
+        status_r, status_w = os.pipe()
+        go_r, self.go_w = os.pipe()
+        self.pid = os.fork()
+        if self.pid == 0:
+            self.broker_end.close()
+            os.close(status_r)
+            os.close(self.go_w)
+            from stages.helper import run_helper
+            run_helper(argv, handoff_fd=self.helper_end.fileno(), status_fd=status_w,
+                       go_fd=go_r, **kw)
+        self.helper_end.close()
+        os.close(status_w)
+        os.close(go_r)
+        self.status = os.fdopen(status_r, "rb")
+
+    def line(self):
+        raw = self.status.readline()
+        return json.loads(raw) if raw else None
+
+    def go(self):
+        os.write(self.go_w, b"g")
+
+    def finish(self):
+        os.close(self.go_w)
+        rest = [json.loads(x) for x in self.status.read().splitlines()]
+        _, st = os.waitpid(self.pid, 0)
+        self.broker_end.close()
+        self.status.close()
+        return rest, os.waitstatus_to_exitcode(st)
+
+
+def run(argv, **kw):
+    h = Helper(argv, **kw)
+    ready = h.line()
+    assert "ready" in ready, ready
+    assert ready["ready"] == {"namespaces": ["user", "net", "pid", "ipc", "mnt"], "seccomp": True,
+                              "unix_sockets": kw.get("allow_unix_sockets", False),
+                              "doors": {"http": 3128, "socks": 1080}}
+    h.go()
+    final = h.line()
+    rest, code = h.finish()
+    assert rest == []
+    return final, code
+
+
+def test_true_exits_0():
+    assert run(["true"]) == ({"exit": {"code": 0, "signal": None}}, 0)
+
+
+def test_false_exits_1():
+    assert run(["false"]) == ({"exit": {"code": 1, "signal": None}}, 1)
+
+
+def test_missing_program_is_127():
+    final, code = run(["/nonexistent/vpnw-no-such-program"])
+    assert final["code"] == 127 and "not found" in final["exec_error"] and code == 127
+
+
+def test_non_executable_file_is_126():
+    with tempfile.NamedTemporaryFile(prefix="vpnw-noexec-") as f:
+        final, code = run([f.name])
+    assert final["code"] == 126 and "exec_error" in final and code == 126
+
+
+def test_program_killed_by_sigkill_is_137_signal_9():
+    assert run(["sh", "-c", "kill -9 $$"]) == ({"exit": {"code": 137, "signal": 9}}, 137)
+
+
+def test_allow_unix_sockets_is_reported():
+    assert run(["true"], allow_unix_sockets=True)[0] == {"exit": {"code": 0, "signal": None}}
+
+
+def test_eof_on_go_aborts_without_running_the_program(tmp_path):
+    marker = tmp_path / "ran"
+    h = Helper(["touch", str(marker)])
+    assert "ready" in h.line()
+    rest, code = h.finish()
+    assert rest == [] and code == 122 and not marker.exists()
+
+
+def test_environment_is_the_callers_plus_proxy_settings():
+    env = {"PATH": os.environ["PATH"], "KEEP": "1", "no_proxy": "*", "No_Proxy": "x",
+           "HTTPS_PROXY": "socks5://evil:1"}
+    assert program_env(env) == {
+        "PATH": os.environ["PATH"], "KEEP": "1",
+        "HTTP_PROXY": "http://127.0.0.1:3128", "HTTPS_PROXY": "http://127.0.0.1:3128",
+        "http_proxy": "http://127.0.0.1:3128", "https_proxy": "http://127.0.0.1:3128",
+        "ALL_PROXY": "socks5h://127.0.0.1:1080", "all_proxy": "socks5h://127.0.0.1:1080",
+        "NO_PROXY": "localhost,127.0.0.1,::1", "no_proxy": "localhost,127.0.0.1,::1",
+        "NODE_USE_ENV_PROXY": "1"}
+
+
+def test_program_sees_the_proxy_environment():
+    h = Helper(["sh", "-c", 'test "$HTTPS_PROXY" = http://127.0.0.1:3128 && '
+                            'test "$no_proxy" = localhost,127.0.0.1,::1 && test "$KEEP" = 1'],
+               env={"PATH": os.environ["PATH"], "KEEP": "1", "NO_PROXY": "*"})
+    assert "ready" in h.line()
+    h.go()
+    assert h.line() == {"exit": {"code": 0, "signal": None}}
+    h.finish()
+
+
+def test_handed_fd_arrives_and_carries_the_connection():
+    prog = ("import socket; s = socket.create_connection(('127.0.0.1', 1080)); "
+            "s.sendall(b'hello'); print(s.recv(16).decode())")
+    h = Helper([PY, "-c", prog], env={**os.environ})
+    assert "ready" in h.line()
+    h.go()
+    door, conn = handoff.recv_conn(h.broker_end)
+    assert door == "socks"
+    assert conn.recv(16) == b"hello"
+    conn.sendall(b"bye")
+    conn.close()
+    assert h.line() == {"exit": {"code": 0, "signal": None}}
+    h.finish()
+
+
+def test_sigterm_to_the_helper_reaches_the_program():
+    h = Helper(["sleep", "30"])
+    assert "ready" in h.line()
+    h.go()
+    # The helper forwards SIGTERM to init, init to the program; wait until the
+    # program is running by retrying until the report arrives.
+    import select
+    while not select.select([h.status], [], [], 0.2)[0]:
+        os.kill(h.pid, signal.SIGTERM)
+    assert h.line() == {"exit": {"code": 143, "signal": 15}}
+    h.finish()
+
+
+def test_max_user_namespaces_zero_gives_122_and_the_program_never_runs(tmp_path):
+    marker = tmp_path / "ran"
+    script = ("echo 0 > /proc/sys/user/max_user_namespaces && "
+              f"exec {PY} -m stages.helper -- touch {marker}")
+    proc = subprocess.run(["unshare", "-U", "-r", "--fork", "sh", "-c", script],
+                          capture_output=True, text=True, timeout=60, cwd="/")
+    assert proc.returncode == 122, proc.stderr
+    status = json.loads(proc.stderr.split("vpnw-helper: ", 1)[1])
+    assert status["code"] == 122 and "vpnw doctor" in status["error"]
+    assert "max_user_namespaces" in status["error"]
+    assert not marker.exists()
