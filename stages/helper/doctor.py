@@ -1,0 +1,175 @@
+"""`vpnw doctor`: what this machine supports, and what to change when it doesn't.
+
+Each check reads a file or tries one thing in a forked child; none changes
+the machine. `run_checks()` returns the list; `doctor_command` prints it.
+"""
+from __future__ import annotations
+
+import json
+import os
+from typing import NamedTuple
+
+import click
+
+
+class Check(NamedTuple):
+    name: str
+    status: str  # 'ok' | 'warn' | 'fail'
+    detail: str
+    fix: str = ""
+
+
+def _read(path: str) -> str | None:
+    try:
+        with open(path) as f:
+            return f.read().strip()
+    except OSError:
+        return None
+
+
+def check_kernel() -> Check:
+    release = os.uname().release
+    try:
+        major, minor = (int(x) for x in release.split(".")[:2])
+    except ValueError:
+        return Check("kernel", "warn", f"cannot read the version in {release!r}")
+    if (major, minor) < (5, 4):
+        return Check("kernel", "fail", f"Linux {release}; vpnw needs 5.4 or newer",
+                     "upgrade the kernel")
+    return Check("kernel", "ok", f"Linux {release}")
+
+
+def check_userns_sysctls() -> list[Check]:
+    out = []
+    maxns = _read("/proc/sys/user/max_user_namespaces")
+    if maxns is not None and maxns.isdigit() and int(maxns) == 0:
+        out.append(Check("max_user_namespaces", "fail", "user.max_user_namespaces = 0",
+                         "sysctl -w user.max_user_namespaces=10000"))
+    else:
+        out.append(Check("max_user_namespaces", "ok", f"user.max_user_namespaces = {maxns}"))
+    clone = _read("/proc/sys/kernel/unprivileged_userns_clone")
+    if clone is not None:
+        if clone == "0" and os.getuid() != 0:
+            out.append(Check("unprivileged_userns_clone", "fail", "kernel.unprivileged_userns_clone = 0",
+                             "sysctl -w kernel.unprivileged_userns_clone=1"))
+        else:
+            out.append(Check("unprivileged_userns_clone", "ok", f"kernel.unprivileged_userns_clone = {clone}"))
+    apparmor = _read("/proc/sys/kernel/apparmor_restrict_unprivileged_userns")
+    if apparmor == "1":
+        out.append(Check("apparmor_userns", "warn",
+                         "kernel.apparmor_restrict_unprivileged_userns = 1 (Ubuntu): "
+                         "unconfined programs get a user namespace without capabilities",
+                         "add an AppArmor profile allowing userns for vpnw's python, or "
+                         "sysctl -w kernel.apparmor_restrict_unprivileged_userns=0"))
+    return out
+
+
+def _try_in_child(fn) -> str | None:
+    """Run fn in a forked child; None if it worked, else its error text."""
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(r)
+        try:
+            fn()
+            os._exit(0)
+        except BaseException as e:  # report anything, never return into the parent's code
+            os.write(w, str(e).encode()[:500])
+            os._exit(1)
+    os.close(w)
+    msg = b""
+    while chunk := os.read(r, 512):
+        msg += chunk
+    os.close(r)
+    _, status = os.waitpid(pid, 0)
+    if os.waitstatus_to_exitcode(status) == 0:
+        return None
+    return msg.decode(errors="replace") or f"child ended with status {status}"
+
+
+def check_namespaces() -> Check:
+    from stages.helper import privileges as priv
+
+    def attempt():
+        uid, gid = os.getuid(), os.getgid()
+        priv.unshare(priv.SANDBOX_NAMESPACES)
+        priv.write_id_maps(uid, gid)
+
+    err = _try_in_child(attempt)
+    if err is None:
+        return Check("namespaces", "ok", "can create user+net+pid+ipc+mnt namespaces")
+    return Check("namespaces", "fail", f"cannot create user+net+pid+ipc+mnt namespaces: {err}",
+                 "enable unprivileged user namespaces (see the checks above)")
+
+
+def check_seccomp() -> list[Check]:
+    out = []
+    actions = _read("/proc/sys/kernel/seccomp/actions_avail")
+    if actions is None:
+        out.append(Check("seccomp", "fail", "the kernel has no seccomp filter support",
+                         "use a kernel built with CONFIG_SECCOMP_FILTER"))
+    elif "errno" not in actions.split():
+        out.append(Check("seccomp", "fail", f"seccomp actions lack errno: {actions}",
+                         "use a newer kernel"))
+    else:
+        out.append(Check("seccomp", "ok", f"actions: {actions}"))
+    try:
+        from stages.helper.seccomp_rules import build_filter
+        build_filter(False)
+        out.append(Check("libseccomp", "ok", "libseccomp loads through pyseccomp"))
+    except Exception as e:
+        out.append(Check("libseccomp", "fail", f"cannot use libseccomp: {e}",
+                         "apt-get install libseccomp2 (and pip install pyseccomp)"))
+    return out
+
+
+def check_io_uring() -> Check:
+    value = _read("/proc/sys/kernel/io_uring_disabled")
+    detail = {None: "no io_uring_disabled sysctl", "0": "io_uring enabled for all",
+              "1": "io_uring limited to a group", "2": "io_uring disabled"}.get(value, value)
+    return Check("io_uring", "ok", f"{detail}; the sandbox's filter refuses it either way")
+
+
+def check_pyroute2() -> Check:
+    import importlib.util
+    if importlib.util.find_spec("pyroute2") is None:
+        return Check("pyroute2", "warn", "pyroute2 is not installed (the helper does not "
+                     "need it: it speaks rtnetlink itself)", "pip install pyroute2")
+    return Check("pyroute2", "ok", "importable")
+
+
+def check_state_dir() -> Check:
+    base = os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
+    runs = os.path.join(base, "vpnw", "runs")
+    probe = runs
+    while not os.path.exists(probe):
+        probe = os.path.dirname(probe)
+    if os.access(probe, os.W_OK | os.X_OK):
+        return Check("state_dir", "ok", f"{runs} is writable")
+    return Check("state_dir", "fail", f"cannot write under {probe}",
+                 "set XDG_STATE_HOME to a writable directory or use --record FILE")
+
+
+def run_checks() -> list[Check]:
+    checks = [check_kernel(), *check_userns_sysctls(), check_namespaces(), *check_seccomp(),
+              check_io_uring(), check_pyroute2(), check_state_dir()]
+    return checks
+
+
+def guard_can_work(checks: list[Check]) -> bool:
+    return all(c.status != "fail" for c in checks if c.name in
+               ("kernel", "max_user_namespaces", "unprivileged_userns_clone", "namespaces",
+                "seccomp", "libseccomp"))
+
+
+@click.command("doctor")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per check.")
+def doctor_command(as_json: bool) -> None:
+    """Say what this machine supports; exit 0 if guard can work here."""
+    checks = run_checks()
+    for c in checks:
+        if as_json:
+            click.echo(json.dumps(c._asdict()))
+        else:
+            click.echo(f"{c.status:<5} {c.name}  {c.detail}" + (f"  (fix: {c.fix})" if c.fix else ""))
+    raise SystemExit(0 if guard_can_work(checks) else 1)
