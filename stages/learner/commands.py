@@ -1,0 +1,64 @@
+"""`vpnw learn`: a draft policy from the last trace (or the files given)."""
+from __future__ import annotations
+
+import sys
+from typing import Iterator
+
+import click
+
+from ..record import read_events, state_dir
+
+EXIT_USAGE = 121
+
+
+def _events(sources: list[str]) -> Iterator[dict]:
+    for source in sources:
+        if source == "-":
+            yield from read_events(sys.stdin.buffer)
+            continue
+        with open(source, "rb") as stream:
+            yield from read_events(stream)
+
+
+def learn(name: str | None, sources: tuple[str, ...], directory: str | None = None) -> int:
+    """The command's body, callable without click: writes the draft to stdout."""
+    from ..recorder.runs import last_run
+    from .draft import draft_policy
+
+    files = list(sources)
+    if not files:
+        directory = directory or state_dir()
+        last = last_run(directory, mode="trace")
+        if last is None:
+            click.echo(f"vpnw: no trace to learn from in {directory}; run `vpnw trace -- PROGRAM` "
+                       "first, or give a run file with --from FILE", err=True)
+            return EXIT_USAGE
+        files = [last]
+    for source in files:
+        if source != "-":
+            try:
+                open(source, "rb").close()
+            except OSError as exc:
+                click.echo(f"vpnw: cannot read the run file {source}: {exc.strerror or exc}; "
+                           "fix: give an existing file to --from (see `vpnw runs`)", err=True)
+                return EXIT_USAGE
+    if files.count("-") > 1:
+        click.echo("vpnw: --from - (stdin) can be given only once", err=True)
+        return EXIT_USAGE
+    draft = draft_policy(_events(files), name)
+    sys.stdout.write(draft)
+    sys.stdout.flush()
+    return 0
+
+
+@click.command("learn")
+@click.option("--name", default=None, metavar="NAME",
+              help="The policy's name (default: the program of the first run).")
+@click.option("--from", "sources", multiple=True, metavar="FILE",
+              help="Run file(s) to learn from, merged; '-' reads stdin. Default: the last trace.")
+@click.option("--dir", "directory", type=click.Path(file_okay=False), default=None, hidden=True)
+def learn_command(name: str | None, sources: tuple[str, ...], directory: str | None) -> None:
+    """Draft a policy from the last trace; read it before you use it."""
+    code = learn(name, sources, directory)
+    if code:
+        sys.exit(code)

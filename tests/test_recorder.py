@@ -1,0 +1,178 @@
+"""The recorder process: run file, replay, --record -, tee, a SIGKILL mid-stream."""
+from __future__ import annotations
+
+import os
+import signal
+import stat
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+from stages.record import parse_line, read_events
+from stages.recorder import main_from_fds
+from stages.recorder.human import HumanState, format_event
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+GOLDEN = os.path.join(HERE, "golden")
+DEMO = os.path.join(GOLDEN, "demo_agent_trace.jsonl")
+PY = sys.executable
+
+
+def recorder(*args, stdin, env_extra=None, **kw):
+    env = {**os.environ, "TZ": "UTC", "PYTHONPATH": ROOT}
+    env.pop("NO_COLOR", None)
+    env.update(env_extra or {})
+    return subprocess.run([PY, "-m", "stages.recorder", *args], stdin=stdin, capture_output=True,
+                          env=env, cwd=ROOT, timeout=60, **kw)
+
+
+def demo_bytes() -> bytes:
+    with open(DEMO, "rb") as f:
+        return f.read()
+
+
+def expected_lines(mode="trace", record=None) -> list[str]:
+    state = HumanState(mode=mode, localtime=time.gmtime, record=record)
+    with open(DEMO, "rb") as f:
+        return [t for t in (format_event(e, state) for e in read_events(f)) if t is not None]
+
+
+def test_replay_reproduces_the_human_lines():
+    with open(DEMO, "rb") as f:
+        done = recorder("--human", "trace", stdin=f)
+    assert done.returncode == 0
+    assert done.stdout == b""
+    lines = done.stderr.decode().splitlines()
+    assert lines == expected_lines()
+    assert lines[3] == "vpnw 11:44:36.071  #1   → api.github.com:443  http-connect"
+    assert "\x1b[" not in done.stderr.decode()  # not a terminal: no colour
+
+
+def test_run_mode_prints_the_problems_and_a_summary():
+    with open(os.path.join(GOLDEN, "pip_guard.jsonl"), "rb") as f:
+        done = recorder("--human", "run", stdin=f, env_extra={"HOME": "/root"})
+    lines = done.stderr.decode().splitlines()
+    assert len(lines) == 3, lines
+    assert "  #5     DENY   telemetry.example.net:443  no allow rule matches" in lines[0]
+    assert "  #6     FAIL   pypi.org:443  151.101.0.223:443 did not answer" in lines[1]
+    assert lines[2] == ("vpnw  run r-7c01d2: 6 connections, 1 denied, 1 failed; exit 120; "
+                        "record ~/.local/state/vpnw/runs/r-7c01d2.jsonl")
+
+
+def test_record_file_is_the_stream_and_private(tmp_path):
+    record = tmp_path / "deep" / "er" / "run.jsonl"
+    with open(DEMO, "rb") as f:
+        done = recorder("--record", str(record), "--human", "quiet", stdin=f)
+    assert done.returncode == 0 and done.stderr == b""
+    assert record.read_bytes() == demo_bytes()
+    assert stat.S_IMODE(record.stat().st_mode) == 0o600
+
+
+def test_record_to_stdout():
+    with open(DEMO, "rb") as f:
+        done = recorder("--record", "-", "--human", "quiet", stdin=f)
+    assert done.returncode == 0
+    assert done.stdout == demo_bytes()
+
+
+def test_tee_to_an_external_program(tmp_path):
+    teed = tmp_path / "teed.jsonl"
+    record = tmp_path / "run.jsonl"
+    with open(DEMO, "rb") as f:
+        done = recorder("--record", str(record), "--human", "quiet",
+                        "--events-to", f"cat > '{teed}'", stdin=f)
+    assert done.returncode == 0, done.stderr
+    assert teed.read_bytes() == demo_bytes()
+    assert record.read_bytes() == demo_bytes()
+    # The same through tee(1), whose stdout is the recorder's.
+    with open(DEMO, "rb") as f:
+        done = recorder("--human", "quiet", "--events-to", f"tee '{tmp_path / 't2'}'", stdin=f)
+    assert (tmp_path / "t2").read_bytes() == demo_bytes()
+    assert done.stdout == demo_bytes()
+
+
+def test_a_tee_that_dies_does_not_stop_the_record(tmp_path):
+    # More than a pipe buffer of events, so the dead reader is noticed for sure.
+    data = demo_bytes() * 400
+    src = tmp_path / "many.jsonl"
+    src.write_bytes(data)
+    record = tmp_path / "run.jsonl"
+    with open(src, "rb") as f:
+        done = recorder("--record", str(record), "--human", "quiet", "--events-to", "exit 0",
+                        stdin=f)
+    assert done.returncode == 0
+    assert record.read_bytes() == data
+    messages = done.stderr.decode().splitlines()
+    assert len(messages) == 1 and "stopped reading" in messages[0] and "still recorded" in messages[0]
+
+
+def test_sigkill_mid_stream_leaves_only_whole_lines(tmp_path):
+    record = tmp_path / "run.jsonl"
+    env = {**os.environ, "PYTHONPATH": ROOT}
+    proc = subprocess.Popen([PY, "-m", "stages.recorder", "--record", str(record), "--human", "quiet"],
+                            stdin=subprocess.PIPE, env=env, cwd=ROOT)
+    chunk = demo_bytes()
+
+    def feed():
+        try:
+            for _ in range(100_000):
+                proc.stdin.write(chunk)
+        except (BrokenPipeError, ValueError, OSError):
+            pass
+
+    feeder = threading.Thread(target=feed, daemon=True)
+    feeder.start()
+    deadline = time.monotonic() + 30
+    while (not record.exists() or record.stat().st_size < 2_000_000) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    feeder.join(timeout=30)
+    data = record.read_bytes()
+    assert len(data) >= 2_000_000
+    assert data.endswith(b"\n")
+    for line in data.splitlines():
+        parse_line(line)
+
+
+def _in_process(tmp_path, data: bytes, **kw) -> int:
+    src = tmp_path / "in.jsonl"
+    src.write_bytes(data)
+    fd = os.open(src, os.O_RDONLY)
+    try:
+        return main_from_fds(fd, **kw)
+    finally:
+        os.close(fd)
+
+
+def test_lines_that_are_not_events_are_not_recorded(tmp_path, capfd):
+    good = demo_bytes().splitlines(keepends=True)
+    data = good[0] + b"not json\n" + b'{"v":2,"type":"run.start"}\n' + b"".join(good[1:]) + b'{"v":1,"ts'
+    record = tmp_path / "run.jsonl"
+    assert _in_process(tmp_path, data, record=str(record), human="quiet") == 0
+    assert record.read_bytes() == demo_bytes()
+    err = capfd.readouterr().err
+    assert "skipping a line that is not a version-1 event" in err
+    assert "3 lines were not version-1 events" in err
+
+
+def test_a_last_line_without_newline_is_kept(tmp_path):
+    record = tmp_path / "run.jsonl"
+    assert _in_process(tmp_path, demo_bytes().rstrip(b"\n"), record=str(record), human="quiet") == 0
+    assert record.read_bytes() == demo_bytes()
+
+
+def test_an_unwritable_record_is_an_error_but_the_stream_is_drained(tmp_path, capfd):
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    assert _in_process(tmp_path, demo_bytes(), record=str(blocker / "run.jsonl"), human="quiet") == 1
+    assert "cannot write the record" in capfd.readouterr().err
+
+
+def test_unknown_human_mode_is_refused(tmp_path):
+    with pytest.raises(ValueError):
+        _in_process(tmp_path, b"", record=None, human="loud")
