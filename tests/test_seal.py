@@ -199,6 +199,10 @@ def test_tiocsti_is_refused(progs_dir):
     assert probe(progs_dir, "tiocsti") == "EPERM"     # the filter answers first
 
 
+def test_keyring_is_refused(progs_dir):
+    assert probe(progs_dir, "keyctl") == "EPERM"
+
+
 def test_new_user_namespace_is_refused(progs_dir):
     assert control(progs_dir, "unshare_user") == "OK"
     assert probe(progs_dir, "unshare_user") == "EPERM"

@@ -110,6 +110,10 @@ def tiocsti(_):
         fcntl.ioctl(f, termios.TIOCSTI, b"x")
 
 
+def keyctl(_):
+    raw_syscall(250, 0, -3 & 0xFFFFFFFFFFFFFFFF, 1)  # KEYCTL_GET_KEYRING_ID(session, create)
+
+
 def unshare_user(_):
     raw_syscall(SYS["unshare"], 0x10000000)
 
