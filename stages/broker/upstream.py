@@ -528,7 +528,7 @@ async def _dial_direct(loop, port: int, targets: list[str]) -> tuple[socket.sock
     failures = []
     for address in targets:
         try:
-            return await _open_socket(loop, address, port), f"{address} via direct"
+            return await _open_socket(loop, address, port), address
         except OSError as exc:
             failures.append((_os_error_code(exc), f"{address}: {exc.strerror or exc}"))
     code = failures[-1][0] if failures else "unreachable"
@@ -582,8 +582,8 @@ async def dial_via(path: PathSpec, host: str, port: int, addresses: tuple,
     """Connect to host:port through `path`.
 
     Returns a connected non-blocking socket whose next byte is the
-    destination's, and what was reached, for the record ("140.82.112.6 via
-    office"). For direct and socks5:// the checked `addresses` are dialled (or
+    destination's, and the address reached, for the record ("140.82.112.6"; the
+    host name itself when the exit resolves it). For direct and socks5:// the checked `addresses` are dialled (or
     sent to the exit), first to last, never the name; for socks5h:// and http://
     the name goes to the exit, which resolves it. Raises DialError.
     """
@@ -595,11 +595,11 @@ async def dial_via(path: PathSpec, host: str, port: int, addresses: tuple,
                 return await _dial_direct(loop, port, targets)
             if path.scheme == "socks5":
                 if not targets:
-                    raise ValueError("socks5:// dials the checked addresses; none were given")
+                    raise DialError("unreachable", f"{host}: no checked address to send to {path.describe()}")
                 last: DialError | None = None
                 for target in targets:
                     try:
-                        return await _dial_socks5_once(loop, path, target, port), f"{target} via {path.name}"
+                        return await _dial_socks5_once(loop, path, target, port), target
                     except DialError as exc:
                         last = exc
                 raise last
@@ -608,7 +608,7 @@ async def dial_via(path: PathSpec, host: str, port: int, addresses: tuple,
                 sock = await _dial_socks5_once(loop, path, name, port)
             else:
                 sock = await _dial_http_once(loop, path, name, port)
-            return sock, f"{name} via {path.name}"
+            return sock, name
     except TimeoutError:
         raise DialError("timeout", f"no connection through {path.describe()} within {timeout:g} s") from None
     except _ExitGone as exc:
