@@ -231,15 +231,49 @@ IPV4_SPECIAL = _table(_IPV4_SPECIAL, IPv4Network)
 IPV6_SPECIAL = _table(_IPV6_SPECIAL, IPv6Network)
 _GLOBAL_UNICAST = IPv6Network("2000::/3")
 
+
+class _PrefixTable:
+    """Longest-prefix match over a special table: one dict look-up per prefix
+    length present, not one containment test per entry. The tables above are
+    written so that a narrower entry always wins over a wider one, which is
+    exactly what longest-prefix-first gives."""
+
+    def __init__(self, table, bits: int):
+        self.bits = bits
+        self.by_length: dict[int, dict[int, tuple]] = {}
+        for entry in table:
+            net = entry[0]
+            if net.prefixlen == 0:
+                continue                      # the IPv6 catch-all is handled in code
+            self.by_length.setdefault(net.prefixlen, {}).setdefault(int(net.network_address), entry)
+        self.lengths = sorted(self.by_length, reverse=True)
+
+    def find(self, value: int):
+        for length in self.lengths:
+            shift = self.bits - length
+            entry = self.by_length[length].get(value >> shift << shift)
+            if entry is not None:
+                return entry
+        return None
+
+
+_V4_TABLE = _PrefixTable(IPV4_SPECIAL, 32)
+_V6_TABLE = _PrefixTable(IPV6_SPECIAL, 128)
+_RESERVED_V6 = next(e for e in IPV6_SPECIAL if e[0].prefixlen == 0)
+
 _MAPPED = IPv6Network("::ffff:0:0/96")
 _NAT64 = IPv6Network("64:ff9b::/96")
 _NAT64_LOCAL = IPv6Network("64:ff9b:1::/48")
 _NAT64_LOCAL_96 = IPv6Network("64:ff9b:1::/96")
+_EMBEDDING_PREFIXES = frozenset(int(n.network_address) >> 32 for n in (_MAPPED, _NAT64, _NAT64_LOCAL_96))
 
 
 def embedded_ipv4(ip: IPv6Address) -> tuple[IPv4Address, str] | None:
     """The IPv4 address an IPv6 address stands for, when it is one whose
     traffic goes to that IPv4 address (IPv4-mapped, NAT64): (ipv4, description)."""
+    top = int(ip) >> 32
+    if top not in _EMBEDDING_PREFIXES:
+        return None
     if ip in _MAPPED:
         return IPv4Address(int(ip) & 0xFFFFFFFF), "IPv4-mapped IPv6 address (::ffff:0:0/96)"
     if ip in _NAT64:
@@ -264,10 +298,11 @@ def _a(phrase: str) -> str:
 
 
 def _classify_v4(ip: IPv4Address) -> str | None:
-    for net, what, why, rfc in IPV4_SPECIAL:
-        if ip in net:
-            return f"{what} ({net}), {why}"
-    return None
+    entry = _V4_TABLE.find(int(ip))
+    if entry is None:
+        return None
+    net, what, why, _ = entry
+    return f"{what} ({net}), {why}"
 
 
 def _isatap_ipv4(ip: IPv6Address) -> IPv4Address | None:
@@ -286,7 +321,7 @@ def classify(ip, local_addresses: Iterable = frozenset()) -> str | None:
     """
     ip = _as_ip(ip)
     local = local_addresses if isinstance(local_addresses, (set, frozenset)) else frozenset(local_addresses)
-    if ip in local:
+    if local and ip in local:
         return (f"{ip}: an address of this machine's own interfaces, "
                 "which reaches services listening here")
     if isinstance(ip, IPv4Address):
@@ -303,11 +338,12 @@ def classify(ip, local_addresses: Iterable = frozenset()) -> str | None:
     if ip in _NAT64_LOCAL:
         return (f"{ip}: local-use NAT64 address ({_NAT64_LOCAL}) in a layout that does not show "
                 "which IPv4 address it carries, so it cannot be checked; refused (RFC 8215)")
-    for net, what, why, rfc in IPV6_SPECIAL:
-        if ip in net:
-            if net.prefixlen == 0 and ip in _GLOBAL_UNICAST:
-                break
-            return f"{ip}: {what} ({net}), {why}"
+    entry = _V6_TABLE.find(int(ip))
+    if entry is None and int(ip) >> 125 != 0b001:          # outside 2000::/3
+        entry = _RESERVED_V6
+    if entry is not None:
+        net, what, why, _ = entry
+        return f"{ip}: {what} ({net}), {why}"
     isatap = _isatap_ipv4(ip)
     if isatap is not None:
         why = _classify_v4(isatap) or ("an address of this machine's own interfaces"

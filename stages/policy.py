@@ -335,6 +335,8 @@ def _tokens(text: str):
 
 
 def _unquote(literal: str) -> str:
+    if "\\" not in literal:
+        return literal[1:-1]
     try:
         return tomllib.loads("k = " + literal)["k"]
     except tomllib.TOMLDecodeError:
