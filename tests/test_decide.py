@@ -139,6 +139,7 @@ def test_every_address_must_pass():
     public = [A("140.82.112.6"), A("140.82.112.7"), A("2606:4700::1111")]
     d = decide(t("api.github.com"), AGENT, public + [A("192.168.1.1")])
     assert not d.allowed and "192.168.1.1" in d.reason
+    assert d.addresses == tuple(public) + (A("192.168.1.1"),)   # what --dry-run would dial
     d = decide(t("api.github.com"), AGENT, public)
     assert d.allowed and d.addresses == tuple(public)
 

@@ -57,7 +57,7 @@ class Decision:
     allowed: bool
     reason: str           # a sentence for a person
     rule: str             # deny_private | default | deny "<text>" (line N) | allow "<text>" (line N) | no policy | target
-    addresses: tuple = ()  # allowed: the addresses checked, the only ones the broker may dial
+    addresses: tuple = ()  # the addresses checked: the only ones the broker may dial (allowed, or --dry-run)
 
 
 def parse_target(host: str, port: int) -> Target:
@@ -93,8 +93,10 @@ def _match_address(index, ip, port: int) -> Rule | None:
     return rule
 
 
-def _deny(reason: str, rule: str) -> Decision:
-    return Decision(allowed=False, reason=reason, rule=rule, addresses=())
+def _deny(reason: str, rule: str, addresses: tuple = ()) -> Decision:
+    # A denial still carries the addresses that were checked: under --dry-run
+    # the broker goes on and must dial those, not look the name up again.
+    return Decision(allowed=False, reason=reason, rule=rule, addresses=addresses)
 
 
 def _default(target: Target, policy: Policy, addresses: tuple) -> Decision:
@@ -102,7 +104,7 @@ def _default(target: Target, policy: Policy, addresses: tuple) -> Decision:
            "because the policy has an allow list" if policy.has_allow_list else
            "because the policy has no allow list")
     if policy.default == "deny":
-        return _deny(f"no allow rule matches {target}; default is deny ({why})", "default")
+        return _deny(f"no allow rule matches {target}; default is deny ({why})", "default", addresses)
     return Decision(True, f"no rule matches {target}; default is allow ({why})", "default", addresses)
 
 
@@ -146,14 +148,14 @@ def decide(target: Target, policy: Policy, addresses=None, *,
             if rule is not None:
                 subject = f"{target} resolved to {ip}, which" if is_name else f"{target}"
                 return _deny(f'{subject} matches deny rule "{rule.text}" ({policy.where(rule)})',
-                             f"deny {rule.label()}")
+                             f"deny {rule.label()}", addresses)
         # 3. deny_private on every address
         if policy.deny_private:
             for ip in addresses:
                 why = classify(ip, local)
                 if why is not None:
                     return _deny(f"{target.host} resolved to {why}" if is_name else why,
-                                 "deny_private")
+                                 "deny_private", addresses)
     else:
         addresses = ()
 
