@@ -23,6 +23,7 @@ from stages import handoff
 from stages.broker import main_from_fds
 from stages.policy import Policy, parse_policy
 from stages.record import parse_line
+from stages.recorder.check import schema_problems
 
 # --- destinations ------------------------------------------------------------
 
@@ -226,6 +227,7 @@ def check_event_invariants(events):
         "path.check": {"path", "type", "ok", "ms"},
     }
     for e in events:
+        assert schema_problems(e) == [], e
         need = fields[e["type"]]
         assert need <= set(e["fields"]), e
         extra = set(e["fields"]) - need
@@ -502,3 +504,35 @@ def test_many_connections_on_one_loop(run_broker):
     assert len(b.of("conn.close")) == 100
     assert Counter(e["type"] for e in b.events)["conn.open"] == 100
     echo.close()
+
+
+def test_a_request_still_dialling_at_the_end_is_recorded_as_failed(run_broker):
+    """A destination whose accept queue is full never answers the SYN, so the
+    dial is still pending when the helper goes away."""
+    full = socket.socket()
+    full.bind(("127.0.0.1", 0))
+    full.listen(0)
+    fillers = []
+    for _ in range(3):
+        f = socket.socket()
+        f.setblocking(False)
+        f.connect_ex(full.getsockname())
+        fillers.append(f)
+    b = run_broker(grace=0.1)
+    s = b.connect("socks")
+    s.sendall(b"\x05\x01\x00\x05\x01\x00\x01\x7f\x00\x00\x01" + struct.pack("!H", full.getsockname()[1]))
+    assert recv_exactly(s, 2) == b"\x05\x00"
+    # wait until the broker has recorded the request, then end the run
+    import time
+    for _ in range(200):
+        b.events_file.seek(0)
+        if b"conn.request" in b.events_file.read():
+            break
+        time.sleep(0.01)
+    b.finish()
+    fail, = b.of("conn.fail")
+    assert fail["fields"]["stage"] == "dial" and fail["fields"]["error"] == "internal"
+    s.close()
+    for f in fillers:
+        f.close()
+    full.close()

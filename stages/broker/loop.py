@@ -216,14 +216,30 @@ class Broker:
     # shared steps -------------------------------------------------------------
     async def connect(self, conn: int, door: str, kind: str, host: str, port: int):
         """conn.request -> decide (lookup if needed) -> dial. Returns Opened,
-        Denied or Failed, having written every event on the way."""
+        Denied or Failed, having written every event on the way: a request
+        always ends, even when the run stops in the middle of it."""
         self.emit("conn.request", conn, door=door, kind=kind, host=host, port=port)
+        progress = {"stage": "resolve", "ended": False}
+        try:
+            outcome = await self._connect(conn, host, port, progress)
+        except asyncio.CancelledError:
+            if not progress["ended"]:
+                self.fail(conn, progress["stage"], "internal", "vpnw stopped before the connection was made")
+            raise
+        except Exception as exc:
+            if not progress["ended"]:
+                return self.fail(conn, progress["stage"], "internal", f"vpnw failed: {exc!r}")
+            raise
+        return outcome
+
+    async def _connect(self, conn: int, host: str, port: int, progress: dict):
         d = self.decide
         try:
             target = d.parse_target(host, port)
         except d.BadTarget as exc:
             reason = str(exc)
             self.totals["denied"] += 1
+            progress["ended"] = True
             self.emit("policy.deny", conn, rule="target", reason=reason, enforced=True)
             return Denied(reason)
         addresses = None
@@ -237,6 +253,7 @@ class Broker:
                 if isinstance(verdict, d.LookUp):
                     raise RuntimeError("decide asked for a second lookup")
         except DialError as exc:
+            progress["ended"] = True
             return self.fail(conn, "resolve", exc.error, exc.reason)
         if verdict.allowed:
             self.emit("policy.allow", conn, rule=verdict.rule, reason=verdict.reason)
@@ -245,6 +262,7 @@ class Broker:
                       enforced=not self.dry_run)
             if not self.dry_run:
                 self.totals["denied"] += 1
+                progress["ended"] = True
                 return Denied(verdict.reason)
             self.totals["would_deny"] += 1
         dial_addresses = tuple(verdict.addresses or ())
@@ -255,7 +273,9 @@ class Broker:
             try:
                 dial_addresses = await self.resolve(conn, target.host, port)
             except DialError as exc:
+                progress["ended"] = True
                 return self.fail(conn, "resolve", exc.error, exc.reason)
+        progress["stage"] = "dial"
         started = time.monotonic()
         try:
             if self.is_direct:
@@ -263,7 +283,9 @@ class Broker:
             else:
                 sock, address = await self._dial_via(target.host, port, dial_addresses)
         except DialError as exc:
+            progress["ended"] = True
             return self.fail(conn, "path" if exc.error == "path-down" else "dial", exc.error, exc.reason)
+        progress["ended"] = True
         sock.setblocking(False)
         self.emit("conn.open", conn, address=address, port=port,
                   via=getattr(self.path, "name", "direct"), ms=_ms(started))
@@ -408,10 +430,11 @@ class Broker:
             except OSError:
                 bound = None
             await loop.sock_sendall(client, socks5.reply(socks5.SUCCEEDED, bound))
+            await self.run_relay(client, outcome, parser.early_data())
         except OSError:
+            pass
+        finally:
             self.close_conn(outcome)
-            return
-        await self.run_relay(client, outcome, parser.early_data())
 
     # HTTP proxy -------------------------------------------------------------
     async def serve_http(self, client: socket.socket) -> None:
@@ -451,10 +474,11 @@ class Broker:
                         return
                     try:
                         await loop.sock_sendall(client, http_proxy.CONNECT_OK)
+                        await self.run_relay(client, outcome, parser.tunnel_data())
                     except OSError:
+                        pass
+                    finally:
                         self.close_conn(outcome)
-                        return
-                    await self.run_relay(client, outcome, parser.tunnel_data())
                     return
                 key = (head.host.lower(), head.port)
                 if upstream is not None and (upstream_key != key or not _still_open(upstream.sock)):
