@@ -1,0 +1,215 @@
+"""The learner: flags, wildcard suggestions, bounded memory, hostile names, the command."""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tomllib
+import tracemalloc
+
+import pytest
+from click.testing import CliRunner
+
+from stages.learner.commands import learn_command
+from stages.learner.draft import draft_policy, looks_generated, shannon_entropy
+from stages.policy import parse_policy
+from stages.record import encode, parse_line
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+GOLDEN = os.path.join(HERE, "golden")
+
+
+@pytest.mark.parametrize("label", [
+    "api", "github", "pythonhosted", "files", "objects-origin", "githubusercontent",
+    "googleusercontent", "us-east-1", "ec2-54-23-1-2", "registry", "internationalization",
+    "github-production-release-asset-2e65be", "s3-accelerate", "login", "www2",
+    "xn--bcher-kva", "dualstack", "cloudfront", "amazonaws", "storage",
+])
+def test_ordinary_labels_are_not_flagged(label):
+    assert not looks_generated(label)
+
+
+@pytest.mark.parametrize("label", [
+    "mzxw6ytboi2dsmrsgq3dknzq",              # base32
+    "4a6f686e20446f65206b6e6f7773",          # hex
+    "dgvzdc10b2tlbi1hymnkzwy",               # base64, lowercased
+    "d3kbcqa49mib13",                        # letters and digits mixed
+    "qxvbzjtlpkwmrhgyadnfsc",                # random letters
+    "aGVsbG8td29ybGQtc2VjcmV0LXRva2Vu",      # base64, case kept
+])
+def test_generated_labels_are_flagged(label):
+    assert looks_generated(label)
+
+
+def test_entropy():
+    assert shannon_entropy("") == 0
+    assert shannon_entropy("aaaa") == 0
+    assert shannon_entropy("abcd") == 2.0
+
+
+class Run:
+    """A tiny builder of runs for these tests (the goldens are the realistic ones)."""
+
+    def __init__(self, run="r-aaaaaa", mode="trace", program="agent"):
+        self.run, self.conn, self.t = run, 0, 1_790_682_276_000_000_000
+        self.events = [self.ev("run.start", None, mode=mode, program=program, policy=None,
+                               policy_file=None, via="direct", dry_run=False,
+                               allow_unix_sockets=False, version="0.1.0", record="-")]
+
+    def ev(self, type_, conn, **fields):
+        self.t += 1_000_000
+        return parse_line(encode(self.run, type_, fields, path="direct", conn=conn, pid=1, ts_ns=self.t))
+
+    def reach(self, host, port=443, address="140.82.112.6", up=10, down=20):
+        self.conn += 1
+        c = self.conn
+        self.events += [self.ev("conn.request", c, door="http", kind="http-connect", host=host, port=port),
+                        self.ev("conn.open", c, address=address, port=port, via="direct", ms=1),
+                        self.ev("conn.close", c, bytes_up=up, bytes_down=down, ms=3)]
+        return self
+
+    def deny(self, host, port=443):
+        self.conn += 1
+        self.events += [self.ev("conn.request", self.conn, door="http", kind="http-connect",
+                                host=host, port=port),
+                        self.ev("policy.deny", self.conn, rule="default", reason="no rule", enforced=True)]
+        return self
+
+
+def allow_list(draft):
+    return tomllib.loads(draft)["policy"]["allow"]
+
+
+def test_ports_and_plain_hosts():
+    run = Run().reach("a.example", 443).reach("a.example", 80).reach("b.example", 8443) \
+        .reach("b.example", 443).reach("2001:db8::5", 8080, address="2001:db8::5").reach("c.example", 80)
+    draft = draft_policy(run.events, "t")
+    assert allow_list(draft) == ["a.example", "b.example", "b.example:8443", "c.example",
+                                 "[2001:db8::5]:8080"]
+    assert '"a.example",' in draft and "# 2 connections" in draft.split('"a.example",')[1].split("\n")[0]
+    parse_policy(draft, "t.toml")
+
+
+def test_denied_names_are_listed_commented_out_not_allowed():
+    draft = draft_policy(Run().reach("ok.example").deny("evil.example").deny("evil.example").events, "t")
+    assert allow_list(draft) == ["ok.example"]
+    assert '    # "evil.example:443",  # denied 2 times: no rule' in draft
+    assert "evil.example:443: denied 2 times" in draft.split("version = 1")[0]
+
+
+def test_wildcard_suggestions():
+    run = Run()
+    for name in ("a.cdn.example.com", "b.cdn.example.com", "c.cdn.example.com", "www.example.com",
+                 "x.other.org", "y.other.org", "one.co.uk", "two.co.uk", "three.co.uk"):
+        run.reach(name)
+    review = draft_policy(run.events, "t").split("version = 1")[0]
+    assert "*.cdn.example.com could replace 3 names" in review
+    assert "*.example.com could replace 4 names" in review
+    assert "*.other.org" not in review          # two names only
+    assert "*.co.uk" not in review              # a shared suffix, never a wildcard
+    assert "do NOT use a wildcard" not in review
+
+
+def test_a_wildcard_over_the_same_names_is_suggested_once():
+    run = Run()
+    for name in ("a.cdn.example.com", "b.cdn.example.com", "c.cdn.example.com"):
+        run.reach(name)
+    review = draft_policy(run.events, "t").split("version = 1")[0]
+    assert "*.cdn.example.com could replace 3 names" in review
+    assert "*.example.com could" not in review
+
+
+def test_hostile_names_cannot_break_out_of_comments_or_strings():
+    # A name is whatever the sandboxed program asked for; it must not inject TOML.
+    run = Run().reach('x"]\nallow = ["*"]\n#.example').reach("ok.example")
+    run.events[1]["fields"]["host"] = 'ok2.example'  # keep one well-formed
+    run.deny('evil.example\n[policy]\ndefault = "allow"')
+    draft = draft_policy(run.events, 'agent"\nname = "pwned')
+    data = tomllib.loads(draft)
+    assert data["policy"]["default"] == "deny"
+    assert "*" not in data["policy"]["allow"]
+    assert data["name"] == 'agent"\\x0aname = "pwned'
+    assert "\ndefault = \"allow\"" not in draft
+
+
+def test_memory_does_not_grow_with_the_record():
+    def stream(n_conns):
+        # The same 20 connections over and over (a number is reused only after
+        # its connection closed), built once so the generator allocates nothing.
+        yield Run().events[0]
+        ts = "2026-09-29T11:44:36.000000000Z"
+        cycle = []
+        for c in range(1, 21):
+            base = {"v": 1, "ts": ts, "run": "r-aaaaaa", "pid": 1, "path": "direct", "conn": c}
+            cycle += [{**base, "type": "conn.request", "fields": {"door": "http", "kind": "http-connect",
+                                                                  "host": f"h{c}.example", "port": 443}},
+                      {**base, "type": "conn.open",
+                       "fields": {"address": "140.82.112.6", "port": 443, "via": "direct", "ms": 1}},
+                      {**base, "type": "conn.close", "fields": {"bytes_up": 100, "bytes_down": 200, "ms": 3}}]
+        for i in range(n_conns * 3):
+            yield cycle[i % len(cycle)]
+
+    def peak(n_conns):
+        tracemalloc.start()
+        try:
+            draft_policy(stream(n_conns), "big")
+            return tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+
+    small = peak(1_000)
+    large = peak(66_667)       # 200,000 events
+    assert large < 2_000_000, large
+    assert large < small + 200_000, (small, large)
+
+
+def test_an_empty_record_gives_a_valid_deny_all_draft():
+    draft = draft_policy([], "nothing")
+    policy = parse_policy(draft, "nothing.toml")
+    assert policy.allow == () and policy.default == "deny"
+    assert "allow = []" in draft
+
+
+# --- the command -----------------------------------------------------------------
+
+@pytest.fixture
+def state(tmp_path):
+    directory = tmp_path / "vpnw" / "runs"
+    directory.mkdir(parents=True)
+    shutil.copy(os.path.join(GOLDEN, "demo_agent_trace.jsonl"), directory / "r-36e0ba.jsonl")
+    shutil.copy(os.path.join(GOLDEN, "pip_guard.jsonl"), directory / "r-7c01d2.jsonl")
+    return tmp_path
+
+
+def test_learn_reads_the_last_trace(state, monkeypatch):
+    monkeypatch.setenv("XDG_STATE_HOME", str(state))
+    result = CliRunner().invoke(learn_command, ["--name", "agent"])
+    assert result.exit_code == 0
+    with open(os.path.join(GOLDEN, "demo_agent_trace.toml"), encoding="utf-8") as f:
+        assert result.output == f.read()   # the guard run (newer) is not a trace
+
+
+def test_learn_with_no_trace_exits_121(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path))
+    result = CliRunner().invoke(learn_command, ["--name", "agent"])
+    assert result.exit_code == 121
+    assert "no trace to learn from" in result.output
+    result = CliRunner().invoke(learn_command, ["--from", str(tmp_path / "missing.jsonl")])
+    assert result.exit_code == 121 and "cannot read the run file" in result.output
+
+
+def test_learn_from_several_files_and_stdin():
+    files = [os.path.join(GOLDEN, n + ".jsonl") for n in ("dry_run_guard", "pip_guard")]
+    result = CliRunner().invoke(learn_command, ["--name", "tools", "--from", files[0], "--from", files[1]])
+    with open(os.path.join(GOLDEN, "merged.toml"), encoding="utf-8") as f:
+        merged = f.read()
+    assert result.exit_code == 0 and result.output == merged
+    with open(files[1], "rb") as f:
+        data = f.read()
+    done = subprocess.run([sys.executable, "-m", "stages.learner", "--name", "tools", "--from", files[0],
+                           "--from", "-"], input=data, capture_output=True, cwd=ROOT, timeout=60,
+                          env={**os.environ, "PYTHONPATH": ROOT})
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.decode() == merged

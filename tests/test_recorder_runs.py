@@ -1,0 +1,138 @@
+"""`vpnw runs`, `vpnw show` and "the last trace" (stages/recorder/runs.py)."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+
+import pytest
+from click.testing import CliRunner
+
+from stages.record import read_events
+from stages.recorder import runs
+from stages.recorder.commands import runs_command, show_command
+
+GOLDEN = os.path.join(os.path.dirname(os.path.abspath(__file__)), "golden")
+
+
+@pytest.fixture
+def state(tmp_path):
+    """A runs directory holding the three golden runs under their ids."""
+    directory = tmp_path / "runs"
+    directory.mkdir()
+    for name, run_id in (("demo_agent_trace", "r-36e0ba"), ("pip_guard", "r-7c01d2"),
+                         ("dry_run_guard", "r-d2a9f0")):
+        shutil.copy(os.path.join(GOLDEN, name + ".jsonl"), directory / f"{run_id}.jsonl")
+    return directory
+
+
+def test_list_runs_newest_first(state):
+    summaries = runs.list_runs(str(state))
+    assert [s.id for s in summaries] == ["r-d2a9f0", "r-7c01d2", "r-36e0ba"]
+    pip = summaries[1]
+    assert (pip.program, pip.mode, pip.connections, pip.denied, pip.failed, pip.exit_code,
+            pip.complete) == ("pip", "guard", 6, 1, 1, 120, True)
+    assert pip.start == "2026-09-29T12:44:36.000000000Z"
+
+
+def test_a_killed_run_is_counted_by_streaming(state):
+    lines = (state / "r-7c01d2.jsonl").read_bytes().splitlines(keepends=True)
+    (state / "r-7c01d2.jsonl").write_bytes(b"".join(lines[:-2]) + lines[-2][:25])  # torn tail
+    pip = next(s for s in runs.list_runs(str(state)) if s.id == "r-7c01d2")
+    assert (pip.connections, pip.denied, pip.failed, pip.exit_code, pip.complete) == (6, 1, 1, None, False)
+
+
+def test_last_run_and_last_trace(state):
+    assert runs.last_run(str(state)) == str(state / "r-d2a9f0.jsonl")
+    assert runs.last_run(str(state), mode="trace") == str(state / "r-36e0ba.jsonl")
+    assert runs.last_run(str(state), mode="run") is None
+    assert runs.last_run(str(state / "missing")) is None
+
+
+def test_last_run_ties_go_to_the_newer_file(state):
+    # Two runs started in the same nanosecond: the newer mtime wins.
+    twin = state / "r-000000.jsonl"
+    twin.write_bytes((state / "r-36e0ba.jsonl").read_bytes().replace(b"r-36e0ba", b"r-000000"))
+    os.utime(state / "r-36e0ba.jsonl", ns=(1, 1))
+    os.utime(twin, ns=(2, 2))
+    assert runs.last_run(str(state), mode="trace") == str(twin)
+    os.utime(twin, ns=(0, 0))
+    assert runs.last_run(str(state), mode="trace") == str(state / "r-36e0ba.jsonl")
+
+
+def test_a_file_without_run_start_is_never_the_last_trace(state):
+    (state / "junk.jsonl").write_text("not an event\n")
+    assert runs.last_run(str(state), mode="trace") == str(state / "r-36e0ba.jsonl")
+    assert any(s.id == "junk" for s in runs.list_runs(str(state)))
+
+
+def test_resolve_run(state):
+    d = str(state)
+    assert runs.resolve_run("r-7c01d2", d) == os.path.join(d, "r-7c01d2.jsonl")
+    assert runs.resolve_run("7c01d2", d) == os.path.join(d, "r-7c01d2.jsonl")
+    assert runs.resolve_run(None, d) == os.path.join(d, "r-d2a9f0.jsonl")
+    path = os.path.join(GOLDEN, "pip_guard.jsonl")
+    assert runs.resolve_run(path, d) == path
+    with pytest.raises(runs.RunNotFound):
+        runs.resolve_run("r-nothere", d)
+
+
+def test_destinations(state):
+    with open(state / "r-7c01d2.jsonl", "rb") as f:
+        table = runs.destinations(read_events(f))
+    assert [(d.host, d.port, d.decision, d.requests, d.bytes_up, d.bytes_down) for d in table] == [
+        ("files.pythonhosted.org", 443, "allowed", 3, 4200, 3_029_000),
+        ("pypi.org", 443, "allowed/failed", 2, 1900, 120_000),
+        ("telemetry.example.net", 443, "denied", 1, 0, 0),
+    ]
+
+
+def test_runs_command(state):
+    result = CliRunner().invoke(runs_command, ["--dir", str(state)])
+    assert result.exit_code == 0
+    lines = result.output.splitlines()
+    assert lines[0].split() == ["RUN", "START", "(UTC)", "MODE", "PROGRAM", "CONNS", "DENIED",
+                                "FAILED", "EXIT"]
+    assert lines[2].split() == ["r-7c01d2", "2026-09-29", "12:44:36Z", "guard", "pip", "6", "1", "1", "120"]
+    result = CliRunner().invoke(runs_command, ["--dir", str(state), "--json"])
+    data = json.loads(result.output)
+    assert [d["id"] for d in data] == ["r-d2a9f0", "r-7c01d2", "r-36e0ba"]
+
+
+def test_runs_command_reads_the_state_directory(state, tmp_path, monkeypatch):
+    shutil.copytree(state, tmp_path / "xdg" / "vpnw" / "runs")
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "xdg"))
+    result = CliRunner().invoke(runs_command, ["--json"])
+    assert len(json.loads(result.output)) == 3
+
+
+def test_show_human_summary_and_json(state, monkeypatch):
+    monkeypatch.setenv("TZ", "UTC")
+    import time
+    time.tzset()
+    try:
+        result = CliRunner().invoke(show_command, ["r-7c01d2", "--dir", str(state)])
+    finally:
+        monkeypatch.delenv("TZ")
+        time.tzset()
+    assert result.exit_code == 0
+    assert "vpnw 12:44:36.000  run r-7c01d2: guard pip  (via direct, policy pip)" in result.output
+    assert "#5     DENY   telemetry.example.net:443" in result.output
+
+    result = CliRunner().invoke(show_command, ["7c01d2", "--summary", "--dir", str(state)])
+    assert result.output.splitlines() == [
+        "HOST                    PORT  DECISION        CONNS      UP      DOWN",
+        "files.pythonhosted.org   443  allowed             3  4.2 kB    3.0 MB",
+        "pypi.org                 443  allowed/failed      2  1.9 kB  120.0 kB",
+        "telemetry.example.net    443  denied              1     0 B       0 B",
+    ]
+    result = CliRunner().invoke(show_command, ["--json", "--dir", str(state)])
+    data = json.loads(result.output)
+    assert data["run"]["id"] == "r-d2a9f0"
+    assert [d["decision"] for d in data["destinations"]] == ["would deny", "allowed"]
+
+
+def test_show_an_unknown_run(state):
+    result = CliRunner().invoke(show_command, ["r-nope", "--dir", str(state)])
+    assert result.exit_code == 121
+    assert "no run 'r-nope'" in result.output
