@@ -143,23 +143,26 @@ def format_event(event: dict, state: HumanState) -> str | None:
     mode = state.mode
     if mode == QUIET:
         return None
-    head = f"vpnw {clock(str(event.get('ts', '')), state)}  "
+
+    def head() -> str:
+        # Only for lines that are printed: the run mode skips most events.
+        return f"vpnw {clock(str(event.get('ts', '')), state)}  "
 
     if type_ == "conn.request":
         target = host_port(f.get("host", "?"), f.get("port", "?"))
         state.conns[conn] = target
         if mode != TRACE:
             return None
-        return f"{head}{_conn_col(conn)}→ {target}  {printable(f.get('kind', '?'))}"
+        return f"{head()}{_conn_col(conn)}→ {target}  {printable(f.get('kind', '?'))}"
 
     if type_ == "dns.resolve":
         if mode != TRACE:
             return None
         host = printable(f.get("host", "?"))
         if f.get("error"):
-            return f"{head}{_conn_col(conn)}  dns  {host}: {printable(f['error'])}  ({human_ms(f.get('ms'))})"
+            return f"{head()}{_conn_col(conn)}  dns  {host}: {printable(f['error'])}  ({human_ms(f.get('ms'))})"
         addresses = ", ".join(printable(a) for a in (f.get("addresses") or [])) or "no addresses"
-        return f"{head}{_conn_col(conn)}  dns  {host} → {addresses}  ({human_ms(f.get('ms'))})"
+        return f"{head()}{_conn_col(conn)}  dns  {host} → {addresses}  ({human_ms(f.get('ms'))})"
 
     if type_ == "policy.allow":
         # The open (or FAIL) line that follows says the same thing more usefully.
@@ -173,25 +176,25 @@ def format_event(event: dict, state: HumanState) -> str | None:
             word = _paint("DENY", _RED, state)
         else:
             word = _paint("WOULD DENY", _RED, state)
-        return f"{head}{_conn_col(conn)}  {word}   {target}  {printable(f.get('reason', ''))}"
+        return f"{head()}{_conn_col(conn)}  {word}   {target}  {printable(f.get('reason', ''))}"
 
     if type_ == "conn.open":
         if mode != TRACE:
             return None
-        return (f"{head}{_conn_col(conn)}  {_paint('open', _GREEN, state)}  "
+        return (f"{head()}{_conn_col(conn)}  {_paint('open', _GREEN, state)}  "
                 f"{printable(f.get('address', '?'))} via {printable(f.get('via', '?'))}  "
                 f"({human_ms(f.get('ms'))})")
 
     if type_ == "conn.fail":
         target = state.conns.pop(conn, None) or "?"
-        return (f"{head}{_conn_col(conn)}  {_paint('FAIL', _YELLOW, state)}   {target}  "
+        return (f"{head()}{_conn_col(conn)}  {_paint('FAIL', _YELLOW, state)}   {target}  "
                 f"{printable(f.get('reason') or f.get('error') or '')}")
 
     if type_ == "conn.close":
         state.conns.pop(conn, None)
         if mode != TRACE:
             return None
-        return (f"{head}{_conn_col(conn)}  close  ↑{human_bytes(f.get('bytes_up'))} "
+        return (f"{head()}{_conn_col(conn)}  close  ↑{human_bytes(f.get('bytes_up'))} "
                 f"↓{human_bytes(f.get('bytes_down'))}  ({human_ms(f.get('ms'))})")
 
     if type_ == "run.start":
@@ -206,7 +209,7 @@ def format_event(event: dict, state: HumanState) -> str | None:
             extras.append("dry run")
         if f.get("allow_unix_sockets"):
             extras.append("unix sockets allowed")
-        return (f"{head}run {printable(event.get('run', '?'))}: {printable(f.get('mode', '?'))} "
+        return (f"{head()}run {printable(event.get('run', '?'))}: {printable(f.get('mode', '?'))} "
                 f"{printable(f.get('program', '?'))}  ({', '.join(extras)})")
 
     if type_ == "path.check":
@@ -214,8 +217,8 @@ def format_event(event: dict, state: HumanState) -> str | None:
         if f.get("ok"):
             if mode != TRACE:
                 return None
-            return f"{head}path {name} ok  ({printable(f.get('type', '?'))}, {human_ms(f.get('ms'))})"
-        return f"{head}path {name} {_paint('DOWN', _RED, state)}: {printable(f.get('error', 'unreachable'))}"
+            return f"{head()}path {name} ok  ({printable(f.get('type', '?'))}, {human_ms(f.get('ms'))})"
+        return f"{head()}path {name} {_paint('DOWN', _RED, state)}: {printable(f.get('error', 'unreachable'))}"
 
     if type_ == "sandbox.ready":
         if mode != TRACE:
@@ -225,18 +228,18 @@ def format_event(event: dict, state: HumanState) -> str | None:
         door_text = ", ".join(f"{printable(k)} {printable(v)}" for k, v in sorted(doors.items()))
         unix = "unix sockets ALLOWED" if f.get("unix_sockets") else "no unix sockets"
         seccomp = "seccomp on" if f.get("seccomp") else "seccomp OFF"
-        return f"{head}sandbox ready: {namespaces}; {seccomp}; {unix}; doors {door_text}"
+        return f"{head()}sandbox ready: {namespaces}; {seccomp}; {unix}; doors {door_text}"
 
     if type_ == "program.exit":
         if mode != TRACE:
             return None
         if f.get("signal"):
-            return f"{head}program killed by signal {printable(f['signal'])}"
-        return f"{head}program exited with code {printable(f.get('code'))}"
+            return f"{head()}program killed by signal {printable(f['signal'])}"
+        return f"{head()}program exited with code {printable(f.get('code'))}"
 
     if type_ == "run.end":
         if mode == RUN:
             return "vpnw  " + summary_text(event, state)
-        return head + summary_text(event, state)
+        return head() + summary_text(event, state)
 
     return None
