@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from e2e_support import assert_every_connection_accounted, describe, opened, run_events
+from e2e_support import assert_every_connection_accounted, connections, describe, opened, run_events
 from world import DEFAULT_NAMES, DEMO_PACKAGE, DEMO_VALUE, GIT_README, WORLD_V4
 
 pytestmark = pytest.mark.world
@@ -179,3 +179,47 @@ def test_trace_prints_and_records_every_connection(world, user):
     for host, port in [("api.github.com", 80), ("files.pythonhosted.org", 443),
                        ("pypi.world", 80), ("git.world", 443)]:
         assert re.search(rf"^vpnw .*#\d+ +→ {re.escape(host)}:{port} ", r.stderr, re.M), r.stderr
+
+
+GUARD_POLICY = """version = 1
+name = "agent"
+
+[policy]
+default = "deny"
+deny_private = true
+allow = ["api.github.com", "*.pythonhosted.org", "metadata.world", "sneaky.world"]
+"""
+
+
+def test_guard_denies_and_never_looks_up_a_denied_name(world, user, clean_dns):
+    policy = world.file("agent.toml", GUARD_POLICY)
+    # One public address and one private one: every address must pass.
+    world.dns_set("sneaky.world", ["140.82.112.9", "10.1.2.3"])
+    urls = ["https://api.github.com/whoami", "https://evil.example/whoami",
+            "https://metadata.world/whoami", "https://sneaky.world/whoami",
+            "https://files.pythonhosted.org/whoami"]
+    script = "; ".join(f"curl -sS --max-time 30 --cacert {world.ca_pem} -o /dev/null "
+                       f"-w '%{{http_code}}\\n' {u} || true" for u in urls)
+    mark = world.dns_mark()
+    r = world.vpnw(["guard", "--policy", str(policy), "--", "sh", "-c", script], user=user)
+    assert r.returncode == 120, describe(r)
+    codes = r.stdout.split()
+    assert codes[0] == "200" and codes[4] == "200", codes
+    assert all(c != "200" for c in codes[1:4]), codes
+    looked_up = world.dns_queries(since=mark)
+    assert "evil.example" not in looked_up  # denied under default deny: never asked
+    assert {"api.github.com", "metadata.world", "sneaky.world"} <= set(looked_up)
+    events = run_events(r)
+    assert [(h, p) for h, p, _ in opened(events)] == [("api.github.com", 443),
+                                                      ("files.pythonhosted.org", 443)]
+    denied = {}
+    for conn, evs in connections(events).items():
+        for e in evs:
+            if e["type"] == "policy.deny":
+                denied[evs[0]["fields"]["host"]] = e["fields"]["rule"]
+    assert set(denied) == {"evil.example", "metadata.world", "sneaky.world"}
+    assert denied["metadata.world"] == denied["sneaky.world"] == "deny_private"
+    assert events[-1]["fields"]["denied"] == 3
+    # Nothing denied reached the internet: the web server never saw those names.
+    log = "\n".join(world.web_log())
+    assert "evil.example" not in log
