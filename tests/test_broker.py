@@ -14,6 +14,7 @@ import socket
 import struct
 import tempfile
 import threading
+import time
 from collections import Counter, defaultdict
 
 import pytest
@@ -127,7 +128,7 @@ class BrokerRun:
         self.door.bind(("127.0.0.1", 0))
         self.door.listen(64)
         self.door_port = self.door.getsockname()[1]
-        self.which_door = {}
+        self.handed = self.connected = 0
         self.result = None
         self.thread = threading.Thread(target=self._run, args=(policy, dry_run, grace), daemon=True)
         self.thread.start()
@@ -150,17 +151,22 @@ class BrokerRun:
             door = self.pending_door.pop(0)
             handoff.send_conn(self.helper_end, door, conn.fileno())
             conn.close()
+            self.handed += 1
 
     pending_door: list
 
     def connect(self, door: str) -> socket.socket:
         """A client connection to `door`, handed over as the helper would."""
         self.pending_door.append(door)
+        self.connected += 1
         sock = socket.create_connection(("127.0.0.1", self.door_port), timeout=20)
         return sock
 
     def finish(self):
         """The helper goes away; the broker winds down and reports."""
+        deadline = time.monotonic() + 20
+        while self.handed < self.connected and time.monotonic() < deadline:
+            time.sleep(0.005)          # let the door hand over what it accepted
         self.door.close()
         self.helper_end.close()
         self.thread.join(60)
@@ -523,7 +529,6 @@ def test_a_request_still_dialling_at_the_end_is_recorded_as_failed(run_broker):
     s.sendall(b"\x05\x01\x00\x05\x01\x00\x01\x7f\x00\x00\x01" + struct.pack("!H", full.getsockname()[1]))
     assert recv_exactly(s, 2) == b"\x05\x00"
     # wait until the broker has recorded the request, then end the run
-    import time
     for _ in range(200):
         b.events_file.seek(0)
         if b"conn.request" in b.events_file.read():
@@ -536,3 +541,31 @@ def test_a_request_still_dialling_at_the_end_is_recorded_as_failed(run_broker):
     for f in fillers:
         f.close()
     full.close()
+
+
+def test_close_delimited_response_ends_the_client_connection(run_broker):
+    origin = socket.socket()
+    origin.bind(("127.0.0.1", 0))
+    origin.listen()
+
+    def serve():
+        conn, _ = origin.accept()
+        with conn:
+            head = b""
+            while b"\r\n\r\n" not in head:
+                head += conn.recv(1024)
+            conn.sendall(b"HTTP/1.0 200 OK\r\nContent-Type: text/plain\r\n\r\nall of it, until close")
+
+    threading.Thread(target=serve, daemon=True).start()
+    b = run_broker()
+    with b.connect("http") as s:
+        s.sendall(b"GET http://127.0.0.1:%d/ HTTP/1.1\r\n\r\n" % origin.getsockname()[1])
+        got = b""
+        while data := s.recv(1024):
+            got += data
+    head, body = got.split(b"\r\n\r\n", 1)
+    assert b"Connection: close" in head and body == b"all of it, until close"
+    b.finish()
+    close, = b.of("conn.close")
+    assert close["fields"]["bytes_down"] == len(got)
+    origin.close()

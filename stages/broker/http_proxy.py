@@ -13,8 +13,8 @@ Two parsers share one framing core:
   or close-delimited) and can keep the client connection alive between them.
 
 Events: a head (`ConnectHead`, `ForwardHead`, `ResponseHead`), `Body(data)`
-(raw bytes to pass on, chunk framing included), `END` (message complete) and
-`NEED_DATA`. Malformed input raises `ProtocolError`, and nothing else.
+(raw bytes to pass on, chunk framing included), `END` (message complete),
+`CLOSED` (the client closed cleanly between requests) and `NEED_DATA`. Malformed input raises `ProtocolError`, and nothing else.
 
 The heads never go to the record: the record keeps host and port only.
 """
