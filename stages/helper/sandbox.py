@@ -370,7 +370,7 @@ def _program(argv, penv, seccomp_filter, err_w: int) -> None:
         _close_all_but({err_w})
         priv.drop_all_privileges()
         seccomp_filter.load()
-    except OSError as e:
+    except BaseException as e:  # noqa: BLE001 - whatever went wrong, never exec unsealed
         _report_exec(err_w, {"error": f"cannot seal the program's process: {e}; {DOCTOR_HINT}",
                              "code": 122})
     try:
