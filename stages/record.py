@@ -91,8 +91,10 @@ class Emitter:
         self.run = run
         self.path = path
 
-    def emit(self, type_: str, conn: int | None = None, path: str | None = None, **fields) -> None:
-        line = encode(self.run, type_, fields, path=path or self.path, conn=conn)
+    def emit(self, type_: str, conn: int | None = None, /, **fields) -> None:
+        # The envelope's path is the emitter's: every field name stays free for
+        # the event itself (path.check has a field called "path").
+        line = encode(self.run, type_, fields, path=self.path, conn=conn)
         try:
             os.write(self.fd, line)
         except BrokenPipeError:

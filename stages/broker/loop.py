@@ -32,7 +32,7 @@ from . import http_proxy, socks5
 from .dial import DialError, classify, dial_direct
 from .relay import Relay
 from ..handoff import HandoffError, recv_conn
-from ..record import Emitter, encode
+from ..record import Emitter
 
 HANDSHAKE_TIMEOUT = 30.0    # the first request head must arrive within this (slowloris)
 IDLE_TIMEOUT = 120.0        # between requests on a kept-alive client connection
@@ -96,13 +96,7 @@ class Broker:
 
     # record and status ------------------------------------------------------
     def emit(self, type_: str, conn: int | None = None, **fields) -> None:
-        # Not Emitter.emit(**fields): path.check has a field named "path",
-        # which emit() would take for the envelope's path.
-        line = encode(self.emitter.run, type_, fields, path=self.emitter.path, conn=conn)
-        try:
-            os.write(self.emitter.fd, line)
-        except BrokenPipeError:
-            pass  # the recorder is gone; the orchestrator notices
+        self.emitter.emit(type_, conn, **fields)
 
     def status(self, obj: dict) -> None:
         try:
