@@ -141,6 +141,10 @@ def run(argv: list[str], handoff_fd: int, status_fd: int, go_fd: int,
         _line(status_fd, {"exec_error": "no program given", "code": 127})
         return 127
     penv = program_env(dict(os.environ if env is None else env))
+    # The orchestrator forwards these to us once the program runs; until init
+    # exists to pass them on, they must not kill the helper (and so the run).
+    for sig in FORWARDED_SIGNALS:
+        signal.signal(sig, signal.SIG_IGN)
     try:
         # Before unshare: pyseccomp looks libseccomp up by running ldconfig, and
         # a process spawned after unshare(CLONE_NEWPID) would become the new
@@ -182,7 +186,7 @@ def run(argv: list[str], handoff_fd: int, status_fd: int, go_fd: int,
                                 "doors": dict(handoff.DOORS)}})
     if not _go_byte(go_fd):
         return 122  # the orchestrator gave up; init dies with us (pdeathsig)
-    for sig in (signal.SIGINT, signal.SIGTERM):
+    for sig in FORWARDED_SIGNALS:
         signal.signal(sig, lambda s, _f: _kill_quietly(init_pid, s))
     os.write(go_w, b"g")
     os.close(go_w)
