@@ -58,7 +58,9 @@ DEFAULT_NAMES: dict[str, list[str]] = {
     "metadata.world": ["169.254.169.254"],
 }
 CERT_NAMES = sorted(set(DEFAULT_NAMES) | {"*.world", "*.example", "*.github.com",
-                                          "*.pythonhosted.org", "localhost"})
+                                          "*.pythonhosted.org", "localhost",
+                                          # the demo's package index (scripts/demo_world.py)
+                                          "pypi.org"})
 
 DEMO_PACKAGE = "vpnw-demo-pkg"
 DEMO_VERSION = "1.0"
