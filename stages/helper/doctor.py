@@ -130,17 +130,30 @@ def check_io_uring() -> Check:
     return Check("io_uring", "ok", f"{detail}; the sandbox's filter refuses it either way")
 
 
-def check_pyroute2() -> Check:
-    import importlib.util
-    if importlib.util.find_spec("pyroute2") is None:
-        return Check("pyroute2", "warn", "pyroute2 is not installed (the helper does not "
-                     "need it: it speaks rtnetlink itself)", "pip install pyroute2")
-    return Check("pyroute2", "ok", "importable")
+def check_paths(config_file: str) -> list[Check]:
+    """Each configured path, checked the way a run checks it before the program starts."""
+    import asyncio
+
+    from stages.broker.upstream import PathDown, check_path
+    from stages.paths import ConfigError, load_config
+    try:
+        config = load_config(config_file)
+    except (ConfigError, OSError) as e:
+        return [Check("config", "fail", str(e), "fix the config file")]
+    checks = []
+    for name, path in sorted(config.paths.items()):
+        try:
+            asyncio.run(check_path(path))
+            checks.append(Check(f"path {name}", "ok", f"{path.describe()} answers"))
+        except PathDown as e:
+            checks.append(Check(f"path {name}", "warn", str(e),
+                                "start the exit or fix its url/credentials; runs via it exit 123"))
+    return checks
 
 
 def check_state_dir() -> Check:
-    base = os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
-    runs = os.path.join(base, "vpnw", "runs")
+    from stages.record import state_dir
+    runs = state_dir()
     probe = runs
     while not os.path.exists(probe):
         probe = os.path.dirname(probe)
@@ -150,9 +163,11 @@ def check_state_dir() -> Check:
                  "set XDG_STATE_HOME to a writable directory or use --record FILE")
 
 
-def run_checks() -> list[Check]:
+def run_checks(config_file: str | None = None) -> list[Check]:
     checks = [check_kernel(), *check_userns_sysctls(), check_namespaces(), *check_seccomp(),
-              check_io_uring(), check_pyroute2(), check_state_dir()]
+              check_io_uring(), check_state_dir()]
+    if config_file:
+        checks += check_paths(config_file)
     return checks
 
 
@@ -164,9 +179,11 @@ def guard_can_work(checks: list[Check]) -> bool:
 
 @click.command("doctor")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per check.")
-def doctor_command(as_json: bool) -> None:
+@click.option("--config", "config_file", type=click.Path(dir_okay=False),
+              help="Also check that each path in this paths file answers.")
+def doctor_command(as_json: bool, config_file: str | None) -> None:
     """Say what this machine supports; exit 0 if guard can work here."""
-    checks = run_checks()
+    checks = run_checks(config_file)
     for c in checks:
         if as_json:
             click.echo(json.dumps(c._asdict()))
