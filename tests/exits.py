@@ -87,13 +87,13 @@ def _write(path: str, text: str, mode: int = 0o644) -> None:
     os.chmod(path, mode)
 
 
-def _danted(workdir: str, port: int, username, password) -> list[str]:
+def _danted(workdir: str, port: int, username, password, listen: str = "127.0.0.1") -> list[str]:
     if username is not None:
         raise ValueError("danted's username method needs system accounts; use microsocks for auth")
     _write(f"{workdir}/danted.conf", f"""\
 logoutput: {workdir}/danted.log
-internal: 127.0.0.1 port = {port}
-external: lo
+internal: {listen} port = {port}
+external: {'lo' if listen == '127.0.0.1' else listen}
 clientmethod: none
 socksmethod: none
 user.privileged: root
@@ -104,18 +104,18 @@ socks pass {{ from: 0/0 to: 0/0 }}
     return [_BINARIES["danted"], "-f", f"{workdir}/danted.conf", "-p", f"{workdir}/danted.pid", "-N", "1"]
 
 
-def _microsocks(workdir: str, port: int, username, password) -> list[str]:
-    command = [_BINARIES["microsocks"], "-i", "127.0.0.1", "-p", str(port)]
+def _microsocks(workdir: str, port: int, username, password, listen: str = "127.0.0.1") -> list[str]:
+    command = [_BINARIES["microsocks"], "-i", listen, "-p", str(port)]
     if username is not None:
         command += ["-u", username, "-P", password]
     return command
 
 
-def _tinyproxy(workdir: str, port: int, username, password) -> list[str]:
+def _tinyproxy(workdir: str, port: int, username, password, listen: str = "127.0.0.1") -> list[str]:
     auth = f"BasicAuth {username} {password}\n" if username is not None else ""
     _write(f"{workdir}/tinyproxy.conf", f"""\
 Port {port}
-Listen 127.0.0.1
+Listen {listen}
 Timeout 30
 MaxClients 64
 LogLevel Info
@@ -125,7 +125,7 @@ PidFile "{workdir}/tinyproxy.pid"
     return [_BINARIES["tinyproxy"], "-d", "-c", f"{workdir}/tinyproxy.conf"]
 
 
-def _squid(workdir: str, port: int, username, password) -> list[str]:
+def _squid(workdir: str, port: int, username, password, listen: str = "127.0.0.1") -> list[str]:
     if username is not None:
         digest = subprocess.run(["openssl", "passwd", "-apr1", "-stdin"], input=password,
                                 capture_output=True, text=True, check=True).stdout.strip()
@@ -135,7 +135,7 @@ def _squid(workdir: str, port: int, username, password) -> list[str]:
     else:
         access = "http_access allow all\n"
     _write(f"{workdir}/squid.conf", f"""\
-http_port 127.0.0.1:{port}
+http_port {listen}:{port}
 pid_filename {workdir}/squid.pid
 cache_log {workdir}/cache.log
 access_log none
@@ -152,13 +152,14 @@ shutdown_lifetime 0 seconds
 _BUILDERS = {"danted": _danted, "microsocks": _microsocks, "tinyproxy": _tinyproxy, "squid": _squid}
 
 
-def wait_listening(port: int, process: subprocess.Popen, deadline_s: float = 20.0) -> bool:
+def wait_listening(port: int, process: subprocess.Popen, deadline_s: float = 20.0,
+                   host: str = "127.0.0.1") -> bool:
     end = time.monotonic() + deadline_s
     while time.monotonic() < end:
         if process.poll() is not None:
             return False
         try:
-            with socket.create_connection(("127.0.0.1", port), timeout=1):
+            with socket.create_connection((host, port), timeout=1):
                 return True
         except OSError:
             time.sleep(0.02)
@@ -166,28 +167,38 @@ def wait_listening(port: int, process: subprocess.Popen, deadline_s: float = 20.
 
 
 def start_exit(kind: str, port: int, username: str | None = None, password: str | None = None,
-               hosts: dict[str, str] | None = None) -> Exit:
-    """Start a `kind` exit on 127.0.0.1:port in the calling thread's network namespace."""
+               hosts: dict[str, str] | None = None, *, listen: str = "127.0.0.1",
+               resolver: str | None = None) -> Exit:
+    """Start a `kind` exit on listen:port in the calling thread's network namespace.
+
+    `resolver` (an address) gives the exit its own /etc/resolv.conf naming that
+    DNS server, in the same private mount namespace as `hosts`."""
     workdir = tempfile.mkdtemp(prefix=f"vpnw-exit-{kind}-")
     os.chmod(workdir, 0o755)
     if kind == "squid" and os.geteuid() == 0:
         # squid writes its log after dropping to the proxy user.
         proxy = pwd.getpwnam("proxy")
         os.chown(workdir, proxy.pw_uid, proxy.pw_gid)
-    command = _BUILDERS[kind](workdir, port, username, password)
+    command = _BUILDERS[kind](workdir, port, username, password, listen)
+    mounts = []
+    if resolver is not None:
+        _write(f"{workdir}/resolv.conf", f"nameserver {resolver}\n")
+        mounts.append(f"mount --bind {workdir}/resolv.conf /etc/resolv.conf")
     if hosts is not None:
         _write(f"{workdir}/hosts", "127.0.0.1 localhost\n"
                + "".join(f"{address} {name}\n" for name, address in hosts.items()))
+        mounts.append(f"mount --bind {workdir}/hosts /etc/hosts")
+    if mounts:
         command = ["unshare", "-m", "--propagation", "private", "sh", "-c",
-                   f'mount --bind {workdir}/hosts /etc/hosts && exec "$@"', "sh", *command]
+                   " && ".join(mounts) + ' && exec "$@"', "sh", *command]
     with open(f"{workdir}/stdio.out", "wb") as out:
         process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=out, stderr=out,
                                    start_new_session=True)
     exit_ = Exit(kind, port, process, workdir, username, password)
-    if not wait_listening(port, process):
+    if not wait_listening(port, process, host=listen):
         log = exit_.log()
         exit_.stop()
-        raise RuntimeError(f"{kind} did not start listening on 127.0.0.1:{port}\n{log}")
+        raise RuntimeError(f"{kind} did not start listening on {listen}:{port}\n{log}")
     return exit_
 
 
@@ -206,7 +217,9 @@ class PrivateNetns:
     process cannot create a user namespace to get it.
     """
 
-    def __init__(self):
+    def __init__(self, join_pid: int | None = None):
+        # join_pid: enter that process's network namespace instead of a new one.
+        self._join_pid = join_pid
         self._calls: queue.Queue = queue.Queue()
         ready: queue.Queue = queue.Queue()
         self._thread = threading.Thread(target=self._serve, args=(ready,), daemon=True,
@@ -218,6 +231,17 @@ class PrivateNetns:
 
     def _serve(self, ready: queue.Queue) -> None:
         libc = ctypes.CDLL(None, use_errno=True)
+        if self._join_pid is not None:
+            fd = os.open(f"/proc/{self._join_pid}/ns/net", os.O_RDONLY)
+            try:
+                if libc.setns(fd, CLONE_NEWNET) != 0:
+                    ready.put(f"setns(CLONE_NEWNET): {os.strerror(ctypes.get_errno())}")
+                    return
+            finally:
+                os.close(fd)
+            ready.put(None)
+            self._serve_calls()
+            return
         if libc.unshare(CLONE_NEWNET) != 0:
             ready.put(f"unshare(CLONE_NEWNET): {os.strerror(ctypes.get_errno())}")
             return
@@ -226,6 +250,9 @@ class PrivateNetns:
             ready.put(f"ip link set lo up: {result.stderr.strip()}")
             return
         ready.put(None)
+        self._serve_calls()
+
+    def _serve_calls(self) -> None:
         while True:
             item = self._calls.get()
             if item is None:

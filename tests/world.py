@@ -19,6 +19,7 @@ run as root or as the unprivileged user `vpnwtest` (created by scripts/test).
 from __future__ import annotations
 
 import hashlib
+import ipaddress
 import importlib.util
 import json
 import os
@@ -504,6 +505,42 @@ class World:
     def web_log(self) -> list[str]:
         """The web server's access log: '<peer> "<request line>" <status> ...'."""
         return self._web_log.read_text().splitlines() if self._web_log.exists() else []
+
+    # ── exit sites: a network of its own behind the internet ────────────
+    def exit_site(self, address: str = "10.8.0.1") -> int:
+        """A network namespace (e.g. an office) holding `address`, reachable
+        from the world through the internet namespace; returns the pid whose
+        /proc/PID/ns/net is that namespace (made once per address).
+
+            world --vw0/vi0--> internet --vx*/vs0--> site (address/30, default via .2)
+
+        The internet namespace forwards between its two links; everything the
+        site dials goes to the internet namespace like the world's traffic, so
+        servers see the site's address as the peer.
+        """
+        sites = self.__dict__.setdefault("_exit_sites", {})
+        if address in sites:
+            return sites[address]
+        site = ipaddress.ip_network(f"{address}/30", strict=False)
+        if str(site[1]) != address:
+            raise WorldError(f"an exit site address must be the first host of its /30: {address}")
+        peer = str(site[2])
+        pid = self._hold("--net")
+        name = f"vx{len(sites)}"
+        s = lambda *argv: _check(["nsenter", "-t", str(pid), "-n", "--", *argv])
+        s("ip", "link", "set", "lo", "up")
+        s("ip", "link", "add", "vs0", "type", "veth", "peer", "name", name, "netns", str(self.internet_pid))
+        s("ip", "addr", "add", f"{address}/30", "dev", "vs0")
+        s("ip", "link", "set", "vs0", "up")
+        s("ip", "route", "add", "default", "via", peer, "dev", "vs0")
+        i = self.in_internet
+        i("ip", "addr", "add", f"{peer}/30", "dev", name)
+        i("ip", "link", "set", name, "up")
+        # Like the world's address: the site's is routed over its link, not answered locally.
+        i("ip", "rule", "add", "pref", "100", "to", f"{address}/32", "lookup", "main")
+        i("sysctl", "-qw", "net.ipv4.ip_forward=1")
+        sites[address] = pid
+        return pid
 
     # ── teardown ─────────────────────────────────────────────────────────
     def stop(self) -> None:
