@@ -1,0 +1,372 @@
+"""Nothing is lost: whatever way a run ends, its record is complete and valid.
+
+A program that exits, one killed by SIGKILL, vpnw itself interrupted (SIGINT,
+SIGTERM), a program that leaves a daemon behind holding a connection, and
+1,000 connections at once through both doors: each run file passes
+`check_run`, ends with `run.end` and its exit code. And when the recorder
+dies, vpnw stops the program rather than run it unrecorded (exit 125), and
+what it had written parses line by line.
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from e2e_support import assert_every_connection_accounted, describe
+from stages.recorder.check import check_run, schema_problems
+
+pytestmark = pytest.mark.world
+
+EXIT_INTERNAL = 125
+
+
+def complete_record(path: Path) -> list[dict]:
+    """The run file, line by line: whole lines only, valid, ended by run.end."""
+    data = path.read_bytes()
+    assert data.endswith(b"\n"), f"{path} ends mid-line"
+    events = [json.loads(line) for line in data.split(b"\n")[:-1]]
+    for event in events:
+        assert schema_problems(event) == [], event
+    assert check_run(events) == [], check_run(events)
+    assert events[0]["type"] == "run.start" and events[-1]["type"] == "run.end"
+    return events
+
+
+def only_run_file(state_home: Path) -> Path:
+    files = sorted((state_home / "vpnw" / "runs").glob("*.jsonl"))
+    assert len(files) == 1, files
+    return files[0]
+
+
+def run_end(events: list[dict]) -> dict:
+    return events[-1]["fields"]
+
+
+def program_exit(events: list[dict]) -> dict:
+    exits = [e["fields"] for e in events if e["type"] == "program.exit"]
+    assert len(exits) == 1, exits
+    return exits[0]
+
+
+# ── a program that ends by itself ───────────────────────────────────────
+
+def test_program_exits_normally(world, user):
+    r = world.vpnw(["run", "--", "curl", "-sS", "--max-time", "30", "-o", "/dev/null",
+                    "http://api.github.com/whoami"], user=user)
+    assert r.returncode == 0, describe(r)
+    events = complete_record(only_run_file(r.state_home))
+    assert run_end(events)["exit_code"] == 0 and run_end(events)["connections"] == 1
+    assert program_exit(events) == {"code": 0, "signal": None}
+
+
+def test_program_killed_by_sigkill(world, user):
+    r = world.vpnw(["run", "--", "sh", "-c",
+                    "curl -sS --max-time 30 -o /dev/null http://api.github.com/whoami; kill -KILL $$"],
+                   user=user)
+    assert r.returncode == 137, describe(r)
+    events = complete_record(only_run_file(r.state_home))
+    assert run_end(events)["exit_code"] == 137 and run_end(events)["connections"] == 1
+    assert program_exit(events)["signal"] == signal.SIGKILL
+
+
+# ── vpnw itself is told to stop ─────────────────────────────────────────
+
+# Opens a connection (so the record has one in flight), says "ready", waits for
+# a signal. With "handle" it writes which signal it got to the marker file and
+# exits 42; with "default" it only notes that it got there, then dies by it.
+SIGNALLED_PROGRAM = r'''
+import os, signal, socket, sys, time
+marker, how = sys.argv[1], sys.argv[2]
+conn = socket.create_connection(("127.0.0.1", 3128))
+conn.sendall(b"CONNECT api.github.com:80 HTTP/1.1\r\nHost: api.github.com:80\r\n\r\n")
+reply = b""
+while b"\r\n\r\n" not in reply:
+    chunk = conn.recv(4096)
+    if not chunk:
+        sys.exit("the door closed")
+    reply += chunk
+assert reply.startswith(b"HTTP/1.1 200"), reply
+def got(signum, frame):
+    with open(marker, "w") as out:
+        out.write(f"got {signal.Signals(signum).name}\n")
+    if how == "handle":
+        conn.close()
+        os._exit(42)
+    signal.signal(signum, signal.SIG_DFL)
+    os.kill(os.getpid(), signum)
+signal.signal(signal.SIGINT, got)
+signal.signal(signal.SIGTERM, got)
+print("ready", flush=True)
+while True:
+    time.sleep(1)
+'''
+
+
+@pytest.mark.parametrize("how", ["default", "handle"])
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_vpnw_signalled_forwards_and_records(world, user, sig, how):
+    program = world.file("signalled.py", SIGNALLED_PROGRAM)
+    workdir = world.workdir(user)
+    marker = workdir / "marker"
+    proc = world.popen([str(world.vpnw_path), "run", "--", sys.executable, str(program), str(marker), how],
+                       user=user,
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    # world.popen runs nsenter/setpriv/env, which all exec: proc.pid is vpnw.
+    line = proc.stdout.readline()
+    assert line == b"ready\n", (line, proc.stdout.read(), proc.stderr.read())
+    proc.send_signal(sig)
+    out, err = proc.communicate(timeout=60)
+    text = err.decode("utf-8", "replace")
+    assert marker.read_text() == f"got {sig.name}\n", text
+    events = complete_record(only_run_file(proc.state_home))
+    # The program's own answer decides: it handled the signal and chose 42, or it died by it.
+    want = 42 if how == "handle" else 128 + sig
+    assert proc.returncode == want, text
+    assert run_end(events)["exit_code"] == want
+    assert (program_exit(events) == {"code": 42, "signal": None} if how == "handle"
+            else program_exit(events)["signal"] == sig)
+    assert run_end(events)["connections"] == 1
+    assert [e["type"] for e in events].count("conn.close") == 1
+
+
+# ── a program that leaves children behind ───────────────────────────────
+
+# The parent forks a daemon (new session, stdio closed) that opens a proxied
+# connection and then execs `sleep` with that socket still open; the parent
+# waits until the connection is up and exits 0. The daemon's sleep carries a
+# unique argument so the test can look for it afterwards.
+DAEMON_PROGRAM = r'''
+import os, socket, sys
+token = sys.argv[1]
+r, w = os.pipe()
+if os.fork() == 0:
+    os.setsid()
+    if os.fork():
+        os._exit(0)
+    os.close(r)
+    conn = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    conn.connect(("127.0.0.1", 1080))
+    conn.sendall(b"\x05\x01\x00")
+    assert conn.recv(2) == b"\x05\x00"
+    host = b"api.github.com"
+    conn.sendall(b"\x05\x01\x00\x03" + bytes([len(host)]) + host + (80).to_bytes(2, "big"))
+    reply = conn.recv(10)
+    assert reply[:2] == b"\x05\x00", reply
+    os.set_inheritable(conn.fileno(), True)
+    null = os.open(os.devnull, os.O_RDWR)
+    for fd in (0, 1, 2):
+        os.dup2(null, fd)
+    os.write(w, b"up")
+    os.close(w)
+    os.execv("/bin/sleep", ["sleep", "3600", token])
+os.close(w)
+assert os.read(r, 2) == b"up"
+print("daemon holds its connection", flush=True)
+'''
+
+
+def processes_with(token: str) -> list[int]:
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as handle:
+                cmdline = handle.read()
+        except OSError:
+            continue
+        if token.encode() in cmdline.split(b"\0"):
+            found.append(int(entry))
+    return found
+
+
+def test_children_left_behind_are_gone_and_their_connections_closed(world, user):
+    # A number `sleep` accepts (it sums its arguments) that no other process carries.
+    token = f"0.{uuid.uuid4().int % 10**12:012d}"
+    program = world.file("daemonizer.py", DAEMON_PROGRAM)
+    # Control: a daemon started the same way outside the sandbox does survive
+    # its parent, and processes_with finds it.
+    control = f"0.{uuid.uuid4().int % 10**12:012d}"
+    world.run(["sh", "-c", f"setsid sleep 3600 {control} </dev/null >/dev/null 2>&1 &"], user=user, check=True)
+    survivors = processes_with(control)
+    assert len(survivors) == 1
+    os.kill(survivors[0], signal.SIGKILL)
+    r = world.vpnw(["trace", "--", sys.executable, str(program), token], user=user, timeout=60)
+    assert r.returncode == 0, describe(r)
+    assert "daemon holds its connection" in r.stdout
+    # The world has no pid namespace of its own: its /proc is ours, and no
+    # process of the sandbox may be left.
+    assert processes_with(token) == []
+    events = complete_record(only_run_file(r.state_home))
+    by_conn = assert_every_connection_accounted(events)
+    assert len(by_conn) == 1
+    assert [e["type"] for e in events].count("conn.close") == 1
+    assert run_end(events)["exit_code"] == 0
+
+
+# ── 1,000 connections at once ───────────────────────────────────────────
+
+# Opens N connections through each door at once (all held open together), then
+# on each sends one GET carrying the tag and reads the answer; prints counts.
+MANY_PROGRAM = r'''
+import resource, socket, sys
+from concurrent.futures import ThreadPoolExecutor
+n, tag = int(sys.argv[1]), sys.argv[2]
+soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+HOST = b"api.github.com"
+
+def read_until(sock, end):
+    data = b""
+    while end not in data:
+        chunk = sock.recv(65536)
+        if not chunk:
+            raise ConnectionError(data)
+        data += chunk
+    return data
+
+def open_http(i):
+    sock = socket.create_connection(("127.0.0.1", 3128), timeout=120)
+    sock.sendall(b"CONNECT api.github.com:80 HTTP/1.1\r\nHost: api.github.com:80\r\n\r\n")
+    reply = read_until(sock, b"\r\n\r\n")
+    if not reply.startswith(b"HTTP/1.1 200"):
+        raise ConnectionError(reply)
+    return sock
+
+def open_socks(i):
+    sock = socket.create_connection(("127.0.0.1", 1080), timeout=120)
+    sock.sendall(b"\x05\x01\x00")
+    if sock.recv(2) != b"\x05\x00":
+        raise ConnectionError("method")
+    sock.sendall(b"\x05\x01\x00\x03" + bytes([len(HOST)]) + HOST + (80).to_bytes(2, "big"))
+    reply = b""
+    while len(reply) < 10:
+        chunk = sock.recv(10 - len(reply))
+        if not chunk:
+            raise ConnectionError(reply)
+        reply += chunk
+    if reply[1] != 0:
+        raise ConnectionError(reply)
+    return sock
+
+def use(arg):
+    i, sock = arg
+    try:
+        sock.sendall(b"GET /whoami?tag=" + tag.encode() + b"-" + str(i).encode()
+                     + b" HTTP/1.0\r\nHost: api.github.com\r\n\r\n")
+        data = b""
+        while True:
+            chunk = sock.recv(65536)
+            if not chunk:
+                break
+            data += chunk
+        return data.startswith(b"HTTP/1.0 200") or data.startswith(b"HTTP/1.1 200")
+    finally:
+        sock.close()
+
+openers = [open_http] * n + [open_socks] * n
+with ThreadPoolExecutor(200) as pool:
+    socks, errors = [], []
+    futures = [pool.submit(fn, i) for i, fn in enumerate(openers)]
+    for i, f in enumerate(futures):
+        try:
+            socks.append((i, f.result()))
+        except Exception as exc:
+            errors.append(repr(exc))
+    # Every connection is open at this point, all at once.
+    ok = sum(pool.map(use, socks))
+print(f"opened {len(socks)} ok {ok} errors {len(errors)} {errors[:3]}", flush=True)
+sys.exit(0 if ok == 2 * n else 1)
+'''
+
+
+def test_a_thousand_connections_at_once_through_both_doors(world, user):
+    per_door = 500
+    tag = uuid.uuid4().hex[:12]
+    program = world.file("many.py", MANY_PROGRAM)
+    before = len(world.web_log())
+    # A usual soft limit of 1024 for vpnw and the program: the broker raises its
+    # own to the hard limit at start, the program does the same for itself.
+    r = world.run(["sh", "-c", 'ulimit -S -n 1024 && exec "$@"', "sh",
+                   str(world.vpnw_path), "run", "--", sys.executable, str(program), str(per_door), tag],
+                  user=user, timeout=300)
+    assert r.returncode == 0, describe(r)
+    assert f"opened {2 * per_door} ok {2 * per_door} errors 0" in r.stdout, describe(r)
+    events = complete_record(only_run_file(r.state_home))
+    by_conn = assert_every_connection_accounted(events)
+    assert len(by_conn) == 2 * per_door
+    types = [e["type"] for e in events]
+    assert types.count("conn.request") == types.count("conn.open") == types.count("conn.close") == 2 * per_door
+    doors = [e["fields"]["door"] for e in events if e["type"] == "conn.request"]
+    assert doors.count("http") == doors.count("socks") == per_door
+    end = run_end(events)
+    assert end["connections"] == 2 * per_door and end["failed"] == 0 and end["denied"] == 0
+    served = [line for line in world.web_log()[before:] if f"tag={tag}-" in line]
+    assert len(served) == 2 * per_door
+
+
+# ── the recorder dies mid-run ───────────────────────────────────────────
+
+def recorder_of(vpnw_pid: int) -> int:
+    """The recorder among vpnw's children: the broker holds sockets (the
+    handoff link) and the helper is in a network namespace of its own; the
+    recorder has neither."""
+    children = []
+    for task in os.listdir(f"/proc/{vpnw_pid}/task"):
+        with open(f"/proc/{vpnw_pid}/task/{task}/children") as handle:
+            children += [int(pid) for pid in handle.read().split()]
+    own_net = os.readlink(f"/proc/{vpnw_pid}/ns/net")
+    recorders = []
+    for pid in children:
+        fds = [os.readlink(f"/proc/{pid}/fd/{fd}") for fd in os.listdir(f"/proc/{pid}/fd")]
+        if os.readlink(f"/proc/{pid}/ns/net") == own_net and not any(fd.startswith("socket:") for fd in fds):
+            recorders.append(pid)
+    assert len(recorders) == 1, (children, recorders)
+    return recorders[0]
+
+
+SLEEPER_PROGRAM = r'''
+import socket, sys, time
+marker = sys.argv[1]
+conn = socket.create_connection(("127.0.0.1", 3128))
+conn.sendall(b"CONNECT api.github.com:80 HTTP/1.1\r\nHost: api.github.com:80\r\n\r\n")
+assert conn.recv(4096).startswith(b"HTTP/1.1 200")
+print("ready", flush=True)
+time.sleep(120)
+open(marker, "w").write("the program ran on unrecorded\n")
+'''
+
+
+def test_recorder_killed_stops_the_program(world, user):
+    program = world.file("sleeper.py", SLEEPER_PROGRAM)
+    marker = world.workdir(user) / "marker"
+    proc = world.popen([str(world.vpnw_path), "trace", "--", sys.executable, str(program), str(marker)],
+                       user=user,
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert proc.stdout.readline() == b"ready\n"
+    record = only_run_file(proc.state_home)
+    # Wait until the recorder has written the open connection: then it is mid-run.
+    while b'"conn.open"' not in record.read_bytes():
+        assert proc.poll() is None
+        time.sleep(0.05)
+    os.kill(recorder_of(proc.pid), signal.SIGKILL)
+    out, err = proc.communicate(timeout=60)
+    text = err.decode("utf-8", "replace")
+    assert proc.returncode == EXIT_INTERNAL, text
+    assert "unrecorded" in text, text
+    assert not marker.exists()
+    data = record.read_bytes()
+    assert data.endswith(b"\n")
+    events = [json.loads(line) for line in data.split(b"\n")[:-1]]
+    for event in events:
+        assert schema_problems(event) == [], event
+    types = [e["type"] for e in events]
+    assert types[0] == "run.start" and "conn.open" in types and "run.end" not in types
