@@ -1,0 +1,334 @@
+"""Load generator and sink for the benchmarks: C-speed byte moving from Python.
+
+    netload.py serve PORT                     sink + small-request server on 127.0.0.1
+    netload.py bulk  --to HOST:PORT [--http P | --socks P] --file F
+    netload.py conns --to HOST:PORT [--http P | --socks P] --clients 50 --seconds S
+    netload.py lat   --to HOST:PORT [--http P | --socks P] --count N
+
+Every client command prints one JSON object on stdout. The bulk client sends
+the file with os.sendfile (from tmpfs: no copy into Python) and the server
+takes it with recv_into one reused buffer, so neither end costs more than a
+system call per megabyte. The connection clients drive all their sockets from
+one selectors loop (no thread per client, no GIL contention).
+
+Protocol: a connection whose first byte is b"R" gets a 64-byte answer and is
+closed; b"B" + an 8-byte length is a bulk upload: the server counts that many
+bytes (or to end of stream) and answers with the count as 8 bytes.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import selectors
+import socket
+import statistics
+import struct
+import sys
+import time
+
+ANSWER = b"A" * 64
+REQUEST = b"R" * 16
+
+
+# ------------------------------------------------------------------ server
+
+def serve(port: int) -> None:
+    lsock = socket.socket()
+    lsock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    lsock.bind(("127.0.0.1", port))
+    lsock.listen(4096)
+    lsock.setblocking(False)
+    sel = selectors.DefaultSelector()
+    sel.register(lsock, selectors.EVENT_READ, None)
+    buf = bytearray(4 << 20)
+    view = memoryview(buf)
+    counts: dict[socket.socket, int] = {}
+    expect: dict[socket.socket, int] = {}
+    sys.stdout.write("ready\n")
+    sys.stdout.flush()
+    while True:
+        for key, _ in sel.select():
+            sock = key.fileobj
+            if key.data is None:
+                for _ in range(64):
+                    try:
+                        conn, _ = lsock.accept()
+                    except BlockingIOError:
+                        break
+                    conn.setblocking(False)
+                    counts[conn] = -1
+                    sel.register(conn, selectors.EVENT_READ, 1)
+                continue
+            try:
+                n = sock.recv_into(view)
+            except BlockingIOError:
+                continue
+            except OSError:
+                n = 0
+            seen = counts[sock]
+            if seen < 0 and n and buf[0] == 0x52:        # b"R": a small request
+                try:
+                    sock.send(ANSWER)
+                except OSError:
+                    pass
+                _drop(sel, counts, sock, expect)
+                continue
+            if seen < 0 and n:
+                # b"B" + 8-byte length: answer once that many bytes arrived,
+                # since some proxies (squid) end both ways on a half-close.
+                expect[sock] = struct.unpack("!Q", bytes(buf[1:9]))[0] if buf[0] == 0x42 else 1 << 62
+                n -= 9 if buf[0] == 0x42 else 0
+                seen = 0
+            if n:
+                counts[sock] = seen = seen + n
+                if seen < expect[sock]:
+                    continue
+            try:
+                sock.setblocking(True)
+                sock.sendall(struct.pack("!Q", max(seen, 0)))
+            except OSError:
+                pass
+            _drop(sel, counts, sock, expect)
+
+
+def _drop(sel, counts, sock, expect={}) -> None:
+    sel.unregister(sock)
+    del counts[sock]
+    expect.pop(sock, None)
+    sock.close()
+
+
+# ------------------------------------------------------------------ clients
+
+def _handshake_bytes(mode: str, host: str, port: int) -> list:
+    """Steps: ("send", bytes) or ("expect", kind) for the proxy handshake."""
+    if mode == "http":
+        return [("send", f"CONNECT {host}:{port} HTTP/1.1\r\nHost: {host}:{port}\r\n\r\n".encode()),
+                ("expect", "http")]
+    if mode == "socks":
+        name = host.encode()
+        return [("send", b"\x05\x01\x00"), ("expect", 2),
+                ("send", b"\x05\x01\x00\x03" + bytes([len(name)]) + name + struct.pack("!H", port)),
+                ("expect", "socks")]
+    return []
+
+
+def _complete(kind, data: bytes) -> int:
+    """How many bytes of data the expected reply takes, or 0 if incomplete."""
+    if kind == "http":
+        end = data.find(b"\r\n\r\n")
+        if end < 0:
+            return 0
+        if not data.startswith((b"HTTP/1.1 200", b"HTTP/1.0 200")):
+            raise OSError(f"proxy refused: {data[:60]!r}")
+        return end + 4
+    if kind == "socks":
+        if len(data) < 5:
+            return 0
+        if data[1] != 0:
+            raise OSError(f"SOCKS5 reply {data[1]}")
+        need = {1: 10, 4: 22, 3: 7 + data[4]}.get(data[3], 10)
+        return need if len(data) >= need else 0
+    if len(data) < kind:
+        return 0
+    if data[1] != 0:
+        raise OSError(f"SOCKS5 greeting refused: {data!r}")
+    return kind
+
+
+def _blocking_handshake(sock: socket.socket, steps) -> None:
+    data = b""
+    for op, arg in steps:
+        if op == "send":
+            sock.sendall(arg)
+            continue
+        while True:
+            used = _complete(arg, data)
+            if used:
+                data = data[used:]
+                break
+            chunk = sock.recv(4096)
+            if not chunk:
+                raise OSError("proxy closed during the handshake")
+            data += chunk
+
+
+def _target(args):
+    host, port = args.to.rsplit(":", 1)
+    mode = "http" if args.http else "socks" if args.socks else "direct"
+    proxy = ("127.0.0.1", args.http or args.socks) if mode != "direct" else None
+    return mode, host, int(port), proxy
+
+
+def bulk(args) -> dict:
+    mode, host, port, proxy = _target(args)
+    size = os.path.getsize(args.file)
+    started = time.perf_counter()
+    sock = socket.create_connection(proxy or (host, port))
+    _blocking_handshake(sock, _handshake_bytes(mode, host, port))
+    sock.sendall(b"B" + struct.pack("!Q", size))
+    with open(args.file, "rb") as f:
+        sent = 0
+        while sent < size:
+            n = os.sendfile(sock.fileno(), f.fileno(), sent, size - sent)
+            if n == 0:
+                break
+            sent += n
+    reply = b""
+    while len(reply) < 8:
+        chunk = sock.recv(8)
+        if not chunk:
+            break
+        reply += chunk
+    seconds = time.perf_counter() - started
+    sock.close()
+    got = struct.unpack("!Q", reply)[0] if len(reply) == 8 else -1
+    return {"bytes": sent, "received": got, "seconds": seconds,
+            "gbps": sent / seconds / 1e9}
+
+
+class _Conn:
+    __slots__ = ("sock", "steps", "at", "data", "started")
+
+
+def conns(args) -> dict:
+    """`clients` connections at a time, each: connect, handshake, one small
+    request, read the answer to end of stream, close; replaced at once."""
+    mode, host, port, proxy = _target(args)
+    steps = _handshake_bytes(mode, host, port) + [("send", REQUEST), ("expect_eof", None)]
+    address = proxy or (host, port)
+    sel = selectors.DefaultSelector()
+    latencies: list[float] = []
+    errors = 0
+    deadline = time.perf_counter() + args.seconds
+    limit = args.count or 1 << 62
+    opened = 0
+
+    def open_one():
+        nonlocal opened
+        c = _Conn()
+        c.sock = socket.socket()
+        c.sock.setblocking(False)
+        c.steps, c.at, c.data = steps, 0, b""
+        c.started = time.perf_counter()
+        opened += 1
+        try:
+            c.sock.connect(address)
+        except BlockingIOError:
+            pass
+        sel.register(c.sock, selectors.EVENT_WRITE, c)
+
+    def advance(c: _Conn) -> bool:
+        """Run steps as far as possible; True when the connection is over."""
+        while c.at < len(c.steps):
+            op, arg = c.steps[c.at]
+            if op == "send":
+                c.sock.send(arg)     # small: fits the empty send buffer
+                c.at += 1
+                continue
+            try:
+                chunk = c.sock.recv(65536)
+            except BlockingIOError:
+                return False
+            if op == "expect_eof":
+                if not chunk:
+                    return True
+                c.data += chunk
+                continue
+            if not chunk:
+                raise OSError("closed during the handshake")
+            c.data += chunk
+            used = _complete(arg, c.data)
+            if not used:
+                return False
+            c.data = c.data[used:]
+            c.at += 1
+        return True
+
+    started = time.perf_counter()
+    for _ in range(min(args.clients, limit)):
+        open_one()
+    done = 0
+    while sel.get_map():
+        for key, events in sel.select(timeout=5):
+            c = key.data
+            ok = False
+            try:
+                if events & selectors.EVENT_WRITE:
+                    err = c.sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
+                    if err:
+                        raise OSError(err, os.strerror(err))
+                    sel.modify(c.sock, selectors.EVENT_READ, c)
+                over = advance(c)
+                if over and c.data != ANSWER:
+                    raise OSError(f"bad answer {c.data[:40]!r}")
+                ok = over
+            except OSError:
+                errors += 1
+                over = True
+            if over:
+                if ok:
+                    latencies.append(time.perf_counter() - c.started)
+                done += 1
+                sel.unregister(c.sock)
+                c.sock.close()
+                if time.perf_counter() < deadline and opened < limit:
+                    open_one()
+    seconds = time.perf_counter() - started
+    latencies.sort()
+    ok = len(latencies)
+    return {"connections": ok, "errors": errors, "seconds": seconds, "rate": ok / seconds,
+            "p50_ms": 1e3 * latencies[ok // 2] if ok else None,
+            "p99_ms": 1e3 * latencies[min(ok - 1, int(ok * 0.99))] if ok else None}
+
+
+def lat(args) -> dict:
+    """One connection at a time: connect, handshake, request, answer, close."""
+    mode, host, port, proxy = _target(args)
+    steps = _handshake_bytes(mode, host, port)
+    times = []
+    for _ in range(args.count):
+        started = time.perf_counter()
+        sock = socket.create_connection(proxy or (host, port))
+        _blocking_handshake(sock, steps)
+        sock.sendall(REQUEST)
+        data = b""
+        while True:
+            chunk = sock.recv(4096)
+            if not chunk:
+                break
+            data += chunk
+        sock.close()
+        if data != ANSWER:
+            raise SystemExit(f"bad answer {data[:40]!r}")
+        times.append(time.perf_counter() - started)
+    times.sort()
+    return {"count": len(times), "p50_ms": 1e3 * statistics.median(times),
+            "p99_ms": 1e3 * times[min(len(times) - 1, int(len(times) * 0.99))]}
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(prog="netload")
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    s = sub.add_parser("serve")
+    s.add_argument("port", type=int)
+    for name in ("bulk", "conns", "lat"):
+        p = sub.add_parser(name)
+        p.add_argument("--to", required=True)
+        p.add_argument("--http", type=int)
+        p.add_argument("--socks", type=int)
+        p.add_argument("--file")
+        p.add_argument("--clients", type=int, default=50)
+        p.add_argument("--seconds", type=float, default=3.0)
+        p.add_argument("--count", type=int, default=0)
+    args = ap.parse_args(argv)
+    if args.cmd == "serve":
+        serve(args.port)
+        return
+    result = {"bulk": bulk, "conns": conns, "lat": lat}[args.cmd](args)
+    sys.stdout.write(json.dumps(result) + "\n")
+
+
+if __name__ == "__main__":
+    main()
