@@ -84,6 +84,8 @@ class Story:
     looked_up_in_trace: bool = False       # evil.example was looked up during the trace
     looked_up_under_guard: bool = True     # ... and during the guarded run (must be False)
     problems: list[str] = field(default_factory=list)
+    workdir: Path | None = None            # agent.py, task.txt, agent.draft.toml, agent.toml
+    state_home: Path | None = None         # XDG_STATE_HOME of the runs: their records
 
     def expect(self, ok: bool, what: str) -> None:
         if not ok:
@@ -181,8 +183,8 @@ def run_story(world: World, *, user: str = "root", out: Printer | None = None) -
     out = out or Printer()
     story = Story()
     prepare(world)
-    work = world.workdir(user)
-    state = world.state_home(user)
+    work = story.workdir = world.workdir(user)
+    state = story.state_home = world.state_home(user)
     shutil.copyfile(REPO / "scripts" / "demo_agent.py", work / "agent.py")
     (work / "task.txt").write_text(TASK_TEXT)
     for name in ("agent.py", "task.txt"):
@@ -299,7 +301,8 @@ def main(argv=None) -> int:
     def stop(signum, _frame):
         raise KeyboardInterrupt(f"signal {signum}")
 
-    for sig in (signal.SIGTERM, signal.SIGHUP):
+    # Ctrl-C too, even when started with SIGINT ignored (as a background job is).
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, stop)
     started = time.monotonic()
     world = World()
