@@ -321,9 +321,21 @@ def classify(ip, local_addresses: Iterable = frozenset()) -> str | None:
     """
     ip = _as_ip(ip)
     local = local_addresses if isinstance(local_addresses, (set, frozenset)) else frozenset(local_addresses)
+    # The range's own reason comes first, so 127.0.0.1 reads "loopback" on every
+    # machine; "own interfaces" is for addresses no range refuses (a public one).
+    why = _classify_special(ip, local)
+    if why is not None:
+        return why
     if local and ip in local:
         return (f"{ip}: an address of this machine's own interfaces, "
                 "which reaches services listening here")
+    embedded = embedded_ipv4(ip) if isinstance(ip, IPv6Address) else None
+    if embedded is not None and embedded[0] in local:
+        return f"{ip}: {embedded[1]} carrying {embedded[0]}, an address of this machine's own interfaces"
+    return None
+
+
+def _classify_special(ip, local: frozenset) -> str | None:
     if isinstance(ip, IPv4Address):
         why = _classify_v4(ip)
         return f"{ip}: {why}" if why else None
@@ -331,8 +343,6 @@ def classify(ip, local_addresses: Iterable = frozenset()) -> str | None:
     embedded = embedded_ipv4(ip)
     if embedded is not None:
         v4, what = embedded
-        if v4 in local:
-            return f"{ip}: {what} carrying {v4}, an address of this machine's own interfaces"
         why = _classify_v4(v4)
         return f"{ip}: {what} carrying {v4}, {_a(why)}" if why else None
     if ip in _NAT64_LOCAL:

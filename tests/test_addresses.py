@@ -268,3 +268,10 @@ def test_we_refuse_what_python_is_global_lets_through_or_misjudges(ip):
 def test_every_table_entry_has_a_reason_and_an_rfc():
     for net, what, why, rfc in IPV4_SPECIAL + IPV6_SPECIAL:
         assert what and why and rfc.startswith("RFC "), net
+
+
+def test_a_range_reason_comes_before_own_interfaces():
+    # Every machine has 127.0.0.1 on lo: its reason must still say loopback.
+    lo = ipaddress.ip_address("127.0.0.1")
+    assert "loopback address (127.0.0.0/8)" in classify(lo, {lo})
+    assert "loopback address (127.0.0.0/8)" in classify(parse_host("::ffff:127.0.0.1"), {lo})
