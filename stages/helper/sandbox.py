@@ -17,6 +17,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import re
 import selectors
 import signal
 import socket
@@ -304,6 +305,11 @@ def _init(argv, penv, seccomp_filter, report_w: int, go_r: int, keep: set[int]) 
     except OSError as e:
         _line(report_w, {"init_error": f"cannot set up the sandbox's init (fresh /proc): {e}"})
         return 122
+    try:
+        _read_only_kernel_knobs()
+    except OSError as e:
+        _line(report_w, {"init_error": f"cannot make /proc/sys and /sys read-only: {e}"})
+        return 122
     _line(report_w, {"init": "ok"})
     if not _go_byte(go_r):
         return 122
@@ -338,6 +344,43 @@ def _init(argv, penv, seccomp_filter, report_w: int, go_r: int, keep: set[int]) 
     code, sig = _decode_status(status)
     _line(report_w, {"exit": {"code": code, "signal": sig}})
     return code
+
+
+_MS_RDONLY, _MS_REMOUNT, _MS_BIND = 1, 32, 4096
+# statvfs f_flag bit -> the mount flag that keeps it (a remount must keep the
+# flags the kernel locked on mounts inherited from the caller's namespace).
+_KEPT_FLAGS = ((2, priv.MS_NOSUID), (4, priv.MS_NODEV), (8, priv.MS_NOEXEC), (16, 16),
+               (1024, 1024), (2048, 2048), (4096, 1 << 21))
+
+
+def _mount_points_under(top: str) -> list[str]:
+    points = []
+    with open("/proc/self/mountinfo") as f:
+        for line in f:
+            point = line.split()[4]
+            point = re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), point)
+            if point == top or point.startswith(top + "/"):
+                points.append(point)
+    return points
+
+
+def _read_only(point: str) -> None:
+    flags = os.statvfs(point).f_flag
+    keep = sum(ms for st, ms in _KEPT_FLAGS if flags & st)
+    priv.mount(None, point, None, _MS_BIND | _MS_REMOUNT | _MS_RDONLY | keep)
+
+
+def _read_only_kernel_knobs() -> None:
+    """Sysctls, sysrq and sysfs check the uid (0 = the machine's root), not
+    capabilities: a program run as root would keep writing them after the
+    drop, e.g. kernel.core_pattern = "|prog", which the kernel then runs as
+    root outside every namespace. Read-only bind mounts close that."""
+    for knob in ("/proc/sys", "/proc/sysrq-trigger"):
+        if os.path.exists(knob):
+            priv.mount(knob, knob, None, _MS_BIND | priv.MS_REC)
+    for point in ["/proc/sys", "/proc/sysrq-trigger", *_mount_points_under("/sys")]:
+        if os.path.exists(point):
+            _read_only(point)
 
 
 def _wait_for(program_pid: int) -> int:
