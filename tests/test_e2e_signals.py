@@ -196,7 +196,11 @@ def test_children_left_behind_are_gone_and_their_connections_closed(world, user)
     # its parent, and processes_with finds it.
     control = f"0.{uuid.uuid4().int % 10**12:012d}"
     world.run(["sh", "-c", f"setsid sleep 3600 {control} </dev/null >/dev/null 2>&1 &"], user=user, check=True)
-    survivors = processes_with(control)
+    for _ in range(200):  # the shell returns before its background child has exec'd sleep
+        survivors = processes_with(control)
+        if survivors:
+            break
+        time.sleep(0.05)
     assert len(survivors) == 1
     os.kill(survivors[0], signal.SIGKILL)
     r = world.vpnw(["trace", "--", sys.executable, str(program), token], user=user, timeout=60)
