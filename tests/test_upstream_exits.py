@@ -216,16 +216,18 @@ def test_wrong_password_is_path_down_without_the_password(exit_world, label):
     assert dial_caught.value.code == "path-down" and wrong not in str(dial_caught.value)
 
 
-def test_squid_bad_password_shows_at_the_first_dial(exit_world):
-    # squid answers OPTIONS * (501) before it checks credentials, so the check
-    # cannot see a bad password; the first dial fails closed instead.
+def test_squid_bad_password_is_seen_by_the_check(exit_world):
+    # squid answers OPTIONS * (501) before it checks credentials; with credentials
+    # the check asks for a CONNECT (to the exit itself), which squid authenticates.
     ns, echo, _ = exit_world
     wrong = "WRONG-pw-" + SECRET
     path = spec(get_exit(exit_world, "squid-auth"), password=wrong)
-    assert run(ns, check_path(path)) is None
-    with pytest.raises(DialError) as caught:
+    with pytest.raises(PathDown) as caught:
+        run(ns, check_path(path))
+    assert "refused the username/password" in str(caught.value) and wrong not in str(caught.value)
+    with pytest.raises(DialError) as dial_caught:
         run(ns, dial_via(path, "127.0.0.1", echo.port, ("127.0.0.1",)))
-    assert caught.value.code == "path-down" and wrong not in str(caught.value)
+    assert dial_caught.value.code == "path-down" and wrong not in str(dial_caught.value)
 
 
 @pytest.mark.parametrize("label", ["microsocks-auth", "tinyproxy-auth", "squid-auth"])

@@ -20,16 +20,17 @@ The path check and what it can prove:
 * SOCKS5: TCP connect, greeting, and the username/password exchange when the
   path has credentials; then close. No CONNECT is sent, so the exit dials
   nothing. A refused password is found here.
-* HTTP: `OPTIONS * HTTP/1.1` with `Max-Forwards: 0` (and Proxy-Authorization
-  when the path has credentials). The asterisk form addresses the proxy itself
-  and Max-Forwards: 0 forbids forwarding (RFC 9110 9.3.7, 7.6.2), so the proxy
-  answers on its own and dials nothing. Any well-formed HTTP answer proves the
-  exit is there and speaks HTTP; 407 (or 401, which tinyproxy sends for a bad
-  password) means the credentials were refused. Limitation: a proxy that
-  rejects `OPTIONS *` before it checks credentials (squid answers 501) cannot
-  reveal a bad password this way; that shows up on the first connection as a
-  conn.fail with error "path-down". We do not CONNECT anywhere to find out,
-  since any CONNECT that passes authentication makes the exit dial something.
+* HTTP without credentials: `OPTIONS * HTTP/1.1` with `Max-Forwards: 0`. The
+  asterisk form addresses the proxy itself and Max-Forwards: 0 forbids
+  forwarding (RFC 9110 9.3.7, 7.6.2), so the proxy answers on its own and dials
+  nothing. Any well-formed HTTP answer proves the exit is there and speaks HTTP.
+* HTTP with credentials: `CONNECT <the exit's own host:port>` with
+  Proxy-Authorization. squid answers OPTIONS (501) before it checks credentials,
+  so OPTIONS cannot reveal a bad password there, while every proxy
+  authenticates a CONNECT. 407 (or 401, which tinyproxy sends for a bad
+  password) means the credentials were refused; any other answer means they
+  passed. The only thing the exit may dial is its own listening address (a
+  tunnel that is closed at once), never a destination of the program's.
 """
 from __future__ import annotations
 
@@ -503,7 +504,15 @@ async def check_path(path: PathSpec, timeout: float = 5.0) -> None:
                 await _socks5_session(loop, path, sock)
             else:
                 client = HttpConnectClient(path.username, path.password)
-                await loop.sock_sendall(sock, client.probe(path.host, path.port))
+                if path.username is None:
+                    request = client.probe(path.host, path.port)
+                else:
+                    # squid answers OPTIONS (501) before it checks credentials but
+                    # authenticates every CONNECT; a CONNECT to the exit itself is one
+                    # whose destination it surely knows. Any answer but 401/407 means
+                    # the credentials passed; a tunnel opened is closed at once.
+                    request = client.connect(path.host, path.port)
+                await loop.sock_sendall(sock, request)
                 events = await _converse(loop, sock, client)
                 if isinstance(events[0], AuthRefused):
                     raise _Refused(events[0].message)
