@@ -53,7 +53,12 @@ def recv_conn(sock: socket.socket) -> tuple[str, socket.socket] | None:
             raise HandoffError(f"unexpected message {msg[:16]!r}")
         if len(fds) != 1:
             raise HandoffError(f"expected one descriptor, got {len(fds)}")
-        conn = socket.socket(fileno=fds[0])
+        try:
+            conn = socket.socket(fileno=fds[0])
+        except OSError:
+            # A pipe or a file: refused like any other bad message, never
+            # taken for a failure of the link itself.
+            raise HandoffError("descriptor is not a socket") from None
         fds = array.array("i")  # owned by conn now
         if conn.type != socket.SOCK_STREAM or conn.family not in (socket.AF_INET, socket.AF_INET6):
             conn.close()
