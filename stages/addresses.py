@@ -228,6 +228,12 @@ def _table(entries, network_type):
 
 
 IPV4_SPECIAL = _table(_IPV4_SPECIAL, IPv4Network)
+# Cloud platform services at addresses no RFC reserves: deny_private refuses
+# them too, since a program on such a cloud VM reaches them like metadata.
+CLOUD_PLATFORM_V4 = _table((
+    ("168.63.129.16/32", "platform address of Azure (WireServer)",
+     "where Azure's VM agent, DNS and metadata services live", "Azure documentation"),
+), IPv4Network)
 IPV6_SPECIAL = _table(_IPV6_SPECIAL, IPv6Network)
 _GLOBAL_UNICAST = IPv6Network("2000::/3")
 
@@ -257,7 +263,7 @@ class _PrefixTable:
         return None
 
 
-_V4_TABLE = _PrefixTable(IPV4_SPECIAL, 32)
+_V4_TABLE = _PrefixTable(IPV4_SPECIAL + CLOUD_PLATFORM_V4, 32)
 _V6_TABLE = _PrefixTable(IPV6_SPECIAL, 128)
 _RESERVED_V6 = next(e for e in IPV6_SPECIAL if e[0].prefixlen == 0)
 
