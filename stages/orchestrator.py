@@ -217,6 +217,7 @@ class _Run:
         self.fatal = None            # a stage died: message
         self.recorder_gone = False
         self.pending_signals: list[int] = []
+        self.interrupted = None      # a signal that came before the program started
 
     def _on_signal(self, signum, _frame):
         self.pending_signals.append(signum)
@@ -230,6 +231,7 @@ class _Run:
                 except ProcessLookupError:
                     pass
             elif not self.started:
+                self.interrupted = self.interrupted or sig
                 self.fatal = self.fatal or f"interrupted by signal {sig} before the program started"
 
     def wait(self) -> tuple[int, str | None]:
@@ -334,7 +336,8 @@ class _Run:
         helper_over = self.helper.eof
         broker_over = self.broker.eof
         if not self.started:
-            return helper_over and (broker_over or self.path_ok is not None)
+            # Interrupted: do not wait for a path check to finish; _reap stops the broker.
+            return helper_over and (broker_over or self.path_ok is not None or bool(self.interrupted))
         return helper_over and broker_over
 
     def _reap(self):
@@ -347,6 +350,12 @@ class _Run:
             os.waitpid(self.pids[name], 0)
 
     def _exit_code(self) -> tuple[int, str | None]:
+        if self.interrupted and not self.started:
+            # Like a shell: 128 + the signal. The program was never run.
+            message = (f"interrupted by {signal.Signals(self.interrupted).name} before the program "
+                       f"started; the program was not run")
+            say(message)
+            return 128 + int(self.interrupted), message
         if self.path_ok is False and not self.started:
             down = getattr(self, "path_down", {}) or {}
             message = (f"the path {self.request.path.name!r} is down: {down.get('error', 'no answer')}; "
