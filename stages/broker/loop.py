@@ -149,7 +149,18 @@ class Broker:
         self.stopping = asyncio.Event()
         if threading.current_thread() is threading.main_thread():
             loop.add_signal_handler(signal.SIGTERM, self.stopping.set)
-        if not await self.check_path():
+        # A SIGTERM during the path check (vpnw interrupted before the program
+        # starts) must not wait out the check's timeout.
+        checking = asyncio.ensure_future(self.check_path())
+        stopped = asyncio.ensure_future(self.stopping.wait())
+        await asyncio.wait({checking, stopped}, return_when=asyncio.FIRST_COMPLETED)
+        stopped.cancel()
+        if not checking.done():
+            checking.cancel()
+            await asyncio.wait({checking})
+            self.status({"totals": self.totals})
+            return 123
+        if not checking.result():
             self.status({"totals": self.totals})
             return 123
         handoff.setblocking(False)
