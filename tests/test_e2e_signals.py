@@ -374,3 +374,46 @@ def test_recorder_killed_stops_the_program(world, user):
         assert schema_problems(event) == [], event
     types = [e["type"] for e in events]
     assert types[0] == "run.start" and "conn.open" in types and "run.end" not in types
+
+
+# ── vpnw interrupted before the program starts ──────────────────────────
+
+# A "proxy" that accepts and never answers: vpnw's path check waits on it.
+SILENT_EXIT = r'''
+import socket, sys, time
+server = socket.create_server(("127.0.0.1", 0))
+print(server.getsockname()[1], flush=True)
+held = []
+while True:
+    conn, _ = server.accept()
+    held.append(conn)
+    print("accepted", flush=True)
+'''
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_vpnw_signalled_during_the_path_check(world, user, sig):
+    silent = world.popen([sys.executable, "-c", SILENT_EXIT], stdout=subprocess.PIPE)
+    try:
+        port = int(silent.stdout.readline())
+        config = world.file(f"silent-{port}.toml", f'version = 1\nname = "silent"\n'
+                            f'[paths.silent]\ntype = "proxy"\nurl = "socks5h://127.0.0.1:{port}"\n')
+        marker = world.workdir(user) / "marker"
+        proc = world.popen([str(world.vpnw_path), "run", "--config", str(config), "--via", "silent",
+                            "--", "touch", str(marker)], user=user,
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        # The broker's path check has reached the exit: the program waits for its answer.
+        assert silent.stdout.readline() == b"accepted\n"
+        proc.send_signal(sig)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        silent.kill()
+        silent.wait()
+    text = err.decode("utf-8", "replace")
+    # Like a shell: 128 + the signal, and the program never ran.
+    assert proc.returncode == 128 + sig, text
+    assert "not run" in text, text
+    assert not marker.exists()
+    events = complete_record(only_run_file(proc.state_home))
+    assert run_end(events)["exit_code"] == 128 + sig and "interrupted" in run_end(events)["error"]
+    assert "program.exit" not in [e["type"] for e in events]
