@@ -29,6 +29,7 @@ from dataclasses import dataclass
 import orjson
 
 from . import http_proxy, socks5
+from .limits import MAX_PENDING_HANDSHAKES
 from .dial import DialError, classify, dial_direct
 from .relay import Relay
 from ..handoff import HandoffError, recv_conn
@@ -93,6 +94,7 @@ class Broker:
         self.tasks: set[asyncio.Task] = set()
         self.relays: set[Relay] = set()
         self.stopping: asyncio.Event | None = None
+        self.handshaking: set[socket.socket] = set()   # handed over, no request yet
 
     # record and status ------------------------------------------------------
     def emit(self, type_: str, conn: int | None = None, **fields) -> None:
@@ -190,6 +192,13 @@ class Broker:
                 self.stopping.set()
                 return
             door, sock = got
+            if len(self.handshaking) >= MAX_PENDING_HANDSHAKES:
+                sock.close()
+                self.fail(self.new_conn(), "handshake", "refused",
+                          f"{MAX_PENDING_HANDSHAKES} connections are already waiting to send "
+                          "their request; this one was closed at once")
+                continue
+            self.handshaking.add(sock)
             task = asyncio.get_running_loop().create_task(self._serve(door, sock))
             self.tasks.add(task)
             task.add_done_callback(self.tasks.discard)
@@ -216,6 +225,7 @@ class Broker:
         except Exception as exc:  # one connection's bug must not end the run
             _warn(f"internal error on a {door} connection: {exc!r}")
         finally:
+            self.handshaking.discard(sock)
             sock.close()
 
     # shared steps -------------------------------------------------------------
@@ -418,6 +428,7 @@ class Broker:
             return
         except OSError:
             return
+        self.handshaking.discard(client)
         conn = self.new_conn()
         outcome = await self.connect(conn, "socks", "socks5", request.host, request.port)
         if isinstance(outcome, Denied):
@@ -468,6 +479,7 @@ class Broker:
                 if head is None:
                     return
                 first = False
+                self.handshaking.discard(client)
                 if isinstance(head, http_proxy.ConnectHead):
                     if upstream is not None:
                         self.close_conn(upstream)
