@@ -108,7 +108,9 @@ class Printer:
 
     def say(self, text: str) -> None:
         for para in text.split("\n"):
-            self.line(textwrap.fill(para, 78, break_on_hyphens=False, break_long_words=False) if para else "")
+            indent = "  " if para.startswith("- ") else ""
+            self.line(textwrap.fill(para, 78, subsequent_indent=indent, break_on_hyphens=False,
+                                    break_long_words=False) if para else "")
 
     def command(self, text: str) -> None:
         self.line(self._paint("36", f"  $ {text}"))
