@@ -89,12 +89,18 @@ def check_run(events: Iterable[dict]) -> list[str]:
         if type_ == "run.end":
             seen_end = True
             end_fields = event.get("fields") or {}
+            if not isinstance(end_fields, dict):
+                end_fields = {}
             continue
         if type_ not in _CONN_TYPES:
             continue
 
         conn = event.get("conn")
         fields = event.get("fields") or {}
+        if not isinstance(fields, dict) or (conn is not None and not isinstance(conn, int)):
+            # Already a schema problem; bookkeeping needs a number and an object.
+            problem(index, event, "conn must be an integer and fields an object")
+            continue
         if type_ == "conn.request":
             if conn in requested:
                 problem(index, event, "a second conn.request for the same connection number")
