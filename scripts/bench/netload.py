@@ -79,7 +79,9 @@ def serve(port: int) -> None:
                 # since some proxies (squid) end both ways on a half-close.
                 expect[sock] = struct.unpack("!Q", bytes(buf[1:9]))[0] if buf[0] == 0x42 else 1 << 62
                 n -= 9 if buf[0] == 0x42 else 0
-                seen = 0
+                counts[sock] = seen = 0
+                if not n:
+                    continue    # the header alone: not the end of the stream
             if n:
                 counts[sock] = seen = seen + n
                 if seen < expect[sock]:
