@@ -1,0 +1,171 @@
+"""Load: 10,000 connections in sequence and 1,000 open at once, through both
+doors, leave the broker with no more descriptors and no more than a bounded
+amount of memory than before. The program and the test take turns over a
+pipe: the program does a phase, says so, and waits while the test measures
+the broker through /proc.
+
+The figures are printed (pytest -s shows them); the only assertions are
+bounded slack, never speed.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from stages.recorder.check import check_run
+from test_e2e_faults import Running, stages_of, wait_until  # noqa: F401
+
+pytestmark = pytest.mark.world
+
+SEQUENCE = 10_000
+AT_ONCE = 1_000
+FD_SLACK = 8
+RSS_SLACK_KIB = 64 * 1024
+
+LOAD_AGENT = r'''
+import resource, socket, sys
+soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+GITHUB = socket.inet_aton("140.82.112.6")
+
+def open_one(i):
+    """A tunnel to api.github.com:80 through one of the doors, answered."""
+    if i % 2:
+        s = socket.create_connection(("127.0.0.1", 3128), timeout=30)
+        s.sendall(b"CONNECT 140.82.112.6:80 HTTP/1.1\r\nHost: 140.82.112.6:80\r\n\r\n")
+        head = b""
+        while not head.endswith(b"\r\n\r\n"):
+            chunk = s.recv(1)
+            if not chunk:
+                raise OSError("closed")
+            head += chunk
+        if not head.startswith(b"HTTP/1.1 200"):
+            raise OSError(head[:40])
+    else:
+        s = socket.create_connection(("127.0.0.1", 1080), timeout=30)
+        s.sendall(b"\x05\x01\x00\x05\x01\x00\x01" + GITHUB + b"\x00\x50")
+        got = b""
+        while len(got) < 12:
+            chunk = s.recv(12 - len(got))
+            if not chunk:
+                raise OSError("closed")
+            got += chunk
+        if got[:2] != b"\x05\x00" or got[3] != 0:
+            raise OSError(got)
+    return s
+
+def phase(name, count, at_once):
+    failed = 0
+    held = []
+    for i in range(count):
+        try:
+            s = open_one(i)
+        except OSError:
+            failed += 1
+            continue
+        if at_once:
+            held.append(s)
+        else:
+            s.close()
+    if at_once:
+        print(f"{name} held {len(held)}", flush=True)
+        sys.stdin.readline()
+        for s in held:
+            s.close()
+    print(f"{name} done failed={failed}", flush=True)
+    sys.stdin.readline()
+
+for line in sys.stdin:
+    cmd = line.split()
+    if cmd[0] == "warm":
+        phase("warm", int(cmd[1]), False)
+    elif cmd[0] == "seq":
+        phase("seq", int(cmd[1]), False)
+    elif cmd[0] == "once":
+        phase("once", int(cmd[1]), True)
+    elif cmd[0] == "quit":
+        break
+'''
+
+
+def broker_figures(pid: int) -> tuple[int, int]:
+    fds = len(os.listdir(f"/proc/{pid}/fd"))
+    rss = next(int(line.split()[1]) for line in open(f"/proc/{pid}/status") if line.startswith("VmRSS:"))
+    return fds, rss
+
+
+def test_no_descriptor_or_memory_leak_after_10000_in_sequence_and_1000_at_once(world, user):
+    agent = world.file("load_agent.py", LOAD_AGENT)
+    proc = world.popen([str(world.vpnw_path), "run", "--", sys.executable, str(agent)], user=user,
+                       stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_until(lambda: len(stages_of(proc.pid)) == 3, what="vpnw's three stages")
+        broker = stages_of(proc.pid)["broker"]
+
+        def step(command: str, expect: str) -> str:
+            proc.stdin.write(command + "\n")
+            proc.stdin.flush()
+            line = proc.stdout.readline()
+            assert line.startswith(expect), (line, proc.poll())
+            return line
+
+        def settled() -> tuple[int, int]:
+            # Closes finish asynchronously: wait until the broker's descriptors stop falling.
+            last = None
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline:
+                now = broker_figures(broker)
+                if last is not None and now[0] == last[0]:
+                    return now
+                last = now
+                time.sleep(0.5)
+            return last
+
+        assert step("warm 200", "warm done").strip() == "warm done failed=0"
+        proc.stdin.write("\n")
+        proc.stdin.flush()
+        before = settled()
+
+        assert step(f"seq {SEQUENCE}", "seq done").strip() == "seq done failed=0"
+        proc.stdin.write("\n")
+        proc.stdin.flush()
+        after_sequence = settled()
+
+        assert step(f"once {AT_ONCE}", "once held").strip() == f"once held {AT_ONCE}"
+        peak = broker_figures(broker)
+        proc.stdin.write("\n")
+        proc.stdin.flush()
+        assert proc.stdout.readline().strip() == "once done failed=0"
+        proc.stdin.write("\n")
+        proc.stdin.flush()
+        after_once = settled()
+
+        proc.stdin.write("quit\n")
+        proc.stdin.flush()
+        out, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    figures = {"user": user, "before": before, "after_10000_in_sequence": after_sequence,
+               "peak_1000_at_once": peak, "after_1000_at_once": after_once,
+               "unit": "(open fds, RSS KiB)"}
+    print("broker load figures:", json.dumps(figures))
+    assert proc.returncode == 0, err
+    assert peak[0] >= before[0] + AT_ONCE, "the 1,000 were not open at once"
+    for label, (fds, rss) in (("after the sequence", after_sequence), ("after the 1,000", after_once)):
+        assert fds <= before[0] + FD_SLACK, f"{label}: broker fds {before[0]} -> {fds}"
+        assert rss <= before[1] + RSS_SLACK_KIB, f"{label}: broker RSS {before[1]} -> {rss} KiB"
+    files = sorted((proc.state_home / "vpnw" / "runs").glob("*.jsonl"), key=os.path.getmtime)
+    from stages.record import read_events
+    with open(files[-1], "rb") as f:
+        events = list(read_events(f, strict=True))
+    assert not check_run(events), check_run(events)[:5]
+    total = 200 + SEQUENCE + AT_ONCE
+    assert sum(1 for e in events if e["type"] == "conn.close") == total
+    assert events[-1]["fields"]["connections"] == total
