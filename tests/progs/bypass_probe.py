@@ -1,0 +1,709 @@
+"""One way out per attempt: `bypass_probe.py PLAN.json` runs every attempt of
+the plan, each in a forked child of its own, and prints one JSON line each:
+
+    {"id": ..., "ok": true|false, "errno": "EPERM"|null, "detail": "..."}
+
+`ok` means the attempt did what it set out to do (a connection made, a
+namespace joined, a signal delivered). `errno` names what refused it: an
+errno name, GAIERROR for a failed look-up, HTTP_<status> or SOCKS_<code> for a
+door's answer, EXIT_<n> for a command, ETIMEDOUT when nothing answered.
+
+The plan is a JSON list of {"id", "attempt", "args"}. Standard library only,
+run with Debian's /usr/bin/python3, as any user, inside the sandbox and out.
+"""
+import ctypes
+import errno
+import json
+import os
+import select
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import threading
+import time
+
+libc = ctypes.CDLL(None, use_errno=True)
+libc.syscall.restype = ctypes.c_long
+NR = {"socket": 41, "clone": 56, "ptrace": 101, "setns": 308, "unshare": 272, "prlimit64": 302,
+      "pidfd_send_signal": 424, "io_uring_setup": 425, "io_uring_enter": 426,
+      "io_uring_register": 427, "pidfd_open": 434, "clone3": 435, "pidfd_getfd": 438,
+      "keyctl": 250, "add_key": 248, "chroot": 161, "mount": 165, "name_to_handle_at": 303,
+      "open_by_handle_at": 304, "bpf": 321, "getpid": 39}
+X32 = 0x40000000
+CLONE_NEWUSER, CLONE_NEWNET, CLONE_NEWNS, CLONE_NEWPID = 0x10000000, 0x40000000, 0x20000, 0x20000000
+TIMEOUT = 8
+
+
+class Refused(Exception):
+    """A refusal that is not an errno: a door's answer, a command's exit code."""
+
+    def __init__(self, name, detail=""):
+        super().__init__(name)
+        self.name, self.detail = name, detail
+
+
+def sys_call(nr, *args):
+    res = libc.syscall(ctypes.c_long(nr), *[ctypes.c_long(a) if isinstance(a, int) else a for a in args])
+    if res == -1:
+        e = ctypes.get_errno()
+        raise OSError(e, os.strerror(e))
+    return res
+
+
+# ------------------------------------------------------------ direct traffic
+
+def tcp(host, port):
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as s:
+        s.settimeout(TIMEOUT)
+        s.connect((host, int(port)))
+        return f"connected to {host}:{port}"
+
+
+def tcp_banner(host, port):
+    """Connect and read the one line the listener sends first."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as s:
+        s.settimeout(TIMEOUT)
+        s.connect((host, int(port)))
+        return s.makefile("rb").readline().decode(errors="replace").strip()
+
+
+def _dns_query(name):
+    labels = b"".join(bytes([len(p)]) + p.encode() for p in name.split(".")) + b"\0"
+    return struct.pack("!HHHHHH", 0x7670, 0x0100, 1, 0, 0, 0) + labels + struct.pack("!HH", 1, 1)
+
+
+def udp(host, port, kind="echo"):
+    """Send one datagram and wait for any answer (unconnected: the answer may
+    come from another source address of the same host)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    payload = _dns_query("api.github.com") if kind == "dns" else b"vpnw-bypass"
+    with socket.socket(family, socket.SOCK_DGRAM) as s:
+        s.settimeout(TIMEOUT)
+        s.sendto(payload, (host, int(port)))
+        try:
+            data, peer = s.recvfrom(4096)
+        except socket.timeout:
+            raise OSError(errno.ETIMEDOUT, "no answer")
+        return f"{len(data)} bytes back from {peer[0]}"
+
+
+def lookup(name):
+    return str(socket.getaddrinfo(name, 443)[0][4])
+
+
+def _icmp_echo(family, sock_type, proto, host):
+    with socket.socket(family, sock_type, proto) as s:
+        s.settimeout(TIMEOUT)
+        kind = 8 if family == socket.AF_INET else 128
+        body = struct.pack("!BBHHH", kind, 0, 0, 0x7670, 1) + b"vpnw-bypass"
+        if family == socket.AF_INET:  # the kernel fills the checksum for ICMPv6
+            padded = body + b"\0" * (len(body) % 2)
+            total = sum(struct.unpack(f"!{len(padded) // 2}H", padded))
+            total = (total >> 16) + (total & 0xFFFF)
+            total += total >> 16
+            body = body[:2] + struct.pack("!H", ~total & 0xFFFF) + body[4:]
+        s.sendto(body, (host, 0))
+        while True:
+            try:
+                data = s.recv(4096)
+            except socket.timeout:
+                raise OSError(errno.ETIMEDOUT, "no echo reply")
+            if sock_type == socket.SOCK_RAW and family == socket.AF_INET:
+                data = data[(data[0] & 0xF) * 4:]
+            if data and data[0] in (0, 129):
+                return f"echo reply from {host}"
+
+
+def raw_icmp(host):
+    if ":" in host:
+        return _icmp_echo(socket.AF_INET6, socket.SOCK_RAW, socket.IPPROTO_ICMPV6, host)
+    return _icmp_echo(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_ICMP, host)
+
+
+def ping_socket(host):
+    if ":" in host:
+        return _icmp_echo(socket.AF_INET6, socket.SOCK_DGRAM, socket.IPPROTO_ICMPV6, host)
+    return _icmp_echo(socket.AF_INET, socket.SOCK_DGRAM, socket.IPPROTO_ICMP, host)
+
+
+def packet_socket():
+    with socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(0x0003)):
+        return "AF_PACKET socket created"
+
+
+# ------------------------------------------------------------ netlink
+
+def _attr(kind, data):
+    ln = 4 + len(data)
+    return struct.pack("=HH", ln, kind) + data + b"\0" * ((-ln) % 4)
+
+
+def _netlink(msg_type, flags, body):
+    hdr = struct.pack("=IHHII", 16 + len(body), msg_type, 0x1 | 0x4 | flags, 1, 0)  # REQUEST|ACK
+    with socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, 0) as s:
+        s.settimeout(TIMEOUT)
+        s.send(hdr + body)
+        reply = s.recv(65536)
+    code = struct.unpack_from("=i", reply, 16)[0]
+    if code:
+        raise OSError(-code, os.strerror(-code))
+
+
+def _ifinfo(index=0, flags=0, change=0):
+    return struct.pack("=BxHiII", 0, 0, index, flags, change)
+
+
+def _lo_up():
+    # A scratch namespace (the control) starts with lo down; the sandbox's is
+    # up already, and there the request is refused like the route after it.
+    try:
+        _netlink(16, 0, _ifinfo(1, 1, 1))
+    except OSError:
+        pass
+
+
+def netlink_addr():
+    body = struct.pack("=BBBBI", socket.AF_INET, 32, 0, 0, 1)
+    addr = socket.inet_aton("10.99.0.1")
+    _netlink(20, 0x400 | 0x200, body + _attr(2, addr) + _attr(1, addr))  # RTM_NEWADDR
+    return "10.99.0.1/32 added to lo"
+
+
+def netlink_route():
+    _lo_up()
+    body = struct.pack("=BBBBBBBBI", socket.AF_INET, 24, 0, 0, 254, 3, 253, 1, 0)
+    _netlink(24, 0x400 | 0x200, body + _attr(1, socket.inet_aton("10.99.0.0"))
+             + _attr(4, struct.pack("=i", 1)))  # RTM_NEWROUTE dev lo
+    return "route 10.99.0.0/24 dev lo added"
+
+
+def _veth(name, peer, peer_ns_pid=None):
+    peer_attrs = _attr(3, peer.encode() + b"\0")
+    if peer_ns_pid is not None:
+        peer_attrs += _attr(19, struct.pack("=I", peer_ns_pid))  # IFLA_NET_NS_PID
+    linkinfo = _attr(1, b"veth\0") + _attr(2, _attr(1, _ifinfo() + peer_attrs))
+    _netlink(16, 0x400 | 0x200, _ifinfo() + _attr(3, name.encode() + b"\0") + _attr(18, linkinfo))
+
+
+def netlink_veth():
+    _veth("vpnwv0", "vpnwv1")
+    return "veth pair created"
+
+
+def _netns_child():
+    """A child in a new network namespace (possible only with CAP_SYS_ADMIN)."""
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            sys_call(NR["unshare"], CLONE_NEWNET)
+            os.write(w, b"y")
+        except OSError:
+            os.write(w, b"n")
+        signal.pause()
+        os._exit(0)
+    ok = os.read(r, 1) == b"y"
+    return pid if ok else None
+
+
+def netlink_move_link(target_pid):
+    """RTM_NEWLINK with IFLA_NET_NS_PID: a veth end moved into another
+    namespace. Where no veth can be made, lo itself is asked to move."""
+    child = None
+    try:
+        if target_pid == "child":
+            child = _netns_child()
+            target = child if child else os.getpid()
+        else:
+            target = int(target_pid)
+        try:
+            _veth("vpnwm0", "vpnwm1")
+            index = socket.if_nametoindex("vpnwm1")
+        except OSError:
+            index = 1
+        _netlink(16, 0, _ifinfo(index) + _attr(19, struct.pack("=I", target)))
+        return f"link {index} moved to the network namespace of pid {target}"
+    finally:
+        if child:
+            os.kill(child, signal.SIGKILL)
+            os.waitpid(child, 0)
+
+
+def tun():
+    import fcntl
+    fd = os.open("/dev/net/tun", os.O_RDWR)
+    try:
+        ifr = struct.pack("16sH22x", b"vpnwtun0", 0x0001 | 0x1000)  # IFF_TUN | IFF_NO_PI
+        fcntl.ioctl(fd, 0x400454CA, ifr)  # TUNSETIFF
+        return "tun device vpnwtun0 created"
+    finally:
+        os.close(fd)
+
+
+# ------------------------------------------------------------ namespaces
+
+def unshare(flags):
+    sys_call(NR["unshare"], int(flags, 0))
+    return f"unshare({flags}) worked"
+
+
+def clone_newuser():
+    pid = sys_call(NR["clone"], CLONE_NEWUSER | signal.SIGCHLD, 0, 0, 0, 0)
+    if pid == 0:
+        os._exit(0)
+    os.waitpid(pid, 0)
+    return "clone(CLONE_NEWUSER) made a child"
+
+
+def clone3_newuser():
+    args = struct.pack("=QQQQQQQQ", CLONE_NEWUSER, 0, 0, 0, signal.SIGCHLD, 0, 0, 0)
+    buf = ctypes.create_string_buffer(args, len(args))
+    pid = sys_call(NR["clone3"], ctypes.addressof(buf), len(args))
+    if pid == 0:
+        os._exit(0)
+    os.waitpid(pid, 0)
+    return "clone3(CLONE_NEWUSER) made a child"
+
+
+def command(*argv):
+    proc = subprocess.run(list(argv), capture_output=True, text=True, timeout=20)
+    if proc.returncode != 0:
+        raise Refused(f"EXIT_{proc.returncode}", (proc.stderr or proc.stdout).strip()[-300:])
+    return proc.stdout.strip()[-300:]
+
+
+def _setns(path):
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        sys_call(NR["setns"], fd, 0)
+    finally:
+        os.close(fd)
+
+
+def setns_paths(*paths):
+    """Join each namespace in turn (a user namespace first, then what it owns)."""
+    for path in paths:
+        _setns(path)
+    return f"joined {' '.join(paths)}"
+
+
+def setns_every_visible():
+    """setns to every /proc/*/ns/* this process can see; ok if any works."""
+    outcomes = {}
+    for pid in sorted(p for p in os.listdir("/proc") if p.isdigit()):
+        try:
+            kinds = os.listdir(f"/proc/{pid}/ns")
+        except OSError as e:
+            outcomes[f"/proc/{pid}/ns"] = errno.errorcode[e.errno]
+            continue
+        for kind in kinds:
+            path = f"/proc/{pid}/ns/{kind}"
+            try:
+                _setns(path)
+                return f"joined {path}"
+            except OSError as e:
+                outcomes[path] = errno.errorcode[e.errno]
+    names = sorted(set(outcomes.values()))
+    raise Refused(",".join(names), json.dumps(outcomes))
+
+
+# ------------------------------------------------------------ processes
+
+def _ancestors():
+    chain, pid = set(), os.getpid()
+    while pid > 0:
+        chain.add(pid)
+        try:
+            pid = int(open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError):
+            break
+    return chain
+
+
+def visible_processes():
+    """ok if /proc shows any process but this one, its ancestors and init."""
+    mine = _ancestors() | {1}
+    others = [p for p in os.listdir("/proc") if p.isdigit() and int(p) not in mine]
+    if others:
+        return f"other processes visible: {sorted(others, key=int)[:20]}"
+    raise Refused("NONE_VISIBLE", f"only init and this process's own line: {sorted(mine)}")
+
+
+def proc_file(pid, what):
+    path = f"/proc/{pid}/{what}"
+    if what in ("environ", "mem"):
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            if what == "environ":
+                return f"{len(os.read(fd, 65536))} bytes of environment"
+            return "opened the memory of the process"
+        finally:
+            os.close(fd)
+    if what == "root":
+        return f"{len(os.listdir(path))} entries in its root"
+    # Seeing the numbers is not enough: ok only if a descriptor can be opened.
+    numbers = os.listdir(path)
+    refused = {}
+    for n in numbers:
+        try:
+            os.close(os.open(f"{path}/{n}", os.O_RDONLY | os.O_NONBLOCK))
+            return f"opened descriptor {n} of {pid} (of {numbers})"
+        except OSError as e:
+            refused[n] = errno.errorcode[e.errno]
+    raise Refused(",".join(sorted(set(refused.values()))) or "NO_DESCRIPTORS", json.dumps(refused))
+
+
+def signal_process(pid, sig):
+    os.kill(int(pid), int(sig))
+    return f"signal {sig} delivered to {pid}"
+
+
+def pidfd_signal(pid, sig):
+    fd = sys_call(NR["pidfd_open"], int(pid), 0)
+    try:
+        sys_call(NR["pidfd_send_signal"], fd, int(sig), 0, 0)
+        return f"signal {sig} delivered through a pidfd"
+    finally:
+        os.close(fd)
+
+
+def pidfd_getfd(pid, target_fd):
+    fd = sys_call(NR["pidfd_open"], int(pid), 0)
+    try:
+        got = sys_call(NR["pidfd_getfd"], fd, int(target_fd), 0)
+        os.close(got)
+        return f"took descriptor {target_fd} of {pid}"
+    finally:
+        os.close(fd)
+
+
+def prlimit(pid):
+    old = (ctypes.c_uint64 * 2)()
+    sys_call(NR["prlimit64"], int(pid), 7, 0, ctypes.addressof(old))  # RLIMIT_NOFILE, read only
+    return f"read the file limit of {pid}: {old[0]}"
+
+
+def setpriority(pid):
+    now = os.getpriority(os.PRIO_PROCESS, int(pid))
+    os.setpriority(os.PRIO_PROCESS, int(pid), now)
+    return f"set the priority of {pid}"
+
+
+def ptrace_seize(pid):
+    sys_call(NR["ptrace"], 0x4206, int(pid), 0, 0)  # PTRACE_SEIZE; detached when we exit
+    return f"seized {pid}"
+
+
+def ptrace_every_visible():
+    """Seize every visible process outside this process's own line (init
+    included); ok if any can be seized."""
+    outcomes = {}
+    own = _ancestors() - {1}
+    for p in sorted(p for p in os.listdir("/proc") if p.isdigit() and int(p) not in own):
+        try:
+            sys_call(NR["ptrace"], 0x4206, int(p), 0, 0)
+            return f"seized {p}"
+        except OSError as e:
+            outcomes[p] = errno.errorcode[e.errno]
+    raise Refused(",".join(sorted(set(outcomes.values()))) or "NONE_VISIBLE", json.dumps(outcomes))
+
+
+# ------------------------------------------------------------ IPC and keys
+
+def sysv(kind, key):
+    get = {"shm": libc.shmget, "msg": libc.msgget, "sem": libc.semget}[kind]
+    args = {"shm": (int(key, 0), 0, 0), "msg": (int(key, 0), 0), "sem": (int(key, 0), 0, 0)}[kind]
+    res = get(*[ctypes.c_long(a) if i == 0 else a for i, a in enumerate(args)])
+    if res == -1:
+        e = ctypes.get_errno()
+        raise OSError(e, os.strerror(e))
+    return f"{kind} {key} found: id {res}"
+
+
+def keyctl_session():
+    kid = sys_call(NR["keyctl"], 0, -3 & 0xFFFFFFFFFFFFFFFF, 1)  # GET_KEYRING_ID(session, create)
+    return f"session keyring {kid}"
+
+
+def add_key_process():
+    kid = sys_call(NR["add_key"], ctypes.c_char_p(b"user"), ctypes.c_char_p(b"vpnw-bypass"),
+                   ctypes.c_char_p(b"x"), 1, -2 & 0xFFFFFFFFFFFFFFFF)  # the process keyring
+    return f"key {kid} added"
+
+
+# ------------------------------------------------------------ Unix sockets
+
+def unix_connect(name):
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+        s.settimeout(TIMEOUT)
+        s.connect("\0" + name[1:] if name.startswith("@") else name)
+        return s.makefile("rb").readline().decode(errors="replace").strip() or "connected"
+
+
+def socketpair(kind):
+    a, b = socket.socketpair(socket.AF_UNIX, {"dgram": socket.SOCK_DGRAM,
+                                               "seqpacket": socket.SOCK_SEQPACKET}[kind])
+    a.close()
+    b.close()
+    return f"{kind} socketpair made"
+
+
+# ------------------------------------------------------------ syscalls
+
+IORING = {"IOPOLL": 1, "SQPOLL": 2, "SQ_AFF": 4, "CQSIZE": 8, "CLAMP": 16, "ATTACH_WQ": 32,
+          "R_DISABLED": 64, "SUBMIT_ALL": 128, "COOP_TASKRUN": 256, "TASKRUN_FLAG": 512,
+          "SQE128": 1024, "CQE32": 2048, "SINGLE_ISSUER": 4096, "DEFER_TASKRUN": 8192,
+          "NO_SQARRAY": 65536}
+
+
+def _ring(flags, wq_fd=0):
+    params = ctypes.create_string_buffer(120)
+    struct.pack_into("=IIIII", params, 4, 8, flags, 0, 0, 0)  # cq_entries, flags, cpu, idle, features
+    struct.pack_into("=I", params, 24, wq_fd)
+    return sys_call(NR["io_uring_setup"], 4, ctypes.addressof(params))
+
+
+def io_uring_setup(form):
+    flags = 0
+    for name in filter(None, form.split("|")):
+        flags |= IORING[name] if name != "0" else 0
+    base = None
+    try:
+        if flags & IORING["ATTACH_WQ"]:
+            base = _ring(0)
+        fd = _ring(flags, base or 0)
+        os.close(fd)
+        return f"ring made with flags {form}"
+    finally:
+        if base is not None:
+            os.close(base)
+
+
+def io_uring_other(which):
+    # fd -1: the call exists if the kernel answers EBADF, not if the filter answers first.
+    sys_call(NR[which], -1 & 0xFFFFFFFF, 0, 0, 0, 0, 0)
+    return f"{which} accepted fd -1"
+
+
+def x32(name):
+    res = sys_call(X32 | NR[name], *((socket.AF_INET, socket.SOCK_STREAM, 0) if name == "socket" else ()))
+    if name == "socket":
+        os.close(res)
+    return f"x32 {name} returned {res}"
+
+
+def syscall_number(nr):
+    res = sys_call(int(nr))
+    return f"syscall {nr} returned {res}"
+
+
+def native(binary, what):
+    """A C probe (int 0x80) printing the same JSON fields."""
+    out = subprocess.run([binary, what], capture_output=True, text=True, timeout=10).stdout
+    result = json.loads(out.strip().splitlines()[-1])
+    if result["ok"]:
+        return result["detail"]
+    raise Refused(result["errno"], result["detail"])
+
+
+def socket_family(family):
+    """ok if any socket type of this family can be created."""
+    seen = {}
+    for name, kind in (("STREAM", 1), ("DGRAM", 2), ("RAW", 3), ("SEQPACKET", 5)):
+        try:
+            os.close(sys_call(NR["socket"], int(family), kind, 0))
+            return f"family {family} type {name} created"
+        except OSError as e:
+            seen[name] = errno.errorcode.get(e.errno, str(e.errno))
+    raise Refused(",".join(sorted(set(seen.values()))), json.dumps(seen))
+
+
+def chroot(path):
+    sys_call(NR["chroot"], ctypes.c_char_p(path.encode()))
+    return f"chroot to {path}"
+
+
+def mount_tmpfs(path):
+    sys_call(NR["mount"], ctypes.c_char_p(b"none"), ctypes.c_char_p(path.encode()),
+             ctypes.c_char_p(b"tmpfs"), 0, 0)
+    return f"tmpfs mounted on {path}"
+
+
+def remount_rw(path):
+    sys_call(NR["mount"], 0, ctypes.c_char_p(path.encode()), 0, 32 | 4096, 0)  # MS_REMOUNT|MS_BIND
+    return f"{path} remounted read-write"
+
+
+def write_same(path):
+    """Write a kernel knob's own value back: changes nothing if it works."""
+    with open(path) as f:
+        value = f.read()
+    with open(path, "w") as f:
+        f.write(value)
+    return f"wrote {value.strip()!r} to {path}"
+
+
+def open_by_handle(path):
+    handle = ctypes.create_string_buffer(8 + 128)
+    struct.pack_into("=I", handle, 0, 128)
+    mount_id = ctypes.c_int()
+    sys_call(NR["name_to_handle_at"], -100 & 0xFFFFFFFF, ctypes.c_char_p(path.encode()),
+             ctypes.addressof(handle), ctypes.addressof(mount_id), 0)
+    mount_fd = os.open("/", os.O_RDONLY)
+    try:
+        fd = sys_call(NR["open_by_handle_at"], mount_fd, ctypes.addressof(handle), os.O_RDONLY)
+        os.close(fd)
+        return f"opened {path} by its handle"
+    finally:
+        os.close(mount_fd)
+
+
+def bpf_map():
+    attr = ctypes.create_string_buffer(struct.pack("=IIII", 2, 4, 8, 1), 128)  # BPF_MAP_TYPE_ARRAY
+    fd = sys_call(NR["bpf"], 0, ctypes.addressof(attr), 128)  # BPF_MAP_CREATE
+    os.close(fd)
+    return "bpf map created"
+
+
+# ------------------------------------------------------------ the doors
+
+def _door(door, host, port):
+    s = socket.create_connection(("127.0.0.1", 3128 if door == "http" else 1080), timeout=TIMEOUT)
+    if door == "http":
+        target = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+        s.sendall(f"CONNECT {target} HTTP/1.1\r\nHost: {target}\r\n\r\n".encode())
+        head = b""
+        while b"\r\n\r\n" not in head:
+            chunk = s.recv(4096)
+            if not chunk:
+                break
+            head += chunk
+        status = head.split(b" ", 2)[1].decode() if head.startswith(b"HTTP/") else "NONE"
+        if status != "200":
+            s.close()
+            raise Refused(f"HTTP_{status}", head.split(b"\r\n", 1)[0].decode(errors="replace"))
+        return s, head.split(b"\r\n\r\n", 1)[1]
+    s.sendall(b"\x05\x01\x00")
+    if s.recv(2) != b"\x05\x00":
+        raise Refused("SOCKS_GREETING")
+    try:
+        import ipaddress
+        ip = ipaddress.ip_address(host)
+        addr = (b"\x01" if ip.version == 4 else b"\x04") + ip.packed
+    except ValueError:
+        addr = b"\x03" + bytes([len(host)]) + host.encode()
+    s.sendall(b"\x05\x01\x00" + addr + struct.pack("!H", int(port)))
+    reply = b""
+    while len(reply) < 2:
+        chunk = s.recv(2 - len(reply))
+        if not chunk:
+            break
+        reply += chunk
+    if len(reply) < 2 or reply[1] != 0:
+        s.close()
+        raise Refused(f"SOCKS_0x{reply[1]:02x}" if len(reply) == 2 else "SOCKS_CLOSED")
+    need = {1: 4, 4: 16}.get(s.recv(2)[1], None)
+    s.recv((need or s.recv(1)[0]) + 2)
+    return s, b""
+
+
+def door(which, host, port):
+    """Open a tunnel through a door; the detail is the first line the far end sends."""
+    s, early = _door(which, host, port)
+    with s:
+        s.settimeout(TIMEOUT)
+        data = early
+        try:
+            while b"\n" not in data:
+                chunk = s.recv(4096)
+                if not chunk:
+                    break
+                data += chunk
+        except socket.timeout:
+            pass
+        return data.split(b"\n")[0].decode(errors="replace").strip() or "(tunnel open, nothing sent)"
+
+
+def own_loopback_via_door(which, port):
+    """Listen on this sandbox's own 127.0.0.1:PORT (answering 'inside'), then
+    ask the door for 127.0.0.1:PORT: the detail says whose listener answered."""
+    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    listener.bind(("127.0.0.1", int(port)))
+    listener.listen(8)
+
+    def serve():
+        while True:
+            try:
+                conn, _ = listener.accept()
+            except OSError:
+                return
+            conn.sendall(b"inside\n")
+            conn.close()
+    threading.Thread(target=serve, daemon=True).start()
+    direct = tcp_banner("127.0.0.1", port)
+    via = door(which, "127.0.0.1", port)
+    listener.close()
+    return f"direct={direct} door={via}"
+
+
+# ------------------------------------------------------------ the runner
+
+def _outcome(fn, args):
+    try:
+        detail = fn(*args)
+        return {"ok": True, "errno": None, "detail": str(detail)}
+    except Refused as r:
+        return {"ok": False, "errno": r.name, "detail": r.detail}
+    except socket.gaierror as e:
+        return {"ok": False, "errno": "GAIERROR", "detail": str(e)}
+    except socket.timeout:
+        return {"ok": False, "errno": "ETIMEDOUT", "detail": "timed out"}
+    except OSError as e:
+        name = errno.errorcode.get(e.errno, str(e.errno)) if e.errno else "OSERROR"
+        return {"ok": False, "errno": name, "detail": str(e)}
+    except Exception as e:  # noqa: BLE001 - a probe bug must show, not pass as a refusal
+        return {"ok": False, "errno": "PROBE_BUG", "detail": repr(e)}
+
+
+def run_one(attempt):
+    """In a forked child: an attempt that works may change this process
+    (join a namespace, chroot), and must not change the next attempt."""
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(r)
+        signal.alarm(15)
+        res = _outcome(globals()[attempt["attempt"]], attempt.get("args", []))
+        os.write(w, json.dumps(res).encode())
+        os._exit(0)
+    os.close(w)
+    data = b""
+    while True:
+        chunk = os.read(r, 65536)
+        if not chunk:
+            break
+        data += chunk
+    os.close(r)
+    _, status = os.waitpid(pid, 0)
+    if data:
+        return json.loads(data)
+    return {"ok": False, "errno": "CRASH", "detail": f"wait status {status}"}
+
+
+def main():
+    with open(sys.argv[1]) as f:
+        plan = json.load(f)
+    for attempt in plan:
+        started = time.monotonic()
+        res = run_one(attempt)
+        res["ms"] = round((time.monotonic() - started) * 1000)
+        print(json.dumps({"id": attempt["id"], **res}), flush=True)
+
+
+if __name__ == "__main__":
+    main()
