@@ -1,0 +1,120 @@
+"""`vpnw doctor` end to end, and vpnw where agents run: as root, as an
+unprivileged user, and inside a container-like nested user namespace (with
+and without a network namespace of its own), each with a real client run.
+
+Where user namespaces are off (max_user_namespaces = 0 in a namespace of our
+own, the way a locked-down host has it), doctor says so and exits non-zero,
+and `vpnw guard` exits 122 pointing at `vpnw doctor` without running the
+program. As the control, the same run with namespaces on does run it.
+"""
+from __future__ import annotations
+
+import json
+import shlex
+import sys
+
+import pytest
+
+from e2e_support import describe
+from stages.helper.doctor import run_checks
+from stages.record import read_events
+from stages.recorder.check import check_run
+
+pytestmark = pytest.mark.world
+
+POLICY = 'version = 1\nname = "doc"\n\n[policy]\ndefault = "deny"\nallow = ["api.github.com"]\n'
+
+
+def test_doctor_is_ok_here_and_json_has_every_check(world, user):
+    r = world.vpnw(["doctor"], user=user)
+    assert r.returncode == 0, describe(r)
+    j = world.vpnw(["doctor", "--json"], user=user)
+    assert j.returncode == 0, describe(j)
+    checks = [json.loads(line) for line in j.stdout.splitlines() if line.strip()]
+    names = {c["name"] for c in checks}
+    expected = {c.name for c in run_checks()}
+    assert expected <= names, (expected - names, j.stdout)
+    assert all(set(c) >= {"name", "status", "detail", "fix"} for c in checks)
+    assert all(c["status"] != "fail" for c in checks), j.stdout
+    for c in checks:
+        assert c["name"] in r.stdout
+
+
+def userns_off(world, user: str, command: list):
+    """Run `command` in a user namespace of our own whose max_user_namespaces is 0."""
+    script = ("echo 0 > /proc/sys/user/max_user_namespaces && exec "
+              + " ".join(shlex.quote(str(a)) for a in command))
+    return world.run(["unshare", "--user", "--map-root-user", "--fork", "sh", "-c", script],
+                     user=user, timeout=60)
+
+
+def test_with_user_namespaces_off_doctor_fails_and_guard_exits_122(world, user):
+    marker = world.workdir(user) / "program-ran"
+    policy = world.file("doctor_policy.toml", POLICY)
+    doctor = userns_off(world, user, [world.vpnw_path, "doctor"])
+    assert doctor.returncode != 0, describe(doctor)
+    assert "max_user_namespaces" in doctor.stdout and "fail" in doctor.stdout, describe(doctor)
+
+    guard = userns_off(world, user, [world.vpnw_path, "guard", "--policy", policy, "--",
+                                     "touch", marker])
+    assert guard.returncode == 122, describe(guard)
+    assert "vpnw doctor" in guard.stderr, describe(guard)
+    assert not marker.exists(), "the program ran without its sandbox"
+    # The control: the same guard with namespaces on runs the program.
+    control = world.vpnw(["guard", "--policy", str(policy), "--", "touch", str(marker)], user=user)
+    assert control.returncode == 0, describe(control)
+    assert marker.exists()
+
+
+# --- vpnw inside a container-like nested user namespace ----------------------
+
+NESTED_DRIVER = r'''
+import http.server, json, os, subprocess, sys, threading
+vpnw, own_net = sys.argv[1], sys.argv[2] == "own-net"
+if own_net:
+    # A network of its own, like a container's: only loopback, brought up here,
+    # and the destination is a server on it.
+    subprocess.run(["ip", "link", "set", "lo", "up"], check=True)
+    class Quiet(http.server.SimpleHTTPRequestHandler):
+        def do_GET(self):
+            body = b"nested-ok"
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+        def log_message(self, *a):
+            pass
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Quiet)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_address[1]}/"
+    client = ["env", "-u", "NO_PROXY", "-u", "no_proxy", "curl", "-sS", "--max-time", "20",
+              "-x", "http://127.0.0.1:3128", url]
+else:
+    url = "http://api.github.com/whoami"
+    client = ["curl", "-sS", "--max-time", "20", url]
+r = subprocess.run([vpnw, "run", "--", *client], capture_output=True, text=True, timeout=120)
+print(json.dumps({"code": r.returncode, "out": r.stdout, "err": r.stderr,
+                  "uid": os.getuid(), "userns": os.readlink("/proc/self/ns/user")}))
+'''
+
+
+@pytest.mark.parametrize("net", ["shared-net", "own-net"])
+def test_vpnw_builds_its_sandbox_inside_a_nested_user_namespace(world, user, net):
+    driver = world.file("nested_driver.py", NESTED_DRIVER)
+    flags = ["--user", "--map-root-user", "--mount"] + (["--net"] if net == "own-net" else [])
+    r = world.run(["unshare", *flags, "--", sys.executable, str(driver), str(world.vpnw_path), net],
+                  user=user, timeout=180)
+    assert r.returncode == 0, describe(r)
+    result = json.loads(r.stdout.strip().splitlines()[-1])
+    assert result["uid"] == 0, result          # mapped root, as in a rootless container
+    assert result["code"] == 0, result
+    if net == "own-net":
+        assert result["out"] == "nested-ok", result
+    else:
+        assert json.loads(result["out"])["host"] == "api.github.com", result
+    files = sorted(r.run_files())
+    with open(files[-1], "rb") as f:
+        events = list(read_events(f, strict=True))
+    assert not check_run(events), check_run(events)
+    assert [e["fields"]["namespaces"] for e in events if e["type"] == "sandbox.ready"]
+    assert sum(1 for e in events if e["type"] == "conn.open") == 1
