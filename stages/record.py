@@ -84,19 +84,45 @@ def encode(run: str, type_: str, fields: dict, *, path: str | None = None,
 
 
 class Emitter:
-    """Writes events to a file descriptor, one whole line per write(2)."""
+    """Writes events to a file descriptor, whole lines only.
+
+    Unbuffered, each event is one write(2). After `hold()`, lines gather until
+    `flush()` (or until the next line would pass PIPE_BUF), so a busy broker
+    wakes the recorder once per loop turn instead of once per event; every
+    write stays at most PIPE_BUF bytes and so is still atomic on the shared pipe.
+    """
+
+    PIPE_BUF = 4096
 
     def __init__(self, fd: int, run: str, path: str | None = None):
         self.fd = fd
         self.run = run
         self.path = path
+        self._held: bytearray | None = None
 
     def emit(self, type_: str, conn: int | None = None, /, **fields) -> None:
         # The envelope's path is the emitter's: every field name stays free for
         # the event itself (path.check has a field called "path").
         line = encode(self.run, type_, fields, path=self.path, conn=conn)
+        if self._held is None:
+            self._write(line)
+            return
+        if len(self._held) + len(line) > self.PIPE_BUF:
+            self.flush()
+        self._held += line
+
+    def hold(self) -> None:
+        if self._held is None:
+            self._held = bytearray()
+
+    def flush(self) -> None:
+        if self._held:
+            data, self._held = bytes(self._held), bytearray()
+            self._write(data)
+
+    def _write(self, data: bytes) -> None:
         try:
-            os.write(self.fd, line)
+            os.write(self.fd, data)
         except BrokenPipeError:
             # The recorder is gone; the orchestrator notices and stops the run.
             pass

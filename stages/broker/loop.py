@@ -95,12 +95,27 @@ class Broker:
         self.relays: set[Relay] = set()
         self.stopping: asyncio.Event | None = None
         self.handshaking: set[socket.socket] = set()   # handed over, no request yet
+        self.flush_scheduled = False
+        emitter.hold()
 
     # record and status ------------------------------------------------------
     def emit(self, type_: str, conn: int | None = None, **fields) -> None:
         self.emitter.emit(type_, conn, **fields)
+        if not self.flush_scheduled:
+            # One write per loop turn, not per event: the recorder wakes less
+            # often and the loop spends its time relaying.
+            try:
+                asyncio.get_running_loop().call_soon(self.flush_events)
+                self.flush_scheduled = True
+            except RuntimeError:  # no loop (yet or any more): write now
+                self.emitter.flush()
+
+    def flush_events(self) -> None:
+        self.flush_scheduled = False
+        self.emitter.flush()
 
     def status(self, obj: dict) -> None:
+        self.emitter.flush()  # the orchestrator acts on totals: every event goes first
         try:
             os.write(self.status_fd, orjson.dumps(obj) + b"\n")
         except OSError:
@@ -672,6 +687,7 @@ def run_broker(handoff_fd: int, event_fd: int, status_fd: int, *, run_id: str, p
         try:
             return asyncio.run(broker.run(handoff))
         finally:
+            broker.emitter.flush()
             handoff.detach()
     except Exception as exc:
         _warn(f"the broker failed: {exc!r}")

@@ -30,19 +30,29 @@ _ROUNDS = 16
 _pipe_size_cap = [PIPE_SIZE]   # shrinks if the per-user pipe quota is reached
 
 
+DEFAULT_PIPE_SIZE = 65536
+
+
 def _new_pipe() -> tuple[int, int, int]:
+    # The kernel's default size: most connections are short, and growing the
+    # pipe costs a system call they never need (see _Direction._grow).
     r, w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+    return r, w, DEFAULT_PIPE_SIZE
+
+
+def _grow_pipe(w: int) -> int | None:
+    """Make the pipe PIPE_SIZE (or as large as the per-user quota allows)."""
     size = _pipe_size_cap[0]
-    while size >= 65536:
+    while size > DEFAULT_PIPE_SIZE:
         try:
-            return r, w, fcntl.fcntl(w, F_SETPIPE_SZ, size)
+            return fcntl.fcntl(w, F_SETPIPE_SZ, size)
         except PermissionError:
             # Over fs/pipe-user-pages-soft: smaller pipes still work.
             size //= 4
-            _pipe_size_cap[0] = max(size, 65536)
+            _pipe_size_cap[0] = max(size, DEFAULT_PIPE_SIZE)
         except OSError:
             break
-    return r, w, 65536
+    return None
 
 
 class _Direction:
@@ -60,6 +70,7 @@ class _Direction:
         self.reading = False
         self.writing = False
         self.fallback: bytearray | None = None
+        self.grown = False
         self.fb_view: memoryview | None = None
         self.fb_start = 0
         try:
@@ -97,6 +108,12 @@ class _Direction:
             if fd >= 0:
                 os.close(fd)
         self.pipe_r = self.pipe_w = -1
+
+    def _grow(self) -> None:
+        # A read filled the pipe: this is a bulk transfer, and a larger pipe
+        # means fewer splice calls per byte. Tried once per direction.
+        self.grown = True
+        self.capacity = _grow_pipe(self.pipe_w) or self.capacity
 
     # moving bytes -----------------------------------------------------------
     def _fill(self) -> int:
@@ -145,6 +162,8 @@ class _Direction:
                     self._finish_if_drained()
                     return
                 self.pending = n
+                if n >= self.capacity and not self.grown and self.fallback is None:
+                    self._grow()
                 self._drain()
                 if self.pending:
                     # dst is slow: stop reading until the pipe is empty.
