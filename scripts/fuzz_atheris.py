@@ -17,7 +17,6 @@ import array
 import os
 import socket
 import sys
-import tempfile
 
 import atheris
 
@@ -137,13 +136,14 @@ def target_policy(data: bytes) -> None:
         assert "fuzz.toml" in str(exc)
 
 
-_CONFIG_FILE = os.path.join(tempfile.mkdtemp(prefix="vpnw-fuzz-", dir="/dev/shm"), "paths.toml")
+# load_config reads a file: an in-memory one, so nothing is left behind.
+_CONFIG_FD = os.memfd_create("paths.toml")
+_CONFIG_FILE = f"/proc/self/fd/{_CONFIG_FD}"
 
 
 def target_config(data: bytes) -> None:
-    # load_config reads a file; /dev/shm keeps that cheap.
-    with open(_CONFIG_FILE, "wb") as handle:
-        handle.write(data)
+    os.ftruncate(_CONFIG_FD, 0)
+    os.pwrite(_CONFIG_FD, data, 0)
     try:
         config = load_config(_CONFIG_FILE, env={"VPNW_PW": "secret"})
     except ConfigError as exc:
@@ -165,7 +165,7 @@ def target_record(data: bytes) -> None:
 
 
 _LINK = None
-_SCRATCH = os.path.join(os.path.dirname(_CONFIG_FILE), "scratch")
+_SCRATCH_FD = os.memfd_create("scratch")
 
 
 def _descriptors(kind: int) -> list[int]:
@@ -182,7 +182,7 @@ def _descriptors(kind: int) -> list[int]:
         b.close()
         return [a.detach()]
     if kind == 3:
-        return [os.open(_SCRATCH, os.O_RDWR | os.O_CREAT, 0o600)]
+        return [os.dup(_SCRATCH_FD)]
     if kind == 4:
         s = socket.socket()
         return [s.detach()]
