@@ -77,8 +77,9 @@ def _warn(message: str) -> None:
 class Broker:
     def __init__(self, *, emitter: Emitter, status_fd: int, policy, path,
                  dry_run: bool = False, grace: float = 2.0,
-                 local_addresses: frozenset = frozenset()):
+                 local_addresses: frozenset = frozenset(), path_reported: bool = False):
         from . import decide as decide_module
+        self.path_reported = path_reported  # main_from_fds already said the direct path is ok
         self.decide = decide_module
         self.emitter = emitter
         self.status_fd = status_fd
@@ -144,6 +145,8 @@ class Broker:
 
     # the run ----------------------------------------------------------------
     async def check_path(self) -> bool:
+        if self.path_reported:
+            return True
         started = time.monotonic()
         name = getattr(self.path, "name", "direct")
         kind = "direct" if self.is_direct else "proxy"
@@ -668,7 +671,7 @@ def _raise_fd_limit() -> None:
 
 
 def run_broker(handoff_fd: int, event_fd: int, status_fd: int, *, run_id: str, policy, path,
-               dry_run: bool = False, grace: float = 2.0) -> int:
+               dry_run: bool = False, grace: float = 2.0, path_reported: bool = False) -> int:
     """The broker process body; returns its exit code (0, 123 path down, 125 failed)."""
     from .local_addresses import local_addresses
     emitter = Emitter(event_fd, run_id, path=getattr(path, "name", "direct"))
@@ -682,6 +685,7 @@ def run_broker(handoff_fd: int, event_fd: int, status_fd: int, *, run_id: str, p
             from ..paths import DIRECT
             path = DIRECT
         broker = Broker(emitter=emitter, status_fd=status_fd, policy=policy, path=path,
+                        path_reported=path_reported,
                         dry_run=dry_run, grace=grace, local_addresses=local_addresses())
         handoff = socket.socket(fileno=handoff_fd)
         try:
