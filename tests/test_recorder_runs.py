@@ -8,6 +8,7 @@ import shutil
 import pytest
 from click.testing import CliRunner
 
+from stages.destinations import destinations
 from stages.record import read_events
 from stages.recorder import runs
 from stages.recorder.commands import runs_command, show_command
@@ -79,7 +80,7 @@ def test_resolve_run(state):
 
 def test_destinations(state):
     with open(state / "r-7c01d2.jsonl", "rb") as f:
-        table = runs.destinations(read_events(f))
+        table = destinations(read_events(f))
     assert [(d.host, d.port, d.decision, d.requests, d.bytes_up, d.bytes_down) for d in table] == [
         ("files.pythonhosted.org", 443, "allowed", 3, 4200, 3_029_000),
         ("pypi.org", 443, "allowed/failed", 2, 1900, 120_000),

@@ -21,7 +21,7 @@ The heads never go to the record: the record keeps host and port only.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 MAX_REQUEST_LINE = 8 * 1024
 MAX_HEADERS_BYTES = 64 * 1024

@@ -21,7 +21,6 @@ import os
 import resource
 import signal
 import socket
-import sys
 import threading
 import time
 from dataclasses import dataclass

@@ -14,11 +14,11 @@ from __future__ import annotations
 
 import ipaddress
 import math
-import re
 from collections import Counter
 from dataclasses import dataclass
 from typing import Iterable
 
+from ..destinations import Destination, Tally
 from ..recorder.human import human_bytes, printable
 
 PLAIN_PORTS = (80, 443)
@@ -77,25 +77,6 @@ def generated_labels(host: str) -> list[str]:
 
 # --- aggregation ---------------------------------------------------------------
 
-@dataclass
-class _Destination:
-    host: str
-    port: int
-    requests: int = 0
-    opened: int = 0
-    denied: int = 0
-    would_deny: int = 0
-    failed: int = 0
-    bytes_up: int = 0
-    bytes_down: int = 0
-    first: str | None = None
-    last: str | None = None
-    deny_reason: str | None = None
-    would_deny_reason: str | None = None
-    fail_reason: str | None = None
-    special: str | None = None   # first special address it was reached at
-
-
 def _classify(address: str) -> str | None:
     try:
         ip = ipaddress.ip_address(address.strip("[]"))
@@ -108,14 +89,9 @@ def _classify(address: str) -> str | None:
     return classify(ip)
 
 
-def _int(value) -> int:
-    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
-
-
 class _Learner:
     def __init__(self):
-        self.dests: dict[tuple[str, int], _Destination] = {}
-        self.conns: dict[tuple, _Destination] = {}
+        self.tally = Tally()
         self.runs: dict[str, tuple] = {}
         self.first_program: str | None = None
 
@@ -125,7 +101,6 @@ class _Learner:
         if not isinstance(f, dict):
             return
         ts = event.get("ts") if isinstance(event.get("ts"), str) else None
-        key = (event.get("run"), event.get("conn"))
         if type_ == "run.start":
             run = str(event.get("run"))
             if run not in self.runs:
@@ -133,44 +108,7 @@ class _Learner:
             if self.first_program is None and isinstance(f.get("program"), str):
                 self.first_program = f["program"]
             return
-        if type_ == "conn.request":
-            host, port = f.get("host"), f.get("port")
-            if not isinstance(host, str) or not isinstance(port, int):
-                return
-            dest = self.dests.get((host, port))
-            if dest is None:
-                dest = self.dests[(host, port)] = _Destination(host, port)
-            dest.requests += 1
-            if ts is not None:
-                if dest.first is None or ts < dest.first:
-                    dest.first = ts
-                if dest.last is None or ts > dest.last:
-                    dest.last = ts
-            self.conns[key] = dest
-            return
-        dest = self.conns.get(key)
-        if dest is None:
-            return
-        if type_ == "policy.deny":
-            if f.get("enforced", True) is False:
-                dest.would_deny += 1
-                dest.would_deny_reason = dest.would_deny_reason or str(f.get("reason", ""))
-            else:
-                dest.denied += 1
-                dest.deny_reason = dest.deny_reason or str(f.get("reason", ""))
-                del self.conns[key]
-        elif type_ == "conn.open":
-            dest.opened += 1
-            if dest.special is None and isinstance(f.get("address"), str):
-                dest.special = _classify(f["address"])
-        elif type_ == "conn.fail":
-            dest.failed += 1
-            dest.fail_reason = dest.fail_reason or str(f.get("reason") or f.get("error") or "")
-            del self.conns[key]
-        elif type_ == "conn.close":
-            dest.bytes_up += _int(f.get("bytes_up"))
-            dest.bytes_down += _int(f.get("bytes_down"))
-            del self.conns[key]
+        self.tally.feed(event)
 
 
 # --- rendering -------------------------------------------------------------------
@@ -234,7 +172,7 @@ class _Entry:
     first: str | None = None
     last: str | None = None
 
-    def add(self, dest: _Destination) -> None:
+    def add(self, dest: Destination) -> None:
         self.connections += dest.opened
         self.bytes_up += dest.bytes_up
         self.bytes_down += dest.bytes_down
@@ -286,7 +224,7 @@ def render(learner: _Learner, name: str) -> str:
         "unreached", "invalid")}
     hosts_reached: dict[str, tuple] = {}
 
-    for (host, port), dest in sorted(learner.dests.items()):
+    for (host, port), dest in sorted(learner.tally.table.items()):
         canon = _canonical(host)
         if canon is None:
             if dest.opened:
@@ -313,8 +251,9 @@ def render(learner: _Learner, name: str) -> str:
         if dest.would_deny:
             review["would_deny"].append((sort, port, f"{target}: the policy in force would deny it "
                                          f"({printable(dest.would_deny_reason or '')})"))
-        if dest.special:
-            review["special"].append((sort, port, f"{target}: reached at {printable(dest.special)}; "
+        special = next(filter(None, map(_classify, dest.addresses)), None)
+        if special:
+            review["special"].append((sort, port, f"{target}: reached at {printable(special)}; "
                                       "deny_private = true refuses it"))
         if port not in PLAIN_PORTS:
             review["ports"].append((sort, port, f"{target}: port {port} is neither 80 nor 443"))

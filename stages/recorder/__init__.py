@@ -8,7 +8,6 @@ tee's `subprocess` is loaded only when asked for.
 from __future__ import annotations
 
 import os
-import sys
 
 from ..record import RecordError, parse_line
 from .human import HUMAN_MODES, QUIET, HumanState, format_event

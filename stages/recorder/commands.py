@@ -6,6 +6,7 @@ import sys
 import click
 import orjson
 
+from ..destinations import destinations
 from ..record import read_events, state_dir
 from . import runs as runs_mod
 from .human import human_bytes, printable
@@ -74,13 +75,13 @@ def show_command(run: str | None, summary: bool, as_json: bool, directory: str |
 
     if as_json:
         with open(path, "rb") as stream:
-            table = runs_mod.destinations(read_events(stream))
+            table = destinations(read_events(stream))
         _emit_json({"run": runs_mod.summarize(path).as_dict(),
                     "destinations": [d.as_dict() for d in table]})
         return
     if summary:
         with open(path, "rb") as stream:
-            table = runs_mod.destinations(read_events(stream))
+            table = destinations(read_events(stream))
         if not table:
             click.echo("no connections in this run")
             return
