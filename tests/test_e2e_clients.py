@@ -154,6 +154,65 @@ def test_node_fetch(world, user):
     assert opened(run_events(r)) == [("api.github.com", 443, "http-connect")]
 
 
+# Node before 22.21 has no NODE_USE_ENV_PROXY, so this client reads the proxy
+# from HTTPS_PROXY / ALL_PROXY itself, as Node programs of that age do (with an
+# agent), and speaks CONNECT and SOCKS5 with Node's own http, net and tls.
+NODE_DOORS = r"""
+const http = require('http'), net = require('net'), tls = require('tls'), fs = require('fs');
+const ca = fs.readFileSync(process.env.CA);
+function overTls(socket, done) {
+  const t = tls.connect({socket, servername: 'api.github.com', ca}, () =>
+    t.write('GET /whoami HTTP/1.1\r\nHost: api.github.com\r\nConnection: close\r\n\r\n'));
+  let data = ''; t.on('data', d => data += d); t.on('end', () => done(data));
+  t.on('error', e => { console.error('tls', e.message); process.exit(3); });
+}
+function viaConnect(done) {
+  const proxy = new URL(process.env.HTTPS_PROXY);
+  const req = http.request({host: proxy.hostname, port: proxy.port, method: 'CONNECT',
+                            path: 'api.github.com:443'});
+  req.on('connect', (res, socket) => {
+    if (res.statusCode !== 200) { console.error('CONNECT', res.statusCode); process.exit(4); }
+    overTls(socket, done);
+  });
+  req.on('error', e => { console.error('connect', e.message); process.exit(5); });
+  req.end();
+}
+function viaSocks(done) {
+  const proxy = new URL(process.env.ALL_PROXY);
+  const s = net.connect(Number(proxy.port), proxy.hostname);
+  const host = Buffer.from('api.github.com');
+  let step = 0;
+  s.on('connect', () => s.write(Buffer.from([5, 1, 0])));
+  s.on('data', d => {
+    if (step === 0 && d[1] === 0) {
+      step = 1;
+      s.write(Buffer.concat([Buffer.from([5, 1, 0, 3, host.length]), host, Buffer.from([1, 187])]));
+    } else if (step === 1) {
+      if (d[1] !== 0) { console.error('SOCKS reply', d[1]); process.exit(6); }
+      step = 2; s.removeAllListeners('data'); overTls(s, done);
+    }
+  });
+  s.on('error', e => { console.error('socks', e.message); process.exit(7); });
+}
+viaConnect(a => viaSocks(b => { console.log(JSON.stringify([a, b])); }));
+"""
+
+
+def test_node_through_both_doors(world, user):
+    node = shutil.which("node") or shutil.which("nodejs")
+    if node is None:
+        pytest.skip("node is not installed here (scripts/setup installs it where Debian has it)")
+    script = world.file("node_doors.js", NODE_DOORS)
+    r = world.vpnw(["run", "--", node, str(script)], user=user, env={"CA": str(world.ca_pem)})
+    assert r.returncode == 0, describe(r)
+    answers = json.loads(r.stdout.strip().splitlines()[-1])
+    for answer in answers:
+        assert answer.startswith("HTTP/1.1 200"), answer[:200]
+        assert_seen_from_world(whoami(answer.split("\r\n\r\n", 1)[1]), "api.github.com", tls=True)
+    assert opened(run_events(r)) == [("api.github.com", 443, "http-connect"),
+                                     ("api.github.com", 443, "socks5")]
+
+
 def test_trace_prints_and_records_every_connection(world, user):
     urls = ["http://api.github.com/whoami", "https://files.pythonhosted.org/whoami",
             "http://pypi.world/bytes/12345?seed=1", "https://git.world/whoami"]
