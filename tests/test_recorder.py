@@ -134,9 +134,15 @@ def test_sigkill_mid_stream_leaves_only_whole_lines(tmp_path):
     feeder.join(timeout=30)
     data = record.read_bytes()
     assert len(data) >= 2_000_000
-    assert data.endswith(b"\n")
-    for line in data.splitlines():
+    whole, _, tail = data.rpartition(b"\n")
+    for line in whole.splitlines():
         parse_line(line)
+    # One write(2) per line; still, the kernel may stop a write killed by
+    # SIGKILL between two pages, so the very last line can be cut short. It is
+    # the only one, and readers skip it (docs/record.md).
+    assert len(tail) < len(chunk)
+    with record.open("rb") as f:
+        assert sum(1 for _ in read_events(f)) == whole.count(b"\n") + 1
 
 
 def _in_process(tmp_path, data: bytes, **kw) -> int:
