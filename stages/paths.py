@@ -55,8 +55,9 @@ class ConfigError(Exception):
     def __str__(self) -> str:
         where = ""
         if self.file is not None:
-            where = f"{self.file}, line {self.line}: " if self.line else f"{self.file}: "
-        return f"{where}{self.problem}. Fix: {self.fix}"
+            where = f"{self.file}:{self.line}: " if self.line else f"{self.file}: "
+        # The same shape as a policy error: file:line: problem; fix: ...
+        return f"{where}{self.problem}; fix: {self.fix}"
 
 
 @dataclass(frozen=True)

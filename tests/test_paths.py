@@ -69,7 +69,7 @@ def test_choose_path_default_via_and_unknown(tmp_path):
     with pytest.raises(ConfigError) as caught:
         choose_path(config, "nope")
     message = str(caught.value)
-    assert "nope" in message and "direct, home, office, plain, web" in message and "Fix:" in message
+    assert "nope" in message and "direct, home, office, plain, web" in message and "fix:" in message
     with pytest.raises(ConfigError, match="no config was given"):
         choose_path(None, "office")
 
@@ -103,9 +103,9 @@ def test_bad_urls_name_file_line_and_fix(tmp_path, url, line_words):
     """)
     assert line_words in str(error)
     assert error.line == 6
-    assert str(error).startswith(f"{error.file}, line 6: ")
+    assert str(error).startswith(f"{error.file}:6: ")
     assert error.file.endswith("office.toml")
-    assert "Fix: " in str(error)
+    assert "; fix: " in str(error)
 
 
 @pytest.mark.parametrize("body, line, words", [
@@ -136,7 +136,7 @@ def test_validation_messages(tmp_path, body, line, words):
     assert words in str(error)
     assert error.line == line
     assert error.file.endswith("office.toml") and str(error).startswith(error.file)
-    assert "Fix: " in str(error)
+    assert "; fix: " in str(error)
 
 
 def test_missing_file_is_a_config_error(tmp_path):
