@@ -497,6 +497,22 @@ def _unknown(key: str, known: tuple) -> str:
     return "the keys allowed here are " + ", ".join(known)
 
 
+def _unclosed_array_line(text: str) -> int | None:
+    """The line of the `key = [` whose array is still open at the end of the
+    text: where a person has to look, rather than the end of the file."""
+    opened_at, depth = None, 0
+    for number, line in enumerate(text.splitlines(), 1):
+        code = re.sub(r'"(?:[^"\\]|\\.)*"|\'[^\']*\'', '""', line).split("#", 1)[0]
+        for ch in code:
+            if ch == "[" and depth == 0 and "=" in code.split("[", 1)[0]:
+                opened_at = number
+            if ch == "[" and (depth or "=" in code.split("[", 1)[0]):
+                depth += 1
+            elif ch == "]" and depth:
+                depth -= 1
+    return opened_at if depth else None
+
+
 def parse_policy(text: str, source: str = "<policy>") -> Policy:
     """Policy text -> Policy, or PolicyError naming source and line."""
     try:
@@ -508,6 +524,10 @@ def parse_policy(text: str, source: str = "<policy>") -> Policy:
         problem = re.sub(r"\s*\(at (line \d+, column \d+|end of document)\)", "", msg)
         if not m and "end of document" in msg:
             where = str(text.count("\n") + 1)
+        opened = _unclosed_array_line(text) if "Unclosed array" in msg else None
+        if opened:
+            where = str(opened)
+            problem += " (it opens here and never closes)"
         raise PolicyError(f"{source}:{where}: TOML syntax error: {problem}; fix: correct the "
                           "TOML at that place (strings need quotes, arrays need [ ])",
                           source=source, line=int(where.split(":")[0])) from None

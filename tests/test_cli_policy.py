@@ -67,8 +67,9 @@ def test_a_malformed_policy_exits_121_naming_file_and_line(world, user, mode, ca
     assert_refused_before_start(r, attempt)
     first = r.stderr.splitlines()[0]
     if message is None:
-        # An array left open is found at the end of the file (line 6).
-        assert first.startswith(f"vpnw: {path}:6: TOML syntax error: Unclosed array; fix: "), describe(r)
+        # An array left open is reported where it opens (line 5), not at the end of the file.
+        assert first.startswith(f"vpnw: {path}:5: TOML syntax error: Unclosed array "
+                                "(it opens here and never closes); fix: "), describe(r)
     else:
         assert first.startswith(f"vpnw: {path}:{message}"), describe(r)
 

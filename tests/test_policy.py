@@ -143,7 +143,7 @@ def test_bad_policies(text, line, words):
 
 @pytest.mark.parametrize("text,line", [
     ('version = 1\n[policy\n', 2),
-    ('version = 1\n[policy]\nallow = ["a.com"\n', 4),
+    ('version = 1\n[policy]\nallow = ["a.com"\n', 3),   # where the open array starts
     ('version = 1\n[policy]\nallow = [a.com]\n', 3),
     ('version = 1\n[policy]\ndefault = deny\n', 3),
     ('version = 1\nversion = 1\n', 2),
