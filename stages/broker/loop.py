@@ -389,14 +389,30 @@ class Broker:
         loop = asyncio.get_running_loop()
         if deadline is None:
             return await loop.sock_recv(sock, RECV_SIZE)
-        remaining = deadline - loop.time()
-        if remaining <= 0:
+        if deadline - loop.time() <= 0:
             raise asyncio.TimeoutError
-        return await asyncio.wait_for(loop.sock_recv(sock, RECV_SIZE), remaining)
+        # The request usually arrived with the connection: read it without
+        # arming a timer (wait_for costs a task and a timer per call).
+        try:
+            return sock.recv(RECV_SIZE)
+        except (BlockingIOError, InterruptedError):
+            pass
+        async with asyncio.timeout_at(deadline):
+            return await loop.sock_recv(sock, RECV_SIZE)
 
     async def send_quietly(self, sock: socket.socket, data: bytes) -> None:
+        # Replies are small: the empty send buffer takes them at once.
         try:
-            await asyncio.wait_for(asyncio.get_running_loop().sock_sendall(sock, data), 5)
+            sent = sock.send(data)
+        except (BlockingIOError, InterruptedError):
+            sent = 0
+        except OSError:
+            return
+        if sent == len(data):
+            return
+        try:
+            async with asyncio.timeout(5):
+                await asyncio.get_running_loop().sock_sendall(sock, data[sent:])
         except (OSError, asyncio.TimeoutError):
             pass
 
