@@ -13,6 +13,7 @@ import socket
 from dataclasses import dataclass
 
 CONNECT_TIMEOUT = 10.0
+_IP_TYPES = (ipaddress.IPv4Address, ipaddress.IPv6Address)
 
 
 @dataclass
@@ -51,6 +52,13 @@ async def _connect(loop, sock: socket.socket, address: tuple, timeout: float) ->
         return
     if err not in (errno.EINPROGRESS, errno.EINTR):
         raise OSError(err, f"Connect call failed {address}")
+    # On loopback and other local paths the handshake has usually completed
+    # inside connect() already: no need to wait a loop turn for writability.
+    try:
+        sock.getpeername()
+        return
+    except OSError:
+        pass
     fd = sock.fileno()
     done = loop.create_future()
 
@@ -76,7 +84,8 @@ async def dial_direct(addresses, port: int, *, timeout: float = CONNECT_TIMEOUT)
     if not addresses:
         raise DialError("dns", "the name has no addresses")
     for address in addresses:
-        ip = ipaddress.ip_address(address)
+        # The policy's addresses are already parsed: parse only text.
+        ip = address if isinstance(address, _IP_TYPES) else ipaddress.ip_address(address)
         family = socket.AF_INET6 if ip.version == 6 else socket.AF_INET
         sock = socket.socket(family, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
         sock.setblocking(False)

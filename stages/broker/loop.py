@@ -342,9 +342,9 @@ class Broker:
         loop = asyncio.get_running_loop()
         started = time.monotonic()
         try:
-            infos = await asyncio.wait_for(
-                loop.getaddrinfo(host, port, type=socket.SOCK_STREAM, proto=socket.IPPROTO_TCP),
-                DNS_TIMEOUT)
+            async with asyncio.timeout(DNS_TIMEOUT):
+                infos = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM,
+                                               proto=socket.IPPROTO_TCP)
         except (OSError, asyncio.TimeoutError, UnicodeError) as exc:
             message = "timed out" if isinstance(exc, asyncio.TimeoutError) else (
                 getattr(exc, "strerror", None) or str(exc))
