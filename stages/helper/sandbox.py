@@ -14,6 +14,7 @@ error, not a surprise later) and lets it go with one byte on a second pipe.
 """
 from __future__ import annotations
 
+import contextlib
 import errno
 import json
 import os
@@ -135,6 +136,50 @@ def _open_doors() -> list[tuple[str, socket.socket]]:
     return doors
 
 
+@contextlib.contextmanager
+def _sonames_known():
+    """pyseccomp finds libc and libseccomp with ctypes.util.find_library at
+    import: importing ctypes.util (shutil, bz2, lzma, subprocess, tempfile...)
+    and running `ldconfig -p` twice cost ~30 ms on the way to the seal. While
+    it imports, ctypes.util is a stand-in whose find_library tries the usual
+    sonames first (the dynamic loader resolves them to the very files ldconfig
+    would name) and otherwise asks the real ctypes.util, as before."""
+    import ctypes
+    import sys
+    import types
+    if "ctypes.util" in sys.modules:
+        yield
+        return
+    stand_in = types.ModuleType("ctypes.util")
+
+    def find_library(name):
+        soname = _KNOWN_SONAMES.get(name)
+        if soname is not None:
+            try:
+                ctypes.CDLL(soname)
+                return soname
+            except OSError:
+                pass
+        if sys.modules.get("ctypes.util") is stand_in:
+            del sys.modules["ctypes.util"]
+        import ctypes.util as real
+        return real.find_library(name)
+
+    stand_in.find_library = find_library
+    sys.modules["ctypes.util"] = stand_in
+    ctypes.util = stand_in
+    try:
+        yield
+    finally:
+        if sys.modules.get("ctypes.util") is stand_in:
+            del sys.modules["ctypes.util"]
+        if getattr(ctypes, "util", None) is stand_in:
+            del ctypes.util
+
+
+_KNOWN_SONAMES = {"c": "libc.so.6", "seccomp": "libseccomp.so.2"}
+
+
 def run(argv: list[str], handoff_fd: int, status_fd: int, go_fd: int,
         allow_unix_sockets: bool, env: dict[str, str] | None) -> int:
     """P's whole life; returns its exit code (the caller _exits with it)."""
@@ -152,7 +197,8 @@ def run(argv: list[str], handoff_fd: int, status_fd: int, go_fd: int,
         # namespace's PID 1 and spend it.
         try:
             from stages.helper.seccomp_rules import build_filter
-            seccomp_filter = build_filter(allow_unix_sockets)
+            with _sonames_known():
+                seccomp_filter = build_filter(allow_unix_sockets)
         except (ImportError, OSError, RuntimeError) as e:
             raise SealError(f"cannot build the seccomp filter (libseccomp via pyseccomp): {e}; "
                             f"{DOCTOR_HINT}")
