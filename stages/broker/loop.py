@@ -27,6 +27,7 @@ from dataclasses import dataclass
 
 import orjson
 
+from . import http_proxy, socks5
 from .limits import MAX_PENDING_HANDSHAKES
 from .dial import DialError, classify, dial_direct
 from .relay import Relay
@@ -37,18 +38,6 @@ HANDSHAKE_TIMEOUT = 30.0    # the first request head must arrive within this (sl
 IDLE_TIMEOUT = 120.0        # between requests on a kept-alive client connection
 DNS_TIMEOUT = 15.0
 RECV_SIZE = 256 * 1024
-PRELOAD_AFTER = 0.005       # s; see Broker.run
-
-# The doors' parsers and the decision, loaded by _load_protocols: a run whose
-# program never connects (vpnw run -- true) ends without paying for them.
-http_proxy = socks5 = decide_module = None
-
-
-def _load_protocols() -> None:
-    global http_proxy, socks5, decide_module
-    if decide_module is None:
-        from . import decide as decide_module
-        from . import http_proxy, socks5
 
 
 @dataclass
@@ -88,8 +77,9 @@ class Broker:
     def __init__(self, *, emitter: Emitter, status_fd: int, policy, path,
                  dry_run: bool = False, grace: float = 2.0,
                  local_addresses: frozenset = frozenset(), path_reported: bool = False):
+        from . import decide as decide_module
         self.path_reported = path_reported  # main_from_fds already said the direct path is ok
-        self.decide = None   # the decide module, once _load_protocols ran
+        self.decide = decide_module
         self.emitter = emitter
         self.status_fd = status_fd
         self.policy = policy
@@ -194,10 +184,6 @@ class Broker:
             return 123
         handoff.setblocking(False)
         loop.add_reader(handoff.fileno(), self._on_handoff, handoff)
-        # Load the protocols soon but not at once: when the program has
-        # already ended, the end of the handoff stream comes first and the
-        # run ends without loading them (vpnw run -- true waits for us).
-        loop.call_later(PRELOAD_AFTER, self._load_protocols)
         try:
             await self.stopping.wait()
         finally:
@@ -205,10 +191,6 @@ class Broker:
         await self._wind_down()
         self.status({"totals": self.totals})
         return 0
-
-    def _load_protocols(self) -> None:
-        _load_protocols()
-        self.decide = decide_module
 
     def _on_handoff(self, handoff: socket.socket) -> None:
         for _ in range(64):
@@ -249,8 +231,6 @@ class Broker:
             await asyncio.wait(set(self.tasks))
 
     async def _serve(self, door: str, sock: socket.socket) -> None:
-        if self.decide is None:
-            self._load_protocols()
         sock.setblocking(False)
         try:
             if door == "socks":
