@@ -103,9 +103,15 @@ def stages_of(vpnw_pid: int) -> dict[str, int]:
             if os.readlink(f"/proc/{pid}/ns/net") != own_net:
                 found["helper"] = pid
                 continue
-            targets = [os.readlink(f"/proc/{pid}/fd/{fd}") for fd in os.listdir(f"/proc/{pid}/fd")]
+            fds = os.listdir(f"/proc/{pid}/fd")
         except (FileNotFoundError, ProcessLookupError):
             continue
+        targets = []
+        for fd in fds:
+            try:
+                targets.append(os.readlink(f"/proc/{pid}/fd/{fd}"))
+            except (FileNotFoundError, ProcessLookupError):
+                pass   # the broker opens and closes sockets all the time
         found["recorder" if any(t.endswith(".jsonl") for t in targets) else "broker"] = pid
     return found
 
@@ -119,13 +125,33 @@ class Running:
         self.proc = world.popen([str(world.vpnw_path), "run", "--", sys.executable, str(agent), self.marker],
                                 user=user, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         self.world = world
-        # nsenter, setpriv and env exec in place: the Popen's pid becomes vpnw.
-        wait_until(lambda: b"vpnw" in Path(f"/proc/{self.proc.pid}/cmdline").read_bytes()
-                   and len(stages_of(self.proc.pid)) == 3, what="vpnw and its three stages")
-        self.stages = stages_of(self.proc.pid)
-        # Wait for the program's first request to get out.
-        self.first = self.proc.stdout.readline()
-        assert self.first.startswith("ok 1"), self.first + self.proc.stderr.read()
+        try:
+            # nsenter, setpriv and env exec in place: the Popen's pid becomes vpnw.
+            # The stages are told apart once all three are there and settled
+            # (the helper has left vpnw's network namespace, the recorder has
+            # its run file open); the same look is the one kept.
+            self.stages: dict[str, int] = {}
+
+            def settled() -> bool:
+                if b"vpnw" not in Path(f"/proc/{self.proc.pid}/cmdline").read_bytes():
+                    return False
+                self.stages = stages_of(self.proc.pid)
+                return set(self.stages) == {"helper", "recorder", "broker"}
+
+            wait_until(settled, what="vpnw and its three stages")
+            # Wait for the program's first request to get out.
+            self.first = self.proc.stdout.readline()
+            assert self.first.startswith("ok 1"), self.first + self.proc.stderr.read()
+        except BaseException:
+            self.stop()
+            raise
+
+    def stop(self) -> None:
+        """End this run at once (a failed test must not leave its agent looping
+        in the world, where other tests count requests and look-ups)."""
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.communicate(timeout=30)
 
     def logged(self) -> list[int]:
         """Numbers of the program's requests the web server saw."""
@@ -141,9 +167,24 @@ class Running:
             return list(read_events(f, strict=True))
 
 
+@pytest.fixture
+def running(world, user):
+    """Start the looping agent under vpnw; whatever the test does, the run is
+    stopped at the end."""
+    runs: list[Running] = []
+
+    def start() -> Running:
+        runs.append(Running(world, user))
+        return runs[-1]
+
+    yield start
+    for run in runs:
+        run.stop()
+
+
 @pytest.mark.parametrize("stage", ["broker", "recorder", "helper"])
-def test_a_stage_killed_mid_run_stops_the_program_and_vpnw_exits_125(world, user, stage):
-    run = Running(world, user)
+def test_a_stage_killed_mid_run_stops_the_program_and_vpnw_exits_125(running, stage):
+    run = running()
     wait_until(lambda: len(run.logged()) >= 3, what="a few requests got out")
     os.kill(run.stages[stage], signal.SIGKILL)
     wait_until(lambda: not alive(run.stages[stage]), what=f"the {stage} is gone")
@@ -176,8 +217,8 @@ def test_a_stage_killed_mid_run_stops_the_program_and_vpnw_exits_125(world, user
         assert not check_run(events), check_run(events)
 
 
-def test_vpnw_killed_takes_the_whole_sandbox_with_it(world, user):
-    run = Running(world, user)
+def test_vpnw_killed_takes_the_whole_sandbox_with_it(running):
+    run = running()
     os.kill(run.proc.pid, signal.SIGKILL)
     run.proc.wait(timeout=30)
     wait_until(lambda: not processes_with(run.marker), what="no process of the program survives vpnw")
