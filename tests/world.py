@@ -402,22 +402,20 @@ class World:
         self._await_log(lambda text: marker in text, "dnsmasq did not log a query", self._dnsmasq)
 
     # ── running things in the world ──────────────────────────────────────
+    def _owned_dir(self, path: Path, user: str, mode: int) -> Path:
+        path.mkdir(mode=mode)
+        pw = pwd.getpwnam(user)
+        os.chown(path, pw.pw_uid, pw.pw_gid)
+        return path
+
     def _home(self, user: str) -> Path:
         home = self.tmp / f"home-{user}"
-        if not home.exists():
-            home.mkdir(mode=0o700)
-            pw = pwd.getpwnam(user)
-            os.chown(home, pw.pw_uid, pw.pw_gid)
-        return home
+        return home if home.exists() else self._owned_dir(home, user, 0o700)
 
     def state_home(self, user: str = "root") -> Path:
         """A fresh directory for XDG_STATE_HOME, owned by `user`."""
         self._state_counter += 1
-        path = self.tmp / f"state-{user}-{self._state_counter}"
-        path.mkdir(mode=0o700)
-        pw = pwd.getpwnam(user)
-        os.chown(path, pw.pw_uid, pw.pw_gid)
-        return path
+        return self._owned_dir(self.tmp / f"state-{user}-{self._state_counter}", user, 0o700)
 
     def file(self, name: str, text: str | bytes, mode: int = 0o644) -> Path:
         """Write a file into world.tmp that every user can read."""
@@ -441,11 +439,7 @@ class World:
     def workdir(self, user: str = "root") -> Path:
         """A fresh empty directory owned by `user` (e.g. for git clone)."""
         self._state_counter += 1
-        path = self.tmp / f"work-{user}-{self._state_counter}"
-        path.mkdir(mode=0o755)
-        pw = pwd.getpwnam(user)
-        os.chown(path, pw.pw_uid, pw.pw_gid)
-        return path
+        return self._owned_dir(self.tmp / f"work-{user}-{self._state_counter}", user, 0o755)
 
     def command(self, cmd: Sequence[str], *, user: str = "root", env: dict | None = None,
                 state_home: Path | None = None, cwd: Path | None = None) -> tuple[list[str], Path]:
