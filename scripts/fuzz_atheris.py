@@ -22,7 +22,8 @@ import atheris
 
 with atheris.instrument_imports():
     from stages import handoff, record
-    from stages.broker import http_proxy, socks5, upstream
+    from stages import exit_clients
+    from stages.broker import http_proxy, socks5
     from stages.paths import ConfigError, load_config
     from stages.policy import PolicyError, parse_policy
     from stages.recorder.check import check_run
@@ -97,24 +98,24 @@ def target_socks5(data: bytes) -> None:
 def target_socks5_client(data: bytes) -> None:
     fdp = atheris.FuzzedDataProvider(data)
     auth = fdp.ConsumeBool()
-    client = upstream.Socks5Client("user", "secret") if auth else upstream.Socks5Client()
+    client = exit_clients.Socks5Client("user", "secret") if auth else exit_clients.Socks5Client()
     client.start()
     try:
         for piece in _split(fdp):
             for event in client.receive(piece):
-                if isinstance(event, upstream.Authenticated):
+                if isinstance(event, exit_clients.Authenticated):
                     client.connect("example.com", 443)
                 # Send carries the password to the exit, as it must; nothing else may.
-                assert isinstance(event, upstream.Send) or "secret" not in repr(event)
+                assert isinstance(event, exit_clients.Send) or "secret" not in repr(event)
             client.bytes_needed
-    except upstream.ExitProtocolError as exc:
+    except exit_clients.ExitProtocolError as exc:
         assert "secret" not in str(exc)
 
 
 def target_http_connect_client(data: bytes) -> None:
     fdp = atheris.FuzzedDataProvider(data)
     auth = fdp.ConsumeBool()
-    client = upstream.HttpConnectClient("user", "secret") if auth else upstream.HttpConnectClient()
+    client = exit_clients.HttpConnectClient("user", "secret") if auth else exit_clients.HttpConnectClient()
     if fdp.ConsumeBool():
         client.probe("127.0.0.1", 3128)
     else:
@@ -124,7 +125,7 @@ def target_http_connect_client(data: bytes) -> None:
             for event in client.receive(piece):
                 assert "secret" not in repr(event)
             client.bytes_needed
-    except upstream.ExitProtocolError as exc:
+    except exit_clients.ExitProtocolError as exc:
         assert "secret" not in str(exc)
 
 

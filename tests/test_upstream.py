@@ -3,8 +3,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from stages.broker.upstream import (Answered, Authenticated, AuthRefused, Connected, ConnectFailed,
-                                    DialError, ExitProtocolError, HttpConnectClient, Send, Socks5Client)
+from stages.broker.upstream import DialError
+from stages.exit_clients import (Answered, Authenticated, AuthRefused, Connected, ConnectFailed,
+                                 ExitProtocolError, HttpConnectClient, Send, Socks5Client)
 
 
 def feed_bytewise(client, data: bytes) -> list:
