@@ -1,13 +1,15 @@
 """Pure parts of the helper: the filter's rules and the seal check."""
 from __future__ import annotations
 
+import errno
 import socket
 import struct
 
+import pytest
 from hypothesis import given, strategies as st
 
 from stages.helper import netlink
-from stages.helper.seccomp_rules import (AF_INET, AF_INET6, AF_NETLINK, AF_UNIX,
+from stages.helper.seccomp_rules import (AF_INET, AF_INET6, AF_NETLINK, AF_UNIX, SOCK_STREAM,
                                          complement_patterns, filter_rules)
 
 
@@ -35,7 +37,44 @@ def test_allow_unix_sockets_drops_only_unix_rules():
     strict = {r for r in filter_rules(False) if r.syscall not in ("socket", "socketpair")}
     loose = {r for r in filter_rules(True) if r.syscall not in ("socket", "socketpair")}
     assert strict == loose
-    assert not [r for r in filter_rules(True) if r.syscall == "socketpair"]
+    assert not [r for r in filter_rules(True) if r.syscall == "socketpair" and len(r.args) > 1]
+
+
+SOCK_DGRAM, SOCK_RAW, SOCK_SEQPACKET = 2, 3, 5
+SOCK_NONBLOCK, SOCK_CLOEXEC = 0o4000, 0o2000000
+
+
+def _socketpair_refusal(rules, family, sock_type):
+    """The errno the socketpair rules give (family, type), or None: what the
+    BPF program does, with masked equalities over the 64-bit arguments."""
+    for r in rules:
+        if r.syscall == "socketpair" and all(
+                ((family, sock_type)[i] & mask) == value for i, mask, value in r.args):
+            return r.errno_
+    return None
+
+
+@pytest.mark.parametrize("flags", [0, SOCK_CLOEXEC, SOCK_NONBLOCK, SOCK_CLOEXEC | SOCK_NONBLOCK])
+def test_stream_and_seqpacket_pairs_pass_with_any_flags_datagram_ones_do_not(flags):
+    rules = filter_rules(False)
+    for family in (AF_UNIX, AF_UNIX | 1 << 32):
+        assert _socketpair_refusal(rules, family, SOCK_STREAM | flags) is None
+        assert _socketpair_refusal(rules, family, SOCK_SEQPACKET | flags) is None
+        # SOCK_RAW is AF_UNIX's alias for SOCK_DGRAM; 4 and 6..15 are no pair
+        # the kernel makes, refused all the same.
+        for refused_type in (0, SOCK_DGRAM, SOCK_RAW, 4, *range(6, 16)):
+            assert _socketpair_refusal(rules, family, refused_type | flags) == errno.EPERM, refused_type
+
+
+def test_socketpair_families_follow_the_socket_rule_plus_unix():
+    for allow_unix in (False, True):
+        rules = filter_rules(allow_unix)
+        for family in (AF_UNIX, AF_INET, AF_INET6, AF_NETLINK):
+            assert _socketpair_refusal(rules, family, SOCK_STREAM) is None
+        for family in (0, 30, 40, 17, 0x1_0000001E, 0xFFFFFFFF):   # 30: AF_TIPC, which makes pairs
+            assert _socketpair_refusal(rules, family, SOCK_STREAM) == errno.EAFNOSUPPORT, family
+    # --allow-unix-sockets lifts the type rule: a datagram pair is then allowed.
+    assert _socketpair_refusal(filter_rules(True), AF_UNIX, SOCK_DGRAM) is None
 
 
 def _link(index, name):

@@ -9,8 +9,9 @@ Order of concern (libseccomp emits the arch check first by construction):
    (nr | 0x40000000) gets the bad-arch action, ENOSYS: the x86_64 filter
    refuses both before any per-syscall rule is looked at;
 2. io_uring (it can open sockets and connect without calling socket());
-3. socket families other than AF_INET, AF_INET6, AF_NETLINK;
-4. Unix socketpairs other than SOCK_STREAM;
+3. socket families other than AF_INET, AF_INET6, AF_NETLINK (socketpair:
+   the same, plus AF_UNIX);
+4. Unix socketpairs other than SOCK_STREAM and SOCK_SEQPACKET;
 5. TIOCSTI / TIOCLINUX, the keyring, new user namespaces, clone3.
 """
 from __future__ import annotations
@@ -19,8 +20,18 @@ import errno
 from typing import NamedTuple
 
 AF_UNIX, AF_INET, AF_INET6, AF_NETLINK = 1, 2, 10, 16
-SOCK_STREAM = 1
-SOCK_TYPE_MASK = 0xF
+SOCK_STREAM, SOCK_SEQPACKET = 1, 5
+# socketpair(2)'s type argument carries SOCK_CLOEXEC/SOCK_NONBLOCK above the
+# type; the kernel keeps only these low four bits as the type (and rejects any
+# other flag with EINVAL), so the type rules look only at them.
+SOCK_TYPE_BITS = 4
+# The pairs a program may make: both are born connected to each other and can
+# never be pointed anywhere else (docs/security.md, tests/bypass/test_unix_pairs.py).
+# SOCK_DGRAM stays refused: a datagram socket can be re-connect()ed, or given a
+# destination in sendto(), and so reach any datagram socket on the machine by
+# path (journald, syslog, notify sockets). SOCK_RAW is the kernel's alias for
+# SOCK_DGRAM in AF_UNIX, so it is refused with it.
+CONNECTED_PAIR_TYPES = frozenset({SOCK_STREAM, SOCK_SEQPACKET})
 CLONE_NEWUSER = 0x10000000
 TIOCSTI, TIOCLINUX = 0x5412, 0x541C
 
@@ -77,12 +88,17 @@ def filter_rules(allow_unix_sockets: bool) -> list[Rule]:
     # through as AF_UNIX).
     for mask, value in complement_patterns(allowed_families(allow_unix_sockets), 32):
         rules.append(Rule("socket", REFUSED_FAMILY_ERRNO, ((0, mask, value),)))
+    # socketpair(int family, ...) makes sockets of its family too (TIPC can):
+    # the same family rule as socket(), plus AF_UNIX, whose pairs the type
+    # rule below narrows.
+    for mask, value in complement_patterns(allowed_families(allow_unix_sockets) | {AF_UNIX}, 32):
+        rules.append(Rule("socketpair", REFUSED_FAMILY_ERRNO, ((0, mask, value),)))
     if not allow_unix_sockets:
-        # A stream socketpair is a private pipe between two fds of this process
-        # tree (Python's asyncio, libuv and Node use one for child stdio); it
-        # reaches nothing outside. Datagram and seqpacket pairs are refused as
-        # DESIGN asks, which leaves Unix sockets only as anonymous byte pipes.
-        for mask, value in complement_patterns({SOCK_STREAM}, 4):
+        # A stream or seqpacket socketpair is a private channel between two
+        # fds of this process tree (asyncio, libuv and Node use stream pairs
+        # for child stdio; Codex CLI and Chromium's crashpad use seqpacket
+        # ones): the kernel keeps each end connected to the other for life.
+        for mask, value in complement_patterns(set(CONNECTED_PAIR_TYPES), SOCK_TYPE_BITS):
             rules.append(Rule("socketpair", errno.EPERM,
                               ((0, 0xFFFFFFFF, AF_UNIX), (1, mask, value))))
     for cmd in (TIOCSTI, TIOCLINUX):

@@ -17,6 +17,7 @@ import shutil
 import subprocess
 import time
 from pathlib import Path
+from typing import NamedTuple
 
 import pytest
 
@@ -69,10 +70,21 @@ class Bench:
         targets = w.file("bypass_targets.py", (PROGS / "bypass_targets.py").read_bytes())
         self.unix_path = str(self.dir / "targets.sock")
         self.abstract = f"vpnw-bypass-{os.getpid()}"
+        self.seqpacket_path = str(self.dir / "seqpacket.sock")
+        self.dgram_path = str(self.dir / "dgram.sock")
+        self.dgram_abstract = f"vpnw-bypass-dgram-{os.getpid()}"
+        self.received = self.dir / "received"
+        self.received.mkdir(exist_ok=True)
+        self.received.chmod(0o755)
         # In the world: the broker machine's listeners (loopback, its own
-        # addresses, a Unix path, an abstract name).
+        # addresses, Unix listeners by path and abstract name, and Unix
+        # datagram sockets like journald's, which log what reaches them).
         world_targets = w.popen([PYTHON, str(targets), "--tcp", str(TARGET_TCP),
-                                 "--unix", self.unix_path, "--abstract", self.abstract],
+                                 "--unix", self.unix_path, "--abstract", self.abstract,
+                                 "--unix-seqpacket", self.seqpacket_path,
+                                 "--unix-dgram", self.dgram_path,
+                                 "--abstract-dgram", self.dgram_abstract,
+                                 "--received", str(self.received)],
                                 stdout=subprocess.PIPE)
         # In the internet: a UDP echo on every address.
         internet_targets = subprocess.Popen(
@@ -106,6 +118,8 @@ class Bench:
             return self._per_user[user]
         w = self.world
         t: dict[str, str] = {"unix_path": self.unix_path, "abstract": self.abstract,
+                             "seqpacket_path": self.seqpacket_path, "dgram_path": self.dgram_path,
+                             "dgram_abstract": self.dgram_abstract, "received": str(self.received),
                              "int80": self.int80 or "/nonexistent"}
         sleeper = w.popen(["sleep", "600"], user=user)
         t["sleeper"] = str(self._await_sleep(sleeper))
@@ -187,3 +201,45 @@ def bench(world):
 
 def errnos(result: dict) -> set[str]:
     return set((result["errno"] or "").split(","))
+
+
+# ── ways out as data: one table per test module ─────────────────────────
+OK = "ok"
+
+
+class Way(NamedTuple):
+    id: str
+    attempt: str
+    args: tuple = ()
+    accept: frozenset = frozenset()        # errors accepted inside
+    control: str | None = None             # "world", "scratch" or None
+    control_root: object = OK              # OK or a set of errors accepted in the control
+    control_user: object = OK              # the same for vpnwtest
+    control_args: tuple | None = None
+    why_no_control: str = ""
+
+
+def way(id, attempt, *args, accept, control=None, root=OK, user=OK, control_args=None, why=""):
+    return Way(id, attempt, tuple(args), frozenset(accept), control, root, user, control_args, why)
+
+
+def plan_of(ways: list[Way]) -> list[dict]:
+    return [{"id": w.id, "attempt": w.attempt, "args": list(w.args), "control": w.control,
+             **({"control_args": list(w.control_args)} if w.control_args is not None else {})}
+            for w in ways]
+
+
+def check_control(bench, user: str, name: str, plan: list[dict], w: Way) -> None:
+    """The same attempt outside: it must work (OK), or end in one of the
+    errors the way lists for that user's control."""
+    if w.control is None:
+        assert w.why_no_control, f"{w.id}: no control and no reason why"
+        return
+    res = bench.control(name, user, plan, w.control)[w.id]
+    expected = w.control_root if user == "root" else w.control_user
+    if expected == OK:
+        assert res["ok"], f"control outside: the attempt itself must work: {res}"
+    else:
+        got = OK if res["ok"] else res["errno"]
+        assert got in expected or (not res["ok"] and errnos(res) <= expected), \
+            f"control outside: expected one of {sorted(expected)}, got {res}"

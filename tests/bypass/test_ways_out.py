@@ -11,33 +11,12 @@ below is the source for docs/security.md.
 """
 from __future__ import annotations
 
-from typing import NamedTuple
-
 import pytest
 
-from bypass_bench import (BROKER_V4, BROKER_V6, TARGET_TCP, TARGET_UDP, WORLD_HOST_V4,
-                          WORLD_HOST_V6, errnos)
+from bypass_bench import (BROKER_V4, BROKER_V6, OK, TARGET_TCP, TARGET_UDP, WORLD_HOST_V4,
+                          WORLD_HOST_V6, Way, check_control, errnos, plan_of, way)
 
 pytestmark = pytest.mark.world
-
-OK = "ok"
-
-
-class Way(NamedTuple):
-    id: str
-    attempt: str
-    args: tuple = ()
-    accept: frozenset = frozenset()        # errors accepted inside
-    control: str | None = None             # "world", "scratch" or None
-    control_root: object = OK              # OK or a set of errors accepted in the control
-    control_user: object = OK              # the same for vpnwtest
-    control_args: tuple | None = None
-    why_no_control: str = ""
-
-
-def way(id, attempt, *args, accept, control=None, root=OK, user=OK, control_args=None, why=""):
-    return Way(id, attempt, tuple(args), frozenset(accept), control, root, user, control_args, why)
-
 
 ROOT_ONLY = dict(root=OK, user={"EPERM"})
 NOT_OUR_INIT = ("outside, PID 1 is the machine's init, not the sandbox's (non-dumpable) init; "
@@ -125,7 +104,7 @@ WAYS: list[Way] = [
     way("unix-socket-by-path", "unix_connect", "{unix_path}", accept={"EAFNOSUPPORT"}, control="world"),
     way("unix-socket-abstract", "unix_connect", "@{abstract}", accept={"EAFNOSUPPORT"}, control="world"),
     way("unix-socketpair-dgram", "socketpair", "dgram", accept={"EPERM"}, control="world"),
-    way("unix-socketpair-seqpacket", "socketpair", "seqpacket", accept={"EPERM"}, control="world"),
+    # Connected pairs (stream, seqpacket) are allowed: test_unix_pairs.py.
     # ── io_uring and other system call tables ────────────────────────────
     *[way(f"io-uring-setup-{form.replace('|', '+')}", "io_uring_setup", form, accept={"ENOSYS"},
           control="world") for form in IORING_FORMS],
@@ -154,23 +133,7 @@ WAYS: list[Way] = [
 
 WAY_BY_ID = {w.id: w for w in WAYS}
 assert len(WAY_BY_ID) == len(WAYS)
-PLAN = [{"id": w.id, "attempt": w.attempt, "args": list(w.args), "control": w.control,
-         **({"control_args": list(w.control_args)} if w.control_args is not None else {})}
-        for w in WAYS]
-
-
-def _check_control(bench, user, w: Way):
-    if w.control is None:
-        assert w.why_no_control, f"{w.id}: no control and no reason why"
-        return
-    res = bench.control("ways", user, PLAN, w.control)[w.id]
-    expected = w.control_root if user == "root" else w.control_user
-    if expected == OK:
-        assert res["ok"], f"control outside: the attempt itself must work: {res}"
-    else:
-        got = OK if res["ok"] else res["errno"]
-        assert got in expected or (not res["ok"] and errnos(res) <= expected), \
-            f"control outside: expected one of {sorted(expected)}, got {res}"
+PLAN = plan_of(WAYS)
 
 
 @pytest.mark.parametrize("way_id", list(WAY_BY_ID))
@@ -184,7 +147,7 @@ def test_way_out_is_refused(bench, user, way_id):
     res = results[w.id]
     assert not res["ok"], f"a way out: {w.id} worked inside the sandbox: {res}"
     assert errnos(res) <= w.accept, f"{w.id}: expected one of {sorted(w.accept)}, got {res}"
-    _check_control(bench, user, w)
+    check_control(bench, user, "ways", PLAN, w)
 
 
 def test_the_suite_tries_at_least_forty_ways():

@@ -26,7 +26,7 @@ import time
 
 libc = ctypes.CDLL(None, use_errno=True)
 libc.syscall.restype = ctypes.c_long
-NR = {"socket": 41, "clone": 56, "ptrace": 101, "setns": 308, "unshare": 272, "prlimit64": 302,
+NR = {"socket": 41, "socketpair": 53, "clone": 56, "ptrace": 101, "setns": 308, "unshare": 272, "prlimit64": 302,
       "pidfd_send_signal": 424, "io_uring_setup": 425, "io_uring_enter": 426,
       "io_uring_register": 427, "pidfd_open": 434, "clone3": 435, "pidfd_getfd": 438,
       "keyctl": 250, "add_key": 248, "chroot": 161, "mount": 165, "name_to_handle_at": 303,
@@ -445,11 +445,157 @@ def unix_connect(name):
 
 
 def socketpair(kind):
-    a, b = socket.socketpair(socket.AF_UNIX, {"dgram": socket.SOCK_DGRAM,
-                                               "seqpacket": socket.SOCK_SEQPACKET}[kind])
+    a, b = _pair(kind)
     a.close()
     b.close()
     return f"{kind} socketpair made"
+
+
+# A pair's kind: its type, plus "+flags" for SOCK_CLOEXEC|SOCK_NONBLOCK and
+# "+high" for AF_UNIX with bits above the 32 the kernel reads. "raw" is
+# AF_UNIX's alias for datagram.
+PAIR_TYPES = {"stream": socket.SOCK_STREAM, "dgram": socket.SOCK_DGRAM, "raw": socket.SOCK_RAW,
+              "seqpacket": socket.SOCK_SEQPACKET}
+
+
+def _pair(kind):
+    base, *extra = kind.split("+")
+    family = socket.AF_UNIX | (1 << 32 if "high" in extra else 0)
+    sock_type = PAIR_TYPES[base] | (socket.SOCK_CLOEXEC | socket.SOCK_NONBLOCK if "flags" in extra else 0)
+    sv = (ctypes.c_int * 2)()
+    sys_call(NR["socketpair"], family, sock_type, 0, ctypes.addressof(sv))
+    a, b = (socket.socket(fileno=fd) for fd in sv)
+    a.setblocking(True)
+    b.setblocking(True)
+    return a, b
+
+
+def _unix_address(name):
+    return "\0" + name[1:] if name.startswith("@") else name
+
+
+def _token():
+    return "m" + os.urandom(8).hex()
+
+
+def _delivered(peer, token, received):
+    """Where did the one message go? A message goes to exactly one socket: if
+    the pair's other end holds it, the kernel ignored the address and it went
+    nowhere else. Otherwise the target outside logs it under its token."""
+    if peer is not None:
+        try:
+            data = peer.recv(65536, socket.MSG_DONTWAIT)
+        except BlockingIOError:
+            data = b""
+        if token.encode() in data:
+            raise Refused("TO_PEER", "the kernel ignored the address: the pair's other end got it")
+    proof = os.path.join(received, token)
+    deadline = time.monotonic() + TIMEOUT
+    while time.monotonic() < deadline:
+        if os.path.exists(proof):
+            with open(proof) as f:
+                return f"the target outside got it ({f.read().strip()})"
+        time.sleep(0.01)
+    raise OSError(errno.ETIMEDOUT, "neither the pair's other end nor the target got it")
+
+
+def pair_sendto(kind, target, received):
+    """sendto() on a pair's end with a destination: a datagram socket's way
+    to reach journald, syslog or a notify socket."""
+    a, b = _pair(kind)
+    token = _token()
+    a.sendto(token.encode(), _unix_address(target))
+    return _delivered(b, token, received)
+
+
+def pair_connect(kind, target, received, peer="open"):
+    """connect() a pair's end elsewhere (after its other end closed, with
+    peer="closed"), then send on it: ok if the target outside gets it."""
+    a, b = _pair(kind)
+    if peer == "closed":
+        b.close()
+        b = None
+    a.connect(_unix_address(target))
+    token = _token()
+    a.send(token.encode())
+    return _delivered(b, token, received)
+
+
+def pair_connect_listener(kind, target):
+    """connect() a pair's end to a listening socket: ok if the listener answers."""
+    a, _b = _pair(kind)
+    a.settimeout(TIMEOUT)
+    a.connect(_unix_address(target))
+    return a.recv(4096).decode(errors="replace").strip() or "connected"
+
+
+def socket_connect_listener(kind, target):
+    """The same with a socket of its own (what the pair must not stand in for)."""
+    with socket.socket(socket.AF_UNIX, PAIR_TYPES[kind]) as s:
+        s.settimeout(TIMEOUT)
+        s.connect(_unix_address(target))
+        return s.recv(4096).decode(errors="replace").strip() or "connected"
+
+
+def pair_scm_rights(kind, target, received):
+    """sendmsg() with a destination and the pair's other end as SCM_RIGHTS:
+    a descriptor handed to a service outside."""
+    a, b = _pair(kind)
+    token = _token()
+    a.sendmsg([token.encode()], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, struct.pack("i", b.fileno()))],
+              0, _unix_address(target))
+    return _delivered(b, token, received)
+
+
+def passed_pair_sendto(kind, target, received):
+    """A pair's end passed over SCM_RIGHTS (as to a child) keeps what it is:
+    sendto() with a destination on the received descriptor."""
+    a, b = _pair(kind)
+    c, d = _pair("stream")
+    socket.send_fds(c, [b"end"], [a.fileno()])
+    _msg, fds, _flags, _addr = socket.recv_fds(d, 16, 1)
+    a.close()
+    moved = socket.socket(fileno=fds[0])
+    token = _token()
+    moved.sendto(token.encode(), _unix_address(target))
+    return _delivered(b, token, received)
+
+
+def pair_listen(kind, where):
+    """bind() a pair's end to a new path (or abstract name) and listen() on
+    it: ok if it becomes a listener others could connect to."""
+    import shutil
+    import tempfile
+    a, _b = _pair(kind)
+    where_dir = tempfile.mkdtemp(prefix="vpnw-bypass-")
+    try:
+        a.bind("\0" + _token() if where == "abstract" else os.path.join(where_dir, "pair.sock"))
+        a.listen(1)
+        return f"listening on {a.getsockname()!r}"
+    finally:
+        shutil.rmtree(where_dir)
+
+
+def pair_roundtrip(kind):
+    """A pair used as programs use one: a child sends a message and a
+    descriptor back over it; ok when both arrive."""
+    a, b = _pair(kind)
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        a.close()
+        socket.send_fds(b, [b"hello from the child"], [w])
+        os._exit(0)
+    b.close()
+    os.close(w)
+    msg, fds, _flags, _addr = socket.recv_fds(a, 64, 1)
+    os.waitpid(pid, 0)
+    for fd in fds:
+        os.close(fd)
+    os.close(r)
+    if msg != b"hello from the child" or len(fds) != 1:
+        raise Refused("BROKEN", f"got {msg!r} and {len(fds)} descriptors")
+    return f"{kind} pair carried a message and a descriptor"
 
 
 # ------------------------------------------------------------ syscalls
