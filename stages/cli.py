@@ -71,6 +71,20 @@ def _load_path(config_file, via):
         raise UsageProblem(f"{config_file}: cannot read the config: {exc.strerror}") from None
 
 
+def _resolve_files(policy):
+    """The policy's [files] table, resolved once for this run (stages/file_limits.py)."""
+    if getattr(policy, "files", None) is None:
+        return None
+    from .file_limits import invoker_homes, resolve
+    from .policy import PolicyError
+    home, other_homes = invoker_homes(dict(os.environ))
+    try:
+        return resolve(policy.files, policy.source, home=home, cwd=os.getcwd(),
+                       other_homes=other_homes)
+    except PolicyError as exc:
+        raise UsageProblem(str(exc)) from None
+
+
 def _sandboxed(mode: str, *, require_policy: bool):
     def decorate(fn):
         options = [
@@ -104,11 +118,12 @@ def _execute(mode, program, policy_file, config_file, via, record, events_to,
     problem = check_policy_for_path(policy, path.resolves_at_exit) if policy_file else None
     if problem:
         raise UsageProblem(f"{policy_file}: {problem}")
+    files = _resolve_files(policy)
     global _ran_sandbox
     _ran_sandbox = True
     request = RunRequest(mode=mode, argv=list(program), policy=policy, path=path, record=record,
                          events_to=events_to, allow_unix_sockets=allow_unix_sockets,
-                         dry_run=dry_run)
+                         dry_run=dry_run, files=files)
     return execute(request)
 
 

@@ -42,6 +42,7 @@ class RunRequest:
     events_to: str | None = None
     allow_unix_sockets: bool = False
     dry_run: bool = False
+    files: object = None           # stages.file_limits.FileLimits, when the policy has [files]
     env: dict = field(default_factory=lambda: dict(os.environ))
 
 
@@ -146,11 +147,12 @@ def execute(request: RunRequest) -> int:
     os.close(events_r)
     emitter = Emitter(events_w, run_id, path=path_name)
     policy_name = getattr(request.policy, "name", None)
+    files_plan, files_record = _file_limits(request.files)
     emitter.emit("run.start", mode=request.mode, program=os.path.basename(request.argv[0]),
                  policy=policy_name if getattr(request.policy, "source", None) else None,
                  policy_file=getattr(request.policy, "source", None), via=path_name,
                  dry_run=request.dry_run, allow_unix_sockets=request.allow_unix_sockets,
-                 version=VERSION, record=record)
+                 version=VERSION, record=record, **files_record)
 
     helper_end, broker_end = handoff.link()
     broker_status_r, broker_status_w = os.pipe()
@@ -168,7 +170,8 @@ def execute(request: RunRequest) -> int:
     def helper_body():
         from .helper import run_helper
         run_helper(request.argv, handoff_fd=helper_end.fileno(), status_fd=helper_status_w,
-                   go_fd=go_r, allow_unix_sockets=request.allow_unix_sockets, env=request.env)
+                   go_fd=go_r, allow_unix_sockets=request.allow_unix_sockets, env=request.env,
+                   files=files_plan)
         return EXIT_INTERNAL
 
     helper_pid = _fork_stage([helper_end.fileno(), helper_status_w, go_r], helper_body,
@@ -194,6 +197,19 @@ def execute(request: RunRequest) -> int:
         say(f"the recorder failed; the record {record} may be incomplete")
         return EXIT_INTERNAL
     return code
+
+
+def _file_limits(files) -> tuple[dict | None, dict]:
+    """(what the helper enforces, run.start's "files") for a policy's [files]
+    table. Landlock's ABI is asked here, once: what the record says is the
+    layer set the program then gets (a layer that fails is exit 122)."""
+    if files is None:
+        return None, {}
+    abi = 0
+    if files.limits_writes:
+        from .helper.landlock import abi_version
+        abi = abi_version()
+    return files.to_helper(abi), {"files": files.to_record(abi)}
 
 
 class _Run:

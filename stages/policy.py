@@ -41,7 +41,7 @@ from ipaddress import IPv4Address, IPv4Network, IPv6Address, IPv6Network, ip_net
 from .addresses import BadHost, parse_host
 
 VERSION = 1
-TOP_KEYS = ("version", "name", "policy")
+TOP_KEYS = ("version", "name", "policy", "files")
 POLICY_KEYS = ("default", "deny_private", "allow", "deny")
 MAX_PROBLEMS = 20
 
@@ -157,6 +157,7 @@ class Policy:
     source: str | None             # the file as the user named it; None for allow_all()
     has_allow_list: bool = False
     no_policy: bool = False        # allow_all(): run/trace without --policy
+    files: "FileRules | None" = None   # the [files] table; None when the policy has none
     allow_index: RuleIndex = field(default=None, compare=False, repr=False)
     deny_index: RuleIndex = field(default=None, compare=False, repr=False)
 
@@ -604,6 +605,7 @@ def parse_policy(text: str, source: str = "<policy>") -> Policy:
                 problems.add(path, f"{which}[{index}] {_show(pattern)}: {exc.problem}", exc.fix)
         lists[which] = tuple(rules)
 
+    files = _parse_files(data, problems)
     problems.raise_if_any()
     has_allow_list = "allow" in body
     explicit = default is not None
@@ -611,7 +613,7 @@ def parse_policy(text: str, source: str = "<policy>") -> Policy:
         default = "deny" if has_allow_list else "allow"
     return Policy(name=name, default=default, default_explicit=explicit,
                   deny_private=deny_private, allow=lists["allow"], deny=lists["deny"],
-                  source=source, has_allow_list=has_allow_list)
+                  source=source, has_allow_list=has_allow_list, files=files)
 
 
 def load_policy(path: str) -> Policy:
@@ -626,3 +628,83 @@ def load_policy(path: str) -> Policy:
         raise PolicyError(f"{path}:{line}: the policy is not UTF-8 text; fix: save it as UTF-8",
                           source=path, line=line) from None
     return parse_policy(text, source=path)
+
+
+# --- the [files] table (file limits) ------------------------------------------
+#
+#     [files]
+#     deny_read = ["~/.ssh", "~/.aws", "~/.netrc"]   # hidden: empty, read-only
+#     allow_write = [".", "/tmp"]                    # everything else is read-only
+#
+# Here only the words are checked (type, form). What a path means on this
+# machine (~, ., symlinks, whether it exists) is decided once per run, before
+# the program starts, by stages.file_limits.resolve.
+
+FILES_KEYS = ("deny_read", "allow_write")
+
+
+@dataclass(frozen=True)
+class FileEntry:
+    text: str                      # as written: "~/.ssh", ".", "/tmp"
+    line: int | None
+
+
+@dataclass(frozen=True)
+class FileRules:
+    deny_read: tuple[FileEntry, ...] = ()
+    allow_write: tuple[FileEntry, ...] | None = None   # None: no write limit (key absent)
+
+
+def check_file_entry(text: str) -> tuple[str, str] | None:
+    """None when `text` is a path a [files] list can hold; else (problem, fix)."""
+    if text == "":
+        return "the path is empty", 'remove it, or write a path such as "~/.ssh"'
+    if "\0" in text or not text.isprintable():
+        return "the path holds control characters", "write the path in plain characters"
+    if text.startswith("~") and not (text == "~" or text.startswith("~/")):
+        return ("~user is not supported", "write ~/ for the invoking user's home, "
+                "or the other user's home as an absolute path")
+    if not (text.startswith(("/", "~")) or text == "." or text.startswith("./")
+            or text == ".." or text.startswith("../")):
+        return ("a path must be absolute or start with ~ or .",
+                f'write "./{text}" (relative to where vpnw starts) or an absolute path')
+    return None
+
+
+def _parse_files(data: dict, problems: "_Problems") -> FileRules | None:
+    if "files" not in data:
+        return None
+    body = data["files"]
+    if not isinstance(body, dict):
+        problems.add(("files",), f"files is {_type_name(body)}, not a table",
+                     "write [files] on a line of its own, with deny_read and allow_write below it")
+        return None
+    for key in body:
+        if key not in FILES_KEYS:
+            problems.add(("files", key), f'unknown key "{key}" in [files]', _unknown(key, FILES_KEYS))
+    lists: dict[str, tuple[FileEntry, ...] | None] = {}
+    for which in FILES_KEYS:
+        if which not in body:
+            lists[which] = None
+            continue
+        paths = body[which]
+        if not isinstance(paths, list):
+            problems.add(("files", which), f"{which} is {_type_name(paths)}, not an array",
+                         f'write {which} = ["~/.ssh", "./secrets"]' if which == "deny_read"
+                         else f'write {which} = [".", "/tmp"]')
+            lists[which] = ()
+            continue
+        entries = []
+        for index, text in enumerate(paths):
+            path = ("files", which, index)
+            if not isinstance(text, str):
+                problems.add(path, f"{which}[{index}] is {_type_name(text)}, not a string",
+                             'write each path in quotes, as "~/.ssh"')
+                continue
+            bad = check_file_entry(text)
+            if bad:
+                problems.add(path, f"{which}[{index}] {_show(text)}: {bad[0]}", bad[1])
+                continue
+            entries.append(FileEntry(text, problems.line_of(path)))
+        lists[which] = tuple(entries)
+    return FileRules(deny_read=lists["deny_read"] or (), allow_write=lists["allow_write"])

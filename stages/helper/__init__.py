@@ -10,7 +10,8 @@ from typing import NoReturn
 
 
 def run_helper(argv: list[str], *, handoff_fd: int, status_fd: int, go_fd: int,
-               allow_unix_sockets: bool = False, env: dict[str, str] | None = None) -> NoReturn:
+               allow_unix_sockets: bool = False, env: dict[str, str] | None = None,
+               files: dict | None = None) -> NoReturn:
     """Seal, report on status_fd, wait for go, run argv, report its end; never returns.
 
     Call it in a freshly forked, single-threaded child. Status lines are the
@@ -19,7 +20,7 @@ def run_helper(argv: list[str], *, handoff_fd: int, status_fd: int, go_fd: int,
     code = 125
     try:
         from stages.helper.sandbox import run
-        code = run(argv, handoff_fd, status_fd, go_fd, allow_unix_sockets, env)
+        code = run(argv, handoff_fd, status_fd, go_fd, allow_unix_sockets, env, files)
     except BaseException as e:  # never return into the orchestrator's code
         try:
             import json

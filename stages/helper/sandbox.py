@@ -181,7 +181,7 @@ _KNOWN_SONAMES = {"c": "libc.so.6", "seccomp": "libseccomp.so.2"}
 
 
 def run(argv: list[str], handoff_fd: int, status_fd: int, go_fd: int,
-        allow_unix_sockets: bool, env: dict[str, str] | None) -> int:
+        allow_unix_sockets: bool, env: dict[str, str] | None, files: dict | None = None) -> int:
     """P's whole life; returns its exit code (the caller _exits with it)."""
     if not argv:
         _line(status_fd, {"exec_error": "no program given", "code": 127})
@@ -217,7 +217,7 @@ def run(argv: list[str], handoff_fd: int, status_fd: int, go_fd: int,
     keep = {report_w, go_r}
     init_pid = os.fork()
     if init_pid == 0:
-        os._exit(_init(argv, penv, seccomp_filter, report_w, go_r, keep))
+        os._exit(_init(argv, penv, seccomp_filter, report_w, go_r, keep, files))
     os.close(report_w)
     os.close(go_r)
     report = _ReportReader(report_r)
@@ -339,7 +339,8 @@ def _serve(doors: list[tuple[str, socket.socket]], link: socket.socket,
 
 # ---------------------------------------------------------------- C: init
 
-def _init(argv, penv, seccomp_filter, report_w: int, go_r: int, keep: set[int]) -> int:
+def _init(argv, penv, seccomp_filter, report_w: int, go_r: int, keep: set[int],
+          files: dict | None = None) -> int:
     try:
         for sig in FORWARDED_SIGNALS:
             signal.signal(sig, signal.SIG_DFL)
@@ -356,6 +357,11 @@ def _init(argv, penv, seccomp_filter, report_w: int, go_r: int, keep: set[int]) 
     except OSError as e:
         _line(report_w, {"init_error": f"cannot make /proc/sys and /sys read-only: {e}"})
         return 122
+    try:
+        _limit_files(files)
+    except OSError as e:
+        _line(report_w, {"init_error": f"cannot enforce the policy's [files] limits: {e}"})
+        return 122
     _line(report_w, {"init": "ok"})
     if not _go_byte(go_r):
         return 122
@@ -364,7 +370,7 @@ def _init(argv, penv, seccomp_filter, report_w: int, go_r: int, keep: set[int]) 
     err_r, err_w = os.pipe2(os.O_CLOEXEC)
     program_pid = os.fork()
     if program_pid == 0:
-        _program(argv, penv, seccomp_filter, err_w)  # never returns
+        _program(argv, penv, seccomp_filter, err_w, files)  # never returns
     os.close(err_w)
     for sig in FORWARDED_SIGNALS:
         signal.signal(sig, lambda s, _f: _kill_quietly(program_pid, s))
@@ -429,6 +435,13 @@ def _read_only_kernel_knobs() -> None:
             _read_only(point)
 
 
+def _limit_files(files: dict | None) -> None:
+    """The policy's [files] table: the mount layer (stages/helper/file_mounts.py)."""
+    if files:
+        from stages.helper import file_mounts
+        file_mounts.apply(files)
+
+
 def _wait_for(program_pid: int) -> int:
     """Reap everything (we are PID 1) until the program itself ends."""
     while True:
@@ -454,7 +467,7 @@ def _close_all_but(keep: set[int]) -> None:
 
 # ---------------------------------------------------------------- G: program
 
-def _program(argv, penv, seccomp_filter, err_w: int) -> None:
+def _program(argv, penv, seccomp_filter, err_w: int, files: dict | None = None) -> None:
     try:
         for sig in FORWARDED_SIGNALS + (signal.SIGPIPE, signal.SIGXFSZ):
             signal.signal(sig, signal.SIG_DFL)  # Python ignores SIGPIPE; programs expect the default
@@ -462,6 +475,10 @@ def _program(argv, penv, seccomp_filter, err_w: int) -> None:
         priv.prctl(priv.PR_SET_PDEATHSIG, signal.SIGKILL)
         _close_all_but({err_w})
         priv.drop_all_privileges()
+        if files and files["landlock_abi"]:
+            # After no_new_privs (the drop), before the filter and exec.
+            from stages.helper import landlock
+            landlock.restrict_writes(files["writable"], files["landlock_abi"])
         seccomp_filter.load()
     except BaseException as e:  # noqa: BLE001 - whatever went wrong, never exec unsealed
         _report_exec(err_w, {"error": f"cannot seal the program's process: {e}; {DOCTOR_HINT}",

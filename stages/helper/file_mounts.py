@@ -1,0 +1,116 @@
+"""The mount layer of file limits, applied by init in the sandbox's own mount
+namespace before the program exists (stages/file_limits.py says what the
+paths mean; this module only mounts).
+
+    1. allow_write: every mount read-only (a bind remount that keeps the flags
+       the kernel locked on mounts inherited from the caller's namespace),
+       then each writable path bound onto itself and made writable again when
+       the mount it lies on was writable to begin with. /dev/shm becomes a
+       private tmpfs of the sandbox's own (shared memory keeps working;
+       nothing written there reaches the host). Our fresh /proc stays as it is.
+    2. deny_read: an empty read-only tmpfs over each directory; over each
+       file, a bind of one empty read-only file made in a private tmpfs that
+       is staged over /dev for a moment and detached once bound. The targets
+       are opened first (O_PATH) and mounted on through /proc/self/fd, so the
+       staging mount cannot shadow them.
+    3. chdir to where we were: the old cwd still points into the mounts below
+       the new ones (a writable "." would stay read-only for relative paths).
+
+Root inside gets the same limits: the program's privileges are dropped
+before exec (no CAP_SYS_ADMIN left to umount or remount anything) and the
+seccomp filter refuses a new user namespace to get one back.
+"""
+from __future__ import annotations
+
+import errno
+import os
+
+from stages.helper import privileges as priv
+from stages.helper.sandbox import (_KEPT_FLAGS, _MS_BIND, _MS_RDONLY, _MS_REMOUNT,
+                                   _mount_points_under)
+
+_ST_RDONLY = 1
+_HIDDEN = priv.MS_NOSUID | priv.MS_NODEV | priv.MS_NOEXEC
+_STAGING = "/dev"
+
+
+def apply(plan: dict) -> None:
+    """plan: FileLimits.to_helper(). Raises OSError (the sandbox is then not built)."""
+    cwd = os.getcwd()
+    if plan["limit_writes"]:
+        _read_only_except(plan["writable"])
+    _hide(plan["hide"])
+    os.chdir(cwd)
+
+
+def _kept(point: str) -> int:
+    flags = os.statvfs(point).f_flag
+    return sum(ms for st, ms in _KEPT_FLAGS if flags & st)
+
+
+def _remount(point: str, read_only: bool) -> None:
+    priv.mount(None, point, None, _MS_BIND | _MS_REMOUNT | _kept(point)
+               | (_MS_RDONLY if read_only else 0))
+
+
+def _read_only_except(writable: list[list[str]]) -> None:
+    was_writable: dict[str, bool] = {}
+    for point in dict.fromkeys(_mount_points_under("/")):
+        if point == "/proc" or point.startswith("/proc/"):
+            continue
+        try:
+            flags = os.statvfs(point).f_flag
+        except OSError as e:
+            # A mount point this user cannot reach (below a directory it may
+            # not enter) is as out of reach for the program, which runs as the
+            # same user without capabilities.
+            if e.errno in (errno.EACCES, errno.ENOENT, errno.ENOTDIR):
+                continue
+            raise
+        was_writable[point] = not flags & _ST_RDONLY
+        if was_writable[point]:
+            _remount(point, read_only=True)
+    if os.path.isdir("/dev/shm"):
+        priv.mount("tmpfs", "/dev/shm", "tmpfs", priv.MS_NOSUID | priv.MS_NODEV, "mode=1777")
+    for path, _kind in writable:
+        priv.mount(path, path, None, _MS_BIND | priv.MS_REC)
+        below = [p for p in was_writable if path == p or path.startswith(p.rstrip("/") + "/")]
+        top_was_writable = was_writable[max(below, key=len)] if below else False
+        for point in dict.fromkeys(_mount_points_under(path)):
+            writable_before = top_was_writable if point == path else was_writable.get(point, False)
+            if writable_before:
+                _remount(point, read_only=False)
+
+
+def _hide(hide: list[list[str]]) -> None:
+    targets = []
+    try:
+        for path, kind in hide:
+            try:
+                fd = os.open(path, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC)
+            except PermissionError:
+                continue   # unreachable for this user, so for the program too
+            targets.append((path, kind, fd))
+        for path, kind, fd in targets:
+            if kind == "dir":
+                priv.mount("tmpfs", f"/proc/self/fd/{fd}", "tmpfs", _MS_RDONLY | _HIDDEN,
+                           "mode=0555,size=4k,nr_inodes=2")
+        files = [(path, fd) for path, kind, fd in targets if kind != "dir"]
+        if files:
+            _hide_files(files)
+    finally:
+        for _path, _kind, fd in targets:
+            os.close(fd)
+
+
+def _hide_files(files: list[tuple[str, int]]) -> None:
+    priv.mount("tmpfs", _STAGING, "tmpfs", _HIDDEN, "mode=0555,size=4k,nr_inodes=4")
+    try:
+        empty = os.path.join(_STAGING, "empty")
+        os.close(os.open(empty, os.O_CREAT | os.O_WRONLY | os.O_CLOEXEC, 0o444))
+        priv.mount(None, _STAGING, None, _MS_REMOUNT | _MS_RDONLY | _HIDDEN)
+        for path, fd in files:
+            priv.mount(empty, f"/proc/self/fd/{fd}", None, _MS_BIND)
+            _remount(path, read_only=True)
+    finally:
+        priv.umount(_STAGING, priv.MNT_DETACH)
