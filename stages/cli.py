@@ -94,7 +94,12 @@ def _sandboxed(mode: str, *, require_policy: bool):
             click.option("--config", "config_file", type=click.Path(dir_okay=False),
                          help="Paths file (TOML) naming the ways out."),
             click.option("--via", help="Name of the path to use (default: the config's default, else direct)."),
-            click.option("--record", help="Write the record to FILE ('-' for stdout) instead of the state directory."),
+            click.option("--record", help="Write the record to FILE instead of the state directory; "
+                                          "'-' writes it to stdout and moves the program's stdout to stderr."),
+            click.option("--log", type=click.Path(dir_okay=False),
+                         help="Write vpnw's human lines to FILE (appended) instead of stderr."),
+            click.option("--quiet", is_flag=True,
+                         help="Human lines: only denials and the summary."),
             click.option("--events-to", help="Also feed the event stream (JSON Lines) to COMMAND's stdin."),
             click.option("--allow-unix-sockets", is_flag=True,
                          help="Let the program open Unix sockets (lifts only that part of the filter; recorded)."),
@@ -110,7 +115,7 @@ def _sandboxed(mode: str, *, require_policy: bool):
 
 
 def _execute(mode, program, policy_file, config_file, via, record, events_to,
-             allow_unix_sockets, dry_run=False):
+             allow_unix_sockets, log=None, quiet=False, dry_run=False):
     from .orchestrator import RunRequest, execute
     from .policy import check_policy_for_path
     policy = _load_policy(policy_file)
@@ -123,7 +128,7 @@ def _execute(mode, program, policy_file, config_file, via, record, events_to,
     _ran_sandbox = True
     request = RunRequest(mode=mode, argv=list(program), policy=policy, path=path, record=record,
                          events_to=events_to, allow_unix_sockets=allow_unix_sockets,
-                         dry_run=dry_run, files=files)
+                         dry_run=dry_run, files=files, log=log, quiet=quiet)
     return execute(request)
 
 

@@ -43,10 +43,20 @@ class RunRequest:
     allow_unix_sockets: bool = False
     dry_run: bool = False
     files: object = None           # stages.file_limits.FileLimits, when the policy has [files]
+    log: str | None = None         # human lines to this file instead of stderr
+    quiet: bool = False            # human lines: only denials and the summary
     env: dict = field(default_factory=lambda: dict(os.environ))
 
 
+# While the program's terminal is relayed, vpnw's own messages join its output
+# at line boundaries (pty_relay.Relay.say) instead of cutting into it.
+_relay_say = None
+
+
 def say(message: str) -> None:
+    if _relay_say is not None:
+        _relay_say(f"vpnw: {message}")
+        return
     sys.stderr.write(f"vpnw: {message}\n")
     sys.stderr.flush()
 
@@ -57,8 +67,10 @@ def _set_pdeathsig(sig: int) -> None:
 
 
 def _fork_stage(keep: list[int], body, *, die_with_parent: bool = False,
-                stdin_null: bool = True) -> int:
-    """Fork a child that keeps only fds 0-2 and `keep`, runs body() and exits with its code."""
+                stdin_null: bool = True, stdio: tuple[int, int, int] | None = None) -> int:
+    """Fork a child that keeps only fds 0-2 and `keep`, runs body() and exits with its code.
+
+    `stdio`: the fds that become the child's 0, 1 and 2 (default: the orchestrator's)."""
     pid = os.fork()
     if pid:
         return pid
@@ -70,6 +82,8 @@ def _fork_stage(keep: list[int], body, *, die_with_parent: bool = False,
             signal.signal(sig, signal.SIG_DFL)
         if die_with_parent:
             _set_pdeathsig(signal.SIGKILL)
+        if stdio is not None:
+            _become_stdio(stdio)
         if stdin_null:
             null = os.open(os.devnull, os.O_RDONLY)
             os.dup2(null, 0)
@@ -90,6 +104,15 @@ def _fork_stage(keep: list[int], body, *, die_with_parent: bool = False,
             pass
     finally:
         os._exit(code if isinstance(code, int) else EXIT_INTERNAL)
+
+
+def _become_stdio(stdio: tuple[int, int, int]) -> None:
+    # Through fresh duplicates first, so that (a, b, c) = (1, 0, 2) cannot clobber itself.
+    copies = [os.dup(fd) for fd in stdio]
+    for target, fd in enumerate(copies):
+        os.dup2(fd, target)
+    for fd in copies:
+        os.close(fd)
 
 
 class _Lines:
@@ -128,22 +151,87 @@ def record_file(request: RunRequest, run_id: str) -> str:
     return os.path.join(state_dir(), f"{run_id}.jsonl")
 
 
+@dataclass
+class _Terminal:
+    """Where the program's fds 0-2 and vpnw's human lines go (DESIGN §10 "The terminal")."""
+    program_stdio: tuple[int, int, int]
+    human_fd: int                    # the recorder's and the broker's fd 2
+    color: bool | None = None        # None: the recorder looks at its fd 2
+    relay: object = None             # pty_relay.Relay when the program has a pty
+    slave: int | None = None
+    own_fds: list = field(default_factory=list)   # closed by the orchestrator after the forks
+
+
+def _open_log(path: str) -> int:
+    try:
+        return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
+    except OSError as exc:
+        raise RunRefused(f"--log {path}: cannot open it for writing: {exc.strerror}") from None
+
+
+class RunRefused(Exception):
+    """A run that cannot start as asked (exit 121); nothing was started."""
+
+
+def _plan_terminal(request: RunRequest) -> _Terminal:
+    # `--record -` puts the record on stdout, so the program's stdout goes to
+    # stderr: the two streams never mix.
+    program_out = 2 if request.record == "-" else 1
+    human_fd = _open_log(request.log) if request.log else 2
+    own = [human_fd] if request.log else []
+    from .pty_relay import wants_pty
+    if not wants_pty(program_out):
+        return _Terminal(program_stdio=(0, program_out, 2), human_fd=human_fd, own_fds=own)
+    from .pty_relay import Relay, open_pty
+    master, slave = open_pty(0)
+    program_err = slave if os.isatty(2) else 2
+    human_r = None
+    color = None
+    if not request.log and os.isatty(2):
+        # vpnw's lines are on the same screen as the program's: merge them.
+        human_r, human_fd = os.pipe()
+        own.append(human_fd)
+        color = "NO_COLOR" not in request.env
+    relay = Relay(0, program_out, master, human_r)
+    return _Terminal(program_stdio=(slave, slave, program_err), human_fd=human_fd, color=color,
+                     relay=relay, slave=slave, own_fds=own + [slave])
+
+
 def execute(request: RunRequest) -> int:
+    try:
+        terminal = _plan_terminal(request)
+    except RunRefused as exc:
+        say(str(exc))
+        return EXIT_USAGE
+    global _relay_say
+    try:
+        if terminal.relay is not None:
+            _relay_say = terminal.relay.say
+        return _execute(request, terminal)
+    finally:
+        _relay_say = None
+        if terminal.relay is not None:
+            terminal.relay.close()
+
+
+def _execute(request: RunRequest, terminal: _Terminal) -> int:
     started = time.monotonic()
     run_id = new_run_id()
     record = record_file(request, run_id)
     path_name = request.path.name
+    relay = terminal.relay
 
     # The recorder first: nothing happens that it does not see.
     events_r, events_w = os.pipe()
-    human = {"trace": "trace"}.get(request.mode, "run")
+    human = "denials" if request.quiet else {"trace": "trace"}.get(request.mode, "run")
 
     def recorder_body():
         from .recorder import main_from_fds
         return main_from_fds(events_r, record=record, human=human,
-                             tee_command=request.events_to)
+                             tee_command=request.events_to, color=terminal.color)
 
-    recorder_pid = _fork_stage([events_r], recorder_body)
+    stage_stdio = (0, 1, terminal.human_fd)
+    recorder_pid = _fork_stage([events_r], recorder_body, stdio=stage_stdio)
     os.close(events_r)
     emitter = Emitter(events_w, run_id, path=path_name)
     policy_name = getattr(request.policy, "name", None)
@@ -165,25 +253,31 @@ def execute(request: RunRequest) -> int:
                              policy=request.policy, path=request.path,
                              dry_run=request.dry_run)
 
-    broker_pid = _fork_stage([broker_end.fileno(), events_w, broker_status_w], broker_body)
+    broker_pid = _fork_stage([broker_end.fileno(), events_w, broker_status_w], broker_body,
+                             stdio=stage_stdio)
 
     def helper_body():
         from .helper import run_helper
         run_helper(request.argv, handoff_fd=helper_end.fileno(), status_fd=helper_status_w,
                    go_fd=go_r, allow_unix_sockets=request.allow_unix_sockets, env=request.env,
-                   files=files_plan)
+                   files=files_plan, tty=relay is not None)
         return EXIT_INTERNAL
 
+    # The helper, its init and the program get the program's fds 0-2: with a
+    # pty, nothing inside the sandbox holds the user's terminal.
     helper_pid = _fork_stage([helper_end.fileno(), helper_status_w, go_r], helper_body,
-                             die_with_parent=True, stdin_null=False)
-    for fd in (broker_status_w, helper_status_w, go_r):
+                             die_with_parent=True, stdin_null=False,
+                             stdio=terminal.program_stdio)
+    for fd in (broker_status_w, helper_status_w, go_r, *terminal.own_fds):
         os.close(fd)
     helper_end.close()
     broker_end.close()
 
     run = _Run(request, emitter, helper_pid, broker_pid, recorder_pid,
-               helper_status_r, broker_status_r, go_w)
+               helper_status_r, broker_status_r, go_w, relay)
     code, error = run.wait()
+    if relay is not None:
+        relay.finish_program()
 
     totals = run.totals or {}
     emitter.emit("run.end", exit_code=code, connections=totals.get("connections", 0),
@@ -192,6 +286,12 @@ def execute(request: RunRequest) -> int:
                  ms=round((time.monotonic() - started) * 1000, 3),
                  **({"error": error} if error else {}))
     os.close(events_w)
+    if relay is not None:
+        recorder_fd = os.pidfd_open(recorder_pid)
+        try:
+            relay.finish_human(recorder_fd)
+        finally:
+            os.close(recorder_fd)
     _, status = os.waitpid(recorder_pid, 0)
     if os.waitstatus_to_exitcode(status) != 0 and code != EXIT_INTERNAL:
         say(f"the recorder failed; the record {record} may be incomplete")
@@ -216,8 +316,9 @@ class _Run:
     """Waits for the stages and turns what they report into vpnw's exit code."""
 
     def __init__(self, request, emitter, helper_pid, broker_pid, recorder_pid,
-                 helper_status_r, broker_status_r, go_w):
+                 helper_status_r, broker_status_r, go_w, relay=None):
         self.request = request
+        self.relay = relay
         self.emitter = emitter
         self.pids = {"helper": helper_pid, "broker": broker_pid, "recorder": recorder_pid}
         self.helper = _Lines(helper_status_r)
@@ -241,6 +342,12 @@ class _Run:
     def _forward_signals(self):
         while self.pending_signals:
             sig = self.pending_signals.pop(0)
+            if sig == signal.SIGWINCH:
+                self.relay.resize()
+                continue
+            if sig == signal.SIGCONT:
+                self.relay.resumed()
+                continue
             if self.started and self.program_exit is None:
                 try:
                     os.kill(self.pids["helper"], sig)
@@ -251,20 +358,26 @@ class _Run:
                 self.fatal = self.fatal or f"interrupted by signal {sig} before the program started"
 
     def wait(self) -> tuple[int, str | None]:
-        old = {sig: signal.signal(sig, self._on_signal) for sig in FORWARDED_SIGNALS}
+        caught = FORWARDED_SIGNALS + ((signal.SIGWINCH, signal.SIGCONT) if self.relay else ())
+        old = {sig: signal.signal(sig, self._on_signal) for sig in caught}
         sel = selectors.DefaultSelector()
         wake_r, wake_w = os.pipe()
         os.set_blocking(wake_w, False)
         old_wakeup = signal.set_wakeup_fd(wake_w)
         try:
+            if self.relay is not None:
+                self.relay.start(sel)
             sel.register(self.helper.fd, selectors.EVENT_READ, "helper")
             sel.register(self.broker.fd, selectors.EVENT_READ, "broker")
             sel.register(wake_r, selectors.EVENT_READ, "signal")
             recorder_fd = os.pidfd_open(self.pids["recorder"])
             sel.register(recorder_fd, selectors.EVENT_READ, "recorder")
             while True:
-                for key, _ in sel.select(timeout=1.0):
-                    if key.data == "signal":
+                timeout = self.relay.timeout(time.monotonic(), 1.0) if self.relay else 1.0
+                for key, events in sel.select(timeout=timeout):
+                    if key.data.startswith("pty:"):
+                        self.relay.handle(key.data, events)
+                    elif key.data == "signal":
                         os.read(wake_r, 512)
                     elif key.data == "recorder":
                         sel.unregister(recorder_fd)
@@ -278,11 +391,15 @@ class _Run:
                         if lines.eof:
                             sel.unregister(lines.fd)
                             self._on_eof(key.data)
+                if self.relay is not None:
+                    self.relay.tick()
                 self._forward_signals()
                 self._advance()
                 if self._done():
                     break
         finally:
+            if self.relay is not None:
+                self.relay.detach()
             signal.set_wakeup_fd(old_wakeup)
             for sig, handler in old.items():
                 signal.signal(sig, handler)
@@ -311,6 +428,9 @@ class _Run:
                               doors=seal.get("doors", {"http": 3128, "socks": 1080}))
         elif "error" in msg:
             self.seal_error = str(msg["error"])
+        elif "stopped" in msg:
+            if self.relay is not None and isinstance(msg["stopped"], int):
+                self.relay.program_stopped(msg["stopped"])
         elif "exec_error" in msg:
             self.exec_error = (int(msg.get("code", 127)), str(msg["exec_error"]))
         elif "exit" in msg:

@@ -11,16 +11,18 @@ from typing import NoReturn
 
 def run_helper(argv: list[str], *, handoff_fd: int, status_fd: int, go_fd: int,
                allow_unix_sockets: bool = False, env: dict[str, str] | None = None,
-               files: dict | None = None) -> NoReturn:
+               files: dict | None = None, tty: bool = False) -> NoReturn:
     """Seal, report on status_fd, wait for go, run argv, report its end; never returns.
 
     Call it in a freshly forked, single-threaded child. Status lines are the
-    "Helper status" JSON Lines of docs/architecture.md.
+    "Helper status" JSON Lines of docs/architecture.md. With `tty`, fd 0 is
+    the slave of a pty of the program's own: it becomes the controlling
+    terminal of the program's session, and the program's stops are reported.
     """
     code = 125
     try:
         from stages.helper.sandbox import run
-        code = run(argv, handoff_fd, status_fd, go_fd, allow_unix_sockets, env, files)
+        code = run(argv, handoff_fd, status_fd, go_fd, allow_unix_sockets, env, files, tty=tty)
     except BaseException as e:  # never return into the orchestrator's code
         try:
             import json

@@ -8,7 +8,9 @@
                 seccomp, exec
 
 P and C talk over one pipe (C -> P, JSON lines): first {"init": "ok"} or
-{"init_error": ...}, at the end {"exit": ...} or {"exec_error": ...}.
+{"init_error": ...}, at the end {"exit": ...} or {"exec_error": ...}; with a
+terminal, {"stopped": SIG} whenever the program stops (P passes it on, so
+the orchestrator can suspend vpnw with it, as a shell job).
 P starts C before it reports ready (so a failed /proc mount is a sandbox
 error, not a surprise later) and lets it go with one byte on a second pipe.
 """
@@ -53,6 +55,14 @@ def program_env(env: dict[str, str]) -> dict[str, str]:
 
 def _line(fd: int, obj: dict) -> None:
     data = (json.dumps(obj, separators=(",", ":")) + "\n").encode()
+    while data:
+        try:
+            data = data[os.write(fd, data):]
+        except InterruptedError:
+            continue
+
+
+def _write_all(fd: int, data: bytes) -> None:
     while data:
         try:
             data = data[os.write(fd, data):]
@@ -181,7 +191,8 @@ _KNOWN_SONAMES = {"c": "libc.so.6", "seccomp": "libseccomp.so.2"}
 
 
 def run(argv: list[str], handoff_fd: int, status_fd: int, go_fd: int,
-        allow_unix_sockets: bool, env: dict[str, str] | None, files: dict | None = None) -> int:
+        allow_unix_sockets: bool, env: dict[str, str] | None, files: dict | None = None,
+        tty: bool = False) -> int:
     """P's whole life; returns its exit code (the caller _exits with it)."""
     if not argv:
         _line(status_fd, {"exec_error": "no program given", "code": 127})
@@ -217,7 +228,7 @@ def run(argv: list[str], handoff_fd: int, status_fd: int, go_fd: int,
     keep = {report_w, go_r}
     init_pid = os.fork()
     if init_pid == 0:
-        os._exit(_init(argv, penv, seccomp_filter, report_w, go_r, keep, files))
+        os._exit(_init(argv, penv, seccomp_filter, report_w, go_r, keep, files, tty))
     os.close(report_w)
     os.close(go_r)
     report = _ReportReader(report_r)
@@ -239,7 +250,7 @@ def run(argv: list[str], handoff_fd: int, status_fd: int, go_fd: int,
     os.close(go_w)
 
     link = socket.socket(fileno=os.dup(handoff_fd))
-    _serve(doors, link, report)
+    _serve(doors, link, report, status_fd)
     final = report.next_line() or {}
     status = _reap(init_pid)
     if "exec_error" in final or "error" in final:
@@ -298,6 +309,14 @@ class _ReportReader:
     def has_line(self) -> bool:
         return b"\n" in self.buf
 
+    def take_stops(self) -> list[bytes]:
+        """The {"stopped": ...} lines at the head of the buffer, raw (passed on as they are)."""
+        stops = []
+        while self.buf.startswith(b'{"stopped":') and b"\n" in self.buf:
+            line, self.buf = self.buf.split(b"\n", 1)
+            stops.append(line + b"\n")
+        return stops
+
     def next_line(self) -> dict | None:
         while not self.has_line() and not self.eof:
             self.feed()
@@ -312,8 +331,8 @@ class _ReportReader:
 
 
 def _serve(doors: list[tuple[str, socket.socket]], link: socket.socket,
-           report: _ReportReader) -> None:
-    """Accept on the doors and hand every connection over until init reports."""
+           report: _ReportReader, status_fd: int) -> None:
+    """Accept on the doors and hand every connection over until init reports the end."""
     sel = selectors.DefaultSelector()
     for door, lsock in doors:
         sel.register(lsock, selectors.EVENT_READ, door)
@@ -322,6 +341,8 @@ def _serve(doors: list[tuple[str, socket.socket]], link: socket.socket,
         for key, _ in sel.select():
             if key.data is None:
                 report.feed()
+                for stop in report.take_stops():
+                    _write_all(status_fd, stop)
                 continue
             try:
                 conn, _addr = key.fileobj.accept()
@@ -340,7 +361,7 @@ def _serve(doors: list[tuple[str, socket.socket]], link: socket.socket,
 # ---------------------------------------------------------------- C: init
 
 def _init(argv, penv, seccomp_filter, report_w: int, go_r: int, keep: set[int],
-          files: dict | None = None) -> int:
+          files: dict | None = None, tty: bool = False) -> int:
     try:
         for sig in FORWARDED_SIGNALS:
             signal.signal(sig, signal.SIG_DFL)
@@ -367,10 +388,16 @@ def _init(argv, penv, seccomp_filter, report_w: int, go_r: int, keep: set[int],
         return 122
     os.close(go_r)
 
+    if tty:
+        try:
+            _lead_terminal_session()
+        except OSError as e:
+            _line(report_w, {"error": f"cannot give the program its terminal: {e}", "code": 125})
+            return 125
     err_r, err_w = os.pipe2(os.O_CLOEXEC)
     program_pid = os.fork()
     if program_pid == 0:
-        _program(argv, penv, seccomp_filter, err_w, files)  # never returns
+        _program(argv, penv, seccomp_filter, err_w, files, tty)  # never returns
     os.close(err_w)
     for sig in FORWARDED_SIGNALS:
         signal.signal(sig, lambda s, _f: _kill_quietly(program_pid, s))
@@ -385,7 +412,7 @@ def _init(argv, penv, seccomp_filter, report_w: int, go_r: int, keep: set[int],
             break
         failure += chunk
     os.close(err_r)
-    status = _wait_for(program_pid)
+    status = _wait_for(program_pid, report_w if tty else None)
     if failure:
         try:
             info = json.loads(failure)
@@ -442,17 +469,24 @@ def _limit_files(files: dict | None) -> None:
         file_mounts.apply(files)
 
 
-def _wait_for(program_pid: int) -> int:
-    """Reap everything (we are PID 1) until the program itself ends."""
+def _wait_for(program_pid: int, stops_to: int | None = None) -> int:
+    """Reap everything (we are PID 1) until the program itself ends. With
+    `stops_to`, also report each time the program stops (Ctrl-Z on its pty),
+    so vpnw can stop with it the way a shell job does."""
+    flags = os.WUNTRACED if stops_to is not None else 0
     while True:
         try:
-            pid, status = os.waitpid(-1, 0)
+            pid, status = os.waitpid(-1, flags)
         except InterruptedError:
             continue
         except ChildProcessError:
             return 0
-        if pid == program_pid:
-            return status
+        if pid != program_pid:
+            continue
+        if os.WIFSTOPPED(status):
+            _line(stops_to, {"stopped": os.WSTOPSIG(status)})
+            continue
+        return status
 
 
 def _close_all_but(keep: set[int]) -> None:
@@ -467,11 +501,15 @@ def _close_all_but(keep: set[int]) -> None:
 
 # ---------------------------------------------------------------- G: program
 
-def _program(argv, penv, seccomp_filter, err_w: int, files: dict | None = None) -> None:
+def _program(argv, penv, seccomp_filter, err_w: int, files: dict | None = None,
+             tty: bool = False) -> None:
     try:
         for sig in FORWARDED_SIGNALS + (signal.SIGPIPE, signal.SIGXFSZ):
             signal.signal(sig, signal.SIG_DFL)  # Python ignores SIGPIPE; programs expect the default
-        os.setsid()
+        if tty:
+            _foreground_of_terminal()
+        else:
+            os.setsid()
         priv.prctl(priv.PR_SET_PDEATHSIG, signal.SIGKILL)
         _close_all_but({err_w})
         priv.drop_all_privileges()
@@ -489,6 +527,32 @@ def _program(argv, penv, seccomp_filter, err_w: int, files: dict | None = None) 
         code = 127 if e.errno in (errno.ENOENT, errno.ENOTDIR) else 126
         what = "not found" if code == 127 else "cannot be executed"
         _report_exec(err_w, {"exec_error": f"{argv[0]}: {what} ({e.strerror})", "code": code})
+
+
+def _lead_terminal_session() -> None:
+    """In init, with a terminal: fd 0 is the slave of the program's own pty
+    (opened outside by the orchestrator). Init leads a new session with it
+    as controlling terminal, so /dev/tty opens it inside and its line
+    discipline sends Ctrl-C/Ctrl-Z/SIGWINCH to the program's foreground
+    group and to nothing outside. Init, not the program, leads the session
+    (as sudo's monitor does): a group whose parent is in another session is
+    orphaned, and the kernel ignores Ctrl-Z for an orphaned group."""
+    import fcntl
+    import termios
+    os.setsid()
+    fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+
+
+def _foreground_of_terminal() -> None:
+    """In the program, before exec: a process group of its own, made the
+    terminal's foreground group (SIGTTOU ignored meanwhile: init's group
+    holds the foreground until then)."""
+    os.setpgid(0, 0)
+    signal.signal(signal.SIGTTOU, signal.SIG_IGN)
+    try:
+        os.tcsetpgrp(0, os.getpgrp())
+    finally:
+        signal.signal(signal.SIGTTOU, signal.SIG_DFL)
 
 
 def _report_exec(err_w: int, info: dict) -> None:

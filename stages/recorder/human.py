@@ -26,8 +26,9 @@ from typing import Callable
 
 TRACE = "trace"
 RUN = "run"
+DENIALS = "denials"   # --quiet: only denials and the summary
 QUIET = "quiet"
-HUMAN_MODES = (TRACE, RUN, QUIET)
+HUMAN_MODES = (TRACE, RUN, DENIALS, QUIET)
 
 _RED = "\x1b[31m"
 _GREEN = "\x1b[32m"
@@ -143,6 +144,9 @@ def format_event(event: dict, state: HumanState) -> str | None:
     mode = state.mode
     if mode == QUIET:
         return None
+    if mode == DENIALS and type_ not in ("policy.deny", "run.end", "run.start", "conn.request",
+                                         "conn.fail", "conn.close"):
+        return None
 
     def head() -> str:
         # Only for lines that are printed: the run mode skips most events.
@@ -187,6 +191,8 @@ def format_event(event: dict, state: HumanState) -> str | None:
 
     if type_ == "conn.fail":
         target = state.conns.pop(conn, None) or "?"
+        if mode == DENIALS:
+            return None
         return (f"{head()}{_conn_col(conn)}  {_paint('FAIL', _YELLOW, state)}   {target}  "
                 f"{printable(f.get('reason') or f.get('error') or '')}")
 
@@ -238,7 +244,7 @@ def format_event(event: dict, state: HumanState) -> str | None:
         return f"{head()}program exited with code {printable(f.get('code'))}"
 
     if type_ == "run.end":
-        if mode == RUN:
+        if mode in (RUN, DENIALS):
             return "vpnw  " + summary_text(event, state)
         return head() + summary_text(event, state)
 

@@ -1,0 +1,149 @@
+"""vpnw's own lines joined to the program's terminal output, never inside one of its lines.
+
+Pure (no I/O, no clock): the relay feeds it the program's output chunks and
+vpnw's human lines with the current time, and writes out what it returns.
+
+What the user sees:
+- The program's bytes pass at once and unchanged.
+- When the program's output stands at a line boundary (nothing written yet,
+  or its last byte was a newline), vpnw's lines go out at once.
+- When the program is in the middle of a line (a prompt, a progress bar),
+  vpnw's lines wait for its newline, at most `hold` seconds. After that they
+  go out on lines of their own: the half line is erased, vpnw's lines are
+  written, and the half line is written again, so a prompt such as
+  "Passphrase: " reappears below them, whole, with the cursor where the
+  program left it. A half line that cannot be replayed safely (escape
+  sequences, carriage returns, wider than the screen) is left as it is and
+  vpnw's lines start on the next line.
+- While the program uses the alternate screen (full-screen programs: less,
+  vim, most agent interfaces), a line written there would be painted over
+  or corrupt the picture; vpnw's lines wait until it leaves the alternate
+  screen or the run ends. At most `max_held` lines wait; beyond that the
+  oldest are dropped and counted (every line is in the record anyway).
+"""
+from __future__ import annotations
+
+from collections import deque
+
+# Enter / leave the alternate screen (xterm's 1049, 1047 and the old 47).
+_ALT_ON = (b"\x1b[?1049h", b"\x1b[?1047h", b"\x1b[?47h")
+_ALT_OFF = (b"\x1b[?1049l", b"\x1b[?1047l", b"\x1b[?47l")
+_LONGEST = max(len(s) for s in _ALT_ON + _ALT_OFF)
+# A half line longer than this is never replayed (nor kept).
+_MAX_PARTIAL = 4096
+
+
+class LineMerger:
+    """Decides where vpnw's human lines go into the program's output stream.
+
+    `newline` is what ends one of vpnw's lines on the user's terminal:
+    b"\\r\\n" while that terminal is in raw mode (no output processing),
+    b"\\n" otherwise.
+    """
+
+    def __init__(self, *, hold: float = 0.5, max_held: int = 1000,
+                 newline: bytes = b"\r\n", columns: int = 80):
+        self.hold = hold
+        self.max_held = max_held
+        self.newline = newline
+        self.columns = columns
+        self.held: deque[bytes] = deque()
+        self.dropped = 0
+        self.at_boundary = True      # the program's last byte was a newline (or none yet)
+        self.partial = b""           # the program's bytes since its last newline (capped)
+        self.partial_overflow = False
+        self.alternate = False       # the program is on the alternate screen
+        self._tail = b""             # the last bytes seen, to match sequences split across chunks
+        self._waiting_since: float | None = None
+
+    # ---- input
+
+    def program_output(self, data: bytes, now: float) -> bytes:
+        """The program wrote `data`: returns what to write (its bytes, maybe followed by ours)."""
+        if not data:
+            return b""
+        self._track_screen(data)
+        last_newline = data.rfind(b"\n")
+        if last_newline >= 0:
+            rest = data[last_newline + 1:]
+            self.partial, self.partial_overflow = rest[:_MAX_PARTIAL], len(rest) > _MAX_PARTIAL
+        elif not self.partial_overflow:
+            self.partial += data
+            if len(self.partial) > _MAX_PARTIAL:
+                self.partial, self.partial_overflow = b"", True
+        self.at_boundary = data.endswith(b"\n")
+        if self.at_boundary:
+            self._waiting_since = None
+        return data + self._release(now)
+
+    def human_line(self, line: bytes, now: float) -> bytes:
+        """vpnw has a line to show (without its newline): returns what to write now."""
+        line = line.rstrip(b"\r\n")
+        self.held.append(line)
+        while len(self.held) > self.max_held:
+            self.held.popleft()
+            self.dropped += 1
+        if self._waiting_since is None:
+            self._waiting_since = now
+        return self._release(now)
+
+    def tick(self, now: float) -> bytes:
+        """Time passed: returns what the end of a hold lets out."""
+        return self._release(now)
+
+    def deadline(self) -> float | None:
+        """When to call tick() next (None: nothing is waiting on time)."""
+        if not self.held or self.alternate or self.at_boundary or self._waiting_since is None:
+            return None
+        return self._waiting_since + self.hold
+
+    def finish(self) -> bytes:
+        """The program's output is over: everything still held, on lines of its own."""
+        if not self.held and not self.dropped:
+            return b""
+        out = b"" if self.at_boundary else self.newline
+        self.at_boundary = True
+        self.alternate = False
+        return out + self._lines()
+
+    # ---- internals
+
+    def _track_screen(self, data: bytes) -> None:
+        window = self._tail + data
+        on = max(window.rfind(s) for s in _ALT_ON)
+        off = max(window.rfind(s) for s in _ALT_OFF)
+        if on >= 0 or off >= 0:
+            self.alternate = on > off
+        self._tail = window[-(_LONGEST - 1):]
+
+    def _lines(self) -> bytes:
+        lines = list(self.held)
+        self.held.clear()
+        if self.dropped:
+            lines.append(f"vpnw: {self.dropped} of vpnw's lines were not shown while the program "
+                         f"held the screen; the record has every event".encode())
+            self.dropped = 0
+        self._waiting_since = None
+        return b"".join(line + self.newline for line in lines)
+
+    def _release(self, now: float) -> bytes:
+        if not self.held or self.alternate:
+            return b""
+        if self.at_boundary:
+            return self._lines()
+        if self._waiting_since is None or now < self._waiting_since + self.hold:
+            return b""
+        # The program has sat mid-line for the whole hold: lines of our own.
+        if self._replayable():
+            return b"\r\x1b[K" + self._lines() + self.partial
+        self.at_boundary = True
+        self.partial = b""
+        return self.newline + self._lines()
+
+    def _replayable(self) -> bool:
+        p = self.partial
+        if self.partial_overflow or not p or len(p) >= self.columns:
+            return False
+        # Printable text (UTF-8 included) and tabs only: no escape sequence,
+        # no carriage return, nothing that moves the cursor elsewhere.
+        return all(b >= 0x20 and b != 0x7f or b == 0x09 for b in p)
