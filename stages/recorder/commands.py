@@ -63,15 +63,31 @@ def runs_command(as_json: bool, directory: str | None) -> None:
 @click.argument("run", required=False)
 @click.option("--summary", is_flag=True, help="A table per destination instead of every step.")
 @click.option("--json", "as_json", is_flag=True, help="JSON for machines (the run and its destinations).")
+@click.option("--format", "fmt", type=click.Choice(["ocsf", "ecs"]), default=None,
+              help="Each connection outcome as JSON Lines: OCSF Network Activity (4001) or ECS.")
 @click.option("--dir", "directory", type=click.Path(file_okay=False), default=None, hidden=True)
-def show_command(run: str | None, summary: bool, as_json: bool, directory: str | None) -> None:
+def show_command(run: str | None, summary: bool, as_json: bool, fmt: str | None,
+                 directory: str | None) -> None:
     """Show a recorded run: RUN is a run id, a run file, or nothing for the newest."""
+    if fmt and (summary or as_json):
+        click.echo("vpnw: --format cannot be combined with --summary or --json", err=True)
+        sys.exit(EXIT_USAGE)
     directory = _runs_dir(directory)
     try:
         path = runs_mod.resolve_run(run, directory)
     except runs_mod.RunNotFound as exc:
         click.echo(f"vpnw: {exc}", err=True)
         sys.exit(EXIT_USAGE)
+
+    if fmt:
+        from ..shipping import stream_renderer
+        render = stream_renderer(fmt)
+        out = sys.stdout.buffer
+        with open(path, "rb") as stream:
+            for event in read_events(stream):
+                for doc in render(event, b""):
+                    out.write(doc + b"\n")
+        return
 
     if as_json:
         with open(path, "rb") as stream:
