@@ -145,6 +145,27 @@ class _Lines:
         return out
 
 
+def _program_env(env: dict) -> tuple[dict, list[str]]:
+    """The program's environment and the client settings kept as the user set
+    them (names only: the record never holds values)."""
+    from .client_env import apply
+    return apply(env, python=sys.executable)
+
+
+NO_CONNECTION_HINT = ("hint: the program exited {code} without one connection through vpnw's doors; "
+                      "it may ignore the proxy settings (see \"Clients\" in vpnw's README for what "
+                      "vpnw sets for each client)")
+
+
+def _program_never_got_out(run: "_Run", totals: dict) -> bool:
+    """The program ran, failed, and never asked a door for anything: most
+    likely it tried to connect directly and found no way out."""
+    if run.program_exit is None or run.exec_error or run.seal_error or run.fatal:
+        return False
+    code, sig = run.program_exit
+    return (bool(code) or bool(sig)) and totals.get("connections", 0) == 0
+
+
 def record_file(request: RunRequest, run_id: str) -> str:
     if request.record:
         return request.record
@@ -236,11 +257,13 @@ def _execute(request: RunRequest, terminal: _Terminal) -> int:
     emitter = Emitter(events_w, run_id, path=path_name)
     policy_name = getattr(request.policy, "name", None)
     files_plan, files_record = _file_limits(request.files)
+    program_env, env_kept = _program_env(request.env)
     emitter.emit("run.start", mode=request.mode, program=os.path.basename(request.argv[0]),
                  policy=policy_name if getattr(request.policy, "source", None) else None,
                  policy_file=getattr(request.policy, "source", None), via=path_name,
                  dry_run=request.dry_run, allow_unix_sockets=request.allow_unix_sockets,
-                 version=VERSION, record=record, **files_record)
+                 version=VERSION, record=record, **files_record,
+                 env_kept=env_kept)
 
     helper_end, broker_end = handoff.link()
     broker_status_r, broker_status_w = os.pipe()
@@ -259,7 +282,7 @@ def _execute(request: RunRequest, terminal: _Terminal) -> int:
     def helper_body():
         from .helper import run_helper
         run_helper(request.argv, handoff_fd=helper_end.fileno(), status_fd=helper_status_w,
-                   go_fd=go_r, allow_unix_sockets=request.allow_unix_sockets, env=request.env,
+                   go_fd=go_r, allow_unix_sockets=request.allow_unix_sockets, env=program_env,
                    files=files_plan, tty=relay is not None)
         return EXIT_INTERNAL
 
@@ -296,6 +319,8 @@ def _execute(request: RunRequest, terminal: _Terminal) -> int:
     if os.waitstatus_to_exitcode(status) != 0 and code != EXIT_INTERNAL:
         say(f"the recorder failed; the record {record} may be incomplete")
         return EXIT_INTERNAL
+    if _program_never_got_out(run, totals):
+        say(NO_CONNECTION_HINT.format(code=code))   # last, after the recorder's summary
     return code
 
 

@@ -11,6 +11,7 @@ import tempfile
 import pytest
 
 from stages import handoff
+from stages.client_env import ssh_command
 from stages.helper.sandbox import program_env
 
 PY = sys.executable
@@ -105,16 +106,22 @@ def test_eof_on_go_aborts_without_running_the_program(tmp_path):
     assert rest == [] and code == 122 and not marker.exists()
 
 
-def test_environment_is_the_callers_plus_proxy_settings():
+def test_environment_is_the_callers_plus_proxy_settings(tmp_path):
     env = {"PATH": os.environ["PATH"], "KEEP": "1", "no_proxy": "*", "No_Proxy": "x",
-           "HTTPS_PROXY": "socks5://evil:1"}
-    assert program_env(env) == {
-        "PATH": os.environ["PATH"], "KEEP": "1",
+           "HTTPS_PROXY": "socks5://evil:1", "HOME": str(tmp_path)}
+    out = program_env(env)
+    doors = {k: v for k, v in out.items() if k.upper() in
+             ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "NO_PROXY", "NODE_USE_ENV_PROXY")}
+    assert doors == {
         "HTTP_PROXY": "http://127.0.0.1:3128", "HTTPS_PROXY": "http://127.0.0.1:3128",
         "http_proxy": "http://127.0.0.1:3128", "https_proxy": "http://127.0.0.1:3128",
         "ALL_PROXY": "socks5h://127.0.0.1:1080", "all_proxy": "socks5h://127.0.0.1:1080",
         "NO_PROXY": "localhost,127.0.0.1,::1", "no_proxy": "localhost,127.0.0.1,::1",
         "NODE_USE_ENV_PROXY": "1"}
+    assert out["KEEP"] == "1" and out["PATH"] == os.environ["PATH"]
+    # Each client's own settings too (stages/client_env.py; tests/test_client_env.py).
+    assert out["GIT_SSH_COMMAND"] == ssh_command(sys.executable)
+    assert out["npm_config_proxy"] == "http://127.0.0.1:3128"
 
 
 def test_program_sees_the_proxy_environment():

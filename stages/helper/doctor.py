@@ -163,9 +163,23 @@ def check_state_dir() -> Check:
                  "set XDG_STATE_HOME to a writable directory or use --record FILE")
 
 
+def program_variables() -> dict[str, str]:
+    """What vpnw puts in the program's environment when the user set nothing."""
+    import sys
+
+    from stages.client_env import settings_for_doctor
+    return dict(settings_for_doctor(sys.executable))
+
+
+def check_program_env() -> Check:
+    names = " ".join(program_variables())
+    return Check("program_env", "ok", f"vpnw sets {names} for the program "
+                 "(a client's own setting that you set is kept, and the record says so)")
+
+
 def run_checks(config_file: str | None = None) -> list[Check]:
     checks = [check_kernel(), *check_userns_sysctls(), check_namespaces(), *check_seccomp(),
-              check_io_uring(), check_state_dir()]
+              check_io_uring(), check_state_dir(), check_program_env()]
     if config_file:
         checks += check_paths(config_file)
     return checks
@@ -184,9 +198,14 @@ def guard_can_work(checks: list[Check]) -> bool:
 def doctor_command(as_json: bool, config_file: str | None) -> None:
     """Say what this machine supports; exit 0 if guard can work here."""
     checks = run_checks(config_file)
+    variables = program_variables()
     for c in checks:
         if as_json:
-            click.echo(json.dumps(c._asdict()))
+            extra = {"variables": variables} if c.name == "program_env" else {}
+            click.echo(json.dumps({**c._asdict(), **extra}))
         else:
             click.echo(f"{c.status:<5} {c.name}  {c.detail}" + (f"  (fix: {c.fix})" if c.fix else ""))
+            if c.name == "program_env":
+                for name, value in variables.items():
+                    click.echo(f"        {name}={value}")
     raise SystemExit(0 if guard_can_work(checks) else 1)

@@ -24,6 +24,7 @@ import re
 import selectors
 import signal
 import socket
+import sys
 
 from stages import handoff
 from stages.helper import privileges as priv
@@ -31,10 +32,6 @@ from stages.helper import privileges as priv
 FORWARDED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP,
                      signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2)
 DOCTOR_HINT = "run `vpnw doctor` to see what this machine supports"
-PROXY_HTTP = "http://127.0.0.1:3128"
-PROXY_SOCKS = "socks5h://127.0.0.1:1080"
-NO_PROXY = "localhost,127.0.0.1,::1"
-_PROXY_KEYS = {"http_proxy", "https_proxy", "all_proxy", "no_proxy", "node_use_env_proxy"}
 
 
 class SealError(Exception):
@@ -42,15 +39,11 @@ class SealError(Exception):
 
 
 def program_env(env: dict[str, str]) -> dict[str, str]:
-    """DESIGN §3.5: the caller's env with our proxy settings, in both cases, and
-    the caller's NO_PROXY replaced (any spelling of these names is dropped)."""
-    out = {k: v for k, v in env.items() if k.lower() not in _PROXY_KEYS}
-    for key in ("HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy"):
-        out[key] = PROXY_HTTP
-    out["ALL_PROXY"] = out["all_proxy"] = PROXY_SOCKS
-    out["NO_PROXY"] = out["no_proxy"] = NO_PROXY
-    out["NODE_USE_ENV_PROXY"] = "1"
-    return out
+    """DESIGN §3.5: the caller's env with the doors' settings and each client's
+    own (stages/client_env.py). The orchestrator has usually applied it already;
+    applying it again changes nothing."""
+    from stages.client_env import apply
+    return apply(env, python=sys.executable)[0]
 
 
 def _line(fd: int, obj: dict) -> None:

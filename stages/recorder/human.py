@@ -215,6 +215,9 @@ def format_event(event: dict, state: HumanState) -> str | None:
             extras.append("dry run")
         if f.get("allow_unix_sockets"):
             extras.append("unix sockets allowed")
+        if f.get("env_kept"):
+            kept = f["env_kept"] if isinstance(f["env_kept"], list) else []
+            extras.append("kept your " + " ".join(printable(name) for name in kept[:8]))
         return (f"{head()}run {printable(event.get('run', '?'))}: {printable(f.get('mode', '?'))} "
                 f"{printable(f.get('program', '?'))}  ({', '.join(extras)})")
 

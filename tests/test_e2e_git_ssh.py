@@ -1,0 +1,236 @@
+"""git over ssh through vpnw with no configuration, in the test world, as root
+and as an unprivileged user.
+
+Debian's sshd runs in the internet namespace on git.world:22 with a bare
+repository. Inside vpnw, git runs the GIT_SSH_COMMAND vpnw set: ssh with the
+shipped relay (stages/sshproxy.py) as its ProxyCommand, which asks the SOCKS5
+door for git.world:22 with the name unresolved. ssh checks the host key
+against the known_hosts entry for git.world; the broker decides git.world:22
+with the policy and records it like any other connection.
+"""
+from __future__ import annotations
+
+import os
+import pwd
+import shutil
+import subprocess
+import time
+
+import pytest
+
+from e2e_support import describe, opened, run_events
+from world import DEFAULT_NAMES, UNPRIVILEGED_USER, _check
+
+pytestmark = pytest.mark.world
+GIT_HOST = "git.world"
+SERVER_USER = UNPRIVILEGED_USER   # the account sshd lets in (git@ on a real forge)
+
+
+def _cannot(reason: str):
+    if os.environ.get("CI"):
+        pytest.fail(reason)
+    pytest.skip(reason)
+
+
+class SshServer:
+    """sshd -D in the internet namespace, in a mount namespace of its own
+    (a tmpfs /run for its privilege-separation directory, and a copy of
+    /etc/shadow in which the server account is not locked: with UsePAM no,
+    sshd refuses a locked account even for a key), so the host is untouched."""
+
+    def __init__(self, world):
+        self.world = world
+        self.dir = world.tmp / "sshd"
+        self.dir.mkdir()
+        self.dir.chmod(0o755)
+        self.log = self.dir / "sshd.log"
+        self.proc: subprocess.Popen | None = None
+
+    def start(self) -> "SshServer":
+        d = self.dir
+        _check(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", GIT_HOST, "-f", str(d / "host_key")])
+        self.host_key = " ".join((d / "host_key.pub").read_text().split()[:2])
+        shadow = "".join(f"{SERVER_USER}:*:" + line.split(":", 2)[2] if line.startswith(f"{SERVER_USER}:")
+                         else line for line in open("/etc/shadow"))
+        (d / "shadow").write_text(shadow)
+        (d / "shadow").chmod(0o600)
+        self.keys = d / "authorized_keys"
+        self.keys.write_text("")
+        self.keys.chmod(0o644)
+        (d / "sshd_config").write_text(
+            f"Port 22\nListenAddress {DEFAULT_NAMES[GIT_HOST][0]}\nHostKey {d}/host_key\n"
+            f"AuthorizedKeysFile {self.keys}\nPasswordAuthentication no\n"
+            "KbdInteractiveAuthentication no\nPubkeyAuthentication yes\nUsePAM no\nStrictModes no\n"
+            f"PidFile none\nAllowUsers {SERVER_USER}\nPermitRootLogin no\nLogLevel VERBOSE\n")
+        # The repository the clients clone and push to, owned by the server account.
+        self.repo = d / "repo.git"
+        _check(["git", "clone", "-q", "--bare", str(self.world.docroot / "repo.git"), str(self.repo)])
+        pw = pwd.getpwnam(SERVER_USER)
+        for path in [self.repo, *self.repo.rglob("*")]:
+            os.chown(path, pw.pw_uid, pw.pw_gid)
+        script = (f"mount -t tmpfs -o mode=755 tmpfs /run && mkdir -m 755 /run/sshd && "
+                  f"mount --bind {d}/shadow /etc/shadow && "
+                  f"exec /usr/sbin/sshd -D -e -f {d}/sshd_config")
+        with open(self.log, "wb") as log:
+            self.proc = subprocess.Popen(
+                ["nsenter", "-t", str(self.world.internet_pid), "-n", "--",
+                 "unshare", "--mount", "--propagation", "private", "sh", "-c", script],
+                stdin=subprocess.DEVNULL, stdout=log, stderr=log)
+        # sshd -e says when it listens; wait for that line (or its death).
+        for _ in range(2000):
+            if "Server listening" in self.log.read_text(errors="replace"):
+                return self
+            if self.proc.poll() is not None:
+                break
+            time.sleep(0.005)
+        raise RuntimeError(f"sshd did not start: {self.log.read_text(errors='replace')}")
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+        if self.proc is not None:
+            self.proc.wait(timeout=10)
+
+    def client(self, user: str, host_key: str | None = None) -> None:
+        """Give `user` an ssh key the server accepts and a known_hosts entry
+        for git.world (the real host key, or `host_key`), in ~/.ssh as ssh
+        expects them: no -i, no options."""
+        home = self.world._home(user)
+        ssh = home / ".ssh"
+        pw = pwd.getpwnam(user)
+        if not ssh.exists():
+            ssh.mkdir(mode=0o700)
+            _check(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", user, "-f", str(ssh / "id_ed25519")])
+            with open(self.keys, "a") as keys:
+                keys.write((ssh / "id_ed25519.pub").read_text())
+        (ssh / "known_hosts").write_text(f"{GIT_HOST} {host_key or self.host_key}\n")
+        for path in [ssh, *ssh.iterdir()]:
+            os.chown(path, pw.pw_uid, pw.pw_gid)
+
+    def branches(self) -> str:
+        return _check(["git", "--git-dir", str(self.repo), "for-each-ref", "--format=%(refname)"]).stdout
+
+
+@pytest.fixture(scope="module")
+def sshd(world):
+    if not os.path.exists("/usr/sbin/sshd") or shutil.which("ssh") is None:
+        _cannot("the git-over-ssh tests need Debian's openssh-server and openssh-client "
+                "(scripts/setup installs them)")
+    server = SshServer(world)
+    homes = passwd_homes_are_world_homes(world)
+    try:
+        yield server.start()
+    finally:
+        server.stop()
+        for home in homes:
+            world.in_world("umount", home)
+
+
+def passwd_homes_are_world_homes(world) -> list[str]:
+    """ssh reads ~/.ssh from the passwd entry's home, not $HOME: inside the
+    world's mount namespace only (the host is untouched), put each user's
+    world home over it for the duration of this module."""
+    mounted = []
+    for user in ("root", UNPRIVILEGED_USER):
+        try:
+            home = pwd.getpwnam(user).pw_dir
+        except KeyError:
+            continue
+        if os.path.isdir(home):
+            world.in_world("mount", "--bind", str(world._home(user)), home)
+            mounted.append(home)
+    return mounted
+
+
+def url(server: SshServer) -> str:
+    return f"{SERVER_USER}@{GIT_HOST}:{server.repo}"
+
+
+def ssh_opened(events) -> list:
+    return [o for o in opened(events) if o[1] == 22]
+
+
+def test_clone_fetch_push_over_ssh_with_no_configuration(world, user, sshd):
+    sshd.client(user)
+    work = world.workdir(user)
+    branch = f"from-{user}"
+    script = (f"git clone -q {url(sshd)} repo && cd repo && cat README && "
+              f"echo change > change && git add change && "
+              f"git -c user.name=agent -c user.email=agent@example.invalid commit -q -m change && "
+              f"git push -q origin HEAD:refs/heads/{branch} && git fetch -q origin && "
+              f"git rev-parse origin/{branch}")
+    r = world.vpnw(["run", "--", "sh", "-c", script], user=user, cwd=work, timeout=120)
+    assert r.returncode == 0, describe(r)
+    assert "a repository served by the test world" in r.stdout
+    assert f"refs/heads/{branch}" in sshd.branches()
+    events = run_events(r)
+    # clone, push and fetch: each one ssh connection to git.world:22, by name, through the SOCKS5 door.
+    assert ssh_opened(events) == [(GIT_HOST, 22, "socks5")] * 3, opened(events)
+    assert events[0]["fields"]["env_kept"] == []
+
+
+def test_a_wrong_host_key_stops_ssh(world, user, sshd):
+    # The known_hosts entry for git.world holds another key: ssh must refuse,
+    # which shows that the host name it checks is git.world (the name travels
+    # to the door unresolved).
+    _check(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(world.tmp / f"wrong-{user}")])
+    other = " ".join((world.tmp / f"wrong-{user}.pub").read_text().split()[:2])
+    sshd.client(user, host_key=other)
+    try:
+        work = world.workdir(user)
+        r = world.vpnw(["run", "--", "git", "clone", "-q", url(sshd), "repo"], user=user, cwd=work,
+                       timeout=120)
+        assert r.returncode == 128, describe(r)
+        assert "REMOTE HOST IDENTIFICATION HAS CHANGED" in r.stderr or \
+            "Host key verification failed" in r.stderr, describe(r)
+        assert ssh_opened(run_events(r)) == [(GIT_HOST, 22, "socks5")]
+    finally:
+        sshd.client(user)
+
+
+def test_a_user_git_ssh_command_is_kept_and_recorded(world, user, sshd):
+    sshd.client(user)
+    work = world.workdir(user)
+    mine = "ssh -o BatchMode=yes"   # no ProxyCommand: it cannot get out, and vpnw says why
+    r = world.vpnw(["run", "--", "git", "clone", "-q", url(sshd), "repo"], user=user, cwd=work,
+                   env={"GIT_SSH_COMMAND": mine}, timeout=120)
+    assert r.returncode == 128, describe(r)
+    events = run_events(r)
+    assert events[0]["fields"]["env_kept"] == ["GIT_SSH_COMMAND"]
+    assert mine not in "".join(str(e) for e in events)   # names, never values
+    assert ssh_opened(events) == []
+    assert "hint:" in r.stderr.strip().splitlines()[-1], describe(r)
+
+
+def test_guard_allows_ssh_to_an_allowed_host(world, user, sshd):
+    sshd.client(user)
+    policy = world.file("git_ssh_allowed.toml",
+                        f'version = 1\nname = "git"\n\n[policy]\ndefault = "deny"\ndeny_private = true\n'
+                        f'allow = ["{GIT_HOST}:22"]\n')
+    work = world.workdir(user)
+    r = world.vpnw(["guard", "--policy", str(policy), "--", "git", "clone", "-q", url(sshd), "repo"],
+                   user=user, cwd=work, timeout=120)
+    assert r.returncode == 0, describe(r)
+    assert (work / "repo" / "README").exists()
+    events = run_events(r)
+    assert ssh_opened(events) == [(GIT_HOST, 22, "socks5")]
+    rules = [e["fields"]["rule"] for e in events if e["type"] == "policy.allow"]
+    assert len(rules) == 1 and f"{GIT_HOST}:22" in rules[0], rules
+
+
+def test_guard_denies_ssh_to_a_host_not_allowed_without_looking_it_up(world, user, sshd):
+    sshd.client(user)
+    policy = world.file("git_ssh_denied.toml",
+                        'version = 1\nname = "git"\n\n[policy]\ndefault = "deny"\nallow = ["api.github.com"]\n')
+    work = world.workdir(user)
+    mark = world.dns_mark()
+    r = world.vpnw(["guard", "--policy", str(policy), "--", "git", "clone", "-q", url(sshd), "repo"],
+                   user=user, cwd=work, timeout=120)
+    assert r.returncode == 120, describe(r)
+    assert "denied by vpnw's policy" in r.stderr, describe(r)
+    assert GIT_HOST not in world.dns_queries(since=mark)
+    events = run_events(r)
+    denials = [e for e in events if e["type"] == "policy.deny"]
+    assert len(denials) == 1 and ssh_opened(events) == []
+    request = next(e for e in events if e["type"] == "conn.request")
+    assert (request["fields"]["host"], request["fields"]["port"], request["fields"]["kind"]) == (GIT_HOST, 22, "socks5")
