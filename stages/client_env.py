@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import os
 import re
+import stat
 
 DOOR_HTTP = "http://127.0.0.1:3128"
 DOOR_SOCKS = "socks5h://127.0.0.1:1080"
@@ -102,14 +103,21 @@ def git_config_files(env: dict[str, str]) -> list[str]:
 
 
 def read_git_configs(env: dict[str, str]) -> list[str]:
-    """The I/O half: the text of each git config file that exists and reads."""
+    """The I/O half: the text of each git config file that exists and is a
+    regular file (a FIFO named by GIT_CONFIG_GLOBAL must not hang vpnw)."""
     texts = []
     for name in git_config_files(env):
         try:
-            with open(name, encoding="utf-8", errors="replace") as f:
-                texts.append(f.read(1 << 20))
+            fd = os.open(name, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
         except OSError:
             continue
+        try:
+            if stat.S_ISREG(os.fstat(fd).st_mode):
+                texts.append(os.read(fd, 1 << 20).decode("utf-8", "replace"))
+        except OSError:
+            pass
+        finally:
+            os.close(fd)
     return texts
 
 

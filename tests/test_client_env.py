@@ -122,3 +122,12 @@ def test_git_config_files_follow_gits_variables(tmp_path):
     assert "GIT_SSH_COMMAND" not in env and kept == ["core.sshCommand"]
     env, kept = apply({"HOME": str(tmp_path / "none"), "GIT_CONFIG_SYSTEM": "/dev/null"}, python=PY)
     assert env["GIT_SSH_COMMAND"] == ssh_command(PY) and kept == []
+
+
+def test_a_fifo_for_a_git_config_does_not_hang(tmp_path):
+    import os
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    env, kept = apply({"HOME": str(tmp_path), "GIT_CONFIG_GLOBAL": str(fifo),
+                       "GIT_CONFIG_SYSTEM": "/dev/null"}, python=PY)
+    assert env["GIT_SSH_COMMAND"] == ssh_command(PY) and kept == []

@@ -61,7 +61,8 @@ class SshServer:
             f"Port 22\nListenAddress {DEFAULT_NAMES[GIT_HOST][0]}\nHostKey {d}/host_key\n"
             f"AuthorizedKeysFile {self.keys}\nPasswordAuthentication no\n"
             "KbdInteractiveAuthentication no\nPubkeyAuthentication yes\nUsePAM no\nStrictModes no\n"
-            f"PidFile none\nAllowUsers {SERVER_USER}\nPermitRootLogin no\nLogLevel VERBOSE\n")
+            f"PidFile none\nAllowUsers {SERVER_USER}\nPermitRootLogin no\nLogLevel VERBOSE\n"
+            "Subsystem sftp internal-sftp\n")
         # The repository the clients clone and push to, owned by the server account.
         self.repo = d / "repo.git"
         _check(["git", "clone", "-q", "--bare", str(self.world.docroot / "repo.git"), str(self.repo)])
@@ -234,3 +235,33 @@ def test_guard_denies_ssh_to_a_host_not_allowed_without_looking_it_up(world, use
     assert len(denials) == 1 and ssh_opened(events) == []
     request = next(e for e in events if e["type"] == "conn.request")
     assert (request["fields"]["host"], request["fields"]["port"], request["fields"]["kind"]) == (GIT_HOST, 22, "socks5")
+
+
+def test_plain_ssh_and_scp_with_the_documented_proxy_command(world, user, sshd):
+    # README: ssh -o 'ProxyCommand=vpnw-ssh-proxy %h %p' (the console script
+    # installed beside vpnw), and `eval "$GIT_SSH_COMMAND ..."`.
+    sshd.client(user)
+    work = world.workdir(user)
+    relay = world.vpnw_path.parent / "vpnw-ssh-proxy"
+    (work / "upload.txt").write_text("sent with scp\n")
+    target = f"{SERVER_USER}@{GIT_HOST}"
+    uploads = sshd.dir / f"uploads-{user}"
+    uploads.mkdir()
+    os.chown(uploads, pwd.getpwnam(SERVER_USER).pw_uid, -1)
+    remote = uploads / "upload.txt"
+    script = (f"ssh -o 'ProxyCommand={relay} %h %p' {target} 'echo on $(hostname -s) as $(id -un)' && "
+              f"scp -q -o 'ProxyCommand={relay} %h %p' upload.txt {target}:{remote} && "
+              f"eval \"$GIT_SSH_COMMAND {target} cat {remote}\"")
+    r = world.vpnw(["run", "--", "sh", "-c", script], user=user, cwd=work, timeout=120)
+    assert r.returncode == 0, describe(r)
+    assert f"as {SERVER_USER}" in r.stdout and "sent with scp" in r.stdout, describe(r)
+    assert remote.read_text() == "sent with scp\n"
+    assert ssh_opened(run_events(r)) == [(GIT_HOST, 22, "socks5")] * 3
+
+
+def test_the_relay_outside_vpnw_says_where_it_belongs(world, user):
+    relay = world.vpnw_path.parent / "vpnw-ssh-proxy"
+    r = world.run([str(relay), GIT_HOST, "22"], user=user)
+    assert r.returncode == 1 and "is this running inside vpnw?" in r.stderr, describe(r)
+    r = world.run([str(relay), GIT_HOST], user=user)
+    assert r.returncode == 2 and "usage" in r.stderr, describe(r)
