@@ -252,3 +252,17 @@ def test_landlock_limits_writes_to_the_writable_paths(tmp_path):
     assert (outside / "old").read_text() == "keep"
     (outside / "new").write_text("x")
     os.link(outside / "old", inside / "hard")
+
+
+# ── learn's drafts suggest file limits, commented out ───────────────────────
+
+def test_the_learned_draft_suggests_files_limits_that_parse_once_uncommented():
+    from stages.learner.draft import SECRET_LOCATIONS, draft_policy
+    draft = draft_policy([], "agent")
+    assert parse_policy(draft, "agent.toml").files is None        # a suggestion only
+    head, _, tail = draft.partition("# [files]\n")
+    uncommented = head + "[files]\n" + "\n".join(line[2:] if line.startswith("# ") else line.lstrip("#")
+                                                  for line in tail.splitlines())
+    files = parse_policy(uncommented, "agent.toml").files
+    assert tuple(e.text for e in files.deny_read) == SECRET_LOCATIONS
+    assert [e.text for e in files.allow_write] == [".", "/tmp"]

@@ -123,6 +123,40 @@ def check_seccomp() -> list[Check]:
     return out
 
 
+def check_file_limits() -> list[Check]:
+    """The two layers of a policy's [files] table: read-only and empty mounts in
+    the sandbox's mount namespace (needed), Landlock for writes (when present)."""
+    from stages.helper import privileges as priv
+    from stages.helper.sandbox import _read_only
+
+    def attempt():
+        uid, gid = os.getuid(), os.getgid()
+        priv.unshare(priv.CLONE_NEWUSER | priv.CLONE_NEWNS)
+        priv.write_id_maps(uid, gid)
+        priv.mount(None, "/", None, priv.MS_REC | priv.MS_PRIVATE)
+        priv.mount("tmpfs", "/tmp", "tmpfs", 1 | priv.MS_NOSUID | priv.MS_NODEV, "size=4k")
+        priv.mount("/tmp", "/tmp", None, 4096 | priv.MS_REC)    # a recursive bind
+        _read_only("/")                                          # / remounted read-only
+
+    err = _try_in_child(attempt)
+    out = []
+    if err is None:
+        out.append(Check("files_mounts", "ok", "[files] limits: read-only binds and empty mounts work"))
+    else:
+        out.append(Check("files_mounts", "fail", f"[files] limits cannot be mounted: {err}; "
+                         "a policy with a [files] table exits 122 here (policies without one still work)",
+                         "enable unprivileged user and mount namespaces"))
+    from stages.helper.landlock import abi_version
+    abi = abi_version()
+    if abi:
+        out.append(Check("landlock", "ok", f"Landlock ABI {abi}: a second layer for allow_write"))
+    else:
+        out.append(Check("landlock", "warn", "no Landlock (ENOSYS or not in lsm=): allow_write is "
+                         "enforced by read-only mounts alone",
+                         "boot with landlock in the lsm= list (Linux 5.13 or newer)"))
+    return out
+
+
 def check_io_uring() -> Check:
     value = _read("/proc/sys/kernel/io_uring_disabled")
     detail = {None: "no io_uring_disabled sysctl", "0": "io_uring enabled for all",
@@ -179,7 +213,7 @@ def check_program_env() -> Check:
 
 def run_checks(config_file: str | None = None) -> list[Check]:
     checks = [check_kernel(), *check_userns_sysctls(), check_namespaces(), *check_seccomp(),
-              check_io_uring(), check_state_dir(), check_program_env()]
+              check_io_uring(), *check_file_limits(), check_state_dir(), check_program_env()]
     if config_file:
         checks += check_paths(config_file)
     return checks

@@ -338,8 +338,25 @@ def render(learner: _Learner, name: str) -> str:
             for _, _, target, why in sorted(review["denied"]):
                 out.append(f"    # {toml_string(target)},  # {why}")
         out.append("]")
-    out += ["deny = []", ""]
+    out += ["deny = []", "", *FILES_SUGGESTION, ""]
     return "\n".join(out)
+
+
+# A trace cannot tell which files a program needs, so the draft only
+# suggests file limits, commented out, for a person to decide on.
+SECRET_LOCATIONS = ("~/.ssh", "~/.aws", "~/.config/gcloud", "~/.azure", "~/.kube",
+                    "~/.docker/config.json", "~/.netrc", "~/.git-credentials", "~/.gnupg",
+                    "~/.npmrc", "~/.pypirc", "~/.config/gh")
+FILES_SUGGESTION = (
+    "# File limits (a suggestion, not applied: uncomment after checking). The usual",
+    "# places secrets live are hidden from the program, and it may write only in the",
+    "# directory vpnw starts in and in /tmp:",
+    "# [files]",
+    "# deny_read = [",
+    *(f"#     {toml_string(path)}," for path in SECRET_LOCATIONS),
+    "# ]",
+    '# allow_write = [".", "/tmp"]',
+)
 
 
 def draft_policy(events: Iterable[dict], name: str | None = None) -> str:
