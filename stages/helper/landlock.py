@@ -83,15 +83,25 @@ def abi_version() -> int:
         return 0
 
 
+# Device files a program may open for writing. Not all of /dev: a read-only
+# mount does not stop writes to a device node, and root inside (uid 0, no
+# capabilities) still owns /dev/kmsg, disks and loop devices.
+WRITABLE_DEVICES = ("/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom",
+                    "/dev/tty", "/dev/ptmx")
+
+
 def rules_for(writable: list[tuple[str, str]], abi: int) -> list[tuple[str, int]]:
     """(path, allowed access) for each rule of the write ruleset. Besides the
-    policy's writable paths: writing device files (/dev/null, a terminal),
-    the program's own /proc and its private /dev/shm; never making anything
-    under /dev."""
+    policy's writable paths: the harmless devices and terminals, the
+    program's own /proc (its knobs are read-only mounts) and its private
+    /dev/shm; never making anything under /dev."""
     full = write_accesses(abi)
     rules = [(path, full & FILE_ACCESSES if kind == "file" else full) for path, kind in writable]
-    rules.append(("/dev", (WRITE_FILE | TRUNCATE) & full))
-    rules.append(("/proc", (WRITE_FILE | TRUNCATE) & full))
+    opened = (WRITE_FILE | TRUNCATE) & full
+    rules += [(dev, opened) for dev in WRITABLE_DEVICES if os.path.exists(dev)]
+    for tree in ("/dev/pts", "/proc"):
+        if os.path.isdir(tree):
+            rules.append((tree, opened))
     if os.path.isdir("/dev/shm"):
         rules.append(("/dev/shm", full))
     return rules
