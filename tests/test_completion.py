@@ -1,0 +1,62 @@
+"""Shell completion as README documents it (click's _VPNW_COMPLETE), typed into
+a real bash in a real terminal (tmux): Tab completes subcommands and options."""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+VPNW = Path(sys.executable).parent / "vpnw"
+
+
+class Pane:
+    def __init__(self, tmp: Path, rcfile: Path):
+        self.tmux = ["tmux", "-S", str(tmp / "tmux.sock"), "-f", "/dev/null"]
+        env = {"PATH": f"{VPNW.parent}:/usr/bin:/bin", "HOME": str(tmp), "TERM": "xterm", "LANG": "C.UTF-8"}
+        subprocess.run([*self.tmux, "new-session", "-d", "-x", "150", "-y", "30",
+                        "bash", "--noprofile", "--rcfile", str(rcfile), "-i"], check=True, env=env)
+
+    def screen(self) -> str:
+        return subprocess.run([*self.tmux, "capture-pane", "-p"], capture_output=True, text=True).stdout
+
+    def wait_for(self, text: str) -> str:
+        # Waits for what the terminal shows, up to a generous bound; never a timing assertion.
+        for _ in range(1500):
+            screen = self.screen()
+            if text in screen:
+                return screen
+            time.sleep(0.02)
+        raise AssertionError(f"the terminal never showed {text!r}:\n{self.screen()}")
+
+    def type(self, *keys: str) -> None:
+        subprocess.run([*self.tmux, "send-keys", "--", *keys], check=True)
+
+    def close(self) -> None:
+        subprocess.run([*self.tmux, "kill-server"], capture_output=True)
+
+
+def test_bash_completes_vpnw_commands_and_options(tmp_path):
+    if shutil.which("tmux") is None or shutil.which("bash") is None:
+        if os.environ.get("CI"):
+            pytest.fail("tmux and bash are needed (scripts/setup installs tmux)")
+        pytest.skip("tmux and bash are needed (scripts/setup installs tmux)")
+    rcfile = tmp_path / "bashrc"
+    # The line README tells a user to put in ~/.bashrc.
+    rcfile.write_text("PS1='ready$ '\n" 'eval "$(_VPNW_COMPLETE=bash_source vpnw)"\n')
+    pane = Pane(tmp_path, rcfile)
+    try:
+        pane.wait_for("ready$")   # capture-pane drops trailing blanks
+        pane.type("vpnw gu", "Tab")
+        pane.wait_for("ready$ vpnw guard")
+        pane.type("--po", "Tab")      # bash put a space after "guard"
+        pane.wait_for("ready$ vpnw guard --policy")
+        pane.type("C-c")
+        pane.type("vpnw do", "Tab")
+        pane.wait_for("ready$ vpnw doctor")
+    finally:
+        pane.close()
