@@ -55,6 +55,11 @@ def test_every_other_line():
                                          "dry_run": True, "allow_unix_sockets": True,
                                          "version": "0.1.0", "record": "-"}), state) \
         == "vpnw 11:44:36.244  run r-36e0ba: guard agent  (via office, policy agent, dry run, unix sockets allowed)"
+    assert format_event(ev("run.start", {"mode": "trace", "program": "git", "policy": None,
+                                         "policy_file": None, "via": "direct", "dry_run": False,
+                                         "allow_unix_sockets": False, "version": "0.1.0", "record": "-",
+                                         "env_kept": ["GIT_SSH_COMMAND", "npm_config\x1b"]}), state) \
+        == "vpnw 11:44:36.244  run r-36e0ba: trace git  (via direct, kept your GIT_SSH_COMMAND npm_config\\x1b)"
     assert format_event(ev("path.check", {"path": "office", "type": "proxy", "ok": True, "ms": 12.2}),
                         state) == "vpnw 11:44:36.244  path office ok  (proxy, 12 ms)"
     assert format_event(ev("path.check", {"path": "office", "type": "proxy", "ok": False, "ms": 1,
