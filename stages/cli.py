@@ -176,8 +176,9 @@ def _exit_now(code: int) -> None:
     may hold buffered files. Output is flushed first; if that fails, the
     ordinary exit reports it."""
     try:
-        sys.stdout.flush()
-        sys.stderr.flush()
+        for stream in (sys.stdout, sys.stderr):
+            if stream is not None:    # None: vpnw was started with that fd closed
+                stream.flush()
     except (OSError, ValueError):
         sys.exit(code)
     os._exit(code)

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 import orjson
 
 from . import handoff
-from .record import Emitter, new_run_id, state_dir
+from .record import Emitter, RecordUnwritable, new_run_id, open_run_file
 
 EXIT_DENIED = 120
 EXIT_USAGE = 121
@@ -28,6 +28,8 @@ EXIT_INTERNAL = 125
 
 FORWARDED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT,
                      signal.SIGUSR1, signal.SIGUSR2)
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
+HURRY_SIGNAL = signal.SIGURG
 PR_SET_PDEATHSIG = 1
 VERSION = "0.1.0"
 
@@ -166,12 +168,6 @@ def _program_never_got_out(run: "_Run", totals: dict) -> bool:
     return (bool(code) or bool(sig)) and totals.get("connections", 0) == 0
 
 
-def record_file(request: RunRequest, run_id: str) -> str:
-    if request.record:
-        return request.record
-    return os.path.join(state_dir(), f"{run_id}.jsonl")
-
-
 @dataclass
 class _Terminal:
     """Where the program's fds 0-2 and vpnw's human lines go (DESIGN §10 "The terminal")."""
@@ -238,22 +234,30 @@ def execute(request: RunRequest) -> int:
 def _execute(request: RunRequest, terminal: _Terminal) -> int:
     started = time.monotonic()
     run_id = new_run_id()
-    record = record_file(request, run_id)
     path_name = request.path.name
     relay = terminal.relay
+    # The record is opened before anything starts: a run that cannot be
+    # recorded is not run at all (DESIGN §10, "the record is evidence").
+    try:
+        record, record_fd = open_run_file(request.record or None, run_id)
+    except RecordUnwritable as exc:
+        say(str(exc))
+        return EXIT_INTERNAL
 
     # The recorder first: nothing happens that it does not see.
     events_r, events_w = os.pipe()
+    recorded_r, recorded_w = os.pipe()
     human = "denials" if request.quiet else {"trace": "trace"}.get(request.mode, "run")
 
     def recorder_body():
         from .recorder import main_from_fds
-        return main_from_fds(events_r, record=record, human=human,
-                             tee_command=request.events_to, color=terminal.color)
+        return main_from_fds(events_r, record=record, record_fd=record_fd, ready_fd=recorded_w,
+                             human=human, tee_command=request.events_to, color=terminal.color)
 
     stage_stdio = (0, 1, terminal.human_fd)
-    recorder_pid = _fork_stage([events_r], recorder_body, stdio=stage_stdio)
-    os.close(events_r)
+    recorder_pid = _fork_stage([events_r, record_fd, recorded_w], recorder_body, stdio=stage_stdio)
+    for fd in (events_r, record_fd, recorded_w):
+        os.close(fd)
     emitter = Emitter(events_w, run_id, path=path_name)
     policy_name = getattr(request.policy, "name", None)
     files_plan, files_record = _file_limits(request.files)
@@ -297,7 +301,7 @@ def _execute(request: RunRequest, terminal: _Terminal) -> int:
     broker_end.close()
 
     run = _Run(request, emitter, helper_pid, broker_pid, recorder_pid,
-               helper_status_r, broker_status_r, go_w, relay)
+               helper_status_r, broker_status_r, go_w, recorded_r, relay)
     code, error = run.wait()
     if relay is not None:
         relay.finish_program()
@@ -341,7 +345,7 @@ class _Run:
     """Waits for the stages and turns what they report into vpnw's exit code."""
 
     def __init__(self, request, emitter, helper_pid, broker_pid, recorder_pid,
-                 helper_status_r, broker_status_r, go_w, relay=None):
+                 helper_status_r, broker_status_r, go_w, recorded_r, relay=None):
         self.request = request
         self.relay = relay
         self.emitter = emitter
@@ -358,6 +362,8 @@ class _Run:
         self.totals = None
         self.fatal = None            # a stage died: message
         self.recorder_gone = False
+        self.recorded_r = recorded_r  # one byte once run.start is in the record
+        self.recorded = False
         self.pending_signals: list[int] = []
         self.interrupted = None      # a signal that came before the program started
 
@@ -373,6 +379,14 @@ class _Run:
             if sig == signal.SIGCONT:
                 self.relay.resumed()
                 continue
+            if sig in STOP_SIGNALS and self.request.events_to:
+                # Told to stop: side outputs (--events-to) get no grace at the
+                # end. SIGURG because its default action is to be ignored: a
+                # recorder that has not set its handler yet is not killed.
+                try:
+                    os.kill(self.pids["recorder"], HURRY_SIGNAL)
+                except ProcessLookupError:
+                    pass
             if self.started and self.program_exit is None:
                 try:
                     os.kill(self.pids["helper"], sig)
@@ -395,6 +409,7 @@ class _Run:
             sel.register(self.helper.fd, selectors.EVENT_READ, "helper")
             sel.register(self.broker.fd, selectors.EVENT_READ, "broker")
             sel.register(wake_r, selectors.EVENT_READ, "signal")
+            sel.register(self.recorded_r, selectors.EVENT_READ, "recorded")
             recorder_fd = os.pidfd_open(self.pids["recorder"])
             sel.register(recorder_fd, selectors.EVENT_READ, "recorder")
             while True:
@@ -404,6 +419,9 @@ class _Run:
                         self.relay.handle(key.data, events)
                     elif key.data == "signal":
                         os.read(wake_r, 512)
+                    elif key.data == "recorded":
+                        self.recorded = os.read(self.recorded_r, 1) == b"r" or self.recorded
+                        sel.unregister(self.recorded_r)
                     elif key.data == "recorder":
                         sel.unregister(recorder_fd)
                         if self.totals is None:
@@ -431,6 +449,8 @@ class _Run:
             sel.close()
             os.close(wake_r)
             os.close(wake_w)
+            os.close(self.recorded_r)
+            os.close(recorder_fd)
         self._reap()
         return self._exit_code()
 
@@ -482,7 +502,7 @@ class _Run:
             if self.path_ok is False or self.seal_error or self.fatal:
                 os.close(self.go_w)  # EOF: the helper gives up without running anything
                 self.go_w = None
-            elif self.path_ok and self.ready is not None:
+            elif self.path_ok and self.ready is not None and self.recorded:
                 os.write(self.go_w, b"g")
                 os.close(self.go_w)
                 self.go_w = None

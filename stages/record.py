@@ -29,7 +29,7 @@ EVENT_TYPES = (
     "conn.close",     # broker: an opened connection ended; byte counts and duration
     "program.exit",   # orchestrator: the program ended (code or signal)
     "run.end",        # orchestrator: the run is over; totals and vpnw's exit code
-)
+)                     # (the recorder adds events_to_lost: what the --events-to copy dropped)
 
 # Lines stay below PIPE_BUF so that several writers can share one pipe and a
 # line is never torn: a write of at most PIPE_BUF bytes to a pipe is atomic.
@@ -163,6 +163,70 @@ def read_events(stream: IO[bytes], *, strict: bool = False) -> Iterator[dict]:
                 raise
 
 
-def state_dir() -> str:
+def vpnw_state_dir() -> str:
+    """vpnw's own state directory ($XDG_STATE_HOME/vpnw); the runs live in it."""
     base = os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
-    return os.path.join(base, "vpnw", "runs")
+    return os.path.join(base, "vpnw")
+
+
+def state_dir() -> str:
+    return os.path.join(vpnw_state_dir(), "runs")
+
+
+class RecordUnwritable(OSError):
+    """The record cannot be written; the message names the file and the fix."""
+
+
+_NOT_RUN = "the program was not run"
+
+
+def open_run_file(record: str | None, run_id: str | None = None) -> tuple[str, int]:
+    """Open the record before anything runs: (the file's name, a writable fd).
+
+    `record` is a file, "-" for stdout, or None for the state directory. Only
+    the default state directory is ever created (0700); a --record FILE in a
+    directory that does not exist is an error, for root too, so a typo never
+    scatters records in new directories."""
+    if record == "-":
+        try:
+            mode = os.O_ACCMODE & _fd_flags(1)
+        except OSError:
+            mode = None
+        if mode not in (os.O_WRONLY, os.O_RDWR):
+            raise RecordUnwritable(
+                f"cannot write the record to stdout (--record -): stdout is closed or not "
+                f"writable; fix: give vpnw a writable stdout, or --record FILE; {_NOT_RUN}")
+        return record, os.dup(1)
+    if record is None:
+        directory = state_dir()
+        path = os.path.join(directory, f"{run_id}.jsonl")
+        try:
+            os.makedirs(directory, mode=0o700, exist_ok=True)
+            return path, _create(path)
+        except OSError as exc:
+            raise RecordUnwritable(
+                f"cannot write the record in the state directory {directory}: "
+                f"{exc.strerror or exc}; fix: make that directory writable, point "
+                f"XDG_STATE_HOME at a writable directory, or give --record FILE; {_NOT_RUN}") from None
+    parent = os.path.dirname(os.path.abspath(record))
+    if not os.path.isdir(parent):
+        raise RecordUnwritable(
+            f"cannot write the record {record}: the directory {parent} does not exist "
+            f"(vpnw creates no directory for --record); fix: create it, or give --record a "
+            f"file in an existing directory; {_NOT_RUN}")
+    try:
+        return record, _create(record)
+    except OSError as exc:
+        raise RecordUnwritable(
+            f"cannot write the record {record}: {exc.strerror or exc}; fix: give --record a "
+            f"file you can write; {_NOT_RUN}") from None
+
+
+def _fd_flags(fd: int) -> int:
+    import fcntl
+    return fcntl.fcntl(fd, fcntl.F_GETFL)
+
+
+def _create(path: str) -> int:
+    # Private by default: the record names every host the program talked to.
+    return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)

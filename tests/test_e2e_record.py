@@ -152,7 +152,7 @@ CURL_TWICE = ["sh", "-c", "curl -sS --max-time 30 -o /dev/null http://api.github
 
 
 def test_record_to_a_file_elsewhere(world, user):
-    target = world.workdir(user) / "sub" / "run.jsonl"
+    target = world.workdir(user) / "run.jsonl"
     r = world.vpnw(["run", "--record", str(target), "--", *CURL_TWICE], user=user)
     assert r.returncode == 0, describe(r)
     events = parse_record(target.read_bytes())

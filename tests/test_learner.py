@@ -12,7 +12,7 @@ import pytest
 from click.testing import CliRunner
 
 from stages.learner.commands import learn_command
-from stages.learner.draft import draft_policy, looks_generated, shannon_entropy
+from stages.learner.draft import NoRuns, draft_policy, looks_generated, shannon_entropy
 from stages.policy import parse_policy
 from stages.record import encode, parse_line
 
@@ -165,11 +165,12 @@ def test_memory_does_not_grow_with_the_record():
     assert large < small + 200_000, (small, large)
 
 
-def test_an_empty_record_gives_a_valid_deny_all_draft():
-    draft = draft_policy([], "nothing")
-    policy = parse_policy(draft, "nothing.toml")
-    assert policy.allow == () and policy.default == "deny"
-    assert "allow = []" in draft
+def test_no_run_is_an_error_not_an_empty_draft():
+    # An empty draft would say "learned from 0 runs" and allow nothing.
+    with pytest.raises(NoRuns):
+        draft_policy([], "nothing")
+    with pytest.raises(NoRuns):
+        draft_policy(Run().reach("a.example").events[1:], "headless")
 
 
 # --- the command -----------------------------------------------------------------
@@ -213,3 +214,38 @@ def test_learn_from_several_files_and_stdin():
                           env={**os.environ, "PYTHONPATH": ROOT})
     assert done.returncode == 0, done.stderr
     assert done.stdout.decode() == merged
+
+
+# --- files that are not run files (issue 12) ------------------------------------
+
+NOT_RUN_FILES = {
+    "passwd": (b"root:x:0:0:root:/root:/bin/bash\n", "its first line is not JSON"),
+    "empty": (b"", "it is empty"),
+    "blank": (b"\n  \n", "it is empty"),
+    "version 2": (b'{"v":2,"ts":"2026-09-29T11:44:36.000000000Z","type":"run.start","run":"r-a",'
+                  b'"pid":1,"path":null,"conn":null,"fields":{}}\n',
+                  "its first line has record version 2; this vpnw reads version 1"),
+    "json, not an event": (b'{"hello": "world"}\n', "its first line has record version None"),
+    "no run.start": (encode("r-aaaaaa", "conn.request", {"door": "http", "kind": "http-connect",
+                                                         "host": "a.example", "port": 443}, conn=1),
+                     "its first event is conn.request, not run.start"),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(NOT_RUN_FILES))
+def test_learn_and_show_refuse_a_file_that_is_not_a_run(tmp_path, kind):
+    from stages.recorder.commands import show_command
+    data, why = NOT_RUN_FILES[kind]
+    path = tmp_path / "not-a-run.jsonl"
+    path.write_bytes(data)
+    for command, args in ((learn_command, ["--from", str(path)]), (show_command, [str(path)]),
+                          (show_command, ["--summary", str(path)])):
+        result = CliRunner().invoke(command, args)
+        assert result.exit_code == 121, (args, result.output)
+        assert f"{path} is not a vpnw run file: {why}" in result.output
+        assert "expected a vpnw run file: JSON Lines whose first line is a run.start event" in result.output
+    done = subprocess.run([sys.executable, "-m", "stages.learner", "--from", "-"], input=data,
+                          capture_output=True, cwd=ROOT, timeout=60, env={**os.environ, "PYTHONPATH": ROOT})
+    assert done.returncode == 121
+    assert f"stdin (--from -) is not a vpnw run file: {why}".encode() in done.stderr
+    assert done.stdout == b""

@@ -1,6 +1,7 @@
 """`vpnw learn`: a draft policy from the last trace (or the files given)."""
 from __future__ import annotations
 
+import itertools
 import sys
 from typing import Iterator
 
@@ -11,10 +12,10 @@ from ..record import read_events, state_dir
 EXIT_USAGE = 121
 
 
-def _events(sources: list[str]) -> Iterator[dict]:
+def _events(sources: list[str], stdin_first: bytes | None) -> Iterator[dict]:
     for source in sources:
         if source == "-":
-            yield from read_events(sys.stdin.buffer)
+            yield from read_events(itertools.chain([stdin_first], sys.stdin.buffer))
             continue
         with open(source, "rb") as stream:
             yield from read_events(stream)
@@ -22,8 +23,9 @@ def _events(sources: list[str]) -> Iterator[dict]:
 
 def learn(name: str | None, sources: tuple[str, ...], directory: str | None = None) -> int:
     """The command's body, callable without click: writes the draft to stdout."""
-    from ..recorder.runs import last_run
-    from .draft import draft_policy
+    from ..recorder.runs import (RUN_FILE_EXPECTED, NotARunFile, check_run_file, first_line,
+                                 first_line_problem, last_run)
+    from .draft import NoRuns, draft_policy
 
     files = list(sources)
     if not files:
@@ -34,18 +36,33 @@ def learn(name: str | None, sources: tuple[str, ...], directory: str | None = No
                        "first, or give a run file with --from FILE", err=True)
             return EXIT_USAGE
         files = [last]
-    for source in files:
-        if source != "-":
-            try:
-                open(source, "rb").close()
-            except OSError as exc:
-                click.echo(f"vpnw: cannot read the run file {source}: {exc.strerror or exc}; "
-                           "fix: give an existing file to --from (see `vpnw runs`)", err=True)
-                return EXIT_USAGE
     if files.count("-") > 1:
         click.echo("vpnw: --from - (stdin) can be given only once", err=True)
         return EXIT_USAGE
-    draft = draft_policy(_events(files), name)
+    stdin_first = None
+    for source in files:
+        try:
+            if source == "-":
+                stdin_first = first_line(sys.stdin.buffer)
+                problem = first_line_problem(stdin_first)
+                if problem:
+                    raise NotARunFile(f"stdin (--from -) is not a vpnw run file: {problem}; "
+                                      f"{RUN_FILE_EXPECTED}")
+            else:
+                check_run_file(source)
+        except NotARunFile as exc:
+            click.echo(f"vpnw: {exc}", err=True)
+            return EXIT_USAGE
+        except OSError as exc:
+            click.echo(f"vpnw: cannot read the run file {source}: {exc.strerror or exc}; "
+                       "fix: give an existing file to --from (see `vpnw runs`)", err=True)
+            return EXIT_USAGE
+    try:
+        draft = draft_policy(_events(files, stdin_first), name)
+    except NoRuns:
+        click.echo(f"vpnw: no run to learn from in {', '.join(files)}: no run.start was read; "
+                   f"{RUN_FILE_EXPECTED}", err=True)
+        return EXIT_USAGE
     sys.stdout.write(draft)
     sys.stdout.flush()
     return 0

@@ -359,11 +359,19 @@ FILES_SUGGESTION = (
 )
 
 
+class NoRuns(ValueError):
+    """The events held no run.start: there is nothing to learn from."""
+
+
 def draft_policy(events: Iterable[dict], name: str | None = None) -> str:
     """Recorded events (one run or several, in any order of runs) -> the text
-    of a draft policy named `name` (None: the program of the first run)."""
+    of a draft policy named `name` (None: the program of the first run).
+    NoRuns when they hold no run: an empty draft would allow nothing and say
+    it was learned."""
     learner = _Learner()
     for event in events:
         if isinstance(event, dict):
             learner.feed(event)
+    if not learner.runs:
+        raise NoRuns("no run.start among the events")
     return render(learner, name or learner.first_program or "agent")

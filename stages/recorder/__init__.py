@@ -9,7 +9,10 @@ from __future__ import annotations
 
 import os
 
-from ..record import RecordError, parse_line
+import orjson
+
+from ..record import RecordError, RecordUnwritable, open_run_file, parse_line
+from .feeder import BoundedFeeder
 from .human import HUMAN_MODES, QUIET, HumanState, format_event
 
 # A line longer than this with no newline is not an event; drop it rather
@@ -31,17 +34,47 @@ def _write_all(fd: int, data: bytes) -> None:
         view = view[written:]
 
 
-def _open_record(record: str) -> int:
-    if record == "-":
-        return os.dup(1)
-    parent = os.path.dirname(os.path.abspath(record))
-    os.makedirs(parent, mode=0o700, exist_ok=True)
-    # Private by default: the record names every host the program talked to.
-    return os.open(record, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+class _RunFile:
+    """The run file: every line whole, or the run stops.
+
+    A write that fails (disk full, `--record -` reader gone) is undone back to
+    the last whole line where the file allows it (ftruncate; a pipe takes a
+    line of at most PIPE_BUF in one piece or not at all)."""
+
+    def __init__(self, fd: int, name: str):
+        self.fd = fd
+        self.name = name
+        try:
+            self.offset = os.lseek(fd, 0, os.SEEK_CUR)
+        except OSError:
+            self.offset = None    # a pipe or a terminal
+
+    def write(self, line: bytes) -> None:
+        try:
+            _write_all(self.fd, line)
+        except OSError:
+            if self.offset is not None:
+                try:
+                    os.ftruncate(self.fd, self.offset)
+                except OSError:
+                    pass
+            raise
+        if self.offset is not None:
+            self.offset += len(line)
 
 
 class _Tee:
-    """The same lines to a command's stdin (`--events-to 'jq -c .'`)."""
+    """The same lines to a command's stdin (`--events-to 'jq -c .'`), through
+    a BoundedFeeder: a consumer that is slow or stuck loses lines (counted),
+    never holds the recorder and so never holds the program."""
+
+    # At the end of the run, the backlog gets this long to go out (less if the
+    # consumer takes nothing for IDLE), then the command gets EXIT_GRACE to
+    # finish on its own before it is stopped. Interrupted runs (SIGTERM to
+    # the recorder) give neither.
+    DRAIN_GRACE = 1.0
+    IDLE = 0.25
+    EXIT_GRACE = 2.0
 
     def __init__(self, command: str):
         import signal
@@ -49,64 +82,127 @@ class _Tee:
         # A dead reader must give EPIPE here, not kill the recorder.
         signal.signal(signal.SIGPIPE, signal.SIG_IGN)
         self._subprocess = subprocess
+        # Its own process group: a `sh -c` whose child never reads is stopped whole.
         self.proc = subprocess.Popen(["/bin/sh", "-c", command], stdin=subprocess.PIPE,
-                                     stdout=None, stderr=None, close_fds=True)
-        self.fd = self.proc.stdin.fileno()
+                                     stdout=None, stderr=None, close_fds=True, process_group=0)
+        self.feeder = BoundedFeeder(self.proc.stdin.fileno())
         self.command = command
-        self.alive = True
+        self.hurry = False
+        self._said_lost = False
+
+    @property
+    def fd(self) -> int:
+        return self.feeder.fd
 
     def write(self, data: bytes) -> None:
-        if not self.alive:
-            return
-        try:
-            _write_all(self.fd, data)
-        except OSError as exc:
-            self.alive = False
-            _say(f"--events-to command {self.command!r} stopped reading ({exc.strerror or exc}); "
-                 "the run is still recorded to its file")
+        was_open = not self.feeder.closed
+        self.feeder.offer(data)
+        self.feeder.pump()
+        self._notice(was_open)
+
+    def pump(self) -> None:
+        was_open = not self.feeder.closed
+        self.feeder.pump()
+        self._notice(was_open)
+
+    def _notice(self, was_open: bool) -> None:
+        if was_open and self.feeder.closed:
+            exc = self.feeder.error
+            _say(f"--events-to command {self.command!r} stopped reading "
+                 f"({(exc.strerror if exc else None) or exc}); the run is still recorded to its file")
+        elif self.feeder.lost and not self._said_lost and not self.feeder.closed:
+            self._said_lost = True
+            _say(f"--events-to command {self.command!r} is not keeping up; events it cannot take "
+                 "are dropped from its copy (counted in run.end), never from the record")
+
+    def lost_before_end(self) -> int:
+        """Before run.end: a last bounded chance for the backlog, then what
+        the copy lost so far (run.end's events_to_lost)."""
+        import time
+        if not self.hurry:
+            was_open = not self.feeder.closed
+            self.feeder.drain(time.monotonic() + self.DRAIN_GRACE, self.IDLE)
+            self._notice(was_open)
+        self.feeder.drop_pending()
+        return self.feeder.lost
 
     def close(self) -> None:
+        import signal
+        import time
+        if self.feeder.wants_write() and not self.hurry:
+            self.feeder.drain(time.monotonic() + self.IDLE, self.IDLE)
+        undelivered = self.feeder.drop_pending() if not self.feeder.closed else 0
+        self.feeder.close()
+        self.proc.stdin = None   # closed through the feeder
         try:
-            self.proc.stdin.close()
-        except OSError:
-            pass
-        try:
-            self.proc.wait(timeout=10)
+            self.proc.wait(timeout=0 if self.hurry else self.EXIT_GRACE)
+            stopped = False
         except self._subprocess.TimeoutExpired:
             # It had its end of stream; a command that will not finish is ours to stop.
-            self.proc.kill()
+            stopped = True
+            try:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
             self.proc.wait()
+        if undelivered or stopped:
+            _say(f"--events-to command {self.command!r} "
+                 + (f"did not take its last {undelivered} events; " if undelivered else "")
+                 + ("was stopped: it had not finished after the run ended" if stopped
+                    else "the run file is complete"))
 
 
-def main_from_fds(in_fd: int, *, record: str | None, human: str = "trace",
+def _with_fields(raw: bytes, **extra) -> bytes:
+    event = orjson.loads(raw)
+    event["fields"].update(extra)
+    return orjson.dumps(event)
+
+
+def main_from_fds(in_fd: int, *, record: str | None, record_fd: int | None = None,
+                  ready_fd: int | None = None, human: str = "trace",
                   tee_command: str | None = None, color: bool | None = None) -> int:
     """Record events from `in_fd` until end of stream. Returns an exit code:
-    0, or 1 when the record file could not be opened or written."""
+    0, or 1 when the record file could not be opened or written (then it stops
+    at once: the orchestrator stops the program rather than run it unrecorded).
+
+    `record_fd` is the record already opened by the orchestrator (`record`
+    then only names it); `ready_fd` gets one byte once the first line is in
+    the record, and is closed: the program starts only after that."""
     if human not in HUMAN_MODES:
         raise ValueError(f"human must be one of {HUMAN_MODES}, not {human!r}")
     if color is None:
         color = "NO_COLOR" not in os.environ and os.isatty(2)
     state = HumanState(mode=human, color=color, record=record)
-    status = 0
 
-    record_fd = None
-    if record is not None:
+    if record_fd is None and record is not None:
         try:
-            record_fd = _open_record(record)
-        except OSError as exc:
-            _say(f"cannot write the record {record}: {exc.strerror or exc}")
-            status = 1
+            record, record_fd = open_run_file(record)
+        except RecordUnwritable as exc:
+            _say(str(exc).replace("the program was not run", "nothing was recorded"))
+            return 1
+    run_file = _RunFile(record_fd, record) if record_fd is not None else None
     tee = None
     if tee_command:
         try:
             tee = _Tee(tee_command)
         except OSError as exc:
             _say(f"cannot start --events-to command {tee_command!r}: {exc.strerror or exc}")
+    if tee is not None:
+        import signal
 
+        def hurry(_signum, _frame):
+            tee.hurry = True
+        # The orchestrator was told to stop: the copy gets no grace at the end
+        # (SIGURG: ignored by default, so harmless before this handler is set).
+        signal.signal(signal.SIGURG, hurry)
+
+    status = 0
     bad_lines = 0
     pending = b""
     try:
-        while True:
+        while status == 0:
+            if tee is not None and tee.feeder.wants_write():
+                _wait_readable(in_fd, tee)
             chunk = os.read(in_fd, 65536)
             if not chunk:
                 if not pending.strip():
@@ -132,17 +228,24 @@ def main_from_fds(in_fd: int, *, record: str | None, human: str = "trace",
                     if bad_lines == 1:
                         _say(f"skipping a line that is not a version-1 event ({exc})")
                     continue
+                if tee is not None and event["type"] == "run.end":
+                    lost = tee.lost_before_end()
+                    event["fields"]["events_to_lost"] = lost
+                    raw = _with_fields(raw, events_to_lost=lost)
                 line = raw + b"\n"
                 # One write per line: a run killed at any moment leaves whole lines.
-                if record_fd is not None:
+                if run_file is not None:
                     try:
-                        _write_all(record_fd, line)
+                        run_file.write(line)
                     except OSError as exc:
                         _say(f"cannot write the record {record}: {exc.strerror or exc}; "
-                             "the rest of this run is not recorded")
-                        os.close(record_fd)
-                        record_fd = None
+                             "vpnw stops the run rather than run the program unrecorded "
+                             "(the lines written are whole)")
                         status = 1
+                        break
+                if ready_fd is not None:
+                    _signal_ready(ready_fd)
+                    ready_fd = None
                 if tee is not None:
                     tee.write(line)
                 if human != QUIET:
@@ -153,10 +256,34 @@ def main_from_fds(in_fd: int, *, record: str | None, human: str = "trace",
                         except OSError:
                             pass
     finally:
-        if record_fd is not None:
-            os.close(record_fd)
+        if run_file is not None:
+            os.close(run_file.fd)
+        if ready_fd is not None:
+            os.close(ready_fd)
         if tee is not None:
             tee.close()
     if bad_lines > 1:
         _say(f"{bad_lines} lines were not version-1 events and were not recorded")
     return status
+
+
+def _signal_ready(fd: int) -> None:
+    try:
+        os.write(fd, b"r")
+    except OSError:
+        pass
+    os.close(fd)
+
+
+def _wait_readable(in_fd: int, tee: _Tee) -> None:
+    """Until events arrive, feed the copy whenever its consumer can take more."""
+    import select
+    while tee.feeder.wants_write():
+        try:
+            readable, writable, _ = select.select([in_fd], [tee.fd], [])
+        except InterruptedError:
+            continue
+        if writable:
+            tee.pump()
+        if readable:
+            return

@@ -75,8 +75,12 @@ def show_command(run: str | None, summary: bool, as_json: bool, fmt: str | None,
     directory = _runs_dir(directory)
     try:
         path = runs_mod.resolve_run(run, directory)
-    except runs_mod.RunNotFound as exc:
+        runs_mod.check_run_file(path)
+    except (runs_mod.RunNotFound, runs_mod.NotARunFile) as exc:
         click.echo(f"vpnw: {exc}", err=True)
+        sys.exit(EXIT_USAGE)
+    except OSError as exc:
+        click.echo(f"vpnw: cannot read the run file {run}: {exc.strerror or exc}", err=True)
         sys.exit(EXIT_USAGE)
 
     if fmt:

@@ -124,6 +124,8 @@ def summary_text(event: dict, state: HumanState) -> str:
     text = f"run {printable(event.get('run', '?'))}: {', '.join(parts)}; exit {f.get('exit_code', '?')}"
     if f.get("error"):
         text += f"; error: {printable(f['error'])}"
+    if f.get("events_to_lost"):
+        text += f"; --events-to copy lost {printable(f['events_to_lost'])} events (the record has them all)"
     record = state.record
     if record is None:
         record = state.start_record

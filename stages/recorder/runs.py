@@ -155,6 +155,48 @@ class RunNotFound(LookupError):
     pass
 
 
+class NotARunFile(ValueError):
+    """A file given as a run file that is not one; the message names it."""
+
+
+RUN_FILE_EXPECTED = ("expected a vpnw run file: JSON Lines whose first line is a run.start event "
+                     "of record version 1 (docs/record.md; `vpnw runs` lists the run files)")
+
+
+def first_line_problem(raw: bytes | None) -> str | None:
+    """Why the first non-empty line of a file does not begin a run, or None."""
+    if raw is None:
+        return "it is empty"
+    try:
+        event = parse_line(raw)
+    except RecordError as exc:
+        text = str(exc)
+        if text.startswith("not JSON"):
+            return "its first line is not JSON"
+        if text.startswith("unsupported record version"):
+            return f"its first line has {text.replace('unsupported ', '')}; this vpnw reads version 1"
+        return f"its first line is not an event ({text})"
+    if event["type"] != "run.start":
+        return f"its first event is {event['type']}, not run.start"
+    return None
+
+
+def first_line(stream) -> bytes | None:
+    for raw in stream:
+        if raw.strip():
+            return raw
+    return None
+
+
+def check_run_file(path: str) -> None:
+    """NotARunFile unless `path` begins like a run file (the rest is read as
+    a stream later; a run cut short is still a run)."""
+    with open(path, "rb") as stream:
+        problem = first_line_problem(first_line(stream))
+    if problem:
+        raise NotARunFile(f"{path} is not a vpnw run file: {problem}; {RUN_FILE_EXPECTED}")
+
+
 def resolve_run(run: str | None, directory: str) -> str:
     """RUN as given to `vpnw show`: a file, a run id (r-36e0ba, or 36e0ba),
     or None for the newest run."""
