@@ -102,11 +102,59 @@ def git_config_files(env: dict[str, str]) -> list[str]:
     return files
 
 
-def read_git_configs(env: dict[str, str]) -> list[str]:
+def repository_config_files(env: dict[str, str], cwd: str) -> list[str]:
+    """The config files of the repository the program starts in ($GIT_DIR, or
+    the nearest .git above cwd; a worktree's .git file leads to its common
+    directory), where a core.sshCommand of that repository lives."""
+    git_dir = env.get("GIT_DIR")
+    if not git_dir:
+        here = cwd
+        while True:
+            candidate = os.path.join(here, ".git")
+            if os.path.isdir(candidate):
+                git_dir = candidate
+                break
+            if os.path.isfile(candidate):
+                git_dir = _gitdir_from_file(candidate)
+                break
+            parent = os.path.dirname(here)
+            if parent == here:
+                return []
+            here = parent
+    if not git_dir:
+        return []
+    git_dir = os.path.join(cwd, git_dir)
+    common = git_dir
+    try:
+        with open(os.path.join(git_dir, "commondir"), encoding="utf-8") as f:
+            common = os.path.join(git_dir, f.readline().strip())
+    except OSError:
+        pass
+    files = [os.path.join(common, "config")]
+    if common != git_dir:
+        files.append(os.path.join(git_dir, "config.worktree"))
+    return files
+
+
+def _gitdir_from_file(path: str) -> str | None:
+    try:
+        with open(path, encoding="utf-8") as f:
+            line = f.readline(4096).strip()
+    except OSError:
+        return None
+    if not line.startswith("gitdir:"):
+        return None
+    return os.path.join(os.path.dirname(path), line[len("gitdir:"):].strip())
+
+
+def read_git_configs(env: dict[str, str], cwd: str | None = None) -> list[str]:
     """The I/O half: the text of each git config file that exists and is a
     regular file (a FIFO named by GIT_CONFIG_GLOBAL must not hang vpnw)."""
     texts = []
-    for name in git_config_files(env):
+    names = git_config_files(env)
+    if cwd:
+        names += repository_config_files(env, cwd)
+    for name in names:
         try:
             fd = os.open(name, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
         except OSError:
@@ -180,10 +228,19 @@ def program_env(env: dict[str, str], *, python: str | None,
 
 
 def apply(env: dict[str, str], *, python: str | None) -> tuple[dict[str, str], list[str]]:
-    """program_env with the git config files read from this machine (only when
-    no variable has chosen git's ssh command already)."""
+    """program_env with the git config files read from this machine: system,
+    global, and the repository the program starts in (only when no variable
+    has chosen git's ssh command already)."""
     chosen = any(env.get(name) for name in _GIT_SSH_VARIABLES)
-    return program_env(env, python=python, git_configs=None if chosen else read_git_configs(env))
+    configs = None if chosen else read_git_configs(env, _cwd())
+    return program_env(env, python=python, git_configs=configs)
+
+
+def _cwd() -> str | None:
+    try:
+        return os.getcwd()
+    except OSError:
+        return None
 
 
 def settings_for_doctor(python: str | None) -> list[tuple[str, str]]:

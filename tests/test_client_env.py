@@ -131,3 +131,25 @@ def test_a_fifo_for_a_git_config_does_not_hang(tmp_path):
     env, kept = apply({"HOME": str(tmp_path), "GIT_CONFIG_GLOBAL": str(fifo),
                        "GIT_CONFIG_SYSTEM": "/dev/null"}, python=PY)
     assert env["GIT_SSH_COMMAND"] == ssh_command(PY) and kept == []
+
+
+def test_the_starting_repository_core_sshcommand_is_seen(tmp_path, monkeypatch):
+    import subprocess as sp
+    repo = tmp_path / "repo"
+    sp.run(["git", "init", "-q", str(repo)], check=True)
+    sp.run(["git", "-C", str(repo), "config", "core.sshCommand", "ssh -i deploy"], check=True)
+    (repo / "sub").mkdir()
+    base = {"HOME": str(tmp_path / "home"), "GIT_CONFIG_SYSTEM": "/dev/null"}
+    monkeypatch.chdir(repo / "sub")
+    env, kept = apply(base, python=PY)
+    assert "GIT_SSH_COMMAND" not in env and kept == ["core.sshCommand"]
+    # A linked worktree: its .git file leads to the common directory's config.
+    sp.run(["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q",
+            "--allow-empty", "-m", "x"], check=True)
+    sp.run(["git", "-C", str(repo), "worktree", "add", "-q", str(tmp_path / "wt")], check=True)
+    monkeypatch.chdir(tmp_path / "wt")
+    assert apply(base, python=PY)[1] == ["core.sshCommand"]
+    # GIT_DIR names the repository; elsewhere, nothing is found.
+    monkeypatch.chdir(tmp_path)
+    assert apply(base, python=PY)[1] == []
+    assert apply({**base, "GIT_DIR": str(repo / ".git")}, python=PY)[1] == ["core.sshCommand"]
