@@ -131,14 +131,26 @@ def expand(text: str, home: str, cwd: str) -> str:
     return "/" + path.lstrip("/")   # normpath keeps a leading "//"
 
 
-def kind_of(path: str) -> str:
+def locate(path: str) -> tuple[str, str]:
+    """(realpath, kind) of an absolute path. An existing path is opened
+    (O_PATH) and named by the kernel: 3 system calls, where os.path.realpath
+    makes one lstat per component."""
     try:
-        mode = os.stat(path).st_mode
-    except (FileNotFoundError, NotADirectoryError, PermissionError):
+        fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
+    except (FileNotFoundError, NotADirectoryError, PermissionError, OSError):
         # Not there, or not reachable by this user (so not by the program,
         # which runs as the same user without capabilities).
-        return "absent"
-    return "dir" if stat.S_ISDIR(mode) else "file"
+        return os.path.realpath(path), "absent"
+    try:
+        real = os.readlink(f"/proc/self/fd/{fd}")
+        mode = os.fstat(fd).st_mode
+    except OSError:
+        return os.path.realpath(path), "absent"
+    finally:
+        os.close(fd)
+    if not real.startswith("/"):          # no /proc here, or not a path (anon inode)
+        real = os.path.realpath(path)
+    return real, "dir" if stat.S_ISDIR(mode) else "file"
 
 
 def invoker_homes(env: dict[str, str], uid: int | None = None) -> tuple[str, tuple[str, ...]]:
@@ -164,8 +176,7 @@ def invoker_homes(env: dict[str, str], uid: int | None = None) -> tuple[str, tup
 
 
 def resolve(rules: FileRules, source: str | None, *, home: str, cwd: str,
-            other_homes: tuple[str, ...] = (), realpath=os.path.realpath,
-            kind=kind_of) -> FileLimits:
+            other_homes: tuple[str, ...] = (), locate=locate) -> FileLimits:
     """FileRules -> FileLimits for this machine, or PolicyError (file:line: problem; fix)."""
     problems: list[tuple[int, str]] = []
     where = source or "policy"
@@ -177,13 +188,13 @@ def resolve(rules: FileRules, source: str | None, *, home: str, cwd: str,
     def resolved(entry: FileEntry, homes) -> list[Limit]:
         out = []
         for h in homes:
-            path = realpath(expand(entry.text, h, cwd))
-            out.append(Limit(entry.text, entry.line, path, kind(path)))
+            out.append(Limit(entry.text, entry.line, *locate(expand(entry.text, h, cwd))))
             if not (entry.text == "~" or entry.text.startswith("~/")):
                 break
         return out
 
     deny: list[Limit] = []
+    seen: set[str] = set()
     for entry in rules.deny_read:
         for limit in resolved(entry, (home, *other_homes)):
             if limit.path == "/":
@@ -192,17 +203,20 @@ def resolve(rules: FileRules, source: str | None, *, home: str, cwd: str,
             elif limit.kind == "dir" and _within(os.path.realpath(cwd), limit.path):
                 problem(entry, f'vpnw was started in {cwd}, inside the denied "{entry.text}"',
                         "start vpnw in another directory, or take the path out of deny_read")
-            elif limit not in deny:
+            elif limit.path not in seen:
+                seen.add(limit.path)
                 deny.append(limit)
     write: list[Limit] | None = None
     if rules.allow_write is not None:
         write = []
+        seen = set()
         for entry in rules.allow_write:
             for limit in resolved(entry, (home,)):
                 if limit.kind == "absent":
                     problem(entry, f'allow_write "{entry.text}" ({limit.path}) does not exist',
                             "create it before the run, or take it out of allow_write")
-                elif limit not in write:
+                elif limit.path not in seen:
+                    seen.add(limit.path)
                     write.append(limit)
     if problems:
         problems.sort(key=lambda p: p[0])

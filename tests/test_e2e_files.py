@@ -194,6 +194,10 @@ def test_writes_outside_allow_write_are_refused(world, user):
     bashrc.write_text("# theirs\n")
     chown(bashrc, user)
     cron = f"/etc/cron.d/.vpnw-test-{tag}"        # a dot name: cron would ignore it anyway
+    # A file system mounted elsewhere (like /home on its own disk), writable by all.
+    other_mount = world.tmp / f"mnt-{tag}"
+    other_mount.mkdir()
+    world.in_world("mount", "-t", "tmpfs", "-o", "mode=1777,size=1m", "tmpfs", str(other_mount))
     ops = [
         {"name": "cron_d", "op": "create", "path": cron},
         {"name": "root_bashrc", "op": "open_append", "path": "/root/.bashrc"},
@@ -208,10 +212,21 @@ def test_writes_outside_allow_write_are_refused(world, user):
         # a device node root owns: a read-only mount does not stop device
         # writes, Landlock does (opened for append, nothing written)
         {"name": "dev_kmsg", "op": "open_append", "path": "/dev/kmsg"},
+        {"name": "other_mount", "op": "create", "path": f"{other_mount}/f"},
+        {"name": "dev_node_dir", "op": "create", "path": f"/dev/vpnw-test-{tag}"},
     ]
     pol = policy(world, 'allow_write = ["."]\n')
-    inside, _ = probe(world, user, ops, policy_file=pol, cwd=work)
+    try:
+        inside, _ = probe(world, user, ops, policy_file=pol, cwd=work)
+        outside, _ = probe(world, user, ops[-1:] + ops[-2:-1], policy_file=None, cwd=work)
+        assert outside["other_mount"]["result"] == "ok", outside          # the control
+        assert outside["dev_node_dir"]["result"] == ("ok" if user == "root" else "EACCES"), outside
+    finally:
+        if os.path.exists(f"/dev/vpnw-test-{tag}"):
+            os.unlink(f"/dev/vpnw-test-{tag}")
+        world.in_world("umount", str(other_mount))
     assert_outcomes(inside, {
+        "other_mount": REFUSED_WRITE, "dev_node_dir": REFUSED_WRITE,
         "cron_d": REFUSED_WRITE, "root_bashrc": REFUSED_WRITE, "other_user": REFUSED_WRITE,
         "own_bashrc": REFUSED_WRITE, "new_file": REFUSED_WRITE, "new_dir": REFUSED_WRITE,
         "tmp": REFUSED_WRITE, "in_work": "ok", "dev_null": "ok",
@@ -226,7 +241,7 @@ def test_writes_outside_allow_write_are_refused(world, user):
 
     # Control, outside as the same user (a harmless dot name in /etc/cron.d, removed at once).
     try:
-        outside, _ = probe(world, user, ops, policy_file=None, cwd=work)
+        outside, _ = probe(world, user, ops[:-2], policy_file=None, cwd=work)
     finally:
         for leftover in (cron, f"{home}/new-{tag}", f"/tmp/vpnw-test-{tag}", f"/dev/shm/vpnw-test-{tag}"):
             if os.path.exists(leftover):
@@ -239,6 +254,15 @@ def test_writes_outside_allow_write_are_refused(world, user):
         assert all(outside[name]["result"] == "ok" for name in root_only), outside
     else:   # the unprivileged user cannot write root's files anywhere
         assert all(outside[name]["result"] == "EACCES" for name in root_only), outside
+    # Where the control wrote, the read-only mounts (layer 1) refuse first:
+    # EROFS, before Landlock (layer 2, EACCES) is asked. /dev/kmsg is the
+    # exception: a read-only mount does not stop a device write.
+    # (Root's other_user is refused before either: vpnwtest's 0600 file needs
+    # CAP_DAC_OVERRIDE, which root inside no longer has.)
+    by_mounts = ["own_bashrc", "new_file", "new_dir", "tmp"]
+    by_mounts += ["cron_d", "root_bashrc"] if user == "root" else ["other_user"]
+    by_mounts += ["other_mount"] + (["dev_node_dir"] if user == "root" else [])
+    assert {name: inside[name]["result"] for name in by_mounts} == dict.fromkeys(by_mounts, "EROFS")
 
 
 def test_rename_or_delete_above_protected_paths(world, user):

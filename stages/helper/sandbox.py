@@ -431,7 +431,7 @@ def _mount_points_under(top: str) -> list[str]:
         for line in f:
             point = line.split()[4]
             point = re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), point)
-            if point == top or point.startswith(top + "/"):
+            if point == top or point.startswith(top.rstrip("/") + "/"):
                 points.append(point)
     return points
 
