@@ -52,9 +52,10 @@ def npm_registry(world):
             info.size, info.mode = len(data), 0o644
             tar.addfile(info, io.BytesIO(data))
     tgz = raw.getvalue()
-    (world.docroot / "npm-files").mkdir()
+    # exist_ok: pytest-xdist may set this module up twice on one worker.
+    (world.docroot / "npm-files").mkdir(exist_ok=True)
     (world.docroot / "npm-files" / f"{NPM_PACKAGE}-1.0.0.tgz").write_bytes(tgz)
-    (world.docroot / "npm").mkdir()
+    (world.docroot / "npm").mkdir(exist_ok=True)
     integrity = "sha512-" + base64.b64encode(hashlib.sha512(tgz).digest()).decode()
     document = {"name": NPM_PACKAGE, "dist-tags": {"latest": "1.0.0"},
                 "versions": {"1.0.0": {"name": NPM_PACKAGE, "version": "1.0.0", "main": "index.js",
@@ -134,6 +135,8 @@ def java_trust(world):
     if shutil.which("java") is None or shutil.which("keytool") is None:
         _cannot("java is needed for the JVM test (scripts/setup installs default-jdk-headless)")
     store = world.tmp / "files" / "world-ca.p12"
+    if store.exists():
+        return store
     store.parent.mkdir(parents=True, exist_ok=True)
     _check(["keytool", "-importcert", "-noprompt", "-alias", "world", "-file", str(world.ca_pem),
             "-keystore", str(store), "-storetype", "PKCS12", "-storepass", "changeit"])

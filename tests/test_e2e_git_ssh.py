@@ -14,7 +14,9 @@ import os
 import pwd
 import shutil
 import subprocess
+import tempfile
 import time
+from pathlib import Path
 
 import pytest
 
@@ -40,8 +42,8 @@ class SshServer:
 
     def __init__(self, world):
         self.world = world
-        self.dir = world.tmp / "sshd"
-        self.dir.mkdir()
+        # A fresh directory each time: pytest-xdist may set this module up twice on one worker.
+        self.dir = Path(tempfile.mkdtemp(prefix="sshd-", dir=world.tmp))
         self.dir.chmod(0o755)
         self.log = self.dir / "sshd.log"
         self.proc: subprocess.Popen | None = None
@@ -102,8 +104,10 @@ class SshServer:
         if not ssh.exists():
             ssh.mkdir(mode=0o700)
             _check(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", user, "-f", str(ssh / "id_ed25519")])
+        public = (ssh / "id_ed25519.pub").read_text()
+        if public not in self.keys.read_text():
             with open(self.keys, "a") as keys:
-                keys.write((ssh / "id_ed25519.pub").read_text())
+                keys.write(public)
         (ssh / "known_hosts").write_text(f"{GIT_HOST} {host_key or self.host_key}\n")
         for path in [ssh, *ssh.iterdir()]:
             os.chown(path, pw.pw_uid, pw.pw_gid)
@@ -174,7 +178,8 @@ def test_a_wrong_host_key_stops_ssh(world, user, sshd):
     # The known_hosts entry for git.world holds another key: ssh must refuse,
     # which shows that the host name it checks is git.world (the name travels
     # to the door unresolved).
-    _check(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(world.tmp / f"wrong-{user}")])
+    if not (world.tmp / f"wrong-{user}").exists():
+        _check(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(world.tmp / f"wrong-{user}")])
     other = " ".join((world.tmp / f"wrong-{user}.pub").read_text().split()[:2])
     sshd.client(user, host_key=other)
     try:
