@@ -9,12 +9,13 @@ What the user sees:
   or its last byte was a newline), vpnw's lines go out at once.
 - When the program is in the middle of a line (a prompt, a progress bar),
   vpnw's lines wait for its newline, at most `hold` seconds. After that they
-  go out on lines of their own: the half line is erased, vpnw's lines are
-  written, and the half line is written again, so a prompt such as
-  "Passphrase: " reappears below them, whole, with the cursor where the
-  program left it. A half line that cannot be replayed safely (escape
-  sequences, carriage returns, wider than the screen) is left as it is and
-  vpnw's lines start on the next line.
+  go out on lines of their own: the half line is erased (all the rows it
+  wrapped over), vpnw's lines are written, and the half line is written
+  again, so a prompt such as "Passphrase: " reappears below them, whole,
+  with the cursor where the program left it, and a long line being written
+  in pieces is never seen cut. A half line that cannot be replayed safely
+  (escape sequences, carriage returns, tabs, taller than the screen) is left
+  as it is and vpnw's lines start on the next line.
 - While the program uses the alternate screen (full-screen programs: less,
   vim, most agent interfaces), a line written there would be painted over
   or corrupt the picture; vpnw's lines wait until it leaves the alternate
@@ -23,6 +24,7 @@ What the user sees:
 """
 from __future__ import annotations
 
+import unicodedata
 from collections import deque
 
 # Enter / leave the alternate screen (xterm's 1049, 1047 and the old 47).
@@ -42,11 +44,12 @@ class LineMerger:
     """
 
     def __init__(self, *, hold: float = 0.5, max_held: int = 1000,
-                 newline: bytes = b"\r\n", columns: int = 80):
+                 newline: bytes = b"\r\n", columns: int = 80, rows: int = 24):
         self.hold = hold
         self.max_held = max_held
         self.newline = newline
         self.columns = columns
+        self.rows = rows
         self.held: deque[bytes] = deque()
         self.dropped = 0
         self.at_boundary = True      # the program's last byte was a newline (or none yet)
@@ -134,16 +137,39 @@ class LineMerger:
         if self._waiting_since is None or now < self._waiting_since + self.hold:
             return b""
         # The program has sat mid-line for the whole hold: lines of our own.
-        if self._replayable():
-            return b"\r\x1b[K" + self._lines() + self.partial
+        erase = self._erase_partial()
+        if erase is not None:
+            return erase + self._lines() + self.partial
         self.at_boundary = True
         self.partial = b""
         return self.newline + self._lines()
 
-    def _replayable(self) -> bool:
-        p = self.partial
-        if self.partial_overflow or not p or len(p) >= self.columns:
-            return False
-        # Printable text (UTF-8 included) and tabs only: no escape sequence,
-        # no carriage return, nothing that moves the cursor elsewhere.
-        return all(b >= 0x20 and b != 0x7f or b == 0x09 for b in p)
+    def _erase_partial(self) -> bytes | None:
+        """What erases the half line from the screen (it started at column 0,
+        after a newline), or None when that cannot be done safely."""
+        if self.partial_overflow or not self.partial or self.columns <= 0:
+            return None
+        width = display_width(self.partial)
+        if width is None or width > self.columns * max(self.rows - 1, 1):
+            return None
+        up = (width - 1) // self.columns if width else 0
+        return (b"\x1b[%dA" % up if up else b"") + b"\r\x1b[J"
+
+
+def display_width(text: bytes) -> int | None:
+    """Columns `text` takes on a terminal, or None unless it is plain printable
+    UTF-8 (no control characters, escape sequences, tabs or invalid bytes),
+    whose width alone decides where the cursor is."""
+    try:
+        chars = text.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+    width = 0
+    for char in chars:
+        category = unicodedata.category(char)
+        if category[0] == "C":
+            return None
+        if category in ("Mn", "Me"):
+            continue
+        width += 2 if unicodedata.east_asian_width(char) in ("W", "F") else 1
+    return width

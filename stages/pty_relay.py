@@ -61,11 +61,11 @@ def _winsize(fd: int) -> bytes | None:
         return None
 
 
-def _columns(winsize: bytes | None) -> int:
+def _columns_rows(winsize: bytes | None) -> tuple[int, int]:
     if not winsize:
-        return 80
-    _rows, cols, _x, _y = struct.unpack("HHHH", winsize)
-    return cols or 80
+        return 80, 24
+    rows, cols, _x, _y = struct.unpack("HHHH", winsize)
+    return cols or 80, rows or 24
 
 
 def wants_pty(program_out_fd: int) -> bool:
@@ -112,8 +112,9 @@ class Relay:
         self.to_program = b""
         self.output_gone = False     # the user's terminal went away: output is dropped
         self.sel = None
-        self.merger = LineMerger(hold=HOLD_SECONDS, newline=b"\r\n",
-                                 columns=_columns(_winsize(user_out)))
+        self.master_mask = 0
+        columns, rows = _columns_rows(_winsize(user_out))
+        self.merger = LineMerger(hold=HOLD_SECONDS, newline=b"\r\n", columns=columns, rows=rows)
 
     # ---- the user's terminal
 
@@ -150,7 +151,7 @@ class Relay:
         size = _winsize(self.user_out) or _winsize(self.user_in)
         if size is None:
             return
-        self.merger.columns = _columns(size)
+        self.merger.columns, self.merger.rows = _columns_rows(size)
         try:
             fcntl.ioctl(self.master, termios.TIOCSWINSZ, size)
         except OSError:
@@ -161,7 +162,8 @@ class Relay:
     def start(self, sel) -> None:
         self.sel = sel
         self.enter_raw()
-        sel.register(self.master, self._master_events(), "pty:master")
+        self.master_mask = self._master_events()
+        sel.register(self.master, self.master_mask, "pty:master")
         if self.human_r is not None:
             sel.register(self.human_r, 1, "pty:human")
         self._update_keys()
@@ -193,8 +195,10 @@ class Relay:
         elif not want and self.reading_keys:
             self.sel.unregister(self.user_in)
         self.reading_keys = want
-        if self.master_open:
-            self.sel.modify(self.master, self._master_events(), "pty:master")
+        mask = self._master_events()
+        if self.master_open and mask != self.master_mask:
+            self.sel.modify(self.master, mask, "pty:master")
+            self.master_mask = mask
 
     def timeout(self, now: float, default: float) -> float:
         deadline = self.merger.deadline()
@@ -243,20 +247,28 @@ class Relay:
         self.to_program = self.to_program[n:]
 
     def _read_program(self, now: float) -> bool:
-        """One read from the master; False once the program's side is closed."""
-        try:
-            data = os.read(self.master, _READ)
-        except BlockingIOError:
-            return True
-        except OSError as exc:
-            if exc.errno != errno.EIO:
-                raise
-            data = b""  # EIO: every slave fd is closed
-        if not data:
+        """What the master has now (a pty hands out at most a few kB a read:
+        several reads make one write); False once the program's side is closed."""
+        chunks = []
+        open_ = True
+        for _ in range(64):
+            try:
+                data = os.read(self.master, _READ)
+            except BlockingIOError:
+                break
+            except OSError as exc:
+                if exc.errno != errno.EIO:
+                    raise
+                data = b""  # EIO: every slave fd is closed
+            if not data:
+                open_ = False
+                break
+            chunks.append(data)
+        if chunks:
+            self._write(self.merger.program_output(b"".join(chunks), now))
+        if not open_:
             self._close_master()
-            return False
-        self._write(self.merger.program_output(data, now))
-        return True
+        return open_
 
     def _close_master(self) -> None:
         if self.master_open:

@@ -1,0 +1,159 @@
+"""The line-boundary merger (stages/pty_lines.py): pure, fed bytes and a clock."""
+from __future__ import annotations
+
+import random
+
+from stages.pty_lines import LineMerger, display_width
+
+
+def merger(**kw) -> LineMerger:
+    kw.setdefault("hold", 0.5)
+    kw.setdefault("columns", 80)
+    kw.setdefault("rows", 24)
+    return LineMerger(**kw)
+
+
+def test_program_bytes_pass_unchanged_and_at_once():
+    m = merger()
+    assert m.program_output(b"abc", 0.0) == b"abc"
+    assert m.program_output(b"\x1b[31mred\x1b[0m\r\n", 0.0) == b"\x1b[31mred\x1b[0m\r\n"
+    assert m.program_output(b"", 0.0) == b""
+
+
+def test_a_line_at_a_boundary_goes_out_at_once():
+    m = merger()
+    assert m.human_line(b"vpnw one", 0.0) == b"vpnw one\r\n"
+    m.program_output(b"done\r\n", 0.1)
+    assert m.human_line(b"vpnw two\n", 0.2) == b"vpnw two\r\n"
+
+
+def test_a_line_waits_for_the_programs_newline():
+    m = merger()
+    assert m.program_output(b"half a ", 0.0) == b"half a "
+    assert m.human_line(b"vpnw held", 0.1) == b""
+    assert m.deadline() == 0.6
+    assert m.program_output(b"line\r\n", 0.2) == b"line\r\nvpnw held\r\n"
+    assert m.deadline() is None
+
+
+def test_the_newline_may_be_inside_a_later_chunk():
+    m = merger()
+    m.program_output(b"abc", 0.0)
+    m.human_line(b"v1", 0.0)
+    m.human_line(b"v2", 0.0)
+    assert m.program_output(b"def\r\nghi", 0.1) == b"def\r\nghi"
+    assert m.program_output(b"\r\n", 0.2) == b"\r\nv1\r\nv2\r\n"
+
+
+def test_after_the_hold_a_prompt_is_erased_and_shown_again_below():
+    m = merger()
+    m.program_output(b"Passphrase: ", 0.0)
+    assert m.human_line(b"vpnw DENY x", 1.0) == b""
+    assert m.tick(1.4) == b""
+    assert m.tick(1.5) == b"\r\x1b[Jvpnw DENY x\r\nPassphrase: "
+    # Still mid-line: the program's answer continues the prompt.
+    assert m.program_output(b"\r\n", 2.0) == b"\r\n"
+
+
+def test_a_wrapped_half_line_is_erased_over_all_its_rows():
+    m = merger(columns=10)
+    m.program_output(b"x" * 25, 0.0)          # three rows: 10 + 10 + 5
+    m.human_line(b"v", 0.0)
+    assert m.tick(1.0) == b"\x1b[2A\r\x1b[Jv\r\n" + b"x" * 25
+    m2 = merger(columns=10)
+    m2.program_output(b"x" * 20, 0.0)          # exactly two rows: the cursor waits on the second
+    m2.human_line(b"v", 0.0)
+    assert m2.tick(1.0) == b"\x1b[1A\r\x1b[Jv\r\n" + b"x" * 20
+
+
+def test_a_half_line_that_cannot_be_replayed_gets_a_newline_first():
+    for partial in (b"\x1b[1mbold", b"progress 10%\rprogress 20%", b"tab\there", b"\xff\xfe"):
+        m = merger()
+        m.program_output(b"line\r\n" + partial, 0.0)
+        m.human_line(b"v", 0.0)
+        assert m.tick(0.5) == b"\r\nv\r\n", partial
+        # vpnw's line ended the row: the next one goes out at once.
+        assert m.human_line(b"w", 0.6) == b"w\r\n"
+
+
+def test_a_half_line_taller_than_the_screen_is_not_erased():
+    m = merger(columns=10, rows=3)
+    m.program_output(b"x" * 31, 0.0)
+    m.human_line(b"v", 0.0)
+    assert m.tick(1.0) == b"\r\nv\r\n"
+
+
+def test_the_alternate_screen_holds_lines_until_it_is_left():
+    m = merger()
+    m.program_output(b"\x1b[?1049h\x1b[H", 0.0)
+    assert m.human_line(b"v1", 0.0) == b""
+    assert m.deadline() is None
+    m.program_output(b"screenful\r\n", 0.1)   # a newline there is no boundary of ours
+    assert m.tick(10.0) == b""
+    assert m.program_output(b"\x1b[?1049l", 11.0) == b"\x1b[?1049l"   # mid-line? no newline yet
+    assert m.program_output(b"$ done\r\n", 11.1) == b"$ done\r\nv1\r\n"
+
+
+def test_alternate_screen_sequences_split_across_chunks():
+    m = merger()
+    for piece in (b"\x1b[?10", b"49h"):
+        m.program_output(piece, 0.0)
+    assert m.alternate
+    m.program_output(b"\x1b[?1049", 0.0)
+    m.program_output(b"l\r\n", 0.0)
+    assert not m.alternate
+
+
+def test_held_lines_are_bounded_and_the_loss_is_said():
+    m = merger(max_held=3)
+    m.program_output(b"\x1b[?1049h", 0.0)
+    for i in range(10):
+        m.human_line(b"v%d" % i, 0.0)
+    out = m.finish()
+    assert out.startswith(b"\r\nv7\r\nv8\r\nv9\r\n"), out
+    assert b"7 of vpnw's lines were not shown" in out
+
+
+def test_finish_ends_a_half_line_first():
+    m = merger()
+    m.program_output(b"no newline at the end", 0.0)
+    m.human_line(b"summary", 0.0)
+    assert m.finish() == b"\r\nsummary\r\n"
+    assert merger().finish() == b""
+
+
+def test_display_width():
+    assert display_width(b"abc") == 3
+    assert display_width("héllo".encode()) == 5
+    assert display_width("日本".encode()) == 4
+    assert display_width("e\u0301".encode()) == 1
+    assert display_width(b"a\tb") is None
+    assert display_width(b"a\x1b[0m") is None
+    assert display_width(b"\xc3") is None
+
+
+def test_never_a_line_of_vpnw_inside_a_line_of_the_program():
+    """Random chunking of random output with lines of vpnw's in between: on
+    the merged stream, every line of vpnw's sits between two of the
+    program's newlines, unless the hold ran out (then it was erased and
+    replayed whole). Here the clock never reaches the hold."""
+    rng = random.Random(11)
+    program = b"".join(b"P%04d:" % i + b"y" * rng.randrange(0, 300) + b"\r\n" for i in range(300))
+    m = merger(columns=80)
+    out = b""
+    pos = 0
+    n = 0
+    while pos < len(program):
+        step = rng.randrange(1, 200)
+        out += m.program_output(program[pos:pos + step], 0.0)
+        pos += step
+        if rng.random() < 0.3:
+            out += m.human_line(b"vpnw %d" % n, 0.0)
+            n += 1
+    out += m.finish()
+    lines = out.split(b"\r\n")
+    assert lines[-1] == b""
+    ours = [ln for ln in lines[:-1] if ln.startswith(b"vpnw ")]
+    theirs = [ln for ln in lines[:-1] if not ln.startswith(b"vpnw ")]
+    assert len(ours) == n
+    assert theirs == program.split(b"\r\n")[:-1]
