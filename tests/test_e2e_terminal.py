@@ -181,6 +181,8 @@ def test_ctrl_z_suspends_vpnw_and_the_program_and_fg_resumes_both(world, term):
     term.line(f"{term.vpnw} run -- {SYSTEM_PYTHON} -q")
     term.wait_for(r"^>>> $")
     term.line("kept = 6 * 7")
+    # Ctrl-Z flushes the terminal's unread input: wait until Python has the line.
+    term.wait_for(r"^>>> kept = 6 \* 7\n>>> $")
     term.keys("C-z")
     term.wait_for(r"^\[1\]\+\s+Stopped\s+.*vpnw run")
     # The shell has the terminal back, in its own mode: a command runs.
