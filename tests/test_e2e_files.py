@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 
 from e2e_support import describe, run_events
+from stages.recorder.check import check_run
 from world import DEMO_PACKAGE, DEMO_VALUE, UNPRIVILEGED_USER
 
 pytestmark = pytest.mark.world
@@ -89,7 +90,9 @@ def landlock_abi() -> int:
 
 
 def files_record(result) -> dict:
-    start = run_events(result)[0]
+    events = run_events(result)
+    assert check_run(events) == []           # schema and invariants, files included
+    start = events[0]
     assert start["type"] == "run.start"
     return start["fields"]["files"]
 
@@ -212,6 +215,9 @@ def test_writes_outside_allow_write_are_refused(world, user):
         # a device node root owns: a read-only mount does not stop device
         # writes, Landlock does (opened for append, nothing written)
         {"name": "dev_kmsg", "op": "open_append", "path": "/dev/kmsg"},
+        # metadata: Landlock has no right for it, the read-only mount refuses
+        {"name": "chmod_bashrc", "op": "chmod", "path": str(bashrc), "mode": 0o777},
+        {"name": "truncate_bashrc", "op": "truncate", "path": str(bashrc)},
         {"name": "other_mount", "op": "create", "path": f"{other_mount}/f"},
         {"name": "dev_node_dir", "op": "create", "path": f"/dev/vpnw-test-{tag}"},
     ]
@@ -230,6 +236,7 @@ def test_writes_outside_allow_write_are_refused(world, user):
         "cron_d": REFUSED_WRITE, "root_bashrc": REFUSED_WRITE, "other_user": REFUSED_WRITE,
         "own_bashrc": REFUSED_WRITE, "new_file": REFUSED_WRITE, "new_dir": REFUSED_WRITE,
         "tmp": REFUSED_WRITE, "in_work": "ok", "dev_null": "ok",
+        "chmod_bashrc": REFUSED_WRITE, "truncate_bashrc": REFUSED_WRITE,
         "dev_shm": "ok",    # the sandbox's own /dev/shm, not the host's
         "dev_kmsg": "EACCES" if user != "root" or landlock_abi() else {"ok", "EACCES"}})
     assert not os.path.exists(cron)
@@ -247,7 +254,8 @@ def test_writes_outside_allow_write_are_refused(world, user):
             if os.path.exists(leftover):
                 os.unlink(leftover)
         shutil.rmtree(f"{home}/dir-{tag}", ignore_errors=True)
-    for name in ("other_user", "own_bashrc", "new_file", "new_dir", "tmp", "dev_shm"):
+    for name in ("other_user", "own_bashrc", "new_file", "new_dir", "tmp", "dev_shm",
+                 "chmod_bashrc", "truncate_bashrc"):
         assert outside[name]["result"] == "ok", outside[name]
     root_only = ("cron_d", "root_bashrc", "dev_kmsg")
     if user == "root":
@@ -259,7 +267,7 @@ def test_writes_outside_allow_write_are_refused(world, user):
     # exception: a read-only mount does not stop a device write.
     # (Root's other_user is refused before either: vpnwtest's 0600 file needs
     # CAP_DAC_OVERRIDE, which root inside no longer has.)
-    by_mounts = ["own_bashrc", "new_file", "new_dir", "tmp"]
+    by_mounts = ["own_bashrc", "new_file", "new_dir", "tmp", "chmod_bashrc", "truncate_bashrc"]
     by_mounts += ["cron_d", "root_bashrc"] if user == "root" else ["other_user"]
     by_mounts += ["other_mount"] + (["dev_node_dir"] if user == "root" else [])
     assert {name: inside[name]["result"] for name in by_mounts} == dict.fromkeys(by_mounts, "EROFS")

@@ -100,6 +100,14 @@ def op_create(op):
     os.close(os.open(op["path"], os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644))
 
 
+def op_chmod(op):
+    os.chmod(op["path"], op["mode"])
+
+
+def op_truncate(op):
+    os.truncate(op["path"], 0)
+
+
 def op_symlink(op):
     os.symlink(op["target"], op["path"])
 
