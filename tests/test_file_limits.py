@@ -258,7 +258,10 @@ def test_landlock_limits_writes_to_the_writable_paths(tmp_path):
 
 def test_the_learned_draft_suggests_files_limits_that_parse_once_uncommented():
     from stages.learner.draft import SECRET_LOCATIONS, draft_policy
-    draft = draft_policy([], "agent")
+    from stages.record import read_events
+    golden = os.path.join(os.path.dirname(os.path.abspath(__file__)), "golden", "pip_guard.jsonl")
+    with open(golden, "rb") as f:
+        draft = draft_policy(list(read_events(f, strict=True)), "agent")
     assert parse_policy(draft, "agent.toml").files is None        # a suggestion only
     head, _, tail = draft.partition("# [files]\n")
     uncommented = head + "[files]\n" + "\n".join(line[2:] if line.startswith("# ") else line.lstrip("#")
