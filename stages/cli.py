@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import importlib
 import os
+import signal
 import sys
 
 import click
 
-EXIT_USAGE = 121
+from . import __version__
+from .exits import ExitCode, killed_by
 _ran_sandbox = False    # set once a run/trace/guard started: main may skip the teardown
 
 # Subcommands that live with their stage; imported only when used, to keep start-up light.
@@ -22,7 +24,7 @@ LAZY_COMMANDS = {
 
 
 class UsageProblem(click.ClickException):
-    exit_code = EXIT_USAGE
+    exit_code = ExitCode.USAGE
 
     def format_message(self):
         return self.message
@@ -43,7 +45,7 @@ class VpnwGroup(click.Group):
 
 
 @click.group(cls=VpnwGroup, context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option("0.1.0", prog_name="vpnw")
+@click.version_option(__version__, prog_name="vpnw")
 def cli():
     """Run one program with a network of its own: a path, a policy and a record."""
 
@@ -155,12 +157,12 @@ def main(argv=None) -> None:
         code = cli.main(args=argv, prog_name="vpnw", standalone_mode=False)
     except click.exceptions.NoSuchOption as exc:
         click.echo(f"vpnw: {exc.format_message()} (put the program after `--`: vpnw run -- PROG ARGS)", err=True)
-        sys.exit(EXIT_USAGE)
+        sys.exit(ExitCode.USAGE)
     except click.ClickException as exc:
         exc.show()
-        sys.exit(exc.exit_code if isinstance(exc, UsageProblem) else EXIT_USAGE)
+        sys.exit(exc.exit_code if isinstance(exc, UsageProblem) else ExitCode.USAGE)
     except click.exceptions.Abort:
-        sys.exit(130)
+        sys.exit(killed_by(signal.SIGINT))
     except click.exceptions.Exit as exc:
         sys.exit(exc.exit_code)
     code = code if isinstance(code, int) else 0

@@ -15,23 +15,16 @@ import sys
 import time
 from dataclasses import dataclass, field
 
-import orjson
-
-from . import handoff
+from . import __version__, handoff
+from . import status as st
+from .exits import ExitCode, killed_by
 from .record import Emitter, RecordUnwritable, new_run_id, open_run_file
-
-EXIT_DENIED = 120
-EXIT_USAGE = 121
-EXIT_NO_SANDBOX = 122
-EXIT_PATH_DOWN = 123
-EXIT_INTERNAL = 125
 
 FORWARDED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT,
                      signal.SIGUSR1, signal.SIGUSR2)
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
 HURRY_SIGNAL = signal.SIGURG
 PR_SET_PDEATHSIG = 1
-VERSION = "0.1.0"
 
 
 @dataclass
@@ -76,7 +69,7 @@ def _fork_stage(keep: list[int], body, *, die_with_parent: bool = False,
     pid = os.fork()
     if pid:
         return pid
-    code = EXIT_INTERNAL
+    code = ExitCode.INTERNAL
     try:
         # Terminal signals go to the orchestrator only; it forwards what it must.
         os.setpgid(0, 0)
@@ -97,7 +90,7 @@ def _fork_stage(keep: list[int], body, *, die_with_parent: bool = False,
         os.closerange(low, 65536)
         code = body()
     except SystemExit as exc:
-        code = exc.code if isinstance(exc.code, int) else EXIT_INTERNAL
+        code = exc.code if isinstance(exc.code, int) else ExitCode.INTERNAL
     except BaseException as exc:  # noqa: BLE001 - a stage must never return into the parent's code
         try:
             sys.stderr.write(f"vpnw: internal error in stage: {exc!r}\n")
@@ -105,7 +98,7 @@ def _fork_stage(keep: list[int], body, *, die_with_parent: bool = False,
         except Exception:
             pass
     finally:
-        os._exit(code if isinstance(code, int) else EXIT_INTERNAL)
+        os._exit(code if isinstance(code, int) else ExitCode.INTERNAL)
 
 
 def _become_stdio(stdio: tuple[int, int, int]) -> None:
@@ -115,36 +108,6 @@ def _become_stdio(stdio: tuple[int, int, int]) -> None:
         os.dup2(fd, target)
     for fd in copies:
         os.close(fd)
-
-
-class _Lines:
-    """Accumulates JSON Lines from a status pipe."""
-
-    def __init__(self, fd: int):
-        self.fd = fd
-        self.buf = b""
-        self.eof = False
-
-    def read(self) -> list[dict]:
-        try:
-            chunk = os.read(self.fd, 65536)
-        except BlockingIOError:
-            return []
-        if not chunk:
-            self.eof = True
-            return []
-        self.buf += chunk
-        out = []
-        while b"\n" in self.buf:
-            line, self.buf = self.buf.split(b"\n", 1)
-            if line.strip():
-                try:
-                    msg = orjson.loads(line)
-                except orjson.JSONDecodeError:
-                    continue
-                if isinstance(msg, dict):
-                    out.append(msg)
-        return out
 
 
 def _program_env(env: dict) -> tuple[dict, list[str]]:
@@ -159,13 +122,13 @@ NO_CONNECTION_HINT = ("hint: the program exited {code} without one connection th
                       "vpnw sets for each client)")
 
 
-def _program_never_got_out(run: "_Run", totals: dict) -> bool:
+def _program_never_got_out(run: "_Run", totals: st.Totals) -> bool:
     """The program ran, failed, and never asked a door for anything: most
     likely it tried to connect directly and found no way out."""
     if run.program_exit is None or run.exec_error or run.seal_error or run.fatal:
         return False
-    code, sig = run.program_exit
-    return (bool(code) or bool(sig)) and totals.get("connections", 0) == 0
+    return (bool(run.program_exit.code) or bool(run.program_exit.signal)) \
+        and totals.connections == 0
 
 
 @dataclass
@@ -219,7 +182,7 @@ def execute(request: RunRequest) -> int:
         terminal = _plan_terminal(request)
     except RunRefused as exc:
         say(str(exc))
-        return EXIT_USAGE
+        return ExitCode.USAGE
     global _relay_say
     try:
         if terminal.relay is not None:
@@ -242,7 +205,7 @@ def _execute(request: RunRequest, terminal: _Terminal) -> int:
         record, record_fd = open_run_file(request.record or None, run_id)
     except RecordUnwritable as exc:
         say(str(exc))
-        return EXIT_INTERNAL
+        return ExitCode.INTERNAL
 
     # The recorder first: nothing happens that it does not see.
     events_r, events_w = os.pipe()
@@ -266,7 +229,7 @@ def _execute(request: RunRequest, terminal: _Terminal) -> int:
                  policy=policy_name if getattr(request.policy, "source", None) else None,
                  policy_file=getattr(request.policy, "source", None), via=path_name,
                  dry_run=request.dry_run, allow_unix_sockets=request.allow_unix_sockets,
-                 version=VERSION, record=record, **files_record,
+                 version=__version__, record=record, **files_record,
                  env_kept=env_kept)
 
     helper_end, broker_end = handoff.link()
@@ -288,7 +251,7 @@ def _execute(request: RunRequest, terminal: _Terminal) -> int:
         run_helper(request.argv, handoff_fd=helper_end.fileno(), status_fd=helper_status_w,
                    go_fd=go_r, allow_unix_sockets=request.allow_unix_sockets, env=program_env,
                    files=files_plan, tty=relay is not None)
-        return EXIT_INTERNAL
+        return ExitCode.INTERNAL
 
     # The helper, its init and the program get the program's fds 0-2: with a
     # pty, nothing inside the sandbox holds the user's terminal.
@@ -306,10 +269,9 @@ def _execute(request: RunRequest, terminal: _Terminal) -> int:
     if relay is not None:
         relay.finish_program()
 
-    totals = run.totals or {}
-    emitter.emit("run.end", exit_code=code, connections=totals.get("connections", 0),
-                 denied=totals.get("denied", 0), would_deny=totals.get("would_deny", 0),
-                 failed=totals.get("failed", 0),
+    totals = run.totals or st.Totals()
+    emitter.emit("run.end", exit_code=int(code), connections=totals.connections,
+                 denied=totals.denied, would_deny=totals.would_deny, failed=totals.failed,
                  ms=round((time.monotonic() - started) * 1000, 3),
                  **({"error": error} if error else {}))
     os.close(events_w)
@@ -320,12 +282,12 @@ def _execute(request: RunRequest, terminal: _Terminal) -> int:
         finally:
             os.close(recorder_fd)
     _, status = os.waitpid(recorder_pid, 0)
-    if os.waitstatus_to_exitcode(status) != 0 and code != EXIT_INTERNAL:
+    if os.waitstatus_to_exitcode(status) != 0 and code != ExitCode.INTERNAL:
         say(f"the recorder failed; the record {record} may be incomplete")
-        return EXIT_INTERNAL
+        return ExitCode.INTERNAL
     if _program_never_got_out(run, totals):
         say(NO_CONNECTION_HINT.format(code=code))   # last, after the recorder's summary
-    return code
+    return int(code)
 
 
 def _file_limits(files) -> tuple[dict | None, dict]:
@@ -350,18 +312,20 @@ class _Run:
         self.relay = relay
         self.emitter = emitter
         self.pids = {"helper": helper_pid, "broker": broker_pid, "recorder": recorder_pid}
-        self.helper = _Lines(helper_status_r)
-        self.broker = _Lines(broker_status_r)
+        self.helper = st.StatusReader(helper_status_r, st.HELPER_STATUS)
+        self.broker = st.StatusReader(broker_status_r, st.BROKER_STATUS)
         self.go_w = go_w
         self.path_ok = None          # None until the broker has checked the path
-        self.ready = None            # the helper's seal report
+        self.path_down = None        # st.PathDown, or a message when the broker said nothing
+        self.ready = None            # the helper's seal report (st.Ready)
         self.started = False
-        self.program_exit = None     # (code, signal)
-        self.exec_error = None       # (code, message)
-        self.seal_error = None       # message
-        self.totals = None
-        self.fatal = None            # a stage died: message
-        self.recorder_gone = False
+        self.program_exit = None     # st.Exited
+        self.exec_error = None       # st.ExecFailed
+        self.seal_error = None       # message: the sandbox could not be built (122)
+        self.helper_over = False     # the helper sent its last message
+        self.totals = None           # st.Totals
+        self.fatal = None            # a stage died or broke the protocol: message (125)
+        self.refused = None          # a stage's message was refused: message (125, first of all)
         self.recorded_r = recorded_r  # one byte once run.start is in the record
         self.recorded = False
         self.pending_signals: list[int] = []
@@ -425,14 +389,12 @@ class _Run:
                     elif key.data == "recorder":
                         sel.unregister(recorder_fd)
                         if self.totals is None:
-                            self.recorder_gone = True
                             self.fatal = self.fatal or "the recorder stopped; vpnw stops the program rather than run it unrecorded"
                     else:
-                        lines = getattr(self, key.data)
-                        for msg in lines.read():
-                            self._handle(key.data, msg)
-                        if lines.eof:
-                            sel.unregister(lines.fd)
+                        reader = getattr(self, key.data)
+                        self._read(key.data, reader)
+                        if reader.eof:
+                            sel.unregister(reader.fd)
                             self._on_eof(key.data)
                 if self.relay is not None:
                     self.relay.tick()
@@ -454,47 +416,111 @@ class _Run:
         self._reap()
         return self._exit_code()
 
-    def _handle(self, stage, msg):
-        if stage == "broker":
-            if "path_ok" in msg:
-                self.path_ok = True
-            elif "path_down" in msg:
-                self.path_ok = False
-                self.path_down = msg["path_down"]
-            elif "totals" in msg:
-                self.totals = msg["totals"] if isinstance(msg["totals"], dict) else {}
-            return
-        if "ready" in msg and self.ready is None:
-            self.ready = msg["ready"] if isinstance(msg["ready"], dict) else {}
-            seal = self.ready
-            self.emitter.emit("sandbox.ready", namespaces=seal.get("namespaces", []),
-                              seccomp=bool(seal.get("seccomp")),
-                              unix_sockets=bool(seal.get("unix_sockets")),
-                              doors=seal.get("doors", {"http": 3128, "socks": 1080}))
-        elif "error" in msg:
-            self.seal_error = str(msg["error"])
-        elif "stopped" in msg:
-            if self.relay is not None and isinstance(msg["stopped"], int):
-                self.relay.program_stopped(msg["stopped"])
-        elif "exec_error" in msg:
-            self.exec_error = (int(msg.get("code", 127)), str(msg["exec_error"]))
-        elif "exit" in msg:
-            info = msg["exit"] if isinstance(msg["exit"], dict) else {}
-            self.program_exit = (info.get("code"), info.get("signal"))
-            self.emitter.emit("program.exit", code=info.get("code"), signal=info.get("signal"))
+    def _read(self, stage: str, reader: st.StatusReader) -> None:
+        """Every message the stage sent, each checked against what may come now."""
+        try:
+            for message in reader.messages():
+                handlers = self._HELPER if stage == "helper" else self._BROKER
+                problem = handlers[type(message)](self, message)
+                if problem:
+                    raise st.StatusError(problem)
+        except st.StatusError as exc:
+            # Nothing more from this stage is believed: stop it and the run (fail closed).
+            reader.eof = True
+            self.refused = self.refused or (f"the {stage} sent a status message vpnw does not "
+                                            f"accept ({exc}); vpnw stopped the run")
+            self.fatal = self.fatal or self.refused
+            try:
+                os.kill(self.pids[stage], signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+    # helper (HELPER_STATUS): Ready once; Stopped while the program runs on a
+    # terminal; then at most one last message: SandboxFailed, ExecFailed, or
+    # Exited once the program was let go.
+    def _on_ready(self, message: st.Ready) -> str | None:
+        if self.helper_over:
+            return "a message after its last one"
+        if self.ready is not None:
+            return "a second seal report"
+        self.ready = message
+        self.emitter.emit("sandbox.ready", namespaces=list(message.namespaces),
+                          seccomp=message.seccomp, unix_sockets=message.unix_sockets,
+                          doors=dict(message.doors))
+        return None
+
+    def _on_stopped(self, message: st.Stopped) -> str | None:
+        if not self.started or self.helper_over:
+            return "a stop report while no program runs"
+        if self.relay is None:
+            return "a stop report without a terminal"
+        self.relay.program_stopped(message.signal)
+        return None
+
+    def _on_sandbox_failed(self, message: st.SandboxFailed) -> str | None:
+        if self.helper_over:
+            return "a message after its last one"
+        self.helper_over = True
+        if message.code == ExitCode.NO_SANDBOX:
+            self.seal_error = message.error
+        else:   # the helper itself failed: vpnw's fault, not the machine's
+            self.fatal = self.fatal or message.error
+        return None
+
+    def _on_exec_failed(self, message: st.ExecFailed) -> str | None:
+        if self.helper_over:
+            return "a message after its last one"
+        self.helper_over = True
+        self.exec_error = message
+        return None
+
+    def _on_exited(self, message: st.Exited) -> str | None:
+        if not self.started:
+            return "a program exit before the program was let go"
+        if self.helper_over:
+            return "a message after its last one"
+        self.helper_over = True
+        self.program_exit = message
+        self.emitter.emit("program.exit", code=message.code, signal=message.signal)
+        return None
+
+    # broker (BROKER_STATUS): PathOk or PathDown first (unless it failed
+    # first), Totals last.
+    def _on_path_ok(self, message: st.PathOk) -> str | None:
+        if self.path_ok is not None or self.totals is not None:
+            return "a second path report"
+        self.path_ok = True
+        return None
+
+    def _on_path_down(self, message: st.PathDown) -> str | None:
+        if self.path_ok is not None or self.totals is not None:
+            return "a second path report"
+        self.path_ok = False
+        self.path_down = message
+        return None
+
+    def _on_totals(self, message: st.Totals) -> str | None:
+        if self.totals is not None:
+            return "a second set of totals"
+        self.totals = message
+        return None
+
+    _HELPER = {st.Ready: _on_ready, st.Stopped: _on_stopped, st.SandboxFailed: _on_sandbox_failed,
+               st.ExecFailed: _on_exec_failed, st.Exited: _on_exited}
+    _BROKER = {st.PathOk: _on_path_ok, st.PathDown: _on_path_down, st.Totals: _on_totals}
 
     def _on_eof(self, stage):
-        if stage == "helper" and not self.started and self.ready is None and self.seal_error is None:
-            self.seal_error = ("the sandbox helper stopped before the seal was ready; the program was not run "
-                               "(run `vpnw doctor` to see what this machine supports)")
-        if stage == "helper" and self.program_exit is None and self.exec_error is None \
-                and self.seal_error is None and self.started:
-            self.fatal = self.fatal or "the helper died during the run; the program is gone with it"
+        if stage == "helper" and not self.helper_over and not self.fatal:
+            if not self.started and self.ready is None:
+                self.seal_error = ("the sandbox helper stopped before the seal was ready; the program was not run "
+                                   "(run `vpnw doctor` to see what this machine supports)")
+            elif self.started:
+                self.fatal = "the helper died during the run; the program is gone with it"
         if stage == "broker" and self.totals is None:
             self.fatal = self.fatal or "the broker stopped during the run; its connections failed"
             if self.path_ok is None:
                 self.path_ok = False
-                self.path_down = {"error": "the broker stopped before it checked the path"}
+                self.path_down = "the broker stopped before it checked the path"
 
     def _advance(self):
         """Start the program once the path is up and the seal holds; stop it on a fatal error."""
@@ -536,31 +562,33 @@ class _Run:
             message = (f"interrupted by {signal.Signals(self.interrupted).name} before the program "
                        f"started; the program was not run")
             say(message)
-            return 128 + int(self.interrupted), message
+            return killed_by(self.interrupted), message
+        if self.refused:
+            say(self.refused)
+            return ExitCode.INTERNAL, self.refused
         if self.path_ok is False and not self.started:
-            down = getattr(self, "path_down", {}) or {}
-            message = (f"the path {self.request.path.name!r} is down: {down.get('error', 'no answer')}; "
+            down = self.path_down
+            why = down.error if isinstance(down, st.PathDown) else (down or "no answer")
+            message = (f"the path {self.request.path.name!r} is down: {why}; "
                        f"the program was not started (vpnw never falls back to a direct connection)")
             say(message)
-            return EXIT_PATH_DOWN, message
+            return ExitCode.PATH_DOWN, message
         if self.seal_error:
             say(self.seal_error)
-            return EXIT_NO_SANDBOX, self.seal_error
+            return ExitCode.NO_SANDBOX, self.seal_error
         if self.fatal:
             say(self.fatal)
-            return EXIT_INTERNAL, self.fatal
+            return ExitCode.INTERNAL, self.fatal
         if self.exec_error:
-            code, message = self.exec_error
-            say(message)
-            return code, message
+            say(self.exec_error.error)
+            return self.exec_error.code, self.exec_error.error
         if self.program_exit is None:
             message = "the sandbox ended without reporting the program's exit"
             say(message)
-            return EXIT_INTERNAL, message
-        totals = self.totals or {}
-        if totals.get("denied", 0) or totals.get("would_deny", 0):
-            return EXIT_DENIED, None
-        code, sig = self.program_exit
-        if sig:
-            return 128 + int(sig), None
-        return int(code or 0), None
+            return ExitCode.INTERNAL, message
+        totals = self.totals or st.Totals()
+        if totals.denied or totals.would_deny:
+            return ExitCode.DENIED, None
+        if self.program_exit.signal:
+            return killed_by(self.program_exit.signal), None
+        return self.program_exit.code, None

@@ -173,3 +173,33 @@ def test_max_user_namespaces_zero_gives_122_and_the_program_never_runs(tmp_path)
     assert status["code"] == 122 and "vpnw doctor" in status["error"]
     assert "max_user_namespaces" in status["error"]
     assert not marker.exists()
+
+
+def test_a_failure_of_the_helper_itself_is_reported_as_125(tmp_path):
+    # A handoff descriptor that is not open: the helper seals, reports ready,
+    # lets the program go, then fails on its own code (not the machine's), so
+    # it must say 125 (vpnw failed), never 122 (no sandbox here).
+    status_r, status_w = os.pipe()
+    go_r, go_w = os.pipe()
+    closed_fd = 1000   # far above what the helper opens, so no pipe of its own takes the number
+    try:
+        os.close(closed_fd)
+    except OSError:
+        pass
+    pid = os.fork()
+    if pid == 0:
+        os.close(status_r)
+        os.close(go_w)
+        from stages.helper import run_helper
+        run_helper(["sleep", "30"], handoff_fd=closed_fd, status_fd=status_w, go_fd=go_r)
+    os.close(status_w)
+    os.close(go_r)
+    with os.fdopen(status_r, "rb") as status:
+        assert "ready" in json.loads(status.readline())
+        os.write(go_w, b"g")
+        final = json.loads(status.readline())
+        assert status.read() == b""
+    os.close(go_w)
+    _, st = os.waitpid(pid, 0)
+    assert final.get("code") == 125 and "the sandbox helper failed" in final.get("error", ""), final
+    assert os.waitstatus_to_exitcode(st) == 125

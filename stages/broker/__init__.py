@@ -12,23 +12,19 @@ def main_from_fds(handoff_fd: int, event_fd: int, status_fd: int, *, run_id: str
     """Run the broker until the helper is gone (or SIGTERM); returns the exit
     code: 0, 123 when the path check failed, 125 when the broker itself failed.
 
-    Writes events to `event_fd` and the status lines (path_ok/path_down first,
-    totals last) to `status_fd`. `policy=None` allows everything; `path=None`
+    Writes events to `event_fd` and its status (stages/status.py: PathOk or
+    PathDown first, Totals last) to `status_fd`. `policy=None` allows everything; `path=None`
     is the direct path."""
     path_reported = False
     if path is None or getattr(path, "type", "direct") == "direct":
         # The direct path has nothing to check: say so before loading the
         # loop (asyncio alone costs ~25 ms), so the program starts while the
         # broker loads. Connections handed over meanwhile wait in the link.
-        import os
-
-        import orjson
-
+        from .. import status
         from ..record import Emitter
         Emitter(event_fd, run_id, path="direct").emit("path.check", path="direct", type="direct",
                                                        ok=True, ms=0)
-        os.write(status_fd, orjson.dumps({"path_ok": {"path": "direct", "type": "direct", "ms": 0}})
-                 + b"\n")
+        status.write(status_fd, status.PathOk(path="direct", type="direct", ms=0))
         path_reported = True
     from .loop import run_broker
     return run_broker(handoff_fd, event_fd, status_fd, run_id=run_id, policy=policy,

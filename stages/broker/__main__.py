@@ -24,6 +24,7 @@ def main(argv=None) -> int:
     parser.add_argument("--grace", type=float, default=2.0, help="seconds open relays get at the end")
     args = parser.parse_args(argv)
 
+    from ..exits import ExitCode
     from ..paths import ConfigError, choose_path, load_config
     from ..policy import Policy, PolicyError, check_policy_for_path, load_policy
     from ..record import new_run_id
@@ -33,11 +34,11 @@ def main(argv=None) -> int:
         path = choose_path(config, args.via)
     except (PolicyError, ConfigError) as exc:
         print(f"vpnw broker: {exc}", file=sys.stderr)
-        return 121
+        return ExitCode.USAGE
     problem = check_policy_for_path(policy, path.resolves_at_exit)
     if problem:
         print(f"vpnw broker: {problem}", file=sys.stderr)
-        return 121
+        return ExitCode.USAGE
     from . import main_from_fds
     return main_from_fds(args.handoff_fd, 1, args.status_fd, run_id=args.run_id or new_run_id(),
                          policy=policy, path=path, dry_run=args.dry_run, grace=args.grace)

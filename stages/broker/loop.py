@@ -25,12 +25,12 @@ import threading
 import time
 from dataclasses import dataclass
 
-import orjson
-
 from . import http_proxy, socks5
 from .limits import MAX_PENDING_HANDSHAKES
 from .dial import DialError, classify, dial_direct
 from .relay import Relay
+from .. import status as st
+from ..exits import ExitCode
 from ..handoff import HandoffError, recv_conn
 from ..record import Emitter
 
@@ -114,12 +114,15 @@ class Broker:
         self.flush_scheduled = False
         self.emitter.flush()
 
-    def status(self, obj: dict) -> None:
+    def status(self, message: st.Message) -> None:
         self.emitter.flush()  # the orchestrator acts on totals: every event goes first
         try:
-            os.write(self.status_fd, orjson.dumps(obj) + b"\n")
+            st.write(self.status_fd, message)
         except OSError:
             pass
+
+    def report_totals(self) -> None:
+        self.status(st.Totals(**self.totals))
 
     def new_conn(self) -> int:
         self.last_conn += 1
@@ -156,11 +159,11 @@ class Broker:
             except PathDown as exc:
                 ms = _ms(started)
                 self.emit("path.check", path=name, type=kind, ok=False, ms=ms, error=str(exc))
-                self.status({"path_down": {"path": name, "error": str(exc)}})
+                self.status(st.PathDown(path=name, error=str(exc)))
                 return False
         ms = _ms(started)
         self.emit("path.check", path=name, type=kind, ok=True, ms=ms)
-        self.status({"path_ok": {"path": name, "type": kind, "ms": ms}})
+        self.status(st.PathOk(path=name, type=kind, ms=ms))
         return True
 
     async def run(self, handoff: socket.socket) -> int:
@@ -177,11 +180,11 @@ class Broker:
         if not checking.done():
             checking.cancel()
             await asyncio.wait({checking})
-            self.status({"totals": self.totals})
-            return 123
+            self.report_totals()
+            return ExitCode.PATH_DOWN
         if not checking.result():
-            self.status({"totals": self.totals})
-            return 123
+            self.report_totals()
+            return ExitCode.PATH_DOWN
         handoff.setblocking(False)
         loop.add_reader(handoff.fileno(), self._on_handoff, handoff)
         try:
@@ -189,7 +192,7 @@ class Broker:
         finally:
             loop.remove_reader(handoff.fileno())
         await self._wind_down()
-        self.status({"totals": self.totals})
+        self.report_totals()
         return 0
 
     def _on_handoff(self, handoff: socket.socket) -> None:
@@ -687,7 +690,7 @@ def _raise_fd_limit() -> None:
 
 def run_broker(handoff_fd: int, event_fd: int, status_fd: int, *, run_id: str, policy, path,
                dry_run: bool = False, grace: float = 2.0, path_reported: bool = False) -> int:
-    """The broker process body; returns its exit code (0, 123 path down, 125 failed)."""
+    """The broker process body; returns its exit code (0, PATH_DOWN, INTERNAL)."""
     from .local_addresses import local_addresses
     emitter = Emitter(event_fd, run_id, path=getattr(path, "name", "direct"))
     broker = None
@@ -711,5 +714,5 @@ def run_broker(handoff_fd: int, event_fd: int, status_fd: int, *, run_id: str, p
     except Exception as exc:
         _warn(f"the broker failed: {exc!r}")
         if broker is not None:
-            broker.status({"totals": broker.totals})
-        return 125
+            broker.report_totals()
+        return ExitCode.INTERNAL

@@ -14,21 +14,22 @@ def run_helper(argv: list[str], *, handoff_fd: int, status_fd: int, go_fd: int,
                files: dict | None = None, tty: bool = False) -> NoReturn:
     """Seal, report on status_fd, wait for go, run argv, report its end; never returns.
 
-    Call it in a freshly forked, single-threaded child. Status lines are the
-    "Helper status" JSON Lines of docs/architecture.md. With `tty`, fd 0 is
-    the slave of a pty of the program's own: it becomes the controlling
-    terminal of the program's session, and the program's stops are reported.
+    Call it in a freshly forked, single-threaded child. Status lines are
+    stages/status.py's HELPER_STATUS messages. With `tty`, fd 0 is the slave
+    of a pty of the program's own: it becomes the controlling terminal of the
+    program's session, and the program's stops are reported.
     """
-    code = 125
+    from stages.exits import ExitCode
+    code = ExitCode.INTERNAL
     try:
         from stages.helper.sandbox import run
         code = run(argv, handoff_fd, status_fd, go_fd, allow_unix_sockets, env, files, tty=tty)
     except BaseException as e:  # never return into the orchestrator's code
         try:
-            import json
-            os.write(status_fd, (json.dumps({"error": f"helper failed: {e!r}", "code": 125})
-                                 + "\n").encode())
+            from stages import status
+            status.write(status_fd, status.SandboxFailed(f"the sandbox helper failed: {e!r}",
+                                                         ExitCode.INTERNAL))
         except BaseException:
             pass
     finally:
-        os._exit(code & 0xFF if code >= 0 else 125)
+        os._exit(code & 0xFF if code >= 0 else ExitCode.INTERNAL)

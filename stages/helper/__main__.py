@@ -8,7 +8,6 @@ built). Status lines go to stderr, or to --status-fd.
 """
 from __future__ import annotations
 
-import json
 import os
 import sys
 
@@ -55,8 +54,10 @@ def main(args: list[str]) -> int:
     helper_end.close()
     os.close(status_w)
     os.close(go_r)
+    from stages import status as st
+    from stages.exits import ExitCode
     status = os.fdopen(status_r, "rb")
-    result = 125
+    result = ExitCode.INTERNAL
     import selectors
     sel = selectors.DefaultSelector()
     sel.register(status, selectors.EVENT_READ, "status")
@@ -88,13 +89,11 @@ def main(args: list[str]) -> int:
             else:
                 sys.stderr.write("vpnw-helper: " + line.decode())
                 sys.stderr.flush()
-            msg = json.loads(line)
-            if "ready" in msg:
+            msg = st.decode(line.rstrip(b"\n"), st.HELPER_STATUS)
+            if isinstance(msg, st.Ready):
                 os.write(go_w, b"g")
-            elif "exit" in msg:
-                result = msg["exit"]["code"]
-            elif "code" in msg:
-                result = msg["code"]
+            else:
+                result = msg.code
     os.close(go_w)
     os.waitpid(pid, 0)
     return result

@@ -7,10 +7,12 @@
           └─ G  the program: fds closed, setsid, privileges dropped,
                 seccomp, exec
 
-P and C talk over one pipe (C -> P, JSON lines): first {"init": "ok"} or
-{"init_error": ...}, at the end {"exit": ...} or {"exec_error": ...}; with a
-terminal, {"stopped": SIG} whenever the program stops (P passes it on, so
-the orchestrator can suspend vpnw with it, as a shell job).
+P and C talk over one pipe (C -> P, stages/status.py's INIT_REPORT): first
+InitOk or InitFailed, at the end Exited, ExecFailed or SandboxFailed (G's
+seal failed before exec, or init could not give G its terminal); with a
+terminal, Stopped whenever the program stops (P passes it on, so the
+orchestrator can suspend vpnw with it, as a shell job). G tells C why it
+could not exec over a third pipe.
 P starts C before it reports ready (so a failed /proc mount is a sandbox
 error, not a surprise later) and lets it go with one byte on a second pipe.
 """
@@ -18,7 +20,6 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import json
 import os
 import re
 import selectors
@@ -27,6 +28,8 @@ import socket
 import sys
 
 from stages import handoff
+from stages import status as st
+from stages.exits import ExitCode, killed_by
 from stages.helper import privileges as priv
 
 FORWARDED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP,
@@ -44,23 +47,6 @@ def program_env(env: dict[str, str]) -> dict[str, str]:
     applying it again changes nothing."""
     from stages.client_env import apply
     return apply(env, python=sys.executable)[0]
-
-
-def _line(fd: int, obj: dict) -> None:
-    data = (json.dumps(obj, separators=(",", ":")) + "\n").encode()
-    while data:
-        try:
-            data = data[os.write(fd, data):]
-        except InterruptedError:
-            continue
-
-
-def _write_all(fd: int, data: bytes) -> None:
-    while data:
-        try:
-            data = data[os.write(fd, data):]
-        except InterruptedError:
-            continue
 
 
 def _read_byte(fd: int) -> bytes:
@@ -188,8 +174,8 @@ def run(argv: list[str], handoff_fd: int, status_fd: int, go_fd: int,
         tty: bool = False) -> int:
     """P's whole life; returns its exit code (the caller _exits with it)."""
     if not argv:
-        _line(status_fd, {"exec_error": "no program given", "code": 127})
-        return 127
+        st.write(status_fd, st.ExecFailed("no program given", ExitCode.NOT_FOUND))
+        return ExitCode.NOT_FOUND
     penv = program_env(dict(os.environ if env is None else env))
     # The orchestrator forwards these to us once the program runs; until init
     # exists to pass them on, they must not kill the helper (and so the run).
@@ -213,8 +199,8 @@ def run(argv: list[str], handoff_fd: int, status_fd: int, go_fd: int,
         _check_network()
         doors = _open_doors()
     except SealError as e:
-        _line(status_fd, {"error": str(e), "code": 122})
-        return 122
+        st.write(status_fd, st.SandboxFailed(str(e), ExitCode.NO_SANDBOX))
+        return ExitCode.NO_SANDBOX
 
     report_r, report_w = os.pipe2(os.O_CLOEXEC)
     go_r, go_w = os.pipe2(os.O_CLOEXEC)
@@ -224,38 +210,46 @@ def run(argv: list[str], handoff_fd: int, status_fd: int, go_fd: int,
         os._exit(_init(argv, penv, seccomp_filter, report_w, go_r, keep, files, tty))
     os.close(report_w)
     os.close(go_r)
-    report = _ReportReader(report_r)
-    first = report.next_line()
-    if first != {"init": "ok"}:
-        msg = (first or {}).get("init_error", "the sandbox's init process died while starting")
-        _line(status_fd, {"error": f"{msg}; {DOCTOR_HINT}", "code": 122})
+    report = st.StatusReader(report_r, st.INIT_REPORT)
+    first = _next_report(report)
+    if not isinstance(first, st.InitOk):
+        why = first.error if isinstance(first, st.InitFailed) else \
+            "the sandbox's init process died while starting"
+        st.write(status_fd, st.SandboxFailed(f"{why}; {DOCTOR_HINT}", ExitCode.NO_SANDBOX))
         _reap(init_pid)
-        return 122
+        return ExitCode.NO_SANDBOX
 
-    _line(status_fd, {"ready": {"namespaces": priv.NAMESPACE_NAMES, "seccomp": True,
-                                "unix_sockets": allow_unix_sockets,
-                                "doors": dict(handoff.DOORS)}})
+    st.write(status_fd, st.Ready(namespaces=tuple(priv.NAMESPACE_NAMES), seccomp=True,
+                                 unix_sockets=allow_unix_sockets,
+                                 doors=tuple(handoff.DOORS.items())))
     if not _go_byte(go_fd):
-        return 122  # the orchestrator gave up; init dies with us (pdeathsig)
+        return ExitCode.NO_SANDBOX  # the orchestrator gave up; init dies with us (pdeathsig)
     for sig in FORWARDED_SIGNALS:
         signal.signal(sig, lambda s, _f: _kill_quietly(init_pid, s))
     os.write(go_w, b"g")
     os.close(go_w)
 
     link = socket.socket(fileno=os.dup(handoff_fd))
-    _serve(doors, link, report, status_fd)
-    final = report.next_line() or {}
+    final = _serve(doors, link, report, status_fd)
     status = _reap(init_pid)
-    if "exec_error" in final or "error" in final:
-        _line(status_fd, final)
-        return int(final["code"])
-    if "exit" in final:
-        _line(status_fd, final)
-        return int(final["exit"]["code"])
-    # init died without a word (killed from outside): report what we saw.
+    if isinstance(final, (st.ExecFailed, st.SandboxFailed, st.Exited)):
+        st.write(status_fd, final)
+        return final.code
+    # init died without a word (killed from outside), or said what it does
+    # not say at the end: report what its exit status shows.
     code, sig = _decode_status(status)
-    _line(status_fd, {"exit": {"code": code, "signal": sig}})
+    st.write(status_fd, st.Exited(code, sig))
     return code
+
+
+def _next_report(report: st.StatusReader) -> st.Message | None:
+    """Init's next message; None when it ended or said something it does not
+    say (then what init's exit status shows is all there is to report)."""
+    try:
+        return report.next_message()
+    except st.StatusError:
+        report.eof = True
+        return None
 
 
 def _go_byte(go_fd: int) -> bool:
@@ -281,61 +275,32 @@ def _reap(pid: int) -> int:
 
 def _decode_status(status: int) -> tuple[int, int | None]:
     if os.WIFSIGNALED(status):
-        return 128 + os.WTERMSIG(status), os.WTERMSIG(status)
+        return killed_by(os.WTERMSIG(status)), os.WTERMSIG(status)
     return os.waitstatus_to_exitcode(status), None
 
 
-class _ReportReader:
-    def __init__(self, fd: int):
-        self.fd, self.buf, self.eof = fd, b"", False
-
-    def feed(self) -> None:
-        try:
-            data = os.read(self.fd, 4096)
-        except InterruptedError:
-            return
-        if data:
-            self.buf += data
-        else:
-            self.eof = True
-
-    def has_line(self) -> bool:
-        return b"\n" in self.buf
-
-    def take_stops(self) -> list[bytes]:
-        """The {"stopped": ...} lines at the head of the buffer, raw (passed on as they are)."""
-        stops = []
-        while self.buf.startswith(b'{"stopped":') and b"\n" in self.buf:
-            line, self.buf = self.buf.split(b"\n", 1)
-            stops.append(line + b"\n")
-        return stops
-
-    def next_line(self) -> dict | None:
-        while not self.has_line() and not self.eof:
-            self.feed()
-        if not self.has_line():
-            return None
-        line, self.buf = self.buf.split(b"\n", 1)
-        try:
-            obj = json.loads(line)
-        except ValueError:
-            return None
-        return obj if isinstance(obj, dict) else None
-
-
 def _serve(doors: list[tuple[str, socket.socket]], link: socket.socket,
-           report: _ReportReader, status_fd: int) -> None:
-    """Accept on the doors and hand every connection over until init reports the end."""
+           report: st.StatusReader, status_fd: int) -> st.Message | None:
+    """Accept on the doors and hand every connection over until init reports
+    the end; pass the program's stops on meanwhile. Returns init's last
+    message, or None when init ended without one."""
+    final = None
     sel = selectors.DefaultSelector()
     for door, lsock in doors:
         sel.register(lsock, selectors.EVENT_READ, door)
     sel.register(report.fd, selectors.EVENT_READ, None)
-    while not report.has_line() and not report.eof:
+    while final is None and not report.eof:
         for key, _ in sel.select():
             if key.data is None:
-                report.feed()
-                for stop in report.take_stops():
-                    _write_all(status_fd, stop)
+                try:
+                    report.feed()
+                    while final is None and (message := report.pop()) is not None:
+                        if isinstance(message, st.Stopped):
+                            st.write(status_fd, message)
+                        else:
+                            final = message
+                except st.StatusError:
+                    report.eof = True  # init said what it does not say: the end, as above
                 continue
             try:
                 conn, _addr = key.fileobj.accept()
@@ -349,6 +314,7 @@ def _serve(doors: list[tuple[str, socket.socket]], link: socket.socket,
                 conn.close()
     for _door, lsock in doors:
         lsock.close()
+    return final
 
 
 # ---------------------------------------------------------------- C: init
@@ -364,29 +330,30 @@ def _init(argv, penv, seccomp_filter, report_w: int, go_r: int, keep: set[int],
         _close_all_but(keep)
         priv.mount("proc", "/proc", "proc", priv.MS_NOSUID | priv.MS_NODEV | priv.MS_NOEXEC)
     except OSError as e:
-        _line(report_w, {"init_error": f"cannot set up the sandbox's init (fresh /proc): {e}"})
-        return 122
+        st.write(report_w, st.InitFailed(f"cannot set up the sandbox's init (fresh /proc): {e}"))
+        return ExitCode.NO_SANDBOX
     try:
         _read_only_kernel_knobs()
     except OSError as e:
-        _line(report_w, {"init_error": f"cannot make /proc/sys and /sys read-only: {e}"})
-        return 122
+        st.write(report_w, st.InitFailed(f"cannot make /proc/sys and /sys read-only: {e}"))
+        return ExitCode.NO_SANDBOX
     try:
         _limit_files(files)
     except OSError as e:
-        _line(report_w, {"init_error": f"cannot enforce the policy's [files] limits: {e}"})
-        return 122
-    _line(report_w, {"init": "ok"})
+        st.write(report_w, st.InitFailed(f"cannot enforce the policy's [files] limits: {e}"))
+        return ExitCode.NO_SANDBOX
+    st.write(report_w, st.InitOk())
     if not _go_byte(go_r):
-        return 122
+        return ExitCode.NO_SANDBOX
     os.close(go_r)
 
     if tty:
         try:
             _lead_terminal_session()
         except OSError as e:
-            _line(report_w, {"error": f"cannot give the program its terminal: {e}", "code": 125})
-            return 125
+            st.write(report_w, st.SandboxFailed(f"cannot give the program its terminal: {e}",
+                                                ExitCode.INTERNAL))
+            return ExitCode.INTERNAL
     err_r, err_w = os.pipe2(os.O_CLOEXEC)
     program_pid = os.fork()
     if program_pid == 0:
@@ -408,13 +375,13 @@ def _init(argv, penv, seccomp_filter, report_w: int, go_r: int, keep: set[int],
     status = _wait_for(program_pid, report_w if tty else None)
     if failure:
         try:
-            info = json.loads(failure)
-        except ValueError:
-            info = {"exec_error": "the program could not be started", "code": 126}
-        _line(report_w, info)
-        return int(info.get("code", 126))
+            report = st.decode(failure.rstrip(b"\n"), st.PROGRAM_REPORT)
+        except st.StatusError:
+            report = st.ExecFailed("the program could not be started", ExitCode.CANNOT_EXECUTE)
+        st.write(report_w, report)
+        return report.code
     code, sig = _decode_status(status)
-    _line(report_w, {"exit": {"code": code, "signal": sig}})
+    st.write(report_w, st.Exited(code, sig))
     return code
 
 
@@ -477,7 +444,7 @@ def _wait_for(program_pid: int, stops_to: int | None = None) -> int:
         if pid != program_pid:
             continue
         if os.WIFSTOPPED(status):
-            _line(stops_to, {"stopped": os.WSTOPSIG(status)})
+            st.write(stops_to, st.Stopped(os.WSTOPSIG(status)))
             continue
         return status
 
@@ -512,14 +479,16 @@ def _program(argv, penv, seccomp_filter, err_w: int, files: dict | None = None,
             landlock.restrict_writes(files["writable"], files["landlock_abi"])
         seccomp_filter.load()
     except BaseException as e:  # noqa: BLE001 - whatever went wrong, never exec unsealed
-        _report_exec(err_w, {"error": f"cannot seal the program's process: {e}; {DOCTOR_HINT}",
-                             "code": 122})
+        _report_exec(err_w, st.SandboxFailed(f"cannot seal the program's process: {e}; "
+                                             f"{DOCTOR_HINT}", ExitCode.NO_SANDBOX))
     try:
         os.execvpe(argv[0], argv, penv)
     except OSError as e:
-        code = 127 if e.errno in (errno.ENOENT, errno.ENOTDIR) else 126
-        what = "not found" if code == 127 else "cannot be executed"
-        _report_exec(err_w, {"exec_error": f"{argv[0]}: {what} ({e.strerror})", "code": code})
+        if e.errno in (errno.ENOENT, errno.ENOTDIR):
+            code, what = ExitCode.NOT_FOUND, "not found"
+        else:
+            code, what = ExitCode.CANNOT_EXECUTE, "cannot be executed"
+        _report_exec(err_w, st.ExecFailed(f"{argv[0]}: {what} ({e.strerror})", code))
 
 
 def _lead_terminal_session() -> None:
@@ -548,8 +517,8 @@ def _foreground_of_terminal() -> None:
         signal.signal(signal.SIGTTOU, signal.SIG_DFL)
 
 
-def _report_exec(err_w: int, info: dict) -> None:
+def _report_exec(err_w: int, report: st.Message) -> None:
     try:
-        os.write(err_w, json.dumps(info).encode())
+        st.write(err_w, report)
     finally:
-        os._exit(int(info["code"]))
+        os._exit(report.code)

@@ -7,9 +7,8 @@ from typing import Iterator
 
 import click
 
+from ..exits import ExitCode
 from ..record import read_events, state_dir
-
-EXIT_USAGE = 121
 
 
 def _events(sources: list[str], stdin_first: bytes | None) -> Iterator[dict]:
@@ -34,11 +33,11 @@ def learn(name: str | None, sources: tuple[str, ...], directory: str | None = No
         if last is None:
             click.echo(f"vpnw: no trace to learn from in {directory}; run `vpnw trace -- PROGRAM` "
                        "first, or give a run file with --from FILE", err=True)
-            return EXIT_USAGE
+            return ExitCode.USAGE
         files = [last]
     if files.count("-") > 1:
         click.echo("vpnw: --from - (stdin) can be given only once", err=True)
-        return EXIT_USAGE
+        return ExitCode.USAGE
     stdin_first = None
     for source in files:
         try:
@@ -52,17 +51,17 @@ def learn(name: str | None, sources: tuple[str, ...], directory: str | None = No
                 check_run_file(source)
         except NotARunFile as exc:
             click.echo(f"vpnw: {exc}", err=True)
-            return EXIT_USAGE
+            return ExitCode.USAGE
         except OSError as exc:
             click.echo(f"vpnw: cannot read the run file {source}: {exc.strerror or exc}; "
                        "fix: give an existing file to --from (see `vpnw runs`)", err=True)
-            return EXIT_USAGE
+            return ExitCode.USAGE
     try:
         draft = draft_policy(_events(files, stdin_first), name)
     except NoRuns:
         click.echo(f"vpnw: no run to learn from in {', '.join(files)}: no run.start was read; "
                    f"{RUN_FILE_EXPECTED}", err=True)
-        return EXIT_USAGE
+        return ExitCode.USAGE
     sys.stdout.write(draft)
     sys.stdout.flush()
     return 0

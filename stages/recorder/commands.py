@@ -7,11 +7,10 @@ import click
 import orjson
 
 from ..destinations import destinations
+from ..exits import ExitCode
 from ..record import read_events, state_dir
 from . import runs as runs_mod
 from .human import human_bytes, printable
-
-EXIT_USAGE = 121
 
 
 def _emit_json(value) -> None:
@@ -71,17 +70,17 @@ def show_command(run: str | None, summary: bool, as_json: bool, fmt: str | None,
     """Show a recorded run: RUN is a run id, a run file, or nothing for the newest."""
     if fmt and (summary or as_json):
         click.echo("vpnw: --format cannot be combined with --summary or --json", err=True)
-        sys.exit(EXIT_USAGE)
+        sys.exit(ExitCode.USAGE)
     directory = _runs_dir(directory)
     try:
         path = runs_mod.resolve_run(run, directory)
         runs_mod.check_run_file(path)
     except (runs_mod.RunNotFound, runs_mod.NotARunFile) as exc:
         click.echo(f"vpnw: {exc}", err=True)
-        sys.exit(EXIT_USAGE)
+        sys.exit(ExitCode.USAGE)
     except OSError as exc:
         click.echo(f"vpnw: cannot read the run file {run}: {exc.strerror or exc}", err=True)
-        sys.exit(EXIT_USAGE)
+        sys.exit(ExitCode.USAGE)
 
     if fmt:
         from ..shipping import stream_renderer
