@@ -34,14 +34,15 @@ SAMPLES = [
     st.ExecFailed("prog: cannot be executed (Permission denied)", ExitCode.CANNOT_EXECUTE),
     st.Exited(0, None),
     st.Exited(137, 9),
+    st.Stopped(20),
     st.InitOk(),
     st.InitFailed("cannot mount /proc"),
     st.PathOk(path="office", type="proxy", ms=12),
     st.PathDown(path="office", error="127.0.0.1:9 refused the connection"),
     st.Totals(connections=3, denied=1, would_deny=0, failed=2),
 ]
-ALL_KINDS = (st.Ready, st.SandboxFailed, st.ExecFailed, st.Exited, st.InitOk, st.InitFailed,
-             st.PathOk, st.PathDown, st.Totals)
+ALL_KINDS = (st.Ready, st.SandboxFailed, st.ExecFailed, st.Exited, st.Stopped, st.InitOk,
+             st.InitFailed, st.PathOk, st.PathDown, st.Totals)
 
 
 def test_the_samples_cover_every_kind():
@@ -93,6 +94,7 @@ JUNK = [
     b'{"exec_error": 5, "code": 127}',
     b'{"error": "x"}',
     b'{"init": "maybe"}',
+    b'{"stopped": 0}', b'{"stopped": "SIGTSTP"}', b'{"stopped": 20, "code": 1}',
     b'{"ready": {"namespaces": "user", "seccomp": true, "unix_sockets": false, "doors": {}}}',
     b'{"ready": {"namespaces": [], "seccomp": 1, "unix_sockets": false, "doors": {}}}',
     b'{"ready": {"namespaces": [], "seccomp": true, "unix_sockets": false, "doors": {"http": 0}}}',
@@ -330,6 +332,7 @@ def test_a_path_down_is_123_and_nothing_starts(tmp_path):
     b'{"totals": {"connections": 0, "denied": 0, "would_deny": 0, "failed": 0}}',  # a broker kind
     st.encode(st.Exited(0, None)),                  # an exit before the program was let go
     READY,                                          # a second seal report
+    st.encode(st.Stopped(20)),                      # a stop before the program was let go
 ])
 def test_a_helper_saying_what_it_does_not_say_stops_the_run_before_the_program(junk, tmp_path):
     code, message, events, started = scripted_run([READY, junk], [], [PATH_OK, TOTALS], tmp_path)
