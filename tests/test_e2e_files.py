@@ -446,3 +446,21 @@ def test_bad_file_entries_exit_121_naming_the_line(world, user):
     r = world.vpnw(["guard", "--policy", str(pol), "--", "true"], user=user, cwd=work)
     assert r.returncode == 121, describe(r)
     assert f"{pol}:6: " in r.stderr and "does not exist" in r.stderr and "fix:" in r.stderr
+
+
+def test_under_sudo_deny_read_covers_the_sudo_users_home_as_well(world):
+    """A root program can read the sudo user's home too, so `~` in deny_read
+    means both homes; allow_write's `~` means root's only (never widened)."""
+    if not os.path.isdir(pwd.getpwnam(UNPRIVILEGED_USER).pw_dir):
+        pytest.skip(f"{UNPRIVILEGED_USER} has no home directory")
+    home, _ = secret_home(world, "root")
+    work = world.workdir("root")
+    pol = policy(world, 'deny_read = ["~/.ssh"]\nallow_write = ["."]\n')
+    r = world.vpnw(["guard", "--policy", str(pol), "--", "true"], user="root", cwd=work,
+                   env={"SUDO_USER": UNPRIVILEGED_USER})
+    assert r.returncode == 0, describe(r)
+    record = files_record(r)
+    user_ssh = os.path.join(pwd.getpwnam(UNPRIVILEGED_USER).pw_dir, ".ssh")
+    assert f"{home}/.ssh" in record["deny_read"]
+    assert user_ssh in record["deny_read"] + record["deny_read_absent"], record
+    assert record["allow_write"] == [str(work)]
