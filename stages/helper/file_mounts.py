@@ -123,12 +123,13 @@ def _bind_empties(targets: list[tuple[str, str, int]]) -> None:
         os.mkdir(empty_dir, 0o555)
         os.chmod(empty_dir, 0o555)     # whatever the umask
         priv.mount(None, base, None, _MS_REMOUNT | _MS_RDONLY | _HIDDEN)
-        for path, kind, fd in rest:
+        # The remount above made the tmpfs read-only twice over (its superblock
+        # and its mount); a bind copies the mount's flags, so each is read-only,
+        # nosuid, nodev and noexec as made, with no remount of its own.
+        for _path, kind, fd in rest:
             priv.mount(empty_dir if kind == "dir" else empty_file, f"/proc/self/fd/{fd}", None, _MS_BIND)
-            _remount(path, read_only=True)
         if dirs:
             priv.mount(empty_dir, base, None, _MS_BIND)   # on top of the staging tmpfs
-            _remount(base, read_only=True)
     finally:
         if not dirs:
             priv.umount(_STAGING, priv.MNT_DETACH)
