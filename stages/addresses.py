@@ -235,7 +235,6 @@ CLOUD_PLATFORM_V4 = _table((
      "where Azure's VM agent, DNS and metadata services live", "Azure documentation"),
 ), IPv4Network)
 IPV6_SPECIAL = _table(_IPV6_SPECIAL, IPv6Network)
-_GLOBAL_UNICAST = IPv6Network("2000::/3")
 
 
 class _PrefixTable:

@@ -17,7 +17,7 @@ _ran_sandbox = False    # set once a run/trace/guard started: main may skip the 
 # Subcommands that live with their stage; imported only when used, to keep start-up light.
 LAZY_COMMANDS = {
     "learn": ("stages.learner.commands", "learn_command"),
-    "doctor": ("stages.helper.doctor", "doctor_command"),
+    "doctor": ("stages.doctor", "doctor_command"),
     "runs": ("stages.recorder.commands", "runs_command"),
     "show": ("stages.recorder.commands", "show_command"),
 }

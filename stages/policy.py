@@ -69,9 +69,6 @@ class Rule:
     def is_address(self) -> bool:
         return self.kind in ("ip", "cidr")
 
-    def applies_to_port(self, port: int) -> bool:
-        return self.port is None or self.port == port
-
     def label(self) -> str:
         """How Decision.rule names this rule: deny "x" (line N)."""
         where = f" (line {self.line})" if self.line else ""

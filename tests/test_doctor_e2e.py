@@ -16,7 +16,7 @@ import sys
 import pytest
 
 from e2e_support import describe
-from stages.helper.doctor import run_checks
+from stages.doctor import run_checks
 from stages.record import read_events
 from stages.recorder.check import check_run
 

@@ -30,8 +30,9 @@ from datetime import datetime
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, os.path.join(ROOT, "tests"))
-PYTHON = "/opt/vpnw-venv/bin/python"
-VPNW = "/opt/vpnw-venv/bin/vpnw"
+VENV = os.environ.get("VPNW_VENV", "/opt/vpnw-venv")     # scripts/bench/run honours it too
+PYTHON = f"{VENV}/bin/python"
+VPNW = f"{VENV}/bin/vpnw"
 NETLOAD = os.path.join(HERE, "netload.py")
 SINK_PORT = 9000
 DANTE_PORT, SQUID_PORT = 9180, 9128

@@ -256,12 +256,3 @@ class Relay:
                 pass
         self.finished.set_result(None)
 
-
-async def relay(client: socket.socket, upstream: socket.socket) -> tuple[int, int]:
-    """Relay until both directions end; (bytes_up, bytes_down)."""
-    r = Relay(client, upstream).start()
-    try:
-        await r.wait()
-    finally:
-        r.abort()
-    return r.bytes_up, r.bytes_down

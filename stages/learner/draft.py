@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Iterable
 
 from ..destinations import Destination, Tally
-from ..recorder.human import human_bytes, printable
+from ..text import human_bytes, printable
 
 PLAIN_PORTS = (80, 443)
 WILDCARD_MIN_NAMES = 3

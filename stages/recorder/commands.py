@@ -10,7 +10,7 @@ from ..destinations import destinations
 from ..exits import ExitCode
 from ..record import read_events, state_dir
 from . import runs as runs_mod
-from .human import human_bytes, printable
+from ..text import human_bytes, printable
 
 
 def _emit_json(value) -> None:

@@ -19,10 +19,11 @@ from __future__ import annotations
 
 import calendar
 import os
-import re
 import time
 from dataclasses import dataclass, field
 from typing import Callable
+
+from ..text import human_bytes, printable  # noqa: F401 - shared with the learner (stages/text.py)
 
 TRACE = "trace"
 RUN = "run"
@@ -34,17 +35,6 @@ _RED = "\x1b[31m"
 _GREEN = "\x1b[32m"
 _YELLOW = "\x1b[33m"
 _RESET = "\x1b[0m"
-
-# C0 controls, DEL, C1 controls, and the Unicode line/paragraph separators and
-# bidi overrides that could reorder what the user sees.
-_UNPRINTABLE = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
-
-
-def printable(value) -> str:
-    text = str(value)
-    return _UNPRINTABLE.sub(lambda m: f"\\x{ord(m.group()):02x}" if ord(m.group()) < 256
-                            else f"\\u{ord(m.group()):04x}", text)
-
 
 @dataclass
 class HumanState:
@@ -70,19 +60,6 @@ def host_port(host, port) -> str:
     if ":" in host and not host.startswith("["):
         host = f"[{host}]"
     return f"{host}:{port}"
-
-
-def human_bytes(n) -> str:
-    """Decimal units, as network tools count: 999 B, 1.2 kB, 3.4 MB."""
-    if not isinstance(n, (int, float)) or isinstance(n, bool):
-        return "?"
-    if n < 1000:
-        return f"{int(n)} B"
-    for unit in ("kB", "MB", "GB", "TB"):
-        n /= 1000
-        if n < 999.95 or unit == "TB":
-            return f"{n:.1f} {unit}"
-    return "?"  # unreachable
 
 
 def human_ms(ms) -> str:

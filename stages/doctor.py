@@ -2,6 +2,10 @@
 
 Each check reads a file or tries one thing in a forked child; none changes
 the machine. `run_checks()` returns the list; `doctor_command` prints it.
+
+It lives in the command layer, beside cli.py and the orchestrator, because it
+asks more than one stage: the helper's pieces (namespaces, seccomp, mounts,
+Landlock) and the broker's path check.
 """
 from __future__ import annotations
 
