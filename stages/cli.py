@@ -103,6 +103,13 @@ def _sandboxed(mode: str, *, require_policy: bool):
             click.option("--quiet", is_flag=True,
                          help="Human lines: only denials and the summary."),
             click.option("--events-to", help="Also feed the event stream (JSON Lines) to COMMAND's stdin."),
+            click.option("--syslog", is_flag=False, flag_value="/dev/log", default=None, metavar="[TARGET]",
+                         help="Also send every event to syslog: /dev/log (the default), another socket "
+                              "path, udp://HOST:PORT or tcp://HOST:PORT (RFC 5424, JSON behind @cee:)."),
+            click.option("--events-format", type=click.Choice(["jsonl", "ocsf", "ecs"]), default="jsonl",
+                         show_default=True,
+                         help="What --events-to and --syslog carry: the record's events, or each "
+                              "connection outcome as OCSF Network Activity or ECS."),
             click.option("--allow-unix-sockets", is_flag=True,
                          help="Let the program open Unix sockets (lifts only that part of the filter; recorded)."),
         ]
@@ -116,10 +123,22 @@ def _sandboxed(mode: str, *, require_policy: bool):
     return decorate
 
 
+def _check_syslog_target(target):
+    if target is None:
+        return None
+    from .shipping.transports import TargetError, parse_target
+    try:
+        return str(parse_target(target))
+    except TargetError as exc:
+        raise UsageProblem(f"--syslog: {exc}") from None
+
+
 def _execute(mode, program, policy_file, config_file, via, record, events_to,
-             allow_unix_sockets, log=None, quiet=False, dry_run=False):
+             allow_unix_sockets, log=None, quiet=False, dry_run=False, syslog=None,
+             events_format="jsonl"):
     from .orchestrator import RunRequest, execute
     from .policy import check_policy_for_path
+    syslog = _check_syslog_target(syslog)
     policy = _load_policy(policy_file)
     path = _load_path(config_file, via)
     problem = check_policy_for_path(policy, path.resolves_at_exit) if policy_file else None
@@ -130,7 +149,8 @@ def _execute(mode, program, policy_file, config_file, via, record, events_to,
     _ran_sandbox = True
     request = RunRequest(mode=mode, argv=list(program), policy=policy, path=path, record=record,
                          events_to=events_to, allow_unix_sockets=allow_unix_sockets,
-                         dry_run=dry_run, files=files, log=log, quiet=quiet)
+                         dry_run=dry_run, files=files, log=log, quiet=quiet,
+                         syslog=syslog, events_format=events_format)
     return execute(request)
 
 

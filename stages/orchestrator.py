@@ -40,6 +40,8 @@ class RunRequest:
     files: object = None           # stages.file_limits.FileLimits, when the policy has [files]
     log: str | None = None         # human lines to this file instead of stderr
     quiet: bool = False            # human lines: only denials and the summary
+    syslog: str | None = None      # --syslog TARGET
+    events_format: str = "jsonl"   # what --events-to and --syslog carry
     env: dict = field(default_factory=lambda: dict(os.environ))
 
 
@@ -215,7 +217,8 @@ def _execute(request: RunRequest, terminal: _Terminal) -> int:
     def recorder_body():
         from .recorder import main_from_fds
         return main_from_fds(events_r, record=record, record_fd=record_fd, ready_fd=recorded_w,
-                             human=human, tee_command=request.events_to, color=terminal.color)
+                             human=human, tee_command=request.events_to, color=terminal.color,
+                             syslog_target=request.syslog, events_format=request.events_format)
 
     stage_stdio = (0, 1, terminal.human_fd)
     recorder_pid = _fork_stage([events_r, record_fd, recorded_w], recorder_body, stdio=stage_stdio)
@@ -343,7 +346,7 @@ class _Run:
             if sig == signal.SIGCONT:
                 self.relay.resumed()
                 continue
-            if sig in STOP_SIGNALS and self.request.events_to:
+            if sig in STOP_SIGNALS and (self.request.events_to or self.request.syslog):
                 # Told to stop: side outputs (--events-to) get no grace at the
                 # end. SIGURG because its default action is to be ignored: a
                 # recorder that has not set its handler yet is not killed.

@@ -94,6 +94,9 @@ class _Tee:
     def fd(self) -> int:
         return self.feeder.fd
 
+    def wants_write(self) -> bool:
+        return self.feeder.wants_write()
+
     def write(self, data: bytes) -> None:
         was_open = not self.feeder.closed
         self.feeder.offer(data)
@@ -158,16 +161,32 @@ def _with_fields(raw: bytes, **extra) -> bytes:
     return orjson.dumps(event)
 
 
+def _open_syslog(target: str | None, events_format: str):
+    if target is None:
+        return None
+    from ..shipping.transports import TargetError
+    from .syslog_out import SyslogOut
+    try:
+        return SyslogOut(target, events_format)
+    except TargetError as exc:
+        _say(f"--syslog: {exc}; nothing is sent to syslog")
+        return None
+
+
 def main_from_fds(in_fd: int, *, record: str | None, record_fd: int | None = None,
                   ready_fd: int | None = None, human: str = "trace",
-                  tee_command: str | None = None, color: bool | None = None) -> int:
+                  tee_command: str | None = None, color: bool | None = None,
+                  syslog_target: str | None = None, events_format: str = "jsonl") -> int:
     """Record events from `in_fd` until end of stream. Returns an exit code:
     0, or 1 when the record file could not be opened or written (then it stops
     at once: the orchestrator stops the program rather than run it unrecorded).
 
     `record_fd` is the record already opened by the orchestrator (`record`
     then only names it); `ready_fd` gets one byte once the first line is in
-    the record, and is closed: the program starts only after that."""
+    the record, and is closed: the program starts only after that.
+
+    The side outputs (`tee_command`, `syslog_target`) carry `events_format`:
+    the record's lines ("jsonl"), or OCSF/ECS documents."""
     if human not in HUMAN_MODES:
         raise ValueError(f"human must be one of {HUMAN_MODES}, not {human!r}")
     if color is None:
@@ -187,11 +206,18 @@ def main_from_fds(in_fd: int, *, record: str | None, record_fd: int | None = Non
             tee = _Tee(tee_command)
         except OSError as exc:
             _say(f"cannot start --events-to command {tee_command!r}: {exc.strerror or exc}")
-    if tee is not None:
+    tee_render = None
+    if tee is not None and events_format != "jsonl":
+        from ..shipping import stream_renderer
+        tee_render = stream_renderer(events_format)
+    syslog = _open_syslog(syslog_target, events_format)
+    sides = [side for side in (tee, syslog) if side is not None]
+    if sides:
         import signal
 
         def hurry(_signum, _frame):
-            tee.hurry = True
+            for side in sides:
+                side.hurry = True
         # The orchestrator was told to stop: the copy gets no grace at the end
         # (SIGURG: ignored by default, so harmless before this handler is set).
         signal.signal(signal.SIGURG, hurry)
@@ -201,8 +227,8 @@ def main_from_fds(in_fd: int, *, record: str | None, record_fd: int | None = Non
     pending = b""
     try:
         while status == 0:
-            if tee is not None and tee.feeder.wants_write():
-                _wait_readable(in_fd, tee)
+            if any(side.wants_write() for side in sides):
+                _wait_readable(in_fd, sides)
             chunk = os.read(in_fd, 65536)
             if not chunk:
                 if not pending.strip():
@@ -228,10 +254,14 @@ def main_from_fds(in_fd: int, *, record: str | None, record_fd: int | None = Non
                     if bad_lines == 1:
                         _say(f"skipping a line that is not a version-1 event ({exc})")
                     continue
-                if tee is not None and event["type"] == "run.end":
-                    lost = tee.lost_before_end()
-                    event["fields"]["events_to_lost"] = lost
-                    raw = _with_fields(raw, events_to_lost=lost)
+                if sides and event["type"] == "run.end":
+                    losses = {}
+                    if tee is not None:
+                        losses["events_to_lost"] = tee.lost_before_end()
+                    if syslog is not None:
+                        losses["syslog_lost"] = syslog.lost_before_end()
+                    event["fields"].update(losses)
+                    raw = _with_fields(raw, **losses)
                 line = raw + b"\n"
                 # One write per line: a run killed at any moment leaves whole lines.
                 if run_file is not None:
@@ -247,7 +277,13 @@ def main_from_fds(in_fd: int, *, record: str | None, record_fd: int | None = Non
                     _signal_ready(ready_fd)
                     ready_fd = None
                 if tee is not None:
-                    tee.write(line)
+                    if tee_render is None:
+                        tee.write(line)
+                    else:
+                        for doc in tee_render(event, raw):
+                            tee.write(doc + b"\n")
+                if syslog is not None:
+                    syslog.write(event, raw)
                 if human != QUIET:
                     text = format_event(event, state)
                     if text is not None:
@@ -262,6 +298,8 @@ def main_from_fds(in_fd: int, *, record: str | None, record_fd: int | None = Non
             os.close(ready_fd)
         if tee is not None:
             tee.close()
+        if syslog is not None:
+            syslog.close()
     if bad_lines > 1:
         _say(f"{bad_lines} lines were not version-1 events and were not recorded")
     return status
@@ -275,15 +313,19 @@ def _signal_ready(fd: int) -> None:
     os.close(fd)
 
 
-def _wait_readable(in_fd: int, tee: _Tee) -> None:
-    """Until events arrive, feed the copy whenever its consumer can take more."""
+def _wait_readable(in_fd: int, sides: list) -> None:
+    """Until events arrive, feed the side outputs whenever they can take more."""
     import select
-    while tee.feeder.wants_write():
+    while True:
+        waiting = [side for side in sides if side.wants_write()]
+        if not waiting:
+            return
         try:
-            readable, writable, _ = select.select([in_fd], [tee.fd], [])
+            readable, writable, _ = select.select([in_fd], [side.fd for side in waiting], [])
         except InterruptedError:
             continue
-        if writable:
-            tee.pump()
+        for side in waiting:
+            if side.fd in writable:
+                side.pump()
         if readable:
             return

@@ -21,11 +21,17 @@ def main(argv=None) -> int:
                         help="human lines on stderr: every step, only problems and a summary, or none")
     parser.add_argument("--events-to", metavar="COMMAND", default=None,
                         help="also send the events to COMMAND's stdin (run with sh -c)")
+    parser.add_argument("--syslog", metavar="TARGET", nargs="?", const="/dev/log", default=None,
+                        help="also send the events to syslog: /dev/log, a socket path, "
+                             "udp://HOST:PORT or tcp://HOST:PORT")
+    parser.add_argument("--events-format", choices=("jsonl", "ocsf", "ecs"), default="jsonl",
+                        help="what --events-to and --syslog carry")
     parser.add_argument("--color", choices=("auto", "always", "never"), default="auto")
     args = parser.parse_args(argv)
     color = {"auto": None, "always": True, "never": False}[args.color]
     return main_from_fds(sys.stdin.fileno(), record=args.record, human=args.human,
-                         tee_command=args.events_to, color=color)
+                         tee_command=args.events_to, color=color,
+                         syslog_target=args.syslog, events_format=args.events_format)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,117 @@
+"""`--syslog [TARGET]`: the recorder's syslog copy of the events.
+
+A side output like `--events-to`: rendered (stages/shipping/syslog.py), then
+handed to a BoundedFeeder on a non-blocking socket, so a target that is
+slow, stuck or gone never holds the recorder and so never holds the
+program. What it cannot take is dropped and counted (`run.end`'s
+`syslog_lost`); the run file stays the one complete copy.
+
+Datagram targets (/dev/log, udp://) get one message per send(2); on TCP the
+messages are octet-counted (RFC 6587) and may be cut between writes like any
+stream. A target that refuses (nobody listening, the daemon gone) loses the
+rest of the run's copy, counted: vpnw does not reconnect within a run. Over
+UDP only what the kernel would not take can be counted; a datagram lost in
+the network is invisible to the sender (use tcp:// where that matters).
+"""
+from __future__ import annotations
+
+import os
+import time
+
+from ..shipping.syslog import SyslogMessages, octet_counted
+from ..shipping.transports import open_socket, parse_target
+from .feeder import BoundedFeeder
+
+
+class _DatagramFeeder(BoundedFeeder):
+    """A BoundedFeeder whose every write is one whole message: a datagram
+    socket sends each write as one datagram, so messages are never joined."""
+
+    def _next_write(self) -> bytes:
+        return self._lines[0]
+
+
+def _say(text: str) -> None:
+    try:
+        os.write(2, f"vpnw: {text}\n".encode("utf-8", "replace"))
+    except OSError:
+        pass
+
+
+class SyslogOut:
+    DRAIN_GRACE = 1.0
+    IDLE = 0.25
+
+    def __init__(self, target: str | None, fmt: str = "jsonl"):
+        self.target = parse_target(target)
+        self.messages = SyslogMessages(fmt=fmt, local=self.target.local_format)
+        self.hurry = False
+        self.unsent = 0            # messages for a target that could not be opened
+        self._said = False
+        try:
+            self.sock = open_socket(self.target)
+        except OSError as exc:
+            self.sock = None
+            self.feeder = None
+            _say(f"cannot send to syslog {self.target}: {exc.strerror or exc}; "
+                 "the run is still recorded to its file (losses counted in run.end)")
+            return
+        feeder = _DatagramFeeder if self.target.datagrams else BoundedFeeder
+        self.feeder = feeder(self.sock.fileno())
+
+    @property
+    def fd(self) -> int | None:
+        return self.feeder.fd if self.feeder else None
+
+    @property
+    def lost(self) -> int:
+        held = self.feeder.lost if self.feeder else 0
+        return held + self.unsent + self.messages.unfit
+
+    def wants_write(self) -> bool:
+        return self.feeder is not None and self.feeder.wants_write()
+
+    def write(self, event: dict, raw: bytes) -> None:
+        for message in self.messages.feed(event, raw):
+            if self.feeder is None:
+                self.unsent += 1
+                continue
+            self.feeder.offer(message if self.target.datagrams else octet_counted(message))
+        self.pump()
+
+    def pump(self) -> None:
+        if self.feeder is None:
+            return
+        was_open = not self.feeder.closed
+        self.feeder.pump()
+        if was_open and self.feeder.closed:
+            exc = self.feeder.error
+            _say(f"syslog {self.target} stopped taking messages ({(exc.strerror if exc else None) or exc}); "
+                 "the rest of the run is still recorded to its file (losses counted in run.end)")
+        elif self.feeder.lost and not self._said and not self.feeder.closed:
+            self._said = True
+            _say(f"syslog {self.target} is not keeping up; messages it cannot take are dropped "
+                 "from its copy (counted in run.end), never from the record")
+
+    def lost_before_end(self) -> int:
+        """Before run.end: a last bounded chance for the backlog, then what the
+        copy lost so far (run.end's syslog_lost)."""
+        if self.feeder is not None:
+            if not self.hurry:
+                self.feeder.drain(time.monotonic() + self.DRAIN_GRACE, self.IDLE)
+            self.feeder.drop_pending()
+        return self.lost
+
+    def close(self) -> None:
+        if self.feeder is None:
+            return
+        if self.feeder.wants_write() and not self.hurry:
+            self.feeder.drain(time.monotonic() + self.IDLE, self.IDLE)
+        self.feeder.drop_pending()
+        if self.target.kind == "tcp" and not self.feeder.closed:
+            try:
+                self.sock.shutdown(1)     # SHUT_WR: the collector sees the end of the stream
+            except OSError:
+                pass
+        self.feeder.close()
+        self.sock.detach()
