@@ -45,16 +45,20 @@ ruleset(name="vpnw") {{
 
 FORWARD = """
 ruleset(name="vpnw") {{
-  action(type="omfwd" target="127.0.0.1" port="{port}" protocol="tcp"
-         TCP_Framing="octet-counted" template="RSYSLOG_SyslogProtocol23Format"
-         queue.type="LinkedList" action.resumeRetryCount="-1")
+  if $app-name == "vpnw" then {{
+    action(type="omfwd" target="127.0.0.1" port="{port}" protocol="tcp"
+           TCP_Framing="octet-counted" template="RSYSLOG_SyslogProtocol23Format"
+           queue.type="LinkedList" action.resumeRetryCount="-1")
+    stop
+  }}
 }}
 """
 
 
 class Rsyslog:
     def __init__(self, world, name: str, *, udp_port: int | None = None, tcp_port: int | None = None,
-                 unix: bool = True, hostname: str | None = None, forward_to: int | None = None):
+                 unix: bool = True, hostname: str | None = None, forward_to: int | None = None,
+                 discard: bool = False):
         self.world = world
         self.dir = world.tmp / f"rsyslog-{name}"
         self.dir.mkdir(mode=0o755)
@@ -62,6 +66,7 @@ class Rsyslog:
         self.udp_port, self.tcp_port = udp_port, tcp_port
         self.hostname = hostname
         self.forward_to = forward_to
+        self.discard = discard       # take every message and keep none (benchmarks)
         self.proc: subprocess.Popen | None = None
 
     @property
@@ -77,7 +82,10 @@ class Rsyslog:
             lines.append('module(load="imudp")')
         if self.tcp_port:
             lines.append('module(load="imtcp")')
-        if self.forward_to:
+        if self.discard:
+            lines.append('template(name="vpnw_nothing" type="string" string="")\n'
+                         'ruleset(name="vpnw") { action(type="omfile" file="/dev/null" template="vpnw_nothing") }')
+        elif self.forward_to:
             lines.append(FORWARD.format(port=self.forward_to))
         else:
             lines.append(PARSE_AND_WRITE.format(dir=self.dir))
@@ -121,7 +129,9 @@ class Rsyslog:
     def records(self) -> list[dict]:
         if not self.parsed_file.exists():
             return []
-        return [json.loads(line) for line in self.parsed_file.read_text().splitlines() if line.strip()]
+        # rsyslog may be mid-write: only whole lines count.
+        lines = self.parsed_file.read_bytes().split(b"\n")[:-1]
+        return [json.loads(line) for line in lines if line.strip()]
 
     def unparsed(self) -> str:
         path = self.dir / "unparsed.log"
@@ -136,6 +146,20 @@ class Rsyslog:
             if done(records) or time.monotonic() > deadline:
                 return records
             time.sleep(0.1)
+
+    def await_quiet(self, expected: int, quiet: float = 3.0, timeout: float = 300) -> tuple[int, float]:
+        """(records written, monotonic time of the last one seen) once
+        `expected` are in or nothing new came for `quiet` seconds."""
+        deadline = time.monotonic() + timeout
+        count, last = -1, time.monotonic()
+        while time.monotonic() < deadline:
+            now_count = len(self.parsed_file.read_bytes().split(b"\n")) - 1 if self.parsed_file.exists() else 0
+            if now_count != count:
+                count, last = now_count, time.monotonic()
+            if count >= expected or time.monotonic() - last > quiet:
+                break
+            time.sleep(0.02)
+        return count, last
 
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:

@@ -239,8 +239,11 @@ url = "socks5://vpnwuser:{MARKER}@127.0.0.1:{port}"
     assert leaks == [], leaks
 
 
-FLEET_QUERY = ('select(.doc.class_uid == 4001 and .doc.activity_id == 5) '
-               '| {machine: .hostname, host: .doc.dst_endpoint.hostname, reason: .doc.status_detail}')
+def fleet_query() -> str:
+    """The jq program of docs/record.md's fleet recipe, as written there."""
+    doc = (HERE.parent / "docs" / "record.md").read_text()
+    start = doc.index("jq -c '", doc.index("### A fleet")) + len("jq -c '")
+    return doc[start:doc.index("'", start)]
 
 
 def test_fleet_recipe_one_query_finds_every_denial_of_every_machine(world, user, rsyslog):
@@ -264,7 +267,7 @@ def test_fleet_recipe_one_query_finds_every_denial_of_every_machine(world, user,
         expected += [{"machine": name, "host": hosts[c], "reason": reasons[c]} for c in sorted(reasons)]
     # Every machine's outcomes (2 allowed: open, close; 2 refused) reach the centre.
     central.await_records(lambda got: len(got) >= 8)
-    query = subprocess.run(["jq", "-c", FLEET_QUERY, str(central.parsed_file)],
+    query = subprocess.run(["jq", "-c", fleet_query(), str(central.parsed_file)],
                            capture_output=True, text=True, check=True)
     found = [json.loads(line) for line in query.stdout.splitlines()]
     assert sorted(found, key=json.dumps) == sorted(expected, key=json.dumps)
