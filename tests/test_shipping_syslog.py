@@ -182,3 +182,28 @@ def test_targets(text, target):
 def test_bad_targets_say_what_to_write(text):
     with pytest.raises(TargetError):
         parse_target(text)
+
+
+def test_the_command_line_takes_syslog_with_or_without_a_target(monkeypatch):
+    from click.testing import CliRunner
+
+    from stages import cli
+    seen = []
+    monkeypatch.setattr(cli, "_execute", lambda mode, program, **opts: seen.append(opts) or 0)
+    runner = CliRunner()
+    assert runner.invoke(cli.cli, ["run", "--syslog", "--", "true"]).exit_code == 0
+    assert runner.invoke(cli.cli, ["run", "--syslog", "tcp://[::1]:514", "--events-format", "ocsf",
+                                   "--", "true"]).exit_code == 0
+    assert runner.invoke(cli.cli, ["run", "--", "true"]).exit_code == 0
+    assert [(o["syslog"], o["events_format"]) for o in seen] == \
+        [("/dev/log", "jsonl"), ("tcp://[::1]:514", "ocsf"), (None, "jsonl")]
+    bad = runner.invoke(cli.cli, ["run", "--events-format", "cef", "--", "true"])
+    assert bad.exit_code != 0 and len(seen) == 3
+
+
+def test_a_bad_syslog_target_is_a_usage_error():
+    from stages.cli import UsageProblem, _check_syslog_target
+    with pytest.raises(UsageProblem) as info:
+        _check_syslog_target("udp://collector")
+    assert info.value.exit_code == 121 and "--syslog" in info.value.message and ":514" in info.value.message
+    assert _check_syslog_target("udp://[::1]:514/") == "udp://[::1]:514"
