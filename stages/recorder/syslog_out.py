@@ -15,6 +15,7 @@ the network is invisible to the sender (use tcp:// where that matters).
 """
 from __future__ import annotations
 
+import errno
 import os
 import time
 
@@ -29,6 +30,24 @@ class _DatagramFeeder(BoundedFeeder):
 
     def _next_write(self) -> bytes:
         return self._lines[0]
+
+
+# On a connected UDP socket these speak of one datagram (an ICMP answer to an
+# earlier one, a full device queue), not of the socket: a collector that was
+# restarting takes the next one.
+_UDP_TRANSIENT = {errno.ECONNREFUSED, errno.ENOBUFS, errno.EHOSTUNREACH, errno.ENETUNREACH,
+                  errno.EHOSTDOWN}
+
+
+class _UdpFeeder(_DatagramFeeder):
+    def _gone(self, exc: OSError) -> None:
+        if exc.errno in _UDP_TRANSIENT and self._lines:
+            head = self._lines.popleft()
+            self._queued -= len(head)
+            self.lost += 1
+            self.error = exc
+            return
+        super()._gone(exc)
 
 
 def _say(text: str) -> None:
@@ -56,7 +75,7 @@ class SyslogOut:
             _say(f"cannot send to syslog {self.target}: {exc.strerror or exc}; "
                  "the run is still recorded to its file (losses counted in run.end)")
             return
-        feeder = _DatagramFeeder if self.target.datagrams else BoundedFeeder
+        feeder = {"unix": _DatagramFeeder, "udp": _UdpFeeder, "tcp": BoundedFeeder}[self.target.kind]
         self.feeder = feeder(self.sock.fileno())
 
     @property
