@@ -101,13 +101,20 @@ class SshServer:
         home = self.world._home(user)
         ssh = home / ".ssh"
         pw = pwd.getpwnam(user)
-        if not ssh.exists():
-            ssh.mkdir(mode=0o700)
-            _check(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", user, "-f", str(ssh / "id_ed25519")])
-        public = (ssh / "id_ed25519.pub").read_text()
-        if public not in self.keys.read_text():
+        ssh.mkdir(mode=0o700, exist_ok=True)
+        key, pub = ssh / "id_ed25519", ssh / "id_ed25519.pub"
+        # Other modules share this home and may have put a stand-in secret at
+        # ~/.ssh/id_ed25519 (the file-limit tests do): make a real key unless
+        # the one there is ours and the server accepts it.
+        ours = pub.exists() and key.exists() and pub.read_text() in self.keys.read_text() and \
+            subprocess.run(["ssh-keygen", "-y", "-f", str(key)], capture_output=True, text=True
+                           ).stdout.split()[:2] == pub.read_text().split()[:2]
+        if not ours:
+            key.unlink(missing_ok=True)
+            pub.unlink(missing_ok=True)
+            _check(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", user, "-f", str(key)])
             with open(self.keys, "a") as keys:
-                keys.write(public)
+                keys.write(pub.read_text())
         (ssh / "known_hosts").write_text(f"{GIT_HOST} {host_key or self.host_key}\n")
         for path in [ssh, *ssh.iterdir()]:
             os.chown(path, pw.pw_uid, pw.pw_gid)
