@@ -172,7 +172,7 @@ def check_paths(config_file: str) -> list[Check]:
     """Each configured path, checked the way a run checks it before the program starts."""
     import asyncio
 
-    from stages.broker.upstream import PathDown, check_path
+    from stages.broker.dial import PathDown, dialer_for
     from stages.paths import ConfigError, load_config
     try:
         config = load_config(config_file)
@@ -181,7 +181,7 @@ def check_paths(config_file: str) -> list[Check]:
     checks = []
     for name, path in sorted(config.paths.items()):
         try:
-            asyncio.run(check_path(path))
+            asyncio.run(dialer_for(path).check())
             checks.append(Check(f"path {name}", "ok", f"{path.describe()} answers"))
         except PathDown as e:
             checks.append(Check(f"path {name}", "warn", str(e),

@@ -3,7 +3,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from stages.broker.upstream import DialError
+from stages.broker.dial import DIAL_ERRORS, DialError
 from stages.exit_clients import (Answered, Authenticated, AuthRefused, Connected, ConnectFailed,
                                  ExitProtocolError, HttpConnectClient, Send, Socks5Client)
 
@@ -196,10 +196,26 @@ def test_http_malformed_replies_raise_the_protocol_error(reply):
         client.receive(reply)
 
 
-def test_dial_error_codes_are_closed_set():
-    assert DialError("bad-reply", "x").code == "bad-reply"
-    with pytest.raises(ValueError):
-        DialError("fallback-direct", "x")
+def test_dial_error_codes_are_the_records():
+    # One error type for every kind of path, in conn.fail's vocabulary.
+    import json
+    from pathlib import Path
+
+    import stages
+    def conn_fail(node):
+        if isinstance(node, dict):
+            if "conn.fail" in node:
+                return node["conn.fail"]
+            return next(filter(None, map(conn_fail, node.values())), None)
+        return None
+
+    schema = json.loads((Path(stages.__file__).parent / "record_schema.json").read_text())
+    record_errors = set(conn_fail(schema)["properties"]["error"]["enum"])
+    assert set(DIAL_ERRORS) == record_errors - {"bad-request"}   # bad-request: a handshake's
+    assert DialError("path-down", "x").error == "path-down" and str(DialError("dns", "y")) == "y"
+    for invented in ("fallback-direct", "bad-reply", "denied-by-exit"):
+        with pytest.raises(ValueError):
+            DialError(invented, "x")
 
 
 # --- fuzz: any bytes, any chunking: events or the one protocol error -------------

@@ -13,7 +13,8 @@ import threading
 import pytest
 
 import exits
-from stages.broker.upstream import DialError, PathDown, check_path, dial_via
+from stages.broker.dial import DialError, PathDown, dialer_for
+from stages.broker.upstream import check_path, dial_via
 from stages.paths import DIRECT, PathSpec
 
 SECRET = "s3cret-Qx7"
@@ -190,7 +191,7 @@ def test_socks5_sends_the_checked_address_never_the_name(exit_world, label):
     # Only an address that refuses: the name is never tried.
     with pytest.raises(DialError) as caught:
         run(ns, dial_via(path, INTERNAL, 1, ("127.0.0.1",)))
-    assert caught.value.code in ("refused", "unreachable")
+    assert caught.value.error in ("refused", "unreachable")
 
 
 @pytest.mark.parametrize("label", ALL)
@@ -198,7 +199,7 @@ def test_destination_refused_at_the_exit(exit_world, label):
     ns, _, _ = exit_world
     with pytest.raises(DialError) as caught:
         run(ns, dial_via(spec(get_exit(exit_world, label)), "127.0.0.1", 1, ("127.0.0.1",)))
-    assert caught.value.code in ("refused", "unreachable")
+    assert caught.value.error in ("refused", "unreachable")
 
 
 @pytest.mark.parametrize("label", ["microsocks-auth", "tinyproxy-auth"])
@@ -213,7 +214,7 @@ def test_wrong_password_is_path_down_without_the_password(exit_world, label):
     assert wrong not in message and SECRET not in message
     with pytest.raises(DialError) as dial_caught:
         run(ns, dial_via(path, "127.0.0.1", echo.port, ("127.0.0.1",)))
-    assert dial_caught.value.code == "path-down" and wrong not in str(dial_caught.value)
+    assert dial_caught.value.error == "path-down" and wrong not in str(dial_caught.value)
 
 
 def test_squid_bad_password_is_seen_by_the_check(exit_world):
@@ -227,7 +228,7 @@ def test_squid_bad_password_is_seen_by_the_check(exit_world):
     assert "refused the username/password" in str(caught.value) and wrong not in str(caught.value)
     with pytest.raises(DialError) as dial_caught:
         run(ns, dial_via(path, "127.0.0.1", echo.port, ("127.0.0.1",)))
-    assert dial_caught.value.code == "path-down" and wrong not in str(dial_caught.value)
+    assert dial_caught.value.error == "path-down" and wrong not in str(dial_caught.value)
 
 
 @pytest.mark.parametrize("label", ["microsocks-auth", "tinyproxy-auth", "squid-auth"])
@@ -238,7 +239,7 @@ def test_missing_credentials_are_refused(exit_world, label):
                     resolves_at_exit=True)
     with pytest.raises(DialError) as caught:
         run(ns, dial_via(path, "127.0.0.1", echo.port, ("127.0.0.1",)))
-    assert caught.value.code == "path-down"
+    assert caught.value.error == "path-down"
 
 
 def test_nothing_listening_is_path_down(exit_world):
@@ -253,7 +254,7 @@ def test_nothing_listening_is_path_down(exit_world):
         before = echo.accepted
         with pytest.raises(DialError) as dial_caught:
             run(ns, dial_via(path, "127.0.0.1", echo.port, ("127.0.0.1",)))
-        assert dial_caught.value.code == "path-down"
+        assert dial_caught.value.error == "path-down"
         assert echo.accepted == before, "a dial reached the destination without the exit"
 
 
@@ -273,7 +274,7 @@ def test_exit_killed_mid_run_fails_closed(exit_world, kind):
     before = echo.accepted
     with pytest.raises(DialError) as caught:
         run(ns, dial_via(path, "127.0.0.1", echo.port, ("127.0.0.1",)))
-    assert caught.value.code in ("path-down", "refused")
+    assert caught.value.error in ("path-down", "refused")
     assert echo.accepted == before, "never a direct connection when the exit is gone"
 
 
@@ -292,7 +293,8 @@ def test_hostile_exit_is_a_bad_reply(exit_world, scheme, script):
     before = echo.accepted
     with pytest.raises(DialError) as caught:
         run(ns, dial_via(path, "127.0.0.1", echo.port, ("127.0.0.1",), timeout=5))
-    assert caught.value.code == "bad-reply"
+    # A bad reply means the path is broken: the record's "path-down", and says why.
+    assert caught.value.error == "path-down" and "bad reply from the exit" in caught.value.reason
     assert echo.accepted == before
     fake.listener.close()
 
@@ -330,16 +332,31 @@ def test_silent_exit_times_out(exit_world):
         run(ns, check_path(path, timeout=0.5))
     with pytest.raises(DialError) as caught:
         run(ns, dial_via(path, "example.org", 443, (), timeout=0.5))
-    assert caught.value.code == "timeout"
+    assert caught.value.error == "timeout"
     listener.close()
 
 
 def test_direct_path(exit_world):
+    # The same dial contract as the proxies', through the broker's own direct dialer.
     ns, echo, _ = exit_world
-    assert run(ns, check_path(DIRECT)) is None
-    sock, reached = run(ns, dial_via(DIRECT, "localhost", echo.port, ("127.0.0.2", "127.0.0.1")))
+    direct = dialer_for(DIRECT)
+    assert (direct.kind, direct.resolves_at_exit) == ("direct", False)
+    assert run(ns, direct.check()) is None
+    sock, reached = run(ns, direct.dial("localhost", echo.port, ("127.0.0.2", "127.0.0.1")))
     assert reached == "127.0.0.1"
     echo_through(sock)
     with pytest.raises(DialError) as caught:
-        run(ns, dial_via(DIRECT, "localhost", 1, ("127.0.0.1",)))
-    assert caught.value.code == "refused"
+        run(ns, direct.dial("localhost", 1, ("127.0.0.1",)))
+    assert caught.value.error == "refused"
+    with pytest.raises(ValueError):
+        run(ns, dial_via(DIRECT, "localhost", echo.port, ("127.0.0.1",)))   # a proxy's dial only
+
+
+def test_proxy_paths_have_the_same_dial_contract(exit_world):
+    ns, echo, _ = exit_world
+    exit_ = get_exit(exit_world, "microsocks")
+    proxy = dialer_for(spec(exit_))
+    assert proxy.kind == "proxy" and proxy.resolves_at_exit == spec(exit_).resolves_at_exit
+    assert run(ns, proxy.check()) is None
+    sock, reached = run(ns, proxy.dial("127.0.0.1", echo.port, ("127.0.0.1",)))
+    echo_through(sock)

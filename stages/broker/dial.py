@@ -1,4 +1,11 @@
-"""Dialling a destination directly, and what a failure is called.
+"""The dial contract: one interface per kind of path, one error type.
+
+Every kind of path (direct here; proxy in upstream.py; WireGuard next) is a
+`Dialer`: `check()` proves the path answers before the program starts
+(raises PathDown: exit 123), `dial(host, port, addresses)` returns a
+connected non-blocking socket and the address reached, or raises DialError,
+whose `error` is already the record's conn.fail code. `dialer_for(path)`
+picks the one for a path.
 
 `dial_direct` tries exactly the addresses it is given, in order (they are the
 addresses the policy checked: no second lookup), each with a non-blocking
@@ -10,21 +17,51 @@ import asyncio
 import errno
 import ipaddress
 import socket
-from dataclasses import dataclass
 
 CONNECT_TIMEOUT = 10.0
 _IP_TYPES = (ipaddress.IPv4Address, ipaddress.IPv6Address)
 
+# conn.fail's "error" (docs/architecture.md, record_schema.json) for a dial.
+DIAL_ERRORS = ("refused", "unreachable", "timeout", "dns", "path-down", "internal")
 
-@dataclass
+
 class DialError(Exception):
     """The destination could not be reached. `error` is the record's short
-    code (refused, unreachable, timeout, dns, path-down, internal)."""
-    error: str
-    reason: str
+    code (DIAL_ERRORS); `reason` a sentence for people, never a password."""
+
+    def __init__(self, error: str, reason: str):
+        if error not in DIAL_ERRORS:
+            raise ValueError(f"unknown dial error {error!r}")
+        super().__init__(error, reason)
+        self.error = error
+        self.reason = reason
 
     def __str__(self) -> str:
         return self.reason
+
+
+class PathDown(Exception):
+    """The chosen path does not answer; the program must not start (exit 123)."""
+
+
+class DirectDialer:
+    """The direct path: connect from this machine to the checked addresses."""
+    kind = "direct"
+    resolves_at_exit = False
+
+    async def check(self) -> None:
+        """Nothing to check: this machine's own network."""
+
+    async def dial(self, host: str, port: int, addresses: tuple) -> tuple[socket.socket, str]:
+        return await dial_direct(addresses, port)
+
+
+def dialer_for(path):
+    """The Dialer for a paths.PathSpec (None: direct)."""
+    if path is None or path.type == "direct":
+        return DirectDialer()
+    from .upstream import ProxyDialer
+    return ProxyDialer(path)
 
 
 def classify(exc: BaseException) -> str:

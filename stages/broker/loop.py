@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 from . import http_proxy, socks5
 from .limits import MAX_PENDING_HANDSHAKES
-from .dial import DialError, classify, dial_direct
+from .dial import DialError, PathDown, dialer_for
 from .relay import Relay
 from .. import status as st
 from ..exits import ExitCode
@@ -87,8 +87,8 @@ class Broker:
         self.dry_run = dry_run
         self.grace = grace
         self.local_addresses = local_addresses
-        self.is_direct = getattr(path, "type", "direct") == "direct"
-        self.resolves_at_exit = bool(getattr(path, "resolves_at_exit", False)) and not self.is_direct
+        self.dialer = dialer_for(path)
+        self.resolves_at_exit = self.dialer.resolves_at_exit
         self.last_conn = 0
         self.totals = {"connections": 0, "denied": 0, "would_deny": 0, "failed": 0}
         self.tasks: set[asyncio.Task] = set()
@@ -151,16 +151,14 @@ class Broker:
             return True
         started = time.monotonic()
         name = getattr(self.path, "name", "direct")
-        kind = "direct" if self.is_direct else "proxy"
-        if not self.is_direct:
-            from .upstream import PathDown, check_path
-            try:
-                await check_path(self.path)
-            except PathDown as exc:
-                ms = _ms(started)
-                self.emit("path.check", path=name, type=kind, ok=False, ms=ms, error=str(exc))
-                self.status(st.PathDown(path=name, error=str(exc)))
-                return False
+        kind = self.dialer.kind
+        try:
+            await self.dialer.check()
+        except PathDown as exc:
+            ms = _ms(started)
+            self.emit("path.check", path=name, type=kind, ok=False, ms=ms, error=str(exc))
+            self.status(st.PathDown(path=name, error=str(exc)))
+            return False
         ms = _ms(started)
         self.emit("path.check", path=name, type=kind, ok=True, ms=ms)
         self.status(st.PathOk(path=name, type=kind, ms=ms))
@@ -313,10 +311,7 @@ class Broker:
         progress["stage"] = "dial"
         started = time.monotonic()
         try:
-            if self.is_direct:
-                sock, address = await dial_direct(dial_addresses, port)
-            else:
-                sock, address = await self._dial_via(target.host, port, dial_addresses)
+            sock, address = await self.dialer.dial(target.host, port, dial_addresses)
         except DialError as exc:
             progress["ended"] = True
             return self.fail(conn, "path" if exc.error == "path-down" else "dial", exc.error, exc.reason)
@@ -325,21 +320,6 @@ class Broker:
         self.emit("conn.open", conn, address=address, port=port,
                   via=getattr(self.path, "name", "direct"), ms=_ms(started))
         return Opened(conn, sock, address, time.monotonic())
-
-    async def _dial_via(self, host: str, port: int, addresses: tuple):
-        from . import upstream
-        # upstream's codes -> the record's (docs/architecture.md, conn.fail)
-        record_code = {"refused": "refused", "unreachable": "unreachable", "timeout": "timeout",
-                       "path-down": "path-down", "denied-by-exit": "refused",
-                       "bad-reply": "path-down"}
-        try:
-            return await upstream.dial_via(self.path, host, port, addresses)
-        except upstream.DialError as exc:
-            raise DialError(record_code.get(exc.code, "internal"), exc.reason) from None
-        except upstream.PathDown as exc:
-            raise DialError("path-down", str(exc)) from None
-        except (OSError, asyncio.TimeoutError) as exc:
-            raise DialError(classify(exc), f"via {self.path.name}: {exc or type(exc).__name__}") from None
 
     async def resolve(self, conn: int, host: str, port: int) -> tuple:
         loop = asyncio.get_running_loop()

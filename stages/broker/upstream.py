@@ -1,4 +1,5 @@
-"""Upstream: reaching a destination through the chosen path.
+"""Upstream: reaching a destination through a proxy path (the dial contract's
+`ProxyDialer`, see dial.py).
 
 A thin asyncio shell (`check_path`, `dial_via`) on a non-blocking socket
 (`loop.sock_connect/sock_recv/sock_sendall`, not streams: the broker relays the
@@ -30,7 +31,6 @@ The path check and what it can prove:
 from __future__ import annotations
 
 import asyncio
-import errno
 import ipaddress
 import socket
 
@@ -42,30 +42,25 @@ from stages.exit_clients import (  # noqa: F401
 )
 from stages.paths import PathSpec
 
+from .dial import DialError, PathDown
+
 
 # ===================== asyncio shell ==========================================
 
-class PathDown(Exception):
-    """The chosen path does not answer; the program must not start (exit 123)."""
+class ProxyDialer:
+    """The dial contract (dial.py) for a proxy path: every connection goes to
+    the exit, never to the destination."""
+    kind = "proxy"
 
+    def __init__(self, path: PathSpec):
+        self.path = path
+        self.resolves_at_exit = path.resolves_at_exit
 
-class DialError(Exception):
-    """A destination could not be reached through the path.
+    async def check(self) -> None:
+        await check_path(self.path)
 
-    code: refused, unreachable, timeout, path-down, denied-by-exit, bad-reply.
-    """
-
-    CODES = ("refused", "unreachable", "timeout", "path-down", "denied-by-exit", "bad-reply")
-
-    def __init__(self, code: str, reason: str):
-        if code not in self.CODES:
-            raise ValueError(f"unknown dial error code {code!r}")
-        self.code = code
-        self.reason = reason
-        super().__init__(code, reason)
-
-    def __str__(self) -> str:
-        return f"{self.code}: {self.reason}"
+    async def dial(self, host: str, port: int, addresses: tuple) -> tuple[socket.socket, str]:
+        return await dial_via(self.path, host, port, addresses)
 
 
 class _ExitGone(Exception):
@@ -81,25 +76,18 @@ def _scrub(text: str, path: PathSpec) -> str:
     return text
 
 
-_SOCKS_CODE_TO_DIAL = {1: "unreachable", 2: "denied-by-exit", 3: "unreachable", 4: "unreachable",
-                       5: "refused", 6: "timeout", 7: "denied-by-exit", 8: "denied-by-exit"}
+# An exit's answer -> the record's dial error. The exit refusing to connect
+# (its rules, a bad command) is "refused", as the destination refusing is; the
+# reason says which.
+_SOCKS_CODE_TO_DIAL = {1: "unreachable", 2: "refused", 3: "unreachable", 4: "unreachable",
+                       5: "refused", 6: "timeout", 7: "refused", 8: "refused"}
 
 
 def _http_code_to_dial(status: int) -> str:
-    if status in (403, 405):
-        return "denied-by-exit"
     if status == 504:
         return "timeout"
     # 502/503/500: the exit tried and failed; HTTP does not say why.
-    return "unreachable" if status >= 500 else "denied-by-exit"
-
-
-def _os_error_code(exc: OSError) -> str:
-    if exc.errno == errno.ECONNREFUSED:
-        return "refused"
-    if exc.errno in (errno.ETIMEDOUT,):
-        return "timeout"
-    return "unreachable"
+    return "unreachable" if status >= 500 else "refused"
 
 
 async def _open_socket(loop, address: str, port: int) -> socket.socket:
@@ -168,9 +156,7 @@ class _Refused(Exception):
 
 
 async def check_path(path: PathSpec, timeout: float = 5.0) -> None:
-    """Prove the path answers before the program starts; raises PathDown."""
-    if path.type == "direct":
-        return
+    """Prove the proxy path answers before the program starts; raises PathDown."""
     loop = asyncio.get_running_loop()
     sock = None
     try:
@@ -207,17 +193,6 @@ async def check_path(path: PathSpec, timeout: float = 5.0) -> None:
     finally:
         if sock is not None:
             sock.close()
-
-
-async def _dial_direct(loop, port: int, targets: list[str]) -> tuple[socket.socket, str]:
-    failures = []
-    for address in targets:
-        try:
-            return await _open_socket(loop, address, port), address
-        except OSError as exc:
-            failures.append((_os_error_code(exc), f"{address}: {exc.strerror or exc}"))
-    code = failures[-1][0] if failures else "unreachable"
-    raise DialError(code, "; ".join(f for _, f in failures) or "no address to dial")
 
 
 async def _dial_socks5_once(loop, path: PathSpec, target: str, port: int) -> socket.socket:
@@ -264,20 +239,21 @@ def _literal(host: str) -> str | None:
 
 async def dial_via(path: PathSpec, host: str, port: int, addresses: tuple,
                    timeout: float = 10.0) -> tuple[socket.socket, str]:
-    """Connect to host:port through `path`.
+    """Connect to host:port through the proxy path `path`.
 
     Returns a connected non-blocking socket whose next byte is the
     destination's, and the address reached, for the record ("140.82.112.6"; the
-    host name itself when the exit resolves it). For direct and socks5:// the checked `addresses` are dialled (or
-    sent to the exit), first to last, never the name; for socks5h:// and http://
-    the name goes to the exit, which resolves it. Raises DialError.
+    host name itself when the exit resolves it). For socks5:// the checked
+    `addresses` are sent to the exit, first to last, never the name; for
+    socks5h:// and http:// the name goes to the exit, which resolves it.
+    Raises DialError (the record's codes).
     """
+    if path.type != "proxy":
+        raise ValueError(f"dial_via dials through a proxy path, not {path.type!r} (see dial.dialer_for)")
     loop = asyncio.get_running_loop()
     targets = [str(a) for a in addresses] or ([_literal(host)] if _literal(host) else [])
     try:
         async with asyncio.timeout(timeout):
-            if path.type == "direct":
-                return await _dial_direct(loop, port, targets)
             if path.scheme == "socks5":
                 if not targets:
                     raise DialError("unreachable", f"{host}: no checked address to send to {path.describe()}")
@@ -301,7 +277,7 @@ async def dial_via(path: PathSpec, host: str, port: int, addresses: tuple,
     except _Refused as exc:
         raise DialError("path-down", _scrub(f"path {path.describe()}: {exc}", path)) from None
     except ExitProtocolError as exc:
-        raise DialError("bad-reply", _scrub(f"path {path.describe()}: bad reply from the exit ({exc})",
+        raise DialError("path-down", _scrub(f"path {path.describe()}: bad reply from the exit ({exc})",
                                             path)) from None
     except OSError as exc:
         # A send to the exit failed (e.g. it reset the connection).
