@@ -135,6 +135,7 @@ def test_every_event_reaches_rsyslog_parsed(world, user, rsyslog, transport):
     assert [rec["doc"]["fields"]["host"] for rec in records if rec["doc"]["type"] == "conn.request"] == asked
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("transport", ["unix", "tcp"])
 def test_2000_connections_nothing_lost_order_kept(world, user, rsyslog, transport):
     rs = rsyslog()
