@@ -7,6 +7,7 @@ against ECS's own field definitions.
 from __future__ import annotations
 
 from .outcomes import Outcome, ip_version
+from .syslog import severity as syslog_severity
 
 ECS_VERSION = "9.4.0"
 
@@ -17,14 +18,17 @@ TYPES = {
     "refuse": (["connection", "denied"], "failure", "connection-denied"),
     "fail": (["connection", "start"], "failure", "connection-failed"),
 }
-# syslog severities (RFC 5424), as event.severity and log.level
-SEVERITY = {"refuse": (4, "warning"), "fail": (5, "notice")}
+# event.severity is the syslog severity of the record event (RFC 5424, as
+# --syslog sends it); log.level its name.
+LEVELS = {0: "emergency", 1: "alert", 2: "critical", 3: "error", 4: "warning", 5: "notice",
+          6: "info", 7: "debug"}
 
 
 def render(o: Outcome) -> dict:
     types, outcome, action = TYPES[o.kind]
     c, run, f = o.connection, o.run, o.fields
-    severity, level = SEVERITY.get(o.kind, (6, "info"))
+    severity = syslog_severity(o.event)
+    level = LEVELS[severity]
     run_id = run.run or o.event.get("run")
     event = {
         "kind": "event",
