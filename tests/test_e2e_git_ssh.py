@@ -98,7 +98,7 @@ class SshServer:
         """Give `user` an ssh key the server accepts and a known_hosts entry
         for git.world (the real host key, or `host_key`), in ~/.ssh as ssh
         expects them: no -i, no options."""
-        home = self.world._home(user)
+        home = self.home(user)
         ssh = home / ".ssh"
         pw = pwd.getpwnam(user)
         ssh.mkdir(mode=0o700, exist_ok=True)
@@ -119,6 +119,20 @@ class SshServer:
         for path in [ssh, *ssh.iterdir()]:
             os.chown(path, pw.pw_uid, pw.pw_gid)
 
+    def home(self, user: str) -> Path:
+        """This module's own home for `user` (other tests put their own files
+        in the world's shared homes, a fake ~/.ssh/id_ed25519 among them)."""
+        home = self.dir / f"home-{user}"
+        if not home.exists():
+            home.mkdir(mode=0o700)
+            pw = pwd.getpwnam(user)
+            os.chown(home, pw.pw_uid, pw.pw_gid)
+        return home
+
+    def vpnw(self, args: list, *, user: str, **kw):
+        """world.vpnw with HOME set to this module's home for `user`."""
+        return self.world.vpnw(args, user=user, env={"HOME": str(self.home(user)), **kw.pop("env", {})}, **kw)
+
     def branches(self) -> str:
         return _check(["git", "--git-dir", str(self.repo), "for-each-ref", "--format=%(refname)"]).stdout
 
@@ -129,7 +143,7 @@ def sshd(world):
         _cannot("the git-over-ssh tests need Debian's openssh-server and openssh-client "
                 "(scripts/setup installs them)")
     server = SshServer(world)
-    homes = passwd_homes_are_world_homes(world)
+    homes = passwd_homes_are(world, server)
     try:
         yield server.start()
     finally:
@@ -138,10 +152,10 @@ def sshd(world):
             world.in_world("umount", home)
 
 
-def passwd_homes_are_world_homes(world) -> list[str]:
+def passwd_homes_are(world, server: SshServer) -> list[str]:
     """ssh reads ~/.ssh from the passwd entry's home, not $HOME: inside the
-    world's mount namespace only (the host is untouched), put each user's
-    world home over it for the duration of this module."""
+    world's mount namespace only (the host is untouched), put this module's
+    home for each user over it for the duration of this module."""
     mounted = []
     for user in ("root", UNPRIVILEGED_USER):
         try:
@@ -149,7 +163,7 @@ def passwd_homes_are_world_homes(world) -> list[str]:
         except KeyError:
             continue
         if os.path.isdir(home):
-            world.in_world("mount", "--bind", str(world._home(user)), home)
+            world.in_world("mount", "--bind", str(server.home(user)), home)
             mounted.append(home)
     return mounted
 
@@ -171,7 +185,7 @@ def test_clone_fetch_push_over_ssh_with_no_configuration(world, user, sshd):
               f"git -c user.name=agent -c user.email=agent@example.invalid commit -q -m change && "
               f"git push -q origin HEAD:refs/heads/{branch} && git fetch -q origin && "
               f"git rev-parse origin/{branch}")
-    r = world.vpnw(["run", "--", "sh", "-c", script], user=user, cwd=work, timeout=120)
+    r = sshd.vpnw(["run", "--", "sh", "-c", script], user=user, cwd=work, timeout=120)
     assert r.returncode == 0, describe(r)
     assert "a repository served by the test world" in r.stdout
     assert f"refs/heads/{branch}" in sshd.branches()
@@ -191,7 +205,7 @@ def test_a_wrong_host_key_stops_ssh(world, user, sshd):
     sshd.client(user, host_key=other)
     try:
         work = world.workdir(user)
-        r = world.vpnw(["run", "--", "git", "clone", "-q", url(sshd), "repo"], user=user, cwd=work,
+        r = sshd.vpnw(["run", "--", "git", "clone", "-q", url(sshd), "repo"], user=user, cwd=work,
                        timeout=120)
         assert r.returncode == 128, describe(r)
         assert "REMOTE HOST IDENTIFICATION HAS CHANGED" in r.stderr or \
@@ -205,7 +219,7 @@ def test_a_user_git_ssh_command_is_kept_and_recorded(world, user, sshd):
     sshd.client(user)
     work = world.workdir(user)
     mine = "ssh -o BatchMode=yes"   # no ProxyCommand: it cannot get out, and vpnw says why
-    r = world.vpnw(["run", "--", "git", "clone", "-q", url(sshd), "repo"], user=user, cwd=work,
+    r = sshd.vpnw(["run", "--", "git", "clone", "-q", url(sshd), "repo"], user=user, cwd=work,
                    env={"GIT_SSH_COMMAND": mine}, timeout=120)
     assert r.returncode == 128, describe(r)
     events = run_events(r)
@@ -221,7 +235,7 @@ def test_guard_allows_ssh_to_an_allowed_host(world, user, sshd):
                         f'version = 1\nname = "git"\n\n[policy]\ndefault = "deny"\ndeny_private = true\n'
                         f'allow = ["{GIT_HOST}:22"]\n')
     work = world.workdir(user)
-    r = world.vpnw(["guard", "--policy", str(policy), "--", "git", "clone", "-q", url(sshd), "repo"],
+    r = sshd.vpnw(["guard", "--policy", str(policy), "--", "git", "clone", "-q", url(sshd), "repo"],
                    user=user, cwd=work, timeout=120)
     assert r.returncode == 0, describe(r)
     assert (work / "repo" / "README").exists()
@@ -237,7 +251,7 @@ def test_guard_denies_ssh_to_a_host_not_allowed_without_looking_it_up(world, use
                         'version = 1\nname = "git"\n\n[policy]\ndefault = "deny"\nallow = ["api.github.com"]\n')
     work = world.workdir(user)
     mark = world.dns_mark()
-    r = world.vpnw(["guard", "--policy", str(policy), "--", "git", "clone", "-q", url(sshd), "repo"],
+    r = sshd.vpnw(["guard", "--policy", str(policy), "--", "git", "clone", "-q", url(sshd), "repo"],
                    user=user, cwd=work, timeout=120)
     assert r.returncode == 120, describe(r)
     assert "denied by vpnw's policy" in r.stderr, describe(r)
@@ -264,7 +278,7 @@ def test_plain_ssh_and_scp_with_the_documented_proxy_command(world, user, sshd):
     script = (f"ssh -o 'ProxyCommand={relay} %h %p' {target} 'echo on $(hostname -s) as $(id -un)' && "
               f"scp -q -o 'ProxyCommand={relay} %h %p' upload.txt {target}:{remote} && "
               f"eval \"$GIT_SSH_COMMAND {target} cat {remote}\"")
-    r = world.vpnw(["run", "--", "sh", "-c", script], user=user, cwd=work, timeout=120)
+    r = sshd.vpnw(["run", "--", "sh", "-c", script], user=user, cwd=work, timeout=120)
     assert r.returncode == 0, describe(r)
     assert f"as {SERVER_USER}" in r.stdout and "sent with scp" in r.stdout, describe(r)
     assert remote.read_text() == "sent with scp\n"
