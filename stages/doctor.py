@@ -210,9 +210,19 @@ def program_variables() -> dict[str, str]:
 
 
 def check_program_env() -> Check:
+    import sys
+
+    from stages.client_env import apply
     names = " ".join(program_variables())
-    return Check("program_env", "ok", f"vpnw sets {names} for the program "
-                 "(a client's own setting that you set is kept, and the record says so)")
+    detail = (f"vpnw sets {names} for the program "
+              "(a client's own setting that you set is kept, and the record says so)")
+    _, kept = apply(dict(os.environ), python=sys.executable)
+    if not kept:
+        return Check("program_env", "ok", detail)
+    return Check("program_env", "warn",
+                 f"{detail}; here your own {', '.join(kept)} would be kept, so that client "
+                 f"does not go through the doors unless your setting does",
+                 "see \"Clients\" in the README for what to add (e.g. ProxyCommand=vpnw-ssh-proxy %h %p)")
 
 
 def run_checks(config_file: str | None = None) -> list[Check]:

@@ -193,6 +193,14 @@ def test_doctor_lists_the_variables_vpnw_sets(world, user):
     j = world.vpnw(["doctor", "--json"], user=user)
     checks = {c["name"]: c for c in map(json.loads, j.stdout.splitlines())}
     assert checks["program_env"]["variables"]["JAVA_TOOL_OPTIONS"].startswith("-Dhttp.proxyHost=127.0.0.1")
+    assert checks["program_env"]["status"] == "ok"
+    # A setting of the user's own that vpnw would keep is pointed out (a warning: guard still works).
+    mine = world.vpnw(["doctor", "--json"], user=user, env={"GIT_SSH_COMMAND": "ssh -i deploy"})
+    assert mine.returncode == 0, describe(mine)
+    checks = {c["name"]: c for c in map(json.loads, mine.stdout.splitlines())}
+    assert checks["program_env"]["status"] == "warn"
+    assert "GIT_SSH_COMMAND" in checks["program_env"]["detail"]
+    assert "ssh -i deploy" not in mine.stdout
 
 
 # ── the daily-use install ────────────────────────────────────────────────────
