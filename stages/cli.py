@@ -150,7 +150,8 @@ def _execute(mode, program, policy_file, config_file, via, record, events_to,
     request = RunRequest(mode=mode, argv=list(program), policy=policy, path=path, record=record,
                          events_to=events_to, allow_unix_sockets=allow_unix_sockets,
                          dry_run=dry_run, files=files, log=log, quiet=quiet,
-                         syslog=syslog, events_format=events_format)
+                         syslog=syslog, events_format=events_format,
+                         config_file=config_file)
     return execute(request)
 
 

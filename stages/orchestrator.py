@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from . import __version__, handoff
 from . import status as st
 from .exits import ExitCode, killed_by
-from .record import Emitter, RecordUnwritable, new_run_id, open_run_file
+from .record import Emitter, RecordUnwritable, new_run_id, open_run_file, vpnw_state_dir
 
 FORWARDED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT,
                      signal.SIGUSR1, signal.SIGUSR2)
@@ -42,6 +42,7 @@ class RunRequest:
     quiet: bool = False            # human lines: only denials and the summary
     syslog: str | None = None      # --syslog TARGET
     events_format: str = "jsonl"   # what --events-to and --syslog carry
+    config_file: str | None = None # the paths file of this run (read-only to the program)
     env: dict = field(default_factory=lambda: dict(os.environ))
 
 
@@ -253,7 +254,8 @@ def _execute(request: RunRequest, terminal: _Terminal) -> int:
         from .helper import run_helper
         run_helper(request.argv, handoff_fd=helper_end.fileno(), status_fd=helper_status_w,
                    go_fd=go_r, allow_unix_sockets=request.allow_unix_sockets, env=program_env,
-                   files=files_plan, tty=relay is not None)
+                   files=files_plan, tty=relay is not None,
+                   read_only=_out_of_program_reach(request, record))
         return ExitCode.INTERNAL
 
     # The helper, its init and the program get the program's fds 0-2: with a
@@ -291,6 +293,21 @@ def _execute(request: RunRequest, terminal: _Terminal) -> int:
     if _program_never_got_out(run, totals):
         say(NO_CONNECTION_HINT.format(code=code))   # last, after the recorder's summary
     return int(code)
+
+
+def _out_of_program_reach(request: RunRequest, record: str) -> list[str]:
+    """What the sandbox makes read-only for the program (DESIGN §10, "the
+    record is evidence"): vpnw's state directory (made if missing, so the
+    program cannot make it and plant runs there), the record, the policy and
+    the config. A path that cannot be made or does not exist is left out: the
+    program, the same user without capabilities, cannot make it either."""
+    state = vpnw_state_dir()
+    try:
+        os.makedirs(os.path.join(state, "runs"), mode=0o700, exist_ok=True)
+    except OSError:
+        pass
+    paths = [state, record, getattr(request.policy, "source", None), request.config_file]
+    return [p for p in dict.fromkeys(paths) if p and p != "-" and os.path.lexists(p)]
 
 
 def _file_limits(files) -> tuple[dict | None, dict]:

@@ -264,3 +264,223 @@ def test_sigterm_with_a_stuck_consumer_ends_the_run_at_once(world, user):
     # Not the consumer's 600 s, nor the end-of-run grace the copy gets otherwise
     # (the bound is loose on purpose; scripts/bench_events_to.py measures it).
     assert took < 10, took
+
+
+# ── out of the program's reach ──────────────────────────────────────────
+
+# Tries every way to change a protected file or directory and prints one JSON
+# line: {"<op> <target>": "ok" | errno name}. argv[1]: JSON {"files": {name:
+# path}, "dirs": {name: path}, "scratch": a writable directory}. With
+# --control it first makes fresh copies of the targets under scratch (a file
+# with content, a directory with runs/old.jsonl) before each attempt, so the
+# same attempts can be shown to work on unprotected files of the same user.
+ATTACK = r'''
+import ctypes, errno, json, os, shutil, sys
+spec, control = json.loads(sys.argv[1]), "--control" in sys.argv
+scratch = spec["scratch"]
+libc = ctypes.CDLL(None, use_errno=True)
+MS_BIND, MS_REMOUNT, MS_RDONLY, MNT_DETACH = 4096, 32, 1, 2
+CLONE_NEWNS, CLONE_NEWUSER = 0x20000, 0x10000000
+results = {}
+
+def fresh(kind, name, path):
+    if not control:
+        return path
+    copy = os.path.join(scratch, "control-" + name)
+    if os.path.isdir(copy) and not os.path.islink(copy):
+        shutil.rmtree(copy)
+    elif os.path.lexists(copy):
+        os.unlink(copy)
+    if kind == "file":
+        with open(copy, "w") as out:
+            out.write("original\n")
+    else:
+        os.makedirs(os.path.join(copy, "runs"))
+        with open(os.path.join(copy, "runs", "old.jsonl"), "w") as out:
+            out.write("original\n")
+    return copy
+
+def attempt(label, fn):
+    try:
+        fn()
+        results[label] = "ok"
+    except OSError as e:
+        results[label] = errno.errorcode.get(e.errno, str(e.errno))
+
+def libc_call(name, *args):
+    if getattr(libc, name)(*args) != 0:
+        e = ctypes.get_errno()
+        raise OSError(e, os.strerror(e))
+
+def write_to(path, flags):
+    fd = os.open(path, flags | os.O_WRONLY, 0o644)
+    try:
+        os.write(fd, b"forged\n")
+    finally:
+        os.close(fd)
+
+def via_symlink(path, then):
+    link = os.path.join(scratch, "link-%d" % len(results))
+    if os.path.lexists(link):
+        os.unlink(link)
+    os.symlink(path, link)
+    then(link)
+
+def relative(path, then):
+    here = os.getcwd()
+    os.chdir(os.path.dirname(path))
+    try:
+        then(os.path.basename(path))
+    finally:
+        os.chdir(here)
+
+def replacement():
+    spare = os.path.join(scratch, "spare-%d" % len(results))
+    with open(spare, "w") as out:
+        out.write("forged\n")
+    return spare
+
+file_attacks = {
+    "append": lambda p: write_to(p, os.O_APPEND),
+    "overwrite": lambda p: write_to(p, 0),
+    "truncate-open": lambda p: write_to(p, os.O_TRUNC),
+    "truncate": lambda p: os.truncate(p, 0),
+    "chmod": lambda p: os.chmod(p, 0o666),
+    "rename-away": lambda p: os.rename(p, p + ".moved"),
+    "rename-over": lambda p: os.rename(replacement(), p),
+    "delete": lambda p: os.unlink(p),
+    "hard-link-then-write": lambda p: (os.link(p, os.path.join(scratch, "hl-%d" % len(results))),
+                                       write_to(os.path.join(scratch, "hl-%d" % len(results)), os.O_APPEND)),
+    "via-proc-self-root": lambda p: write_to("/proc/self/root" + os.path.abspath(p), os.O_APPEND),
+    "via-own-symlink": lambda p: via_symlink(p, lambda l: write_to(l, os.O_APPEND)),
+    "via-relative-path": lambda p: relative(p, lambda r: write_to(r, os.O_APPEND)),
+}
+dir_attacks = {
+    "add-run": lambda d: write_to(os.path.join(d, "runs", "r-forged.jsonl"), os.O_CREAT | os.O_EXCL),
+    "edit-run": lambda d: write_to(os.path.join(d, "runs", sorted(os.listdir(os.path.join(d, "runs")))[0]),
+                                   os.O_TRUNC),
+    "delete-run": lambda d: os.unlink(os.path.join(d, "runs", sorted(os.listdir(os.path.join(d, "runs")))[0])),
+    "rename-run": lambda d: os.rename(os.path.join(d, "runs", sorted(os.listdir(os.path.join(d, "runs")))[0]),
+                                      os.path.join(d, "runs", "r-renamed.jsonl")),
+    "mkdir": lambda d: os.mkdir(os.path.join(d, "new")),
+    "symlink-inside": lambda d: os.symlink("/etc/passwd", os.path.join(d, "runs", "r-link.jsonl")),
+    "rename-dir": lambda d: os.rename(d, d + ".moved"),
+    "rename-runs": lambda d: os.rename(os.path.join(d, "runs"), os.path.join(d, "runs.moved")),
+    "via-proc-self-root": lambda d: write_to("/proc/self/root" + os.path.abspath(d) + "/runs/r-p.jsonl",
+                                             os.O_CREAT),
+    "via-own-symlink": lambda d: via_symlink(d, lambda l: write_to(l + "/runs/r-s.jsonl", os.O_CREAT)),
+    "via-relative-path": lambda d: relative(os.path.join(d, "runs", "x"),
+                                            lambda r: write_to("r-rel.jsonl", os.O_CREAT)),
+}
+for name, path in spec["files"].items():
+    for op, fn in file_attacks.items():
+        attempt(f"{op} {name}", lambda: fn(fresh("file", name, path)))
+for name, path in spec["dirs"].items():
+    for op, fn in dir_attacks.items():
+        attempt(f"{op} {name}", lambda: fn(fresh("dir", name, path)))
+
+# Undo the read-only mounts: needs CAP_SYS_ADMIN over the mount namespace.
+# Inside, the program has none (root included) and may not make a user
+# namespace to get one. The control gets one the ordinary way (root: it has
+# it; a user: a new user namespace) and shows the same calls then work.
+target = spec["dirs"]["state"]
+if control:
+    if os.geteuid() != 0:
+        uid, gid = os.getuid(), os.getgid()
+        libc_call("unshare", CLONE_NEWUSER | CLONE_NEWNS)
+        with open("/proc/self/setgroups", "w") as f:
+            f.write("deny")
+        with open("/proc/self/uid_map", "w") as f:
+            f.write(f"{uid} {uid} 1")
+        with open("/proc/self/gid_map", "w") as f:
+            f.write(f"{gid} {gid} 1")
+    else:
+        libc_call("unshare", CLONE_NEWNS)
+    libc_call("mount", None, b"/", None, 1 << 14 | 1 << 18, None)   # MS_REC | MS_PRIVATE
+    target = fresh("dir", "mounted", target).encode()
+    libc_call("mount", target, target, None, MS_BIND, None)
+    libc_call("mount", None, target, None, MS_BIND | MS_REMOUNT | MS_RDONLY, None)
+else:
+    target = target.encode()
+attempt("remount-rw state", lambda: libc_call("mount", None, target, None, MS_BIND | MS_REMOUNT, None))
+attempt("umount state", lambda: libc_call("umount2", target, MNT_DETACH))
+attempt("new-user-namespace", lambda: libc_call("unshare", CLONE_NEWUSER | CLONE_NEWNS))
+print(json.dumps(results))
+'''
+
+ACCEPTED = {"EROFS", "EPERM", "EACCES", "EBUSY", "EXDEV"}
+
+EVIDENCE_POLICY = '''version = 1
+name = "evidence"
+[policy]
+default = "deny"
+allow = ["api.github.com"]
+'''
+
+EVIDENCE_CONFIG = '''version = 1
+name = "evidence"
+[paths.plain]
+type = "direct"
+'''
+
+
+@pytest.mark.parametrize("where", ["default", "elsewhere"])
+def test_the_program_cannot_touch_the_record_state_policy_or_config(world, user, where):
+    work = world.workdir(user)
+    state = world.state_home(user)
+    # An earlier run, for learn to find: the program must not edit or plant runs.
+    earlier = world.vpnw(["trace", "--", "true"], user=user, state_home=state)
+    assert earlier.returncode == 0, describe(earlier)
+    [old_run] = run_files(state)
+    old_bytes = old_run.read_bytes()
+    policy, config = work / "policy.toml", work / "paths.toml"
+    policy.write_text(EVIDENCE_POLICY)
+    config.write_text(EVIDENCE_CONFIG)
+    for path in (policy, config):
+        os.chown(path, *owner(user))
+    scratch = work / "scratch"
+    scratch.mkdir()
+    os.chown(scratch, *owner(user))
+    copy = work / "copy.jsonl"
+    attack = world.file("attack.py", ATTACK)
+    files = {"policy": str(policy), "config": str(config), "old-run": str(old_run)}
+    args = ["guard", "--policy", str(policy), "--config", str(config), "--via", "plain",
+            "--events-to", f"cat > {copy}"]
+    if where == "elsewhere":
+        record = work / "record.jsonl"
+        args += ["--record", str(record)]
+        files["record"] = str(record)
+    spec = {"files": files, "dirs": {"state": str(state / "vpnw")}, "scratch": str(scratch)}
+    # In "default" the record is the newest file in runs/: the program finds it itself.
+    program = ["sh", "-c", 'newest=$(ls -t "$1"/vpnw/runs/*.jsonl | head -1); '
+               'exec "$2" "$3" "$(printf %s "$4" | sed "s|NEWEST|$newest|")"',
+               "sh", str(state), sys.executable, str(attack),
+               json.dumps({**spec, "files": {**files, "current-run": "NEWEST"}})
+               if where == "default" else json.dumps(spec)]
+    r = world.vpnw([*args, "--", *program], user=user, state_home=state, cwd=state / "vpnw" / "runs")
+    assert r.returncode == 0, describe(r)
+    inside = json.loads(r.stdout)
+    wrong = {op: got for op, got in inside.items() if got not in ACCEPTED}
+    assert not wrong, f"attempts that did not fail as they should: {wrong}"
+    assert len(inside) == 12 * (len(files) + (where == "default")) + 11 + 3, inside
+
+    # Control: the same attempts, outside, on fresh copies of the same kinds, all work.
+    control = world.run([sys.executable, str(attack), json.dumps(spec), "--control"], user=user,
+                        cwd=work)
+    assert control.returncode == 0, describe(control)
+    outside = json.loads(control.stdout)
+    assert set(outside) == set(inside) - {op for op in inside if op.endswith(" current-run")}
+    assert {op: got for op, got in outside.items() if got != "ok"} == {}
+
+    # Nothing changed: the record is what the recorder wrote (its copy to
+    # --events-to, byte for byte), the earlier run, the policy and the config
+    # are as they were, and no run was added.
+    [*runs] = run_files(state)
+    record_path = Path(files["record"]) if where == "elsewhere" else max(runs, key=lambda p: p.stat().st_mtime)
+    assert record_path.read_bytes() == copy.read_bytes()
+    complete(record_path.read_bytes())
+    assert old_run.read_bytes() == old_bytes
+    assert policy.read_text() == EVIDENCE_POLICY and config.read_text() == EVIDENCE_CONFIG
+    assert sorted(p.name for p in runs) == sorted(
+        {old_run.name} | ({record_path.name} if where == "default" else set()))
+    assert sorted(os.listdir(state / "vpnw")) == ["runs"]

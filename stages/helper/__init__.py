@@ -11,7 +11,8 @@ from typing import NoReturn
 
 def run_helper(argv: list[str], *, handoff_fd: int, status_fd: int, go_fd: int,
                allow_unix_sockets: bool = False, env: dict[str, str] | None = None,
-               files: dict | None = None, tty: bool = False) -> NoReturn:
+               files: dict | None = None, tty: bool = False,
+               read_only: list[str] = ()) -> NoReturn:
     """Seal, report on status_fd, wait for go, run argv, report its end; never returns.
 
     Call it in a freshly forked, single-threaded child. Status lines are
@@ -23,7 +24,8 @@ def run_helper(argv: list[str], *, handoff_fd: int, status_fd: int, go_fd: int,
     code = ExitCode.INTERNAL
     try:
         from stages.helper.sandbox import run
-        code = run(argv, handoff_fd, status_fd, go_fd, allow_unix_sockets, env, files, tty=tty)
+        code = run(argv, handoff_fd, status_fd, go_fd, allow_unix_sockets, env, files, tty=tty,
+                   read_only=read_only)
     except BaseException as e:  # never return into the orchestrator's code
         try:
             from stages import status

@@ -171,7 +171,7 @@ _KNOWN_SONAMES = {"c": "libc.so.6", "seccomp": "libseccomp.so.2"}
 
 def run(argv: list[str], handoff_fd: int, status_fd: int, go_fd: int,
         allow_unix_sockets: bool, env: dict[str, str] | None, files: dict | None = None,
-        tty: bool = False) -> int:
+        tty: bool = False, read_only: list[str] = ()) -> int:
     """P's whole life; returns its exit code (the caller _exits with it)."""
     if not argv:
         st.write(status_fd, st.ExecFailed("no program given", ExitCode.NOT_FOUND))
@@ -207,7 +207,7 @@ def run(argv: list[str], handoff_fd: int, status_fd: int, go_fd: int,
     keep = {report_w, go_r}
     init_pid = os.fork()
     if init_pid == 0:
-        os._exit(_init(argv, penv, seccomp_filter, report_w, go_r, keep, files, tty))
+        os._exit(_init(argv, penv, seccomp_filter, report_w, go_r, keep, files, tty, read_only))
     os.close(report_w)
     os.close(go_r)
     report = st.StatusReader(report_r, st.INIT_REPORT)
@@ -320,7 +320,7 @@ def _serve(doors: list[tuple[str, socket.socket]], link: socket.socket,
 # ---------------------------------------------------------------- C: init
 
 def _init(argv, penv, seccomp_filter, report_w: int, go_r: int, keep: set[int],
-          files: dict | None = None, tty: bool = False) -> int:
+          files: dict | None = None, tty: bool = False, read_only: list[str] = ()) -> int:
     try:
         for sig in FORWARDED_SIGNALS:
             signal.signal(sig, signal.SIG_DFL)
@@ -341,6 +341,10 @@ def _init(argv, penv, seccomp_filter, report_w: int, go_r: int, keep: set[int],
         _limit_files(files)
     except OSError as e:
         st.write(report_w, st.InitFailed(f"cannot enforce the policy's [files] limits: {e}"))
+        return ExitCode.NO_SANDBOX
+    problem = _out_of_program_reach(read_only)
+    if problem:
+        st.write(report_w, st.InitFailed(problem))
         return ExitCode.NO_SANDBOX
     st.write(report_w, st.InitOk())
     if not _go_byte(go_r):
@@ -420,6 +424,39 @@ def _read_only_kernel_knobs() -> None:
     for point in ["/proc/sys", "/proc/sysrq-trigger", *_mount_points_under("/sys")]:
         if os.path.exists(point):
             _read_only(point)
+
+
+def _out_of_program_reach(paths: list[str]) -> str | None:
+    """The record is evidence (DESIGN §10): vpnw's state directory, the
+    record, the policy and the config are read-only in the program's mount
+    namespace, so nothing the program does changes this run's record or what
+    the next run loads. Done last, after the file limits, so that no
+    allow_write can make them writable again. Each is bound onto itself and
+    remounted read-only (the program has no CAP_SYS_ADMIN to undo it, and no
+    new user namespace to get one); the seal check is statvfs's ST_RDONLY
+    through the path the program will use. None, or why it cannot be done."""
+    cwd = os.getcwd()
+    try:
+        for path in paths:
+            try:
+                real = os.path.realpath(path, strict=True)
+            except FileNotFoundError:
+                continue   # hidden by a deny_read limit: out of reach already
+            priv.mount(real, real, None, _MS_BIND | priv.MS_REC)
+            for point in dict.fromkeys(_mount_points_under(real)):
+                _read_only(point)
+        # A cwd inside a protected directory still points at the mount below.
+        os.chdir(cwd)
+        for path in paths:
+            if os.path.lexists(path) and not os.statvfs(path).f_flag & _ST_RDONLY:
+                return f"{path} is still writable after its read-only bind"
+    except OSError as e:
+        return (f"cannot make vpnw's state directory, the record, the policy and the config "
+                f"read-only for the program: {e}")
+    return None
+
+
+_ST_RDONLY = 1
 
 
 def _limit_files(files: dict | None) -> None:
