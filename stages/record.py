@@ -37,6 +37,31 @@ MAX_LINE = 4000
 MAX_FIELD = 512
 
 
+# The digest chain (docs/record.md, "Tamper evidence"). The recorder, the one
+# writer of a run file, ends each line with ,"d":"<hex>"} where
+#   d(1) = SHA-256(body(1)),  d(n) = SHA-256(ascii hex d(n-1) + body(n)),
+# body(n) being the line's exact bytes without that suffix (the object closed
+# by "}" right after its last other member) and without the newline. Computed
+# over bytes, never over re-serialised JSON, so any changed byte shows.
+DIGEST_KEY_OPEN = b',"d":"'
+DIGEST_HEX = 64
+DIGEST_SUFFIX_LEN = len(DIGEST_KEY_OPEN) + DIGEST_HEX + 2      # ,"d":"<64 hex>"}
+
+
+def split_digest(line: bytes) -> tuple[bytes, bytes] | None:
+    """A chained line (no newline) -> (body, hex digest), or None when it does
+    not end as the recorder ends a chained line."""
+    if len(line) <= DIGEST_SUFFIX_LEN or not line.endswith(b'"}'):
+        return None
+    start = len(line) - DIGEST_SUFFIX_LEN
+    if line[start:start + len(DIGEST_KEY_OPEN)] != DIGEST_KEY_OPEN:
+        return None
+    digest = line[start + len(DIGEST_KEY_OPEN):-2]
+    if digest.strip(b"0123456789abcdef"):
+        return None
+    return line[:start] + b"}", digest
+
+
 class RecordError(ValueError):
     """A line that is not a valid version-1 event."""
 

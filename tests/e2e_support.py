@@ -9,7 +9,7 @@ from pathlib import Path
 
 from world import WorldResult
 
-ENVELOPE_KEYS = {"v", "ts", "type", "run", "pid", "path", "conn", "fields"}
+ENVELOPE_KEYS = {"v", "ts", "type", "run", "pid", "path", "conn", "fields", "d"}
 TS_RE = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{9}Z$")
 
 

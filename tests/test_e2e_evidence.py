@@ -484,3 +484,43 @@ def test_the_program_cannot_touch_the_record_state_policy_or_config(world, user,
     assert sorted(p.name for p in runs) == sorted(
         {old_run.name} | ({record_path.name} if where == "default" else set()))
     assert sorted(os.listdir(state / "vpnw")) == ["runs"]
+    verified = world.vpnw(["show", "--verify", str(record_path)], user=user, state_home=state)
+    assert verified.returncode == 0 and "whole and unaltered" in verified.stdout, describe(verified)
+
+
+# ── tamper evidence ─────────────────────────────────────────────────────
+
+def test_show_verify_finds_an_edit_made_outside(world, user):
+    curl = ["sh", "-c", "curl -sS --max-time 30 -o /dev/null http://api.github.com/whoami && "
+                        "curl -sS --max-time 30 -o /dev/null http://pypi.world/whoami"]
+    r = world.vpnw(["trace", "--", *curl], user=user)
+    assert r.returncode == 0, describe(r)
+    [path] = run_files(r.state_home)
+    lines = path.read_bytes().splitlines(keepends=True)
+
+    def verify(*args, state_home=r.state_home):
+        return world.vpnw(["show", "--verify", *args], user=user, state_home=state_home)
+
+    newest = verify()
+    assert newest.returncode == 0, describe(newest)
+    assert newest.stdout == (f"{path}: whole and unaltered: {len(lines)} lines from run.start to run.end, "
+                             f"the digest chain closed by run.end; last digest {json.loads(lines[-1])['d']}\n")
+    # The attack, done outside: the destination rewritten in place.
+    edited = [i for i, line in enumerate(lines) if b"api.github.com" in line]
+    first = edited[0]
+    work = world.workdir(user)
+    edits = {
+        "flipped byte": (b"".join(lines).replace(b"api.github.com", b"api.gitxub.com"),
+                         f"line {first + 1}: the chain breaks here"),
+        "rewritten host": (b"".join(lines).replace(b'"api.github.com"', b'"pypi.org"'),
+                           f"line {first + 1}: the chain breaks here"),
+        "removed line": (b"".join(lines[:first] + lines[first + 1:]), f"line {first + 1}: the chain breaks here"),
+        "cut end": (b"".join(lines[:-1]), f"the file ends after line {len(lines) - 1} without run.end"),
+    }
+    for name, (data, where) in edits.items():
+        copy = work / f"{name.replace(' ', '-')}.jsonl"
+        copy.write_bytes(data)
+        os.chown(copy, *owner(user))
+        found = verify(str(copy))
+        assert found.returncode == 1, (name, describe(found))
+        assert found.stdout.startswith(f"{copy}: {where}"), (name, found.stdout)

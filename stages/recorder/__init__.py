@@ -11,7 +11,8 @@ import os
 
 import orjson
 
-from ..record import RecordError, RecordUnwritable, open_run_file, parse_line
+from ..record import RecordError, RecordUnwritable, open_run_file, parse_line, split_digest
+from .chain import Chain
 from .feeder import BoundedFeeder
 from .human import HUMAN_MODES, QUIET, HumanState, format_event
 
@@ -156,7 +157,10 @@ class _Tee:
 
 
 def _with_fields(raw: bytes, **extra) -> bytes:
+    """The event re-encoded with `extra` in its fields and no digest (the
+    chain seals it again)."""
     event = orjson.loads(raw)
+    event.pop("d", None)
     event["fields"].update(extra)
     return orjson.dumps(event)
 
@@ -222,6 +226,7 @@ def main_from_fds(in_fd: int, *, record: str | None, record_fd: int | None = Non
         # (SIGURG: ignored by default, so harmless before this handler is set).
         signal.signal(signal.SIGURG, hurry)
 
+    chain = Chain()
     status = 0
     bad_lines = 0
     pending = b""
@@ -262,7 +267,9 @@ def main_from_fds(in_fd: int, *, record: str | None, record_fd: int | None = Non
                         losses["syslog_lost"] = syslog.lost_before_end()
                     event["fields"].update(losses)
                     raw = _with_fields(raw, **losses)
-                line = raw + b"\n"
+                elif "d" in event and split_digest(raw.rstrip()) is None:
+                    raw = _with_fields(raw)   # a foreign "d" would stand beside ours
+                line = chain.seal(raw.rstrip()) + b"\n"
                 # One write per line: a run killed at any moment leaves whole lines.
                 if run_file is not None:
                     try:

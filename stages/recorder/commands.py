@@ -21,6 +21,13 @@ def _runs_dir(directory: str | None) -> str:
     return directory or state_dir()
 
 
+def _begins_chained(path: str) -> bool:
+    from ..record import split_digest
+    with open(path, "rb") as stream:
+        first = stream.readline(1 << 16)
+    return split_digest(first.rstrip(b"\n")) is not None
+
+
 def _table(rows: list[list[str]], right: set[int]) -> list[str]:
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     lines = []
@@ -64,23 +71,42 @@ def runs_command(as_json: bool, directory: str | None) -> None:
 @click.option("--json", "as_json", is_flag=True, help="JSON for machines (the run and its destinations).")
 @click.option("--format", "fmt", type=click.Choice(["ocsf", "ecs"]), default=None,
               help="Each connection outcome as JSON Lines: OCSF Network Activity (4001) or ECS.")
+@click.option("--verify", is_flag=True,
+              help="Check the run file's digest chain: exit 0 whole and unaltered, 1 cut or "
+                   "changed (and where), 2 no chain to check (an older vpnw wrote it).")
 @click.option("--dir", "directory", type=click.Path(file_okay=False), default=None, hidden=True)
-def show_command(run: str | None, summary: bool, as_json: bool, fmt: str | None,
+def show_command(run: str | None, summary: bool, as_json: bool, fmt: str | None, verify: bool,
                  directory: str | None) -> None:
     """Show a recorded run: RUN is a run id, a run file, or nothing for the newest."""
     if fmt and (summary or as_json):
         click.echo("vpnw: --format cannot be combined with --summary or --json", err=True)
         sys.exit(ExitCode.USAGE)
+    if verify and (fmt or summary or as_json):
+        click.echo("vpnw: --verify cannot be combined with --summary, --json or --format", err=True)
+        sys.exit(ExitCode.USAGE)
     directory = _runs_dir(directory)
     try:
         path = runs_mod.resolve_run(run, directory)
-        runs_mod.check_run_file(path)
+        if not verify or not _begins_chained(path):
+            # A first line that is not even a chained line: a run file of an
+            # older vpnw (then --verify says so), or no run file at all (121).
+            runs_mod.check_run_file(path)
     except (runs_mod.RunNotFound, runs_mod.NotARunFile) as exc:
         click.echo(f"vpnw: {exc}", err=True)
         sys.exit(ExitCode.USAGE)
     except OSError as exc:
         click.echo(f"vpnw: cannot read the run file {run}: {exc.strerror or exc}", err=True)
         sys.exit(ExitCode.USAGE)
+
+    if verify:
+        from .chain import verify as verify_chain
+        with open(path, "rb") as stream:
+            verdict = verify_chain(stream)
+        text = f"{path}: {verdict.message}"
+        if verdict.status == "whole":
+            text += f"; last digest {verdict.digest}"
+        click.echo(text)
+        sys.exit(verdict.exit_code)
 
     if fmt:
         from ..shipping import stream_renderer
