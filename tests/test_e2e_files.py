@@ -38,8 +38,11 @@ def chown(path: Path, user: str) -> None:
 
 
 def secret_home(world, user: str) -> tuple[Path, str]:
-    """The user's home in the world with ~/.ssh/id_ed25519 and ~/.netrc."""
-    home = world._home(user)
+    """A fresh home for `user` (HOME for both the sandboxed run and the
+    control; the world's shared home stays untouched for other tests) with
+    ~/.ssh/id_ed25519 and ~/.netrc."""
+    home = world.workdir(user)
+    home.chmod(0o700)
     ssh = home / ".ssh"
     ssh.mkdir(mode=0o700, exist_ok=True)
     chown(ssh, user)
@@ -59,15 +62,16 @@ def policy(world, files: str, network: str = NETWORK) -> Path:
     return world.file(f"files-{uuid.uuid4().hex[:8]}.toml", f"version = 1\n{network}[files]\n{files}")
 
 
-def probe(world, user: str, ops: list[dict], *, policy_file: Path | None, cwd: Path,
+def probe(world, user: str, ops: list[dict], *, policy_file: Path | None, cwd: Path, home: Path,
           wrap: list[str] = ()) -> tuple[dict[str, dict], object]:
     """Run the probe in the sandbox (policy_file) or outside (None); results by name."""
     world.file("file_probe.py", PROBE.read_bytes())
     argv = [*wrap, world.python, str(world.tmp / "files" / "file_probe.py"), json.dumps(ops)]
     if policy_file is not None:
-        r = world.vpnw(["guard", "--policy", str(policy_file), "--", *argv], user=user, cwd=cwd)
+        r = world.vpnw(["guard", "--policy", str(policy_file), "--", *argv], user=user, cwd=cwd,
+                       env={"HOME": str(home)})
     else:
-        r = world.run(argv, user=user, cwd=cwd)
+        r = world.run(argv, user=user, cwd=cwd, env={"HOME": str(home)})
     assert r.returncode == 0, describe(r)
     results = {}
     for line in r.stdout.splitlines():
@@ -128,7 +132,7 @@ def test_a_denied_path_is_not_there_however_it_is_reached(world, user):
     work_in, work_out = world.workdir(user), world.workdir(user)
     pol = policy(world, 'deny_read = ["~/.ssh", "~/.netrc", "~/.aws"]\nallow_write = ["."]\n')
 
-    inside, r = probe(world, user, reach_ops(home, work_in, user), policy_file=pol, cwd=work_in)
+    inside, r = probe(world, user, reach_ops(home, work_in, user), home=home, policy_file=pol, cwd=work_in)
     assert_outcomes(inside, {
         "read_key": "ENOENT", "symlink_make": "ok", "symlink_read": "ENOENT",
         "hardlink_key": "ENOENT",
@@ -151,7 +155,7 @@ def test_a_denied_path_is_not_there_however_it_is_reached(world, user):
     assert record["layers"]["allow_write"][0] == "mount"
 
     # Control: the same attempts outside, as the same user, reach the secret.
-    outside, _ = probe(world, user, reach_ops(home, work_out, user), policy_file=None, cwd=work_out)
+    outside, _ = probe(world, user, reach_ops(home, work_out, user), home=home, policy_file=None, cwd=work_out)
     for name in ("read_key", "symlink_read", "dotdot", "proc_self_root", "proc_cwd",
                  "openat2_beneath", "openat2_no_xdev", "openat2_in_root", "openat2_proc_root"):
         assert outside[name] == {"op": name, "result": "ok", "data": secret}, outside[name]
@@ -166,14 +170,14 @@ def test_open_by_handle_at_cannot_reach_a_denied_file(world, user):
     home, secret = secret_home(world, user)
     work = world.workdir(user)
     handle, _ = probe(world, user, [{"op": "name_to_handle", "path": f"{home}/.ssh/id_ed25519"}],
-                      policy_file=None, cwd=work)
+                      home=home, policy_file=None, cwd=work)
     assert handle["name_to_handle"]["result"] == "ok", handle
     op = [{"op": "open_by_handle", "handle": handle["name_to_handle"]["data"], "mount": "/"}]
     pol = policy(world, 'deny_read = ["~/.ssh"]\n')
-    inside, r = probe(world, user, op, policy_file=pol, cwd=work)
+    inside, r = probe(world, user, op, home=home, policy_file=pol, cwd=work)
     assert_outcomes(inside, {"open_by_handle": {"EPERM", "ESTALE", "EACCES"}})
     assert secret not in r.stdout
-    outside, _ = probe(world, user, op, policy_file=None, cwd=work)
+    outside, _ = probe(world, user, op, home=home, policy_file=None, cwd=work)
     if user == "root":   # needs CAP_DAC_READ_SEARCH: only root's control can work
         assert outside["open_by_handle"]["data"] == secret, outside
     else:
@@ -223,8 +227,8 @@ def test_writes_outside_allow_write_are_refused(world, user):
     ]
     pol = policy(world, 'allow_write = ["."]\n')
     try:
-        inside, _ = probe(world, user, ops, policy_file=pol, cwd=work)
-        outside, _ = probe(world, user, ops[-1:] + ops[-2:-1], policy_file=None, cwd=work)
+        inside, _ = probe(world, user, ops, home=home, policy_file=pol, cwd=work)
+        outside, _ = probe(world, user, ops[-1:] + ops[-2:-1], home=home, policy_file=None, cwd=work)
         assert outside["other_mount"]["result"] == "ok", outside          # the control
         assert outside["dev_node_dir"]["result"] == ("ok" if user == "root" else "EACCES"), outside
     finally:
@@ -248,7 +252,7 @@ def test_writes_outside_allow_write_are_refused(world, user):
 
     # Control, outside as the same user (a harmless dot name in /etc/cron.d, removed at once).
     try:
-        outside, _ = probe(world, user, ops[:-2], policy_file=None, cwd=work)
+        outside, _ = probe(world, user, ops[:-2], home=home, policy_file=None, cwd=work)
     finally:
         for leftover in (cron, f"{home}/new-{tag}", f"/tmp/vpnw-test-{tag}", f"/dev/shm/vpnw-test-{tag}"):
             if os.path.exists(leftover):
@@ -309,7 +313,7 @@ def test_rename_or_delete_above_protected_paths(world, user):
 
     work = layout()
     pol = policy(world, 'deny_read = ["./proj/.env", "./keys"]\nallow_write = ["."]\n')
-    inside, r = probe(world, user, ops(work), policy_file=pol, cwd=work)
+    inside, r = probe(world, user, ops(work), home=home, policy_file=pol, cwd=work)
     busy_or_ro = {"EBUSY", "EROFS", "EACCES", "EPERM"}
     assert_outcomes(inside, {
         "rename_keys": "EBUSY", "rmtree_keys": busy_or_ro, "unlink_env": "EBUSY",
@@ -331,7 +335,7 @@ def test_rename_or_delete_above_protected_paths(world, user):
     work2 = layout()
     control = [op for op in ops(work2) if op["name"] not in ("rename_prot", "rmtree_prot", "rename_home")]
     control.append({"name": "rmtree_prot", "op": "rmtree", "path": str(prot)})
-    outside, _ = probe(world, user, control, policy_file=None, cwd=world.tmp)
+    outside, _ = probe(world, user, control, home=home, policy_file=None, cwd=world.tmp)
     for name in ("rename_keys", "unlink_env", "write_env", "rename_proj", "rmtree_prot"):
         assert outside[name]["result"] == "ok", outside[name]
     # renaming the work directory needs write access to its parent (root's world directory)
@@ -349,7 +353,7 @@ def test_a_path_that_does_not_exist_yet_never_appears(world, user):
            {"name": "symlink_in_work", "op": "symlink", "target": str(later), "path": f"{work}/lnk"},
            {"name": "through_link", "op": "write", "path": f"{work}/lnk", "data": "planted"}]
     pol = policy(world, f'deny_read = ["~/.config-{tag}"]\nallow_write = ["."]\n')
-    inside, r = probe(world, user, ops, policy_file=pol, cwd=work)
+    inside, r = probe(world, user, ops, home=home, policy_file=pol, cwd=work)
     assert_outcomes(inside, {"mkdir_parent": REFUSED_WRITE, "create": {"ENOENT"} | REFUSED_WRITE,
                              "symlink_in_work": "ok", "through_link": {"ENOENT"} | REFUSED_WRITE})
     assert not later.parent.exists()
@@ -375,7 +379,7 @@ def test_the_program_cannot_mount_unmount_or_get_mount_rights_back(world, user):
         {"name": "read_key", "op": "read", "path": f"{home}/.ssh/id_ed25519"},
     ]
     pol = policy(world, 'deny_read = ["~/.ssh"]\nallow_write = ["."]\n')
-    inside, r = probe(world, user, ops, policy_file=pol, cwd=work)
+    inside, r = probe(world, user, ops, home=home, policy_file=pol, cwd=work)
     assert_outcomes(inside, {
         "umount_ssh": "EPERM", "remount_root_rw": "EPERM", "remount_work_rw": "EPERM",
         "mount_tmpfs": "EPERM", "bind": "EPERM", "bind_ssh_out": "EPERM",
@@ -384,9 +388,9 @@ def test_the_program_cannot_mount_unmount_or_get_mount_rights_back(world, user):
     assert secret not in r.stdout
     # Control: outside, a new user namespace gives the same user mount rights,
     # and with them the mounts and binds go through.
-    outside, _ = probe(world, user, [ops[6]], policy_file=None, cwd=work)
+    outside, _ = probe(world, user, [ops[6]], home=home, policy_file=None, cwd=work)
     assert outside["unshare_mount"] == {"op": "unshare_mount", "result": "ok", "data": []}, outside
-    with_caps, _ = probe(world, user, [ops[3], ops[4]], policy_file=None, cwd=work,
+    with_caps, _ = probe(world, user, [ops[3], ops[4]], home=home, policy_file=None, cwd=work,
                          wrap=["unshare", "--user", "--map-root-user", "--mount", "--"])
     assert with_caps["mount_tmpfs"]["result"] == "ok" and with_caps["bind"]["result"] == "ok", with_caps
 
@@ -412,7 +416,7 @@ def test_git_commits_and_pip_installs_in_the_writable_tree_and_the_key_is_not_th
         "ls -A ~/.ssh | wc -l\n"
         "if git config --global user.name someone; then echo GLOBAL-WRITTEN; fi\n")
     r = world.vpnw(["guard", "--policy", str(pol), "--", "sh", "-c", script], user=user, cwd=work,
-                   timeout=180, env={"PIP_CONFIG_FILE": "/dev/null",
+                   timeout=180, env={"HOME": str(home), "PIP_CONFIG_FILE": "/dev/null",
                                      "PIP_DISABLE_PIP_VERSION_CHECK": "1"})
     assert r.returncode == 0, describe(r)
     assert r.stdout.split("\n") == ["one", DEMO_VALUE, "0", ""], describe(r)
@@ -457,7 +461,7 @@ def test_under_sudo_deny_read_covers_the_sudo_users_home_as_well(world):
     work = world.workdir("root")
     pol = policy(world, 'deny_read = ["~/.ssh"]\nallow_write = ["."]\n')
     r = world.vpnw(["guard", "--policy", str(pol), "--", "true"], user="root", cwd=work,
-                   env={"SUDO_USER": UNPRIVILEGED_USER})
+                   env={"SUDO_USER": UNPRIVILEGED_USER, "HOME": str(home)})
     assert r.returncode == 0, describe(r)
     record = files_record(r)
     user_ssh = os.path.join(pwd.getpwnam(UNPRIVILEGED_USER).pw_dir, ".ssh")
