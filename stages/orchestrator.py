@@ -140,8 +140,11 @@ class _Terminal:
     program_stdio: tuple[int, int, int]
     human_fd: int                    # the recorder's and the broker's fd 2
     color: bool | None = None        # None: the recorder looks at its fd 2
-    relay: object = None             # pty_relay.Relay when the program has a pty
-    slave: int | None = None
+    pty: bool = False                # the program gets a pty of its own
+    program_out: int = 1             # the user's fd the program's stdout goes to
+    human_r: int | None = None       # vpnw's lines, to merge into the program's output
+    pty_socket: object = None        # (ours, the helper's): the pty master comes over it
+    relay: object = None             # pty_relay.Relay once the master is here
     own_fds: list = field(default_factory=list)   # closed by the orchestrator after the forks
 
 
@@ -165,9 +168,7 @@ def _plan_terminal(request: RunRequest) -> _Terminal:
     from .pty_relay import wants_pty
     if not wants_pty(program_out):
         return _Terminal(program_stdio=(0, program_out, 2), human_fd=human_fd, own_fds=own)
-    from .pty_relay import Relay, open_pty
-    master, slave = open_pty(0)
-    program_err = slave if os.isatty(2) else 2
+    import socket
     human_r = None
     color = None
     if not request.log and os.isatty(2):
@@ -175,9 +176,32 @@ def _plan_terminal(request: RunRequest) -> _Terminal:
         human_r, human_fd = os.pipe()
         own.append(human_fd)
         color = "NO_COLOR" not in request.env
-    relay = Relay(0, program_out, master, human_r)
-    return _Terminal(program_stdio=(slave, slave, program_err), human_fd=human_fd, color=color,
-                     relay=relay, slave=slave, own_fds=own + [slave])
+    ours, helpers = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    # The helper replaces fds 0 and 1 (and 2 when stderr is a terminal) with
+    # the pty's slave before anything of the program's runs.
+    return _Terminal(program_stdio=(0, program_out, 2), human_fd=human_fd, color=color,
+                     pty=True, program_out=program_out, human_r=human_r,
+                     pty_socket=(ours, helpers), own_fds=own)
+
+
+def _take_relay(terminal: _Terminal):
+    """The pty's master from the helper, which made the pty in the sandbox's
+    own devpts. With no master (the helper failed first) there is no relay
+    of keys, but vpnw's lines still flow and the failure is reported."""
+    import socket
+    from .pty_relay import Relay
+    ours, helpers = terminal.pty_socket
+    helpers.close()
+    try:
+        _msg, fds, _flags, _addr = socket.recv_fds(ours, 16, 1)
+    except OSError:
+        fds = []
+    finally:
+        ours.close()
+    global _relay_say
+    terminal.relay = Relay(0, terminal.program_out, fds[0] if fds else None, terminal.human_r)
+    _relay_say = terminal.relay.say
+    return terminal.relay
 
 
 def execute(request: RunRequest) -> int:
@@ -188,20 +212,21 @@ def execute(request: RunRequest) -> int:
         return ExitCode.USAGE
     global _relay_say
     try:
-        if terminal.relay is not None:
-            _relay_say = terminal.relay.say
         return _execute(request, terminal)
     finally:
         _relay_say = None
         if terminal.relay is not None:
             terminal.relay.close()
+        elif terminal.pty_socket is not None:
+            for end in terminal.pty_socket:
+                end.close()
 
 
 def _execute(request: RunRequest, terminal: _Terminal) -> int:
     started = time.monotonic()
     run_id = new_run_id()
     path_name = request.path.name
-    relay = terminal.relay
+    relay = None
     # The record is opened before anything starts: a run that cannot be
     # recorded is not run at all (DESIGN §10, "the record is evidence").
     try:
@@ -254,19 +279,25 @@ def _execute(request: RunRequest, terminal: _Terminal) -> int:
         from .helper import run_helper
         run_helper(request.argv, handoff_fd=helper_end.fileno(), status_fd=helper_status_w,
                    go_fd=go_r, allow_unix_sockets=request.allow_unix_sockets, env=program_env,
-                   files=files_plan, tty=relay is not None,
+                   files=files_plan,
+                   tty={"fd": terminal.pty_socket[1].fileno(), "stderr": os.isatty(2)}
+                   if terminal.pty else None,
                    read_only=_out_of_program_reach(request, record))
         return ExitCode.INTERNAL
 
     # The helper, its init and the program get the program's fds 0-2: with a
     # pty, nothing inside the sandbox holds the user's terminal.
-    helper_pid = _fork_stage([helper_end.fileno(), helper_status_w, go_r], helper_body,
-                             die_with_parent=True, stdin_null=False,
+    helper_keep = [helper_end.fileno(), helper_status_w, go_r]
+    if terminal.pty:
+        helper_keep.append(terminal.pty_socket[1].fileno())
+    helper_pid = _fork_stage(helper_keep, helper_body, die_with_parent=True, stdin_null=False,
                              stdio=terminal.program_stdio)
     for fd in (broker_status_w, helper_status_w, go_r, *terminal.own_fds):
         os.close(fd)
     helper_end.close()
     broker_end.close()
+    if terminal.pty:
+        relay = _take_relay(terminal)
 
     run = _Run(request, emitter, helper_pid, broker_pid, recorder_pid,
                helper_status_r, broker_status_r, go_w, recorded_r, relay)

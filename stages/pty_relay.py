@@ -73,20 +73,6 @@ def wants_pty(program_out_fd: int) -> bool:
     return os.isatty(0) and os.isatty(program_out_fd)
 
 
-def open_pty(user_tty: int) -> tuple[int, int]:
-    """A new pty whose slave starts in the user's terminal mode and window size."""
-    master, slave = os.openpty()
-    try:
-        termios.tcsetattr(slave, termios.TCSANOW, termios.tcgetattr(user_tty))
-    except termios.error:
-        pass
-    size = _winsize(user_tty)
-    if size:
-        fcntl.ioctl(slave, termios.TIOCSWINSZ, size)
-    os.set_inheritable(slave, True)
-    return master, slave
-
-
 class Relay:
     """Relays between the user's terminal (user_in/user_out) and the pty master.
 
@@ -95,18 +81,28 @@ class Relay:
     program's output at line boundaries.
     """
 
-    def __init__(self, user_in: int, user_out: int, master: int, human_r: int | None):
+    def __init__(self, user_in: int, user_out: int, master: int | None, human_r: int | None):
         self.user_in = user_in
         self.user_out = user_out
         self.master = master
         self.human_r = human_r
-        os.set_blocking(master, False)
         if human_r is not None:
             os.set_blocking(human_r, False)
         self.saved = termios.tcgetattr(user_in)
         self.raw = False
         self.reading_keys = False
-        self.master_open = True
+        self.master_open = master is not None
+        if master is not None:
+            os.set_blocking(master, False)
+            # Termios and window-size calls on a master act on its slave: the
+            # program's terminal starts in the user's mode and size.
+            try:
+                termios.tcsetattr(master, termios.TCSANOW, self.saved)
+            except termios.error:
+                pass
+            size = _winsize(user_out) or _winsize(user_in)
+            if size:
+                fcntl.ioctl(master, termios.TIOCSWINSZ, size)
         self.human_open = human_r is not None
         self.human_buf = b""
         self.to_program = b""
@@ -125,7 +121,7 @@ class Relay:
             return False
 
     def enter_raw(self) -> None:
-        if self.raw or not self.foreground():
+        if self.raw or not self.master_open or not self.foreground():
             return
         try:
             termios.tcsetattr(self.user_in, termios.TCSADRAIN, _raw(self.saved))
@@ -149,7 +145,7 @@ class Relay:
 
     def resize(self) -> None:
         size = _winsize(self.user_out) or _winsize(self.user_in)
-        if size is None:
+        if size is None or not self.master_open:
             return
         self.merger.columns, self.merger.rows = _columns_rows(size)
         try:
@@ -163,7 +159,8 @@ class Relay:
         self.sel = sel
         self.enter_raw()
         self.master_mask = self._master_events()
-        sel.register(self.master, self.master_mask, "pty:master")
+        if self.master_open:
+            sel.register(self.master, self.master_mask, "pty:master")
         if self.human_r is not None:
             sel.register(self.human_r, 1, "pty:human")
         self._update_keys()
@@ -344,6 +341,8 @@ class Relay:
             self._update_keys()
 
     def _continue_program(self) -> None:
+        if not self.master_open:
+            return
         try:
             pgrp = os.tcgetpgrp(self.master)
         except OSError:

@@ -365,6 +365,52 @@ def test_control_tiocsti_works_outside(world, term, user):
     term.keys("C-u")
 
 
+# The identity of a terminal's name, and whether it can be opened and written.
+OTHER_TERMINAL = r'''
+import json, os, sys
+path = sys.argv[1]
+try:
+    st = os.stat(path)
+    seen = [st.st_dev, st.st_ino]
+except OSError as e:
+    seen = e.strerror
+try:
+    fd = os.open(path, os.O_WRONLY | os.O_NOCTTY)
+    os.write(fd, b"written from the program")
+    opened = True
+except OSError:
+    opened = False
+print("SEEN " + json.dumps({"stat": seen, "opened": opened, "own": os.ttyname(0),
+                           "entries": sorted(os.listdir("/dev/pts"))}))
+'''
+
+
+@pytest.mark.parametrize("where", ["vpnw", "outside"])
+def test_the_users_other_terminals_are_not_there_inside(world, term, user, where):
+    """Another terminal of the user's (a pty it owns, as its other windows
+    are) cannot be opened by name inside: the sandbox has a devpts of its own.
+    The control: outside, the same program opens and writes it."""
+    import pwd
+    master, slave = os.openpty()
+    try:
+        path = os.ttyname(slave)
+        os.chown(path, pwd.getpwnam(user).pw_uid, -1)
+        st = os.stat(path)
+        program = write(world, term, "other_terminal.py", OTHER_TERMINAL)
+        prefix = f"{term.vpnw} run -- " if where == "vpnw" else ""
+        assert term.run(f"{prefix}{SYSTEM_PYTHON} {program} {path}") == 0
+        seen = json.loads(term.wait_for(r"^SEEN (.*)$", whole=True).group(1))
+        if where == "vpnw":
+            assert seen["stat"] != [st.st_dev, st.st_ino], seen
+            assert seen["own"].startswith("/dev/pts/"), seen
+            assert set(seen["entries"]) <= {"ptmx", seen["own"].rsplit("/", 1)[1]}, seen
+        else:
+            assert seen["stat"] == [st.st_dev, st.st_ino] and seen["opened"], seen
+    finally:
+        os.close(master)
+        os.close(slave)
+
+
 # ── vpnw's lines never cut the program's ────────────────────────────────
 
 # Many connections at once (each one a trace line or three) while the main

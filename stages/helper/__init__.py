@@ -11,14 +11,16 @@ from typing import NoReturn
 
 def run_helper(argv: list[str], *, handoff_fd: int, status_fd: int, go_fd: int,
                allow_unix_sockets: bool = False, env: dict[str, str] | None = None,
-               files: dict | None = None, tty: bool = False,
+               files: dict | None = None, tty: dict | None = None,
                read_only: list[str] = ()) -> NoReturn:
     """Seal, report on status_fd, wait for go, run argv, report its end; never returns.
 
     Call it in a freshly forked, single-threaded child. Status lines are
-    stages/status.py's HELPER_STATUS messages. With `tty`, fd 0 is the slave
-    of a pty of the program's own: it becomes the controlling terminal of the
-    program's session, and the program's stops are reported.
+    stages/status.py's HELPER_STATUS messages. With `tty`
+    ({"fd": socket, "stderr": bool}) the program gets a pty of its own, made
+    in the sandbox: its master goes to the orchestrator over that socket, its
+    slave becomes the controlling terminal of the program's session, and the
+    program's stops are reported.
     """
     from stages.exits import ExitCode
     code = ExitCode.INTERNAL

@@ -171,7 +171,7 @@ _KNOWN_SONAMES = {"c": "libc.so.6", "seccomp": "libseccomp.so.2"}
 
 def run(argv: list[str], handoff_fd: int, status_fd: int, go_fd: int,
         allow_unix_sockets: bool, env: dict[str, str] | None, files: dict | None = None,
-        tty: bool = False, read_only: list[str] = ()) -> int:
+        tty: dict | None = None, read_only: list[str] = ()) -> int:
     """P's whole life; returns its exit code (the caller _exits with it)."""
     if not argv:
         st.write(status_fd, st.ExecFailed("no program given", ExitCode.NOT_FOUND))
@@ -198,6 +198,9 @@ def run(argv: list[str], handoff_fd: int, status_fd: int, go_fd: int,
         priv.prctl(priv.PR_SET_DUMPABLE, 0)
         _check_network()
         doors = _open_doors()
+        _fresh_devpts()
+        if tty is not None:
+            _own_terminal(tty["fd"], tty["stderr"])
     except SealError as e:
         st.write(status_fd, st.SandboxFailed(str(e), ExitCode.NO_SANDBOX))
         return ExitCode.NO_SANDBOX
@@ -207,7 +210,8 @@ def run(argv: list[str], handoff_fd: int, status_fd: int, go_fd: int,
     keep = {report_w, go_r}
     init_pid = os.fork()
     if init_pid == 0:
-        os._exit(_init(argv, penv, seccomp_filter, report_w, go_r, keep, files, tty, read_only))
+        os._exit(_init(argv, penv, seccomp_filter, report_w, go_r, keep, files, tty is not None,
+                       read_only))
     os.close(report_w)
     os.close(go_r)
     report = st.StatusReader(report_r, st.INIT_REPORT)
@@ -250,6 +254,46 @@ def _next_report(report: st.StatusReader) -> st.Message | None:
     except st.StatusError:
         report.eof = True
         return None
+
+
+_TIOCGPTN, _TIOCSPTLCK = 0x80045430, 0x40045431
+
+
+def _fresh_devpts() -> None:
+    """A devpts instance of the sandbox's own over /dev/pts: the user's
+    terminals (/dev/pts/N, owned by the user, so otherwise open to a program
+    running as the user: its keys to read, its screen to write) are not
+    there to open by name; /dev/ptmx makes new ptys in this instance (tmux,
+    script, node-pty inside work)."""
+    try:
+        priv.mount("devpts", "/dev/pts", "devpts", priv.MS_NOSUID | priv.MS_NOEXEC,
+                   "newinstance,mode=0620,ptmxmode=0666")
+    except OSError as e:
+        raise SealError(f"cannot mount a devpts of the sandbox's own over /dev/pts: {e}; "
+                        f"{DOCTOR_HINT}")
+
+
+def _own_terminal(pty_sock_fd: int, stderr_too: bool) -> None:
+    """The program's terminal, made in the sandbox's own devpts, so its name
+    is there inside (ttyname(), `tty`). The master goes to the orchestrator
+    over `pty_sock_fd`; the slave becomes fds 0 and 1 (and 2) of this
+    process, which init and the program inherit."""
+    import array
+    import fcntl
+    try:
+        master = os.open("/dev/pts/ptmx", os.O_RDWR | os.O_NOCTTY | os.O_CLOEXEC)
+        fcntl.ioctl(master, _TIOCSPTLCK, array.array("i", [0]))
+        number = array.array("I", [0])
+        fcntl.ioctl(master, _TIOCGPTN, number)
+        slave = os.open(f"/dev/pts/{number[0]}", os.O_RDWR | os.O_NOCTTY)
+        for fd in (0, 1, 2) if stderr_too else (0, 1):
+            os.dup2(slave, fd)
+        os.close(slave)
+        with socket.socket(fileno=pty_sock_fd) as sock:
+            socket.send_fds(sock, [b"m"], [master])
+        os.close(master)
+    except OSError as e:
+        raise SealError(f"cannot open the program's terminal in the sandbox: {e}")
 
 
 def _go_byte(go_fd: int) -> bool:
