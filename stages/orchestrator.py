@@ -184,22 +184,17 @@ def _plan_terminal(request: RunRequest) -> _Terminal:
                      pty_socket=(ours, helpers), own_fds=own)
 
 
-def _take_relay(terminal: _Terminal):
-    """The pty's master from the helper, which made the pty in the sandbox's
-    own devpts. With no master (the helper failed first) there is no relay
-    of keys, but vpnw's lines still flow and the failure is reported."""
-    import socket
+def _start_relay(terminal: _Terminal):
+    """The relay, waiting for the pty's master: the helper makes the pty in
+    the sandbox's own devpts and sends the master over the socket. Until it
+    comes (or if it never does: the helper failed first) vpnw's lines still
+    flow through the relay."""
     from .pty_relay import Relay
     ours, helpers = terminal.pty_socket
     helpers.close()
-    try:
-        _msg, fds, _flags, _addr = socket.recv_fds(ours, 16, 1)
-    except OSError:
-        fds = []
-    finally:
-        ours.close()
+    terminal.pty_socket = None
     global _relay_say
-    terminal.relay = Relay(0, terminal.program_out, fds[0] if fds else None, terminal.human_r)
+    terminal.relay = Relay(0, terminal.program_out, None, terminal.human_r, master_from=ours)
     _relay_say = terminal.relay.say
     return terminal.relay
 
@@ -297,7 +292,7 @@ def _execute(request: RunRequest, terminal: _Terminal) -> int:
     helper_end.close()
     broker_end.close()
     if terminal.pty:
-        relay = _take_relay(terminal)
+        relay = _start_relay(terminal)
 
     run = _Run(request, emitter, helper_pid, broker_pid, recorder_pid,
                helper_status_r, broker_status_r, go_w, recorded_r, relay)
@@ -579,7 +574,8 @@ class _Run:
             if self.path_ok is False or self.seal_error or self.fatal:
                 os.close(self.go_w)  # EOF: the helper gives up without running anything
                 self.go_w = None
-            elif self.path_ok and self.ready is not None and self.recorded:
+            elif self.path_ok and self.ready is not None and self.recorded and \
+                    (self.relay is None or not self.relay.awaiting_master()):
                 os.write(self.go_w, b"g")
                 os.close(self.go_w)
                 self.go_w = None

@@ -81,36 +81,29 @@ class Relay:
     program's output at line boundaries.
     """
 
-    def __init__(self, user_in: int, user_out: int, master: int | None, human_r: int | None):
+    def __init__(self, user_in: int, user_out: int, master: int | None, human_r: int | None,
+                 master_from=None):
         self.user_in = user_in
         self.user_out = user_out
-        self.master = master
+        self.master = None
+        self.master_from = master_from   # a socket the master will come over
         self.human_r = human_r
         if human_r is not None:
             os.set_blocking(human_r, False)
         self.saved = termios.tcgetattr(user_in)
         self.raw = False
         self.reading_keys = False
-        self.master_open = master is not None
-        if master is not None:
-            os.set_blocking(master, False)
-            # Termios and window-size calls on a master act on its slave: the
-            # program's terminal starts in the user's mode and size.
-            try:
-                termios.tcsetattr(master, termios.TCSANOW, self.saved)
-            except termios.error:
-                pass
-            size = _winsize(user_out) or _winsize(user_in)
-            if size:
-                fcntl.ioctl(master, termios.TIOCSWINSZ, size)
+        self.master_open = False
+        self.sel = None
+        self.master_mask = 0
         self.human_open = human_r is not None
         self.human_buf = b""
         self.to_program = b""
         self.output_gone = False     # the user's terminal went away: output is dropped
-        self.sel = None
-        self.master_mask = 0
         columns, rows = _columns_rows(_winsize(user_out))
         self.merger = LineMerger(hold=HOLD_SECONDS, newline=b"\r\n", columns=columns, rows=rows)
+        if master is not None:
+            self._attach(master)
 
     # ---- the user's terminal
 
@@ -153,6 +146,43 @@ class Relay:
         except OSError:
             pass
 
+    # ---- the master
+
+    def _attach(self, master: int) -> None:
+        self.master = master
+        self.master_open = True
+        os.set_blocking(master, False)
+        # Termios and window-size calls on a master act on its slave: the
+        # program's terminal starts in the user's mode and size.
+        try:
+            termios.tcsetattr(master, termios.TCSANOW, self.saved)
+        except termios.error:
+            pass
+        size = _winsize(self.user_out) or _winsize(self.user_in)
+        if size:
+            fcntl.ioctl(master, termios.TIOCSWINSZ, size)
+        if self.sel is not None:
+            self.master_mask = self._master_events()
+            self.sel.register(master, self.master_mask, "pty:master")
+            self.enter_raw()
+            self._update_keys()
+
+    def awaiting_master(self) -> bool:
+        return self.master_from is not None
+
+    def _receive_master(self) -> None:
+        import socket
+        sock, self.master_from = self.master_from, None
+        self._unregister(sock.fileno())
+        try:
+            _msg, fds, _flags, _addr = socket.recv_fds(sock, 16, 1)
+        except OSError:
+            fds = []
+        finally:
+            sock.close()
+        if fds:
+            self._attach(fds[0])
+
     # ---- the selector
 
     def start(self, sel) -> None:
@@ -161,6 +191,8 @@ class Relay:
         self.master_mask = self._master_events()
         if self.master_open:
             sel.register(self.master, self.master_mask, "pty:master")
+        if self.master_from is not None:
+            sel.register(self.master_from, 1, "pty:socket")
         if self.human_r is not None:
             sel.register(self.human_r, 1, "pty:human")
         self._update_keys()
@@ -205,6 +237,9 @@ class Relay:
 
     def handle(self, what: str, events: int) -> None:
         now = time.monotonic()
+        if what == "pty:socket":
+            self._receive_master()
+            return
         if what == "pty:keys":
             try:
                 data = os.read(self.user_in, _READ)
@@ -393,6 +428,9 @@ class Relay:
             self._write(self.merger.finish())
         finally:
             self.restore()
+            if self.master_from is not None:
+                self.master_from.close()
+                self.master_from = None
             for fd in (self.master, self.human_r):
                 if fd is not None:
                     try:

@@ -17,6 +17,8 @@ import re
 import shutil
 import signal
 import subprocess
+import sys
+import time
 
 import pytest
 
@@ -207,7 +209,22 @@ if sys.argv[1] == "kill":
 '''
 
 
-@pytest.mark.parametrize("ending", ["exit", "sigkill", "ctrl-c"])
+def _vpnw_pid(term) -> int:
+    """The vpnw the pane's shell runs now (its child), found through /proc."""
+    shell = int(term._tmux("display-message", "-p", "-t", "t", "#{pane_pid}").strip())
+    end = time.monotonic() + 60
+    while time.monotonic() < end:
+        for task in os.listdir(f"/proc/{shell}/task"):
+            with open(f"/proc/{shell}/task/{task}/children") as f:
+                for child in f.read().split():
+                    with open(f"/proc/{child}/cmdline", "rb") as c:
+                        if b"vpnw" in c.read().split(b"\0")[1]:
+                            return int(child)
+        time.sleep(0.05)
+    raise AssertionError("no vpnw under the pane's shell")
+
+
+@pytest.mark.parametrize("ending", ["exit", "sigkill", "ctrl-c", "ctrl-backslash", "sigterm-to-vpnw"])
 def test_terminal_mode_identical_after_a_run(world, term, ending):
     program = write(world, term, "raw_then_die.py", RAW_THEN_DIE)
     before, after = term.work / "before", term.work / "after"
@@ -218,10 +235,18 @@ def test_terminal_mode_identical_after_a_run(world, term, ending):
         assert term.run(f"{term.vpnw} run -- {SYSTEM_PYTHON} {program} kill") == 137
     else:
         term.line(f"{term.vpnw} run -- {SYSTEM_PYTHON} -c "
-                  "\"import time; print('sleeping', flush=True); time.sleep(600)\"")
+                  "\"import time, tty; tty.setcbreak(0); print('sleeping', flush=True); time.sleep(600)\"")
         term.wait_for(r"^sleeping")
-        term.keys("C-c")
-        term.wait_for(r"^vpnw  run r-\S+: .*exit 130", whole=True)
+        if ending == "ctrl-c":
+            term.keys("C-c")
+            expected = 130
+        elif ending == "ctrl-backslash":
+            term.keys("C-\\")
+            expected = 131
+        else:
+            os.kill(_vpnw_pid(term), signal.SIGTERM)   # forwarded to the program, as before
+            expected = 143
+        term.wait_for(rf"^vpnw  run r-\S+: .*exit {expected}", whole=True)
     assert term.run(f"stty -a > {after}") == 0
     assert wait_file(after) == before.read_text()
 
@@ -476,6 +501,23 @@ def test_a_prompt_without_newline_does_not_hold_vpnws_lines(world, term):
     term.wait_for(r"exit 120", whole=True)
     shown = term.history()
     assert not re.search(r"Continue\? \[y/N\] vpnw", shown), shown
+
+
+# Without a terminal: the program's long stderr lines in pieces, many
+# connections at once; each of vpnw's lines is one write, never cut.
+STDERR_PIECES = LONG_LINES.replace("out = sys.stdout", "out = sys.stderr")
+
+
+def test_without_a_terminal_vpnws_lines_are_whole(world, user):
+    program = world.file(f"stderr_pieces-{user}.py", STDERR_PIECES)
+    r = world.vpnw(["trace", "--", SYSTEM_PYTHON, str(program), "20"], user=user, timeout=180)
+    assert r.returncode == 0, describe(r)
+    human = re.compile(r"vpnw \d\d:\d\d:\d\d\.\d{3}  ")
+    starts = [m.start() for m in human.finditer(r.stderr)]
+    assert len(starts) > 60
+    for start in starts:
+        line = r.stderr[start:r.stderr.index("\n", start)]
+        assert "x" * 10 not in line and ":END" not in line, line
 
 
 # ── the record on stdout never mixes with the program's output ──────────
