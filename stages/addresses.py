@@ -12,14 +12,22 @@ Two pure functions:
 - `classify` says why an address is special (the `deny_private` check), or
   returns None for an ordinary public address.
 
-Names are converted with Python's built-in "idna" codec, which implements
-IDNA 2003 (RFC 3490, nameprep). We chose it over the third-party `idna`
-package (IDNA 2008) to stay dependency-free; the one difference that matters
-to us is that IDNA 2003 maps a few characters (ß -> ss, ς -> σ, some
-zero-width characters to nothing) where IDNA 2008 keeps or refuses them. The
-same conversion is applied to rules and to requests, so a rule always matches
-the name it was written for; a name whose 2003 and 2008 forms differ is simply
-compared in its 2003 form.
+Names must be ASCII. A name with any other character (`bücher.example`,
+a full-width `ｅｖｉｌ.example`, a circled `ⓔⓥⓘⓛ.example`, `evil。example`
+with an ideographic full stop) is refused, in requests and in rules alike,
+never mapped: clients convert an internationalised name to its A-label
+(`xn--bcher-kva.example`) before they ask a proxy, and that A-label is what
+the DNS looks up, so it is what the policy judges. Mapping (IDNA 2003 here,
+IDNA 2008 / UTS 46 in clients) would let two spellings that the two standards
+map differently (`faß.de`) stand for different names on either side of a
+rule; refusing leaves one spelling per name.
+
+`classify_name` is the by-name half of deny_private: names that by
+definition stay on this machine or inside a private network (RFC 6761
+localhost, RFC 6762 .local, RFC 8375 home.arpa, ICANN's .internal, the
+common .localdomain, single-label names, the cloud providers' metadata host
+names), refused before any look-up. `.example`, `.test` and `.invalid` are
+not among them: RFC 6761 asks applications not to treat those specially.
 
 The special-purpose table is written by hand from the IANA IPv4 and IPv6
 Special-Purpose Address Registries (plus multicast, reserved space and
@@ -93,24 +101,14 @@ def parse_host(host: str) -> str | IPv4Address | IPv6Address:
     if ":" in host:
         return _parse_ipv6(host)
 
-    if host.isascii():
-        bad = next((c for c in host if not _ASCII_ALLOWED.fullmatch(c)), None)
-        if bad is not None:
-            raise BadHost(f"{host!r} holds {_describe_char(bad)}, which no host name may hold")
-        name = host.lower()
-    else:
-        for c in host:
-            if ord(c) < 0x20 or c in " %/\\@:#?[]\x7f":
-                raise BadHost(f"{host!r} holds {_describe_char(c)}, which no host name may hold")
-        try:
-            name = host.encode("idna").decode("ascii").lower()
-        except UnicodeError as exc:
-            raise BadHost(f"{host!r} cannot be converted to an IDNA A-label name ({exc})") from None
-        # nameprep can turn full-width digits and dots into ASCII ones, so the
-        # checks below run on the converted name, never on the input.
-        bad = next((c for c in name if not _ASCII_ALLOWED.fullmatch(c)), None)
-        if bad is not None:
-            raise BadHost(f"{host!r} becomes {name!r}, which holds {_describe_char(bad)}")
+    if not host.isascii():
+        bad = next(c for c in host if not c.isascii())
+        raise BadHost(f"{host!r} holds {_describe_char(bad)} (U+{ord(bad):04X}), which is not ASCII; "
+                      "names are judged in the ASCII form clients send (an IDNA A-label, xn--...)")
+    bad = next((c for c in host if not _ASCII_ALLOWED.fullmatch(c)), None)
+    if bad is not None:
+        raise BadHost(f"{host!r} holds {_describe_char(bad)}, which no host name may hold")
+    name = host.lower()
 
     trailing_dot = name.endswith(".")
     bare = name[:-1] if trailing_dot else name
@@ -142,6 +140,57 @@ def parse_host(host: str) -> str | IPv4Address | IPv6Address:
         if label.startswith("-") or label.endswith("-"):
             raise BadHost(f"{host!r} has a label that starts or ends with a hyphen")
     return bare
+
+
+# --- classify_name -------------------------------------------------------------
+
+# Names below these suffixes (and the suffix itself) never name a host on the
+# internet. Each reason names its source.
+_SPECIAL_SUFFIXES: dict[str, str] = {
+    "localhost": "a name for this machine's own loopback (RFC 6761 reserves localhost "
+                 "and every name below it)",
+    "local": "a link-local Multicast DNS name (RFC 6762 reserves .local for the local link)",
+    "home.arpa": "a name inside a home network (RFC 8375 reserves home.arpa for it)",
+    "internal": "a name inside a private network (ICANN reserved .internal for private use, 2024)",
+    "localdomain": "a name for this machine in common host files (localdomain is not a "
+                   "top-level domain of the DNS)",
+}
+# Exact names with a reason of their own, from the providers' documentation.
+# Azure documents its metadata and platform services only by address
+# (169.254.169.254, 168.63.129.16), which classify() refuses; metadata.azure.com
+# is the name in the certificate that signs Azure's attested data, a public
+# name, not a metadata host.
+_SPECIAL_NAMES: dict[str, str] = {
+    "metadata.google.internal": "the cloud metadata server's name on Google Cloud "
+                                "(Compute Engine documentation, 169.254.169.254)",
+    "metadata": "the cloud metadata server's short name on Google Cloud "
+                "(Compute Engine documentation: http://metadata/computeMetadata/v1/)",
+    "instance-data": "the instance metadata service's name on Amazon EC2 "
+                     "(EC2 documentation: http://instance-data/latest/meta-data/)",
+    "instance-data.ec2.internal": "the instance metadata service's name on Amazon EC2 "
+                                  "(EC2 documentation, in the us-east-1 search domain)",
+    "localhost.localdomain": "a name for this machine in common host files (127.0.0.1)",
+}
+_SINGLE_LABEL = ("a single-label name, which a resolver's search list completes into a "
+                 "name of the local network")
+
+
+def classify_name(name: str) -> str | None:
+    """Why the canonical name `name` (parse_host's output) stays on this
+    machine or inside a private network, as a sentence, or None.
+
+    Cheap on purpose: it runs before every look-up under deny_private."""
+    why = _SPECIAL_NAMES.get(name)
+    if why is not None:
+        return why
+    dot = name.rfind(".")
+    if dot == -1:
+        return _SPECIAL_SUFFIXES.get(name, _SINGLE_LABEL)
+    why = _SPECIAL_SUFFIXES.get(name[dot + 1:])
+    if why is None and name.endswith(".arpa"):
+        second = name.rfind(".", 0, dot)
+        why = _SPECIAL_SUFFIXES.get(name[second + 1:])
+    return why
 
 
 # --- classify ---------------------------------------------------------------

@@ -58,8 +58,6 @@ def _load_policy(policy_file):
         return load_policy(policy_file)
     except PolicyError as exc:
         raise UsageProblem(str(exc)) from None
-    except OSError as exc:
-        raise UsageProblem(f"{policy_file}: cannot read the policy: {exc.strerror}") from None
 
 
 def _load_path(config_file, via):
@@ -69,8 +67,6 @@ def _load_path(config_file, via):
         return choose_path(config, via)
     except ConfigError as exc:
         raise UsageProblem(str(exc)) from None
-    except OSError as exc:
-        raise UsageProblem(f"{config_file}: cannot read the config: {exc.strerror}") from None
 
 
 def _resolve_files(policy):
@@ -90,10 +86,10 @@ def _resolve_files(policy):
 def _sandboxed(mode: str, *, require_policy: bool):
     def decorate(fn):
         options = [
-            click.option("--policy", "policy_file", type=click.Path(dir_okay=False),
-                         required=require_policy,
-                         help="Policy file (TOML) to enforce."),
-            click.option("--config", "config_file", type=click.Path(dir_okay=False),
+            # Plain strings: the loaders word every problem with a file the same way.
+            click.option("--policy", "policy_file", metavar="FILE", required=require_policy,
+                         help="Policy file (TOML) to enforce; '-' reads stdin."),
+            click.option("--config", "config_file", metavar="FILE",
                          help="Paths file (TOML) naming the ways out."),
             click.option("--via", help="Name of the path to use (default: the config's default, else direct)."),
             click.option("--record", help="Write the record to FILE instead of the state directory; "
@@ -138,12 +134,14 @@ def _execute(mode, program, policy_file, config_file, via, record, events_to,
              events_format="jsonl"):
     from .orchestrator import RunRequest, execute
     from .policy import check_policy_for_path
+    if policy_file == "-" and config_file == "-":
+        raise UsageProblem("--policy - and --config - both read stdin; fix: read one of them from a file")
     syslog = _check_syslog_target(syslog)
     policy = _load_policy(policy_file)
     path = _load_path(config_file, via)
     problem = check_policy_for_path(policy, path.resolves_at_exit) if policy_file else None
     if problem:
-        raise UsageProblem(f"{policy_file}: {problem}")
+        raise UsageProblem(f"{policy.source}: {problem}")
     files = _resolve_files(policy)
     global _ran_sandbox
     _ran_sandbox = True

@@ -173,13 +173,19 @@ def check_paths(config_file: str) -> list[Check]:
     import asyncio
 
     from stages.broker.dial import PathDown, dialer_for
-    from stages.paths import ConfigError, load_config
+    from stages.paths import ConfigError, load_config, with_secret
     try:
         config = load_config(config_file)
     except (ConfigError, OSError) as e:
         return [Check("config", "fail", str(e), "fix the config file")]
     checks = []
     for name, path in sorted(config.paths.items()):
+        try:
+            path = with_secret(path)
+        except ConfigError as e:
+            checks.append(Check(f"path {name}", "warn", str(e),
+                                "runs via this path need its password; others do not"))
+            continue
         try:
             asyncio.run(dialer_for(path).check())
             checks.append(Check(f"path {name}", "ok", f"{path.describe()} answers"))

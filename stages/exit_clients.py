@@ -333,6 +333,16 @@ class HttpConnectClient:
         for line in lines[1:]:
             if not _HEADER_LINE.match(line):
                 raise ExitProtocolError("the exit's reply has a malformed header line")
-        reason = (match.group(2) or b"").decode("latin-1")
-        reason = "".join(c if c.isprintable() else "?" for c in reason)[:80]
-        return int(match.group(1)), reason
+        # The exit's own reason phrase is never used: a message is built only
+        # from parts vpnw knows (the status and its standard phrase), so no
+        # text the exit chose, such as an echo of our credentials, reaches one.
+        status = int(match.group(1))
+        return status, _standard_phrase(status)
+
+
+def _standard_phrase(status: int) -> str:
+    from http import HTTPStatus
+    try:
+        return HTTPStatus(status).phrase
+    except ValueError:
+        return "(a status HTTP does not define)"

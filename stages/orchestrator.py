@@ -254,7 +254,7 @@ def _execute(request: RunRequest, terminal: _Terminal) -> int:
                  policy_file=getattr(request.policy, "source", None), via=path_name,
                  dry_run=request.dry_run, allow_unix_sockets=request.allow_unix_sockets,
                  version=__version__, record=record, **files_record,
-                 env_kept=env_kept)
+                 env_kept=env_kept, **_deny_private_scope(request))
 
     helper_end, broker_end = handoff.link()
     broker_status_r, broker_status_w = os.pipe()
@@ -334,6 +334,15 @@ def _out_of_program_reach(request: RunRequest, record: str) -> list[str]:
         pass
     paths = [state, record, getattr(request.policy, "source", None), request.config_file]
     return [p for p in dict.fromkeys(paths) if p and p != "-" and os.path.lexists(p)]
+
+
+def _deny_private_scope(request) -> dict:
+    """run.start's deny_private_scope, present only when the policy sets deny_private."""
+    from .policy import Policy, deny_private_scope
+    if not isinstance(request.policy, Policy):
+        return {}
+    scope = deny_private_scope(request.policy, bool(getattr(request.path, "resolves_at_exit", False)))
+    return {"deny_private_scope": scope} if scope else {}
 
 
 def _file_limits(files) -> tuple[dict | None, dict]:

@@ -26,7 +26,7 @@ import os
 import re
 import tomllib
 import urllib.parse
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 SCHEMES = ("socks5", "socks5h", "http")
 # Schemes where the destination name goes to the exit, which resolves it.
@@ -61,6 +61,14 @@ class ConfigError(Exception):
 
 
 @dataclass(frozen=True)
+class SecretSource:
+    """Where a path's password is, read only when the path is chosen."""
+    kind: str                      # "env" | "file"
+    name: str                      # the variable, or the file's path
+    at: "ConfigError"              # file and line, for the message if it cannot be read
+
+
+@dataclass(frozen=True)
 class PathSpec:
     name: str
     type: str                      # "direct" | "proxy"
@@ -71,6 +79,7 @@ class PathSpec:
     password: str | None = field(default=None, repr=False)
     resolves_at_exit: bool = False
     ca_file: str | None = None
+    secret: SecretSource | None = field(default=None, repr=False, compare=False)
 
     def describe(self) -> str:
         """'office (socks5h://10.8.0.1:1080)', never with credentials."""
@@ -92,6 +101,7 @@ class Config:
     paths: dict[str, PathSpec]
     default: str | None
     source: str
+    env: object = field(default=None, repr=False, compare=False)   # where password_env is read
 
 
 # --- locating keys in the text, so that errors can name a line -------------
@@ -226,43 +236,31 @@ def _read_path(name: str, table, reader: _Reader, env, base_dir: str) -> PathSpe
     if len(sources) > 1:
         raise reader.error(where + (sources[-1],), "the password is given more than once ("
                            + " and ".join(sources) + ")", "keep only one password source")
+    # Only the chosen path's secret is read (choose_path): a config may name
+    # paths whose passwords this run has no reason to hold.
+    secret = None
     if "password_env" in table:
         var = table["password_env"]
         if not isinstance(var, str) or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", var):
             raise reader.error(where + ("password_env",), "password_env must name an environment variable",
                                'write password_env = "OFFICE_PROXY_PASSWORD"')
-        if var not in env:
-            raise reader.error(where + ("password_env",),
-                               f"the environment variable {var} (password_env) is not set",
-                               f"export {var}=... before running vpnw, or use password_file")
-        password = env[var]
+        secret = SecretSource("env", var, reader.error(where + ("password_env",), "", ""))
     if "password_file" in table:
         file_name = table["password_file"]
         if not isinstance(file_name, str) or not file_name:
             raise reader.error(where + ("password_file",), "password_file must be a file name",
                                'write password_file = "office.pass" (relative to this config)')
         file_path = os.path.join(base_dir, os.path.expanduser(file_name))
-        try:
-            with open(file_path, encoding="utf-8") as handle:
-                password = handle.read().rstrip("\r\n")
-        except OSError as exc:
-            raise reader.error(where + ("password_file",),
-                               f"cannot read password_file {file_path}: {exc.strerror}",
-                               "create the file (one line, the password) or fix its name") from None
-        except UnicodeDecodeError:
-            raise reader.error(where + ("password_file",), f"password_file {file_path} is not UTF-8 text",
-                               "write the password as one line of UTF-8 text") from None
-    if password is not None and username is None:
+        secret = SecretSource("file", file_path, reader.error(where + ("password_file",), "", ""))
+    has_password = password is not None or secret is not None
+    if has_password and username is None:
         raise reader.error(where, f"[paths.{name}] has a password but no username",
                            'add username = "..." (or put it in the url as user@host)')
-    if username is not None and password is None:
+    if username is not None and not has_password:
         raise reader.error(where, f"[paths.{name}] has a username but no password",
                            "add password_env or password_file")
     for label, value in (("username", username), ("password", password)):
-        # RFC 1929 carries each in one length byte; HTTP Basic refuses ':' in the user.
-        if value is not None and (len(value.encode()) > 255 or "\n" in value or "\r" in value):
-            raise reader.error(where, f"the {label} is longer than 255 bytes or spans lines",
-                               f"use a shorter single-line {label}")
+        _check_credential(label, value, reader.error(where, "", ""))
     if username is not None and ":" in username and scheme == "http":
         raise reader.error(where, "an HTTP proxy username cannot contain ':'",
                            "use another username")
@@ -272,21 +270,48 @@ def _read_path(name: str, table, reader: _Reader, env, base_dir: str) -> PathSpe
                            "which are not supported yet", "remove ca_file")
     return PathSpec(name=name, type="proxy", scheme=scheme, host=host, port=port,
                     username=username, password=password,
-                    resolves_at_exit=RESOLVES_AT_EXIT[scheme], ca_file=None)
+                    resolves_at_exit=RESOLVES_AT_EXIT[scheme], ca_file=None, secret=secret)
+
+
+def _check_credential(label: str, value: str | None, at: ConfigError) -> None:
+    # RFC 1929 carries each in one length byte; HTTP Basic refuses ':' in the user.
+    if value is not None and (len(value.encode()) > 255 or "\n" in value or "\r" in value):
+        raise ConfigError(f"the {label} is longer than 255 bytes or spans lines",
+                          f"use a shorter single-line {label}", file=at.file, line=at.line)
+
+
+def with_secret(spec: PathSpec, env=os.environ) -> PathSpec:
+    """The path with its password read from the source the config names
+    (password_env, password_file); ConfigError when it cannot be."""
+    source = spec.secret
+    if source is None:
+        return spec
+    at = source.at
+    if source.kind == "env":
+        if source.name not in env:
+            raise ConfigError(f"the environment variable {source.name} (password_env) is not set",
+                              f"export {source.name}=... before running vpnw, or use password_file",
+                              file=at.file, line=at.line)
+        password = env[source.name]
+    else:
+        from .inputs import InputProblem, read_text
+        try:
+            password = read_text(source.name, "password", limit=4096).rstrip("\r\n")
+        except InputProblem as exc:
+            raise ConfigError(f"cannot read password_file {source.name} ({exc.problem})",
+                              "create the file (one line, the password) or fix its name",
+                              file=at.file, line=at.line) from None
+    _check_credential("password", password, at)
+    return replace(spec, password=password, secret=None)
 
 
 def load_config(path: str, env=os.environ) -> Config:
     """Read and check a paths config; raises ConfigError."""
+    from .inputs import InputProblem, read_text
     try:
-        with open(path, "rb") as handle:
-            raw = handle.read()
-    except OSError as exc:
-        raise ConfigError(f"cannot read the config: {exc.strerror}",
-                          "check the file name given to --config", file=path) from None
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError:
-        raise ConfigError("the config is not UTF-8 text", "save it as UTF-8", file=path) from None
+        text = read_text(path, "config")
+    except InputProblem as exc:
+        raise ConfigError(exc.problem, exc.fix, file=path, line=exc.line) from None
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
@@ -317,7 +342,7 @@ def load_config(path: str, env=os.environ) -> Config:
             known = ", ".join(sorted(set(paths) | {"direct"}))
             raise reader.error(("default",), f'default names no path defined here (known: {known})',
                                "set default to one of the known paths, or remove it")
-    return Config(name=name, paths=paths, default=default, source=path)
+    return Config(name=name, paths=paths, default=default, source=path, env=env)
 
 
 def choose_path(config: Config | None, via: str | None) -> PathSpec:
@@ -325,7 +350,7 @@ def choose_path(config: Config | None, via: str | None) -> PathSpec:
     if via is None:
         via = config.default if config is not None and config.default else "direct"
     if config is not None and via in config.paths:
-        return config.paths[via]
+        return with_secret(config.paths[via], config.env if config.env is not None else os.environ)
     if via == "direct":
         return DIRECT
     known = ", ".join(sorted((set(config.paths) if config else set()) | {"direct"}))

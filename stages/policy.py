@@ -178,19 +178,25 @@ class Policy:
 
 def needs_addresses(policy: Policy) -> bool:
     """Whether any rule of the policy depends on the addresses a name resolves
-    to (deny_private, or a rule written as an address or CIDR)."""
+    to (deny_private, or a deny rule written as an address or CIDR). Address
+    allow rules apply to address literals only, so they never do."""
     if policy.no_policy:
         return False
-    return (policy.deny_private or policy.deny_index.has_address_rules
-            or policy.allow_index.has_address_rules)
+    return policy.deny_private or policy.deny_index.has_address_rules
 
 
 def check_policy_for_path(policy: Policy, resolves_at_exit: bool) -> str | None:
-    """None when the policy can be honoured on a path; else why not, as a sentence.
+    """None when the policy can be honoured on a path; else why not, as a
+    sentence with the fix.
 
-    On a path that resolves names at the exit (socks5h://, http:// proxies) vpnw
-    never sees the addresses of a name, so it refuses a policy that would count
-    on them rather than enforce it partly.
+    On a path that resolves names at the exit (socks5h://, http:// proxies)
+    vpnw never sees the addresses of a name, so it refuses every rule that
+    could only work on them rather than enforce it partly: deny_private with a
+    default of allow, and address deny rules (which would catch a literal but
+    never a name that resolves into the range). Address allow rules stay: they
+    apply to address literals on every path. deny_private with a default of
+    deny stays too, and the run says once at its start what it covers there
+    (`deny_private_scope`).
     """
     if not resolves_at_exit or policy.no_policy:
         return None
@@ -198,13 +204,25 @@ def check_policy_for_path(policy: Policy, resolves_at_exit: bool) -> str | None:
         return ("deny_private with a default of allow needs the addresses names resolve to, "
                 "but this path resolves names at the exit, where vpnw cannot see them; "
                 'fix: set default = "deny" with an allow list, or use a path that resolves '
-                "names here")
+                "names here (socks5://)")
     for rule in policy.deny:
         if rule.is_address:
             return (f'deny rule "{rule.text}" (line {rule.line}) is an address rule, but this path '
-                    "resolves names at the exit, where vpnw cannot see the addresses; fix: deny "
-                    "by name, or use a path that resolves names here")
+                    "resolves names at the exit, where vpnw cannot see the addresses names resolve "
+                    "to, so it would stop only requests written as addresses; fix: deny by name, "
+                    "or use a path that resolves names here (socks5://)")
     return None
+
+
+def deny_private_scope(policy: Policy, resolves_at_exit: bool) -> str | None:
+    """What deny_private covers on this run's path, for run.start: None
+    without deny_private; "addresses" when vpnw sees every address it
+    dials; "literals-and-names" on a path that resolves names at the exit,
+    where it covers address literals and special names only."""
+    from .record import DENY_PRIVATE_SCOPES
+    if policy.no_policy or not policy.deny_private:
+        return None
+    return DENY_PRIVATE_SCOPES[1] if resolves_at_exit else DENY_PRIVATE_SCOPES[0]
 
 
 # --- rule patterns -----------------------------------------------------------
@@ -226,12 +244,53 @@ def _parse_port(text: str, pattern: str) -> int:
     return int(text)
 
 
-def parse_rule(text: str, line: int | None = None) -> Rule:
+_EVERY_NAME_FIX = {
+    "allow": 'to allow every name, leave the allow list out and set default = "allow"',
+    "deny": 'to deny everything not allowed, set default = "deny" and list what is allowed in allow',
+}
+_IPV4_MAPPED = IPv6Network("::ffff:0:0/96")
+
+
+def _normalised(network: IPv4Network | IPv6Network) -> IPv4Network | IPv6Network:
+    """A rule inside the IPv4-mapped range is the IPv4 rule it spells:
+    deny "::ffff:203.0.113.66" denies 203.0.113.66, as a request for
+    ::ffff:203.0.113.66 is judged as 203.0.113.66."""
+    if network.version == 6 and network.subnet_of(_IPV4_MAPPED):
+        return IPv4Network((int(network.network_address) & 0xFFFFFFFF, network.prefixlen - 96))
+    return network
+
+
+def _looks_like_url(text: str) -> bool:
+    return "://" in text or (text.count("/") > 1 and not text.startswith("["))
+
+
+def _ambiguous_ipv6(host: str) -> bool:
+    """"2001:db8::1:443" reads both as an address and as 2001:db8::1 with
+    port 443: a person who meant the port would get a different rule."""
+    head, _, last = host.rpartition(":")
+    if not head or not _PORT.fullmatch(last) or int(last) > 65535:
+        return False
+    try:
+        IPv6Address(head)
+    except ValueError:
+        return False
+    return True
+
+
+def parse_rule(text: str, line: int | None = None, which: str = "allow") -> Rule:
     """One pattern -> Rule, or _BadRule(problem, fix)."""
     if text == "":
         raise _BadRule("the pattern is empty", "remove it, or write a host name")
     if text != text.strip() or any(c.isspace() for c in text):
         raise _BadRule("the pattern holds spaces", "write the host without spaces")
+    if _looks_like_url(text):
+        raise _BadRule("this is a URL, not a host pattern",
+                       'write only the host, with a port if needed: "api.github.com" or '
+                       '"api.github.com:443"')
+    if not text.isascii():
+        raise _BadRule("the pattern holds characters that are not ASCII; vpnw refuses such names "
+                       "in requests, so a rule for one could never match",
+                       _a_label_fix(text))
     port: int | None = None
     host = text
     if text.startswith("["):
@@ -250,10 +309,14 @@ def parse_rule(text: str, line: int | None = None) -> Rule:
         port = _parse_port(port_text, text)
         if host == "":
             raise _BadRule("a port without a host", "write the host before the colon")
+    elif _ambiguous_ipv6(text.partition("/")[0]):
+        address, _, last = text.partition("/")[0].rpartition(":")
+        raise _BadRule("an IPv6 address with a port must be in brackets; without them this reads "
+                       f"both as one address and as {address} with port {last}",
+                       f'write "[{address}]:{last}" for the port, or "[{text}]" for the address')
 
     if host == "*":
-        raise _BadRule('"*" alone would match every name',
-                       'to allow every name, leave the allow list out and set default = "allow"')
+        raise _BadRule('"*" alone would match every name', _EVERY_NAME_FIX[which])
     if "*" in host:
         if not host.startswith("*.") or "*" in host[2:]:
             raise _BadRule('a wildcard may only be "*." at the start',
@@ -283,7 +346,7 @@ def parse_rule(text: str, line: int | None = None) -> Rule:
         if network.network_address != parse_ip:
             raise _BadRule("the address has bits set beyond the prefix length",
                            f'write "{network}" (the block that contains it)')
-        return Rule(text=text, kind="cidr", port=port, line=line, network=network)
+        return Rule(text=text, kind="cidr", port=port, line=line, network=_normalised(network))
     try:
         canonical = parse_host(host)
     except BadHost as exc:
@@ -291,7 +354,19 @@ def parse_rule(text: str, line: int | None = None) -> Rule:
                        'or "*.example.com"') from None
     if isinstance(canonical, str):
         return Rule(text=text, kind="name", port=port, line=line, host=canonical)
-    return Rule(text=text, kind="ip", port=port, line=line, network=ip_network(canonical))
+    return Rule(text=text, kind="ip", port=port, line=line, network=_normalised(ip_network(canonical)))
+
+
+def _a_label_fix(text: str) -> str:
+    host = text.split(":", 1)[0] if text.count(":") == 1 else text
+    prefix = "*." if host.startswith("*.") else ""
+    try:
+        import idna   # only for this hint: the A-label clients send (IDNA 2008, UTS 46)
+        a_label = idna.encode(host[len(prefix):], uts46=True).decode("ascii")
+    except Exception:  # noqa: BLE001 - no hint is better than a wrong one
+        return "write the name in its A-label form (xn--...), as clients send it"
+    return f'write "{prefix}{a_label}" (its A-label, as clients send it)'
+
 
 
 # --- locating keys in the source ---------------------------------------------
@@ -546,7 +621,7 @@ def parse_policy(text: str, source: str = "<policy>") -> Policy:
         problems.add(("version",), f"unknown policy version {version}; this vpnw reads version 1",
                      "write `version = 1`, or use the vpnw that wrote this policy")
 
-    default_name = os.path.basename(source)
+    default_name = "stdin" if source == "<stdin>" else os.path.basename(source)
     if default_name.endswith(".toml"):
         default_name = default_name[:-5]
     name = data.get("name", default_name)
@@ -597,7 +672,7 @@ def parse_policy(text: str, source: str = "<policy>") -> Policy:
                              'write each pattern in quotes, as "api.github.com"')
                 continue
             try:
-                rules.append(parse_rule(pattern, problems.line_of(path)))
+                rules.append(parse_rule(pattern, problems.line_of(path), which))
             except _BadRule as exc:
                 problems.add(path, f"{which}[{index}] {_show(pattern)}: {exc.problem}", exc.fix)
         lists[which] = tuple(rules)
@@ -613,18 +688,18 @@ def parse_policy(text: str, source: str = "<policy>") -> Policy:
                   source=source, has_allow_list=has_allow_list, files=files)
 
 
-def load_policy(path: str) -> Policy:
-    """Read and parse a policy file. OSError propagates (the CLI words it);
-    a file that is not UTF-8 is a PolicyError."""
-    with open(path, "rb") as f:
-        raw = f.read()
+def load_policy(path: str, *, stdin=None) -> Policy:
+    """Read and parse a policy file ("-": stdin). Every problem, with the
+    input or in it, is a PolicyError: `file[:line]: problem; fix: ...`."""
+    from .inputs import InputProblem, read_text, source_name
+    source = source_name(path)
     try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        line = raw[:exc.start].count(b"\n") + 1
-        raise PolicyError(f"{path}:{line}: the policy is not UTF-8 text; fix: save it as UTF-8",
-                          source=path, line=line) from None
-    return parse_policy(text, source=path)
+        text = read_text(path, "policy", stdin=stdin)
+    except InputProblem as exc:
+        where = f"{source}:{exc.line}" if exc.line else source
+        raise PolicyError(f"{where}: {exc.problem}; fix: {exc.fix}", source=source,
+                          line=exc.line) from None
+    return parse_policy(text, source=source)
 
 
 # --- the [files] table (file limits) ------------------------------------------

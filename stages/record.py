@@ -31,6 +31,12 @@ EVENT_TYPES = (
     "run.end",        # orchestrator: the run is over; totals and vpnw's exit code
 )                     # (the recorder adds events_to_lost: what the --events-to copy dropped)
 
+# run.start's deny_private_scope: what deny_private covers on the run's path.
+# "addresses": every address vpnw dials (it resolves names itself);
+# "literals-and-names": a path that resolves names at the exit, where vpnw
+# sees only address literals and refuses special names by name.
+DENY_PRIVATE_SCOPES = ("addresses", "literals-and-names")
+
 # Lines stay below PIPE_BUF so that several writers can share one pipe and a
 # line is never torn: a write of at most PIPE_BUF bytes to a pipe is atomic.
 MAX_LINE = 4000

@@ -121,12 +121,21 @@ def test_lookup_when_default_allow_and_deny_private():
     assert decide(t("anything.org"), p) == LookUp()
 
 
-def test_lookup_when_an_address_allow_rule_could_allow():
-    p = policy('allow = ["140.82.112.0/20"]\n')
-    assert decide(t("github.com"), p) == LookUp()
-    assert decide(t("github.com"), p, [A("140.82.113.3")]).allowed
-    d = decide(t("github.com"), p, [A("140.82.113.3"), A("1.2.3.4")])
-    assert not d.allowed and d.rule == "default"
+def test_address_allow_rules_never_make_a_name_looked_up():
+    # Issue 13: under a default of deny, an address allow rule applies to
+    # address literals only; a name no name rule allows is never looked up.
+    p = policy('allow = ["api.github.com", "140.82.112.0/20"]\n')
+    verdict = decide(t("c2VjcmV0LXRva2Vu.attacker.net"), p)
+    assert verdict == Decision(False, "no allow rule matches c2vjcmv0lxrva2vu.attacker.net:443; "
+                               "default is deny (because the policy has an allow list)", "default")
+    assert decide(t("github.com"), p).rule == "default"
+    # even when the name resolved (a caller that looked it up anyway), its addresses do not allow it
+    assert not decide(t("github.com"), p, [A("140.82.112.3")]).allowed
+    assert decide(t("140.82.112.3"), p).allowed
+    assert decide(t("api.github.com"), p).allowed
+    dp = policy('allow = ["api.github.com", "140.82.112.0/20"]\ndeny_private = true\n')
+    assert decide(t("api.github.com"), dp) == LookUp()
+    assert decide(t("github.com"), dp).rule == "default"
 
 
 def test_address_rule_for_another_port_does_not_cause_lookup():
@@ -182,11 +191,14 @@ def test_case_and_trailing_dot(spelling):
     assert decide(t(spelling), p).allowed
 
 
-def test_idna_equivalence_both_ways():
-    p = policy('allow = ["bücher.example"]\ndeny = ["*.xn--fiqs8s.org"]\n')
+def test_names_are_judged_in_their_a_label_form():
+    p = policy('allow = ["xn--bcher-kva.example"]\ndeny = ["*.xn--fiqs8s.org"]\n')
     assert decide(t("xn--bcher-kva.example"), p).allowed
-    assert decide(t("BÜCHER.example"), p).allowed
-    assert not decide(t("a.中国.org"), p).allowed
+    assert decide(t("XN--BCHER-KVA.example"), p).allowed
+    assert not decide(t("a.xn--fiqs8s.org"), p).allowed
+    for unicode in ("bücher.example", "BÜCHER.example", "a.中国.org"):
+        with pytest.raises(BadTarget, match="not ASCII"):
+            parse_target(unicode, 443)
 
 
 @pytest.mark.parametrize("host", ["2130706433", "0x7f.1", "127.1", "fe80::1%eth0", "a b", ""])
@@ -217,9 +229,8 @@ def test_port_in_name_rule():
 def test_port_in_wildcard_and_ipv6_rules():
     p = policy('allow = ["*.example.org:8443", "[2001:db8::1]:443", "10.0.0.0/8:5432"]\n')
     assert decide(t("x.example.org", 8443), p).allowed
-    # on 443 an address rule ([2001:db8::1]:443) could still allow it: look it up
-    assert decide(t("x.example.org", 443), p) == LookUp()
-    assert not decide(t("x.example.org", 443), p, [A("93.184.216.34")]).allowed
+    # on 443 only the address literal [2001:db8::1] is allowed: the name is never looked up
+    assert decide(t("x.example.org", 443), p).rule == "default"
     assert not decide(t("x.example.org", 80), p).allowed          # nothing can allow port 80
     assert decide(t("[2001:db8::1]", 443), p).allowed
     assert not decide(t("[2001:db8::1]", 80), p).allowed
@@ -269,7 +280,8 @@ def test_check_policy_for_path():
 def test_needs_addresses():
     assert needs_addresses(AGENT)
     assert not needs_addresses(policy('allow = ["a.com"]\ndeny = ["*.b.com"]\n'))
-    assert needs_addresses(policy('allow = ["140.82.112.0/20"]\n'))
+    assert not needs_addresses(policy('allow = ["140.82.112.0/20"]\n'))
+    assert needs_addresses(policy('deny = ["140.82.112.0/20"]\n'))
 
 
 # --- scale ---------------------------------------------------------------------------

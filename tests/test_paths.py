@@ -16,9 +16,12 @@ def write(tmp_path, body: str, name: str = "office.toml") -> str:
 
 
 def load_error(tmp_path, body: str, env=None) -> ConfigError:
+    """The error of loading the config and choosing each of its paths in turn."""
     source = write(tmp_path, body)
     with pytest.raises(ConfigError) as caught:
-        load_config(source, env={} if env is None else env)
+        config = load_config(source, env={} if env is None else env)
+        for name in config.paths:
+            choose_path(config, name)
     return caught.value
 
 
@@ -53,8 +56,9 @@ def test_good_config_loads_every_kind(tmp_path):
     assert (office.type, office.scheme, office.host, office.port) == ("proxy", "socks5h", "10.8.0.1", 1080)
     assert office.resolves_at_exit is True
     assert config.paths["plain"].resolves_at_exit is False
-    web = config.paths["web"]
+    web = choose_path(config, "web")
     assert web.resolves_at_exit is True and web.username == "alice" and web.password == SECRET
+    assert config.paths["web"].password is None        # read only when the path is chosen
     assert config.paths["home"].type == "direct"
     assert office.describe() == "office (socks5h://10.8.0.1:1080)"
 
@@ -122,7 +126,7 @@ def test_bad_urls_name_file_line_and_fix(tmp_path, url, line_words):
     ('version = 1\nname = "o"\n[paths.direct]\ntype = "proxy"\nurl = "socks5h://h:1"\n', 3,
      "built-in direct path"),
     ('version = 1\nname = "o"\n[paths.office]\ntype = "proxy"\nurl = "socks5h://h:1"\n'
-     'password_env = "OFFICE_PW"\n', 6, "is not set"),
+     'password_env = "OFFICE_PW"\nusername = "a"\n', 6, "is not set"),
     ('version = 1\nname = "o"\n[paths.office]\ntype = "proxy"\nurl = "socks5h://h:1"\n'
      'username = "alice"\n', 3, "no password"),
     ('version = 1\nname = "o"\n[paths.office]\ntype = "proxy"\nurl = "socks5h://h:1"\n'
@@ -140,8 +144,9 @@ def test_validation_messages(tmp_path, body, line, words):
 
 
 def test_missing_file_is_a_config_error(tmp_path):
-    with pytest.raises(ConfigError, match="cannot read the config"):
+    with pytest.raises(ConfigError) as err:
         load_config(str(tmp_path / "absent.toml"))
+    assert str(err.value) == f"{tmp_path / 'absent.toml'}: no such file; fix: check the file name"
 
 
 def test_password_sources_and_secrecy(tmp_path):
@@ -159,7 +164,7 @@ def test_password_sources_and_secrecy(tmp_path):
         url = "http://bob:hunter2-Zq9@10.8.0.1:3128"
     """)
     config = load_config(source, env={})
-    from_file, in_url = config.paths["fromfile"], config.paths["inurl"]
+    from_file, in_url = choose_path(config, "fromfile"), choose_path(config, "inurl")
     assert from_file.password == SECRET and in_url.password == SECRET and in_url.username == "bob"
     for spec in (from_file, in_url):
         for text in (repr(spec), str(spec), spec.describe(), repr(config), str(config)):
@@ -190,5 +195,26 @@ def test_environment_is_read_from_the_given_mapping(tmp_path):
     source = write(tmp_path, GOOD)
     os.environ.pop("OFFICE_PW", None)
     with pytest.raises(ConfigError, match="OFFICE_PW"):
-        load_config(source)
-    assert load_config(source, env={"OFFICE_PW": "x"}).paths["web"].password == "x"
+        choose_path(load_config(source), "web")
+    assert choose_path(load_config(source, env={"OFFICE_PW": "x"}), "web").password == "x"
+
+
+def test_only_the_chosen_paths_secrets_are_needed(tmp_path):
+    source = write(tmp_path, GOOD + """
+    [paths.filed]
+    type = "proxy"
+    url = "socks5h://10.8.0.2:1080"
+    username = "carol"
+    password_file = "absent.pass"
+    """)
+    config = load_config(source, env={})            # neither OFFICE_PW nor absent.pass
+    assert choose_path(config, "office").password is None
+    assert choose_path(config, "home").type == "direct"
+    with pytest.raises(ConfigError) as caught:
+        choose_path(config, "web")
+    assert str(caught.value).endswith("the environment variable OFFICE_PW (password_env) is not set; "
+                                      "fix: export OFFICE_PW=... before running vpnw, or use password_file")
+    assert caught.value.line == 17
+    with pytest.raises(ConfigError) as caught:
+        choose_path(config, "filed")
+    assert "cannot read password_file " in str(caught.value) and "no such file" in str(caught.value)

@@ -117,3 +117,14 @@ def test_optional_fields_and_truncation():
 def test_the_schema_ships_as_package_data():
     text = json.dumps(SCHEMA)
     assert "conn.request" in text
+
+
+def test_deny_private_scope_values_agree_in_record_py_the_schema_and_the_doc():
+    from stages.record import DENY_PRIVATE_SCOPES
+    prop = SCHEMA["$defs"]["run.start"]["properties"]["deny_private_scope"]
+    assert prop["enum"] == list(DENY_PRIVATE_SCOPES)
+    assert "deny_private_scope" not in SCHEMA["$defs"]["run.start"]["required"]
+    doc = open(os.path.join(ROOT, "docs", "record.md"), encoding="utf-8").read()
+    row = next(line for line in doc.splitlines() if line.startswith("| `run.start` |"))
+    for value in DENY_PRIVATE_SCOPES:
+        assert f"`{value}`" in row, value

@@ -13,10 +13,24 @@ an allowed `Decision.addresses` is then exactly what it may dial (no second
 look-up, so a DNS answer cannot change between the check and the dial).
 
 `LookUp` is asked for only when an address could change the answer: the
-policy has address deny rules or deny_private (which could refuse), or
-address allow rules (which could allow a name no name rule allows). A denied
-name is never looked up, and under a default of deny neither is a name that no
-allow rule could match: a DNS query carries data out too.
+policy has address deny rules or deny_private, which could refuse a name that
+would otherwise be allowed. A denied name is never looked up, and under a
+default of deny neither is a name that no allow rule matches by name: a DNS
+query carries data out too. Address allow rules (`140.82.112.0/20`) apply to
+address literals only; they never make vpnw look a name up to see whether
+its addresses would match.
+
+deny_private also works by name: before any look-up, names that stay on this
+machine or inside a private network (`classify_name`: localhost, .local,
+.internal, single-label names, cloud metadata names...) are refused.
+
+IPv4 inside IPv6: an IPv4-mapped address (`::ffff:a.b.c.d`) is the IPv4 host
+itself (it is how a dual-stack socket writes it), so every IPv4 rule applies
+to it. A NAT64 address (`64:ff9b::a.b.c.d`, RFC 6052, and the local-use
+64:ff9b:1::/48, RFC 8215) reaches that IPv4 host only on a network with a
+NAT64 gateway for that prefix; vpnw does not know whether it is on one, so it
+takes the safe side of each list: IPv4 deny rules and deny_private apply to
+the NAT64 form, IPv4 allow rules do not (allow it with an IPv6 rule).
 
 An allowed `Decision` with `addresses == ()` means no address was needed to
 decide: the broker (or the exit proxy) resolves the name to dial it, and any
@@ -27,7 +41,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from ipaddress import IPv4Address, IPv6Address, ip_address
 
-from ..addresses import BadHost, classify, embedded_ipv4, parse_host
+from ..addresses import BadHost, classify, classify_name, embedded_ipv4, parse_host
 from ..policy import Policy, Rule, check_policy_for_path  # noqa: F401  (re-exported for the broker)
 
 
@@ -82,14 +96,18 @@ def _as_address(value) -> IPv4Address | IPv6Address:
     return _as_address(ip_address(value))
 
 
-def _match_address(index, ip, port: int) -> Rule | None:
-    # An IPv4-mapped or NAT64 address reaches the IPv4 address it carries, so
-    # rules written for that IPv4 address apply to it too.
+def _match_address(index, ip, port: int, *, through_nat64: bool) -> Rule | None:
+    # An IPv4-mapped address is the IPv4 host itself: rules written for that
+    # IPv4 address apply. A NAT64 one only where asked (deny rules): see above.
     rule = index.match_address(ip, port)
     if rule is None and isinstance(ip, IPv6Address):
-        embedded = embedded_ipv4(ip)
-        if embedded is not None:
-            rule = index.match_address(embedded[0], port)
+        mapped = ip.ipv4_mapped
+        if mapped is not None:
+            return index.match_address(mapped, port)
+        if through_nat64:
+            embedded = embedded_ipv4(ip)
+            if embedded is not None:
+                rule = index.match_address(embedded[0], port)
     return rule
 
 
@@ -125,6 +143,12 @@ def decide(target: Target, policy: Policy, addresses=None, *,
         if rule is not None:
             return _deny(f'{target} matches deny rule "{rule.text}" ({policy.where(rule)})',
                          f"deny {rule.label()}")
+        # 3, by name: deny_private refuses names that stay on this machine or
+        # in a private network before they are looked up.
+        if policy.deny_private:
+            why = classify_name(target.host)
+            if why is not None:
+                return _deny(f"{target.host}: {why}", "deny_private")
 
     if not is_name:
         addresses = (target.ip,)
@@ -144,7 +168,7 @@ def decide(target: Target, policy: Policy, addresses=None, *,
 
         # 2. deny rules on every address
         for ip in addresses:
-            rule = _match_address(policy.deny_index, ip, port)
+            rule = _match_address(policy.deny_index, ip, port, through_nat64=True)
             if rule is not None:
                 subject = f"{target} resolved to {ip}, which" if is_name else f"{target}"
                 return _deny(f'{subject} matches deny rule "{rule.text}" ({policy.where(rule)})',
@@ -165,13 +189,11 @@ def decide(target: Target, policy: Policy, addresses=None, *,
         if rule is not None:
             return Decision(True, f'{target} matches allow rule "{rule.text}" ({policy.where(rule)})',
                             f"allow {rule.label()}", addresses)
-    if addresses and policy.allow_index.has_address_rules:
-        matched = [_match_address(policy.allow_index, ip, port) for ip in addresses]
-        if all(r is not None for r in matched):
-            rule = matched[0]
-            subject = f"{target} resolved to {', '.join(map(str, addresses))}, which" if is_name \
-                else f"{target}"
-            return Decision(True, f'{subject} matches allow rule "{rule.text}" ({policy.where(rule)})',
+    elif policy.allow_index.has_address_rules:
+        # Address allow rules apply to address literals only (see above).
+        rule = _match_address(policy.allow_index, target.ip, port, through_nat64=False)
+        if rule is not None:
+            return Decision(True, f'{target} matches allow rule "{rule.text}" ({policy.where(rule)})',
                             f"allow {rule.label()}", addresses)
 
     # 5. the default
@@ -179,13 +201,9 @@ def decide(target: Target, policy: Policy, addresses=None, *,
 
 
 def _address_could_change_answer(target: Target, policy: Policy) -> bool:
-    """Step 1 has passed. Would any address move the decision for this name?"""
+    """Step 1 has passed. Would any address move the decision for this name?
+    Only a refusal can: address allow rules never apply to names."""
     port = target.port
-    could_refuse = policy.deny_private or policy.deny_index.address_rules_for_port(port)
-    if policy.allow_index.match_name(target.host, port) is not None:
-        return could_refuse
-    if policy.allow_index.address_rules_for_port(port):
-        return True          # an address allow rule could allow this name
-    if policy.default == "deny":
+    if policy.default == "deny" and policy.allow_index.match_name(target.host, port) is None:
         return False         # nothing can allow it: never look it up
-    return could_refuse
+    return policy.deny_private or policy.deny_index.address_rules_for_port(port)

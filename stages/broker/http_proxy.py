@@ -42,7 +42,9 @@ _VERSION = re.compile(rb"HTTP/1\.[01]\Z")
 _STATUS_LINE = re.compile(rb"(HTTP/1\.[01]) ([0-9]{3})(?: ([^\x00-\x08\x0a-\x1f\x7f]*))?\Z")
 _BAD_VALUE = re.compile(rb"[\x00-\x08\x0a-\x1f\x7f]")
 _PORT = re.compile(rb"[0-9]{1,5}\Z")
-_HOST_CHARS = re.compile(rb"[A-Za-z0-9._~!$&'()*+,;=%-]*\Z")
+# Bytes >= 0x80 pass (as UTF-8) so that decide.parse_target refuses a
+# non-ASCII name as a denial, the same as the SOCKS door does.
+_HOST_CHARS = re.compile(rb"[A-Za-z0-9._~!$&'()*+,;=%\x80-\xff-]*\Z")
 _IPV6_CHARS = re.compile(rb"[0-9A-Fa-f:.%A-Za-z_-]+\Z")
 _HEX = re.compile(rb"[0-9A-Fa-f]{1,16}\Z")
 
@@ -215,7 +217,10 @@ def split_authority(authority: bytes) -> tuple[str, int]:
             raise ProtocolError("malformed host")
     if not _PORT.match(port) or int(port) > 65535:
         raise ProtocolError("malformed port")
-    return host.decode("ascii"), int(port)
+    try:
+        return host.decode("utf-8"), int(port)
+    except UnicodeDecodeError:
+        raise ProtocolError("the host is not UTF-8") from None
 
 
 def _parse_absolute_uri(target: bytes) -> tuple[str, int, bytes, bytes]:

@@ -67,15 +67,6 @@ class _ExitGone(Exception):
     """Could not reach, or lost, the exit itself."""
 
 
-def _scrub(text: str, path: PathSpec) -> str:
-    """Remove the password (and its Basic token) from text the exit influenced."""
-    if path.password:
-        text = text.replace(path.password, "***")
-        if path.username is not None:
-            text = text.replace(_basic(path.username, path.password).decode(), "***")
-    return text
-
-
 # An exit's answer -> the record's dial error. The exit refusing to connect
 # (its rules, a bad command) is "refused", as the destination refusing is; the
 # reason says which.
@@ -181,13 +172,12 @@ async def check_path(path: PathSpec, timeout: float = 5.0) -> None:
     except TimeoutError:
         raise PathDown(f"path {path.describe()} is down: no answer within {timeout:g} s") from None
     except _ExitGone as exc:
-        raise PathDown(_scrub(f"path {path.describe()} is down: {exc}", path)) from None
+        raise PathDown(f"path {path.describe()} is down: {exc}") from None
     except _Refused as exc:
-        raise PathDown(_scrub(f"path {path.describe()}: {exc}", path)) from None
+        raise PathDown(f"path {path.describe()}: {exc}") from None
     except ExitProtocolError as exc:
         kind = "a SOCKS5 proxy" if path.scheme.startswith("socks") else "an HTTP proxy"
-        raise PathDown(_scrub(f"path {path.describe()}: the exit does not answer as {kind} ({exc})",
-                              path)) from None
+        raise PathDown(f"path {path.describe()}: the exit does not answer as {kind} ({exc})") from None
     except OSError as exc:
         raise PathDown(f"path {path.describe()} is down: {exc.strerror or type(exc).__name__}") from None
     finally:
@@ -222,8 +212,7 @@ async def _dial_http_once(loop, path: PathSpec, target: str, port: int) -> socke
             raise _Refused(event.message)
         if isinstance(event, ConnectFailed):
             raise DialError(_http_code_to_dial(event.code),
-                            _scrub(f"the exit could not reach {target}:{port}: it answered {event.message}",
-                                   path))
+                            f"the exit could not reach {target}:{port}: it answered {event.message}")
         return sock
     except BaseException:
         sock.close()
@@ -273,12 +262,11 @@ async def dial_via(path: PathSpec, host: str, port: int, addresses: tuple,
     except TimeoutError:
         raise DialError("timeout", f"no connection through {path.describe()} within {timeout:g} s") from None
     except _ExitGone as exc:
-        raise DialError("path-down", _scrub(f"path {path.describe()} is down: {exc}", path)) from None
+        raise DialError("path-down", f"path {path.describe()} is down: {exc}") from None
     except _Refused as exc:
-        raise DialError("path-down", _scrub(f"path {path.describe()}: {exc}", path)) from None
+        raise DialError("path-down", f"path {path.describe()}: {exc}") from None
     except ExitProtocolError as exc:
-        raise DialError("path-down", _scrub(f"path {path.describe()}: bad reply from the exit ({exc})",
-                                            path)) from None
+        raise DialError("path-down", f"path {path.describe()}: bad reply from the exit ({exc})") from None
     except OSError as exc:
         # A send to the exit failed (e.g. it reset the connection).
         raise DialError("path-down", f"path {path.describe()}: {exc.strerror or type(exc).__name__}") from None

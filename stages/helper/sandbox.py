@@ -379,7 +379,8 @@ def _init(argv, penv, seccomp_filter, report_w: int, go_r: int, keep: set[int],
     try:
         _read_only_kernel_knobs()
     except OSError as e:
-        st.write(report_w, st.InitFailed(f"cannot make /proc/sys and /sys read-only: {e}"))
+        st.write(report_w, st.InitFailed(f"cannot make /proc/sys, /proc/irq, /proc/bus, /proc/fs and /sys "
+                                              f"read-only or mask /proc/kcore and its kind: {e}"))
         return ExitCode.NO_SANDBOX
     try:
         _limit_files(files)
@@ -468,6 +469,35 @@ def _read_only_kernel_knobs() -> None:
     for point in ["/proc/sys", "/proc/sysrq-trigger", *_mount_points_under("/sys")]:
         if os.path.exists(point):
             _read_only(point)
+    _docker_default_proc_masks()
+
+
+# Docker's defaults (moby oci/defaults.go, DefaultLinuxSpec): readonlyPaths
+# (/proc/sys and /proc/sysrq-trigger are done above) and maskedPaths, plus
+# /sys/devices/virtual/powercap, which newer moby and containerd mask too
+# (RAPL energy counters, CVE-2020-8694). These files check the uid, or
+# nothing at all (PCI config space), not capabilities: root inside could
+# write /proc/irq/*/smp_affinity or a device's config space, or read the
+# kernel's memory image, timers and keys.
+DOCKER_READ_ONLY = ("/proc/bus", "/proc/fs", "/proc/irq")
+DOCKER_MASKED = ("/proc/asound", "/proc/acpi", "/proc/kcore", "/proc/keys", "/proc/latency_stats",
+                 "/proc/timer_list", "/proc/timer_stats", "/proc/sched_debug", "/proc/scsi",
+                 "/sys/firmware", "/sys/devices/virtual/powercap")
+
+
+def _docker_default_proc_masks() -> None:
+    for top in DOCKER_READ_ONLY:
+        if os.path.exists(top):
+            priv.mount(top, top, None, _MS_BIND | priv.MS_REC)
+            for point in _mount_points_under(top):
+                _read_only(point)
+    for point in DOCKER_MASKED:
+        if os.path.isdir(point):
+            # An empty read-only tmpfs, as runc masks a directory.
+            priv.mount("tmpfs", point, "tmpfs",
+                       _MS_RDONLY | priv.MS_NOSUID | priv.MS_NODEV | priv.MS_NOEXEC)
+        elif os.path.exists(point):
+            priv.mount("/dev/null", point, None, _MS_BIND)
 
 
 def _out_of_program_reach(paths: list[str]) -> str | None:

@@ -115,6 +115,16 @@ def summary_text(event: dict, state: HumanState) -> str:
     return text
 
 
+def _scope_note(event: dict, f: dict, head) -> str | None:
+    """Said once, at the start: what deny_private cannot cover on this path."""
+    if f.get("deny_private_scope") != "literals-and-names":
+        return None
+    via = printable(f.get("via") or event.get("path") or "?")
+    return (f"{head()}note: path {via} resolves names at the exit, so deny_private covers "
+            "address literals and special names (localhost, .internal, ...) only: vpnw never "
+            "sees the addresses other names resolve to there")
+
+
 def format_event(event: dict, state: HumanState) -> str | None:
     """The human line for one event, or None when the mode shows nothing for it."""
     type_ = event.get("type")
@@ -185,8 +195,9 @@ def format_event(event: dict, state: HumanState) -> str | None:
     if type_ == "run.start":
         state.run = event.get("run")
         state.start_record = f.get("record")
+        note = _scope_note(event, f, head)
         if mode != TRACE:
-            return None
+            return note
         extras = [f"via {printable(f.get('via') or event.get('path') or 'direct')}"]
         if f.get("policy") or f.get("policy_file"):
             extras.append(f"policy {printable(f.get('policy') or f.get('policy_file'))}")
@@ -197,8 +208,9 @@ def format_event(event: dict, state: HumanState) -> str | None:
         if f.get("env_kept"):
             kept = f["env_kept"] if isinstance(f["env_kept"], list) else []
             extras.append("kept your " + " ".join(printable(name) for name in kept[:8]))
-        return (f"{head()}run {printable(event.get('run', '?'))}: {printable(f.get('mode', '?'))} "
+        line = (f"{head()}run {printable(event.get('run', '?'))}: {printable(f.get('mode', '?'))} "
                 f"{printable(f.get('program', '?'))}  ({', '.join(extras)})")
+        return f"{line}\n{note}" if note else line
 
     if type_ == "path.check":
         name = printable(f.get("path", "?"))

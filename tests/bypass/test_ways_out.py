@@ -11,6 +11,8 @@ below is the source for docs/security.md.
 """
 from __future__ import annotations
 
+import glob
+
 import pytest
 
 from bypass_bench import (BROKER_V4, BROKER_V6, OK, TARGET_TCP, TARGET_UDP, WORLD_HOST_V4,
@@ -78,6 +80,22 @@ WAYS: list[Way] = [
         accept={"EROFS", "EACCES"}, control="world", root=OK, user={"EACCES"}),
     way("sysfs-write", "write_same", "/sys/kernel/mm/ksm/sleep_millisecs",
         accept={"EROFS", "EACCES"}, control="world", root=OK, user={"EACCES"}),
+    # Docker's readonlyPaths and maskedPaths (moby oci/defaults.go): the sandbox does the same.
+    way("proc-irq-write", "write_same", "/proc/irq/default_smp_affinity",
+        accept={"EROFS", "EACCES"}, control="world", root=OK, user={"EACCES"}),
+    way("proc-irq-open-for-write", "open_for_write", "/proc/irq/*/smp_affinity",
+        accept={"EROFS", "EACCES"}, control="world", root=OK, user={"EACCES"}),
+    way("proc-bus-pci-config-open-for-write", "open_for_write", "/proc/bus/pci/*/*.*",
+        accept={"EROFS", "EACCES"}, control="world", root=OK, user={"EACCES"}),
+    *[way(f"proc-{name}-read-only", "writable_mount", f"/proc/{name}", accept={"EROFS"}, control="world")
+      for name in ("bus", "fs", "irq", "sys")],
+    *[way(f"masked-{path.strip('/').replace('/', '-')}", "kernel_entry", path, accept={"MASKED"},
+          control="world", root=OK, user=user_control)
+      for path, user_control in (("/proc/kcore", {"EACCES", "EPERM"}), ("/proc/keys", OK),
+                                 ("/proc/timer_list", {"EACCES"}), ("/proc/sched_debug", OK),
+                                 ("/proc/latency_stats", OK), ("/proc/timer_stats", OK),
+                                 ("/proc/acpi", OK), ("/proc/asound", OK), ("/proc/scsi", OK),
+                                 ("/sys/firmware", OK), ("/sys/devices/virtual/powercap", OK))],
     way("bpf-map-create", "bpf_map", accept={"EPERM"}, control="world", **ROOT_ONLY),
     # ── processes outside ────────────────────────────────────────────────
     way("proc-shows-only-the-sandbox", "visible_processes", accept={"NONE_VISIBLE"}, control="world"),
@@ -142,6 +160,8 @@ def test_way_out_is_refused(bench, user, way_id):
     if w.attempt == "native" and bench.int80 is None:
         pytest.skip("no gcc to build the int 0x80 probe")
     if way_id == "sysfs-write" and not __import__("os").path.exists(w.args[0]):
+        pytest.skip(f"{w.args[0]} does not exist on this kernel")
+    if w.attempt in ("kernel_entry", "open_for_write") and not glob.glob(w.args[0]):
         pytest.skip(f"{w.args[0]} does not exist on this kernel")
     results, _events = bench.inside("ways", user, PLAN)
     res = results[w.id]

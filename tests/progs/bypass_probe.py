@@ -693,6 +693,41 @@ def write_same(path):
     return f"wrote {value.strip()!r} to {path}"
 
 
+def open_for_write(pattern):
+    """Open the first file matching `pattern` for writing, and write nothing:
+    proves a knob could be written without changing it."""
+    import glob
+    matches = sorted(glob.glob(pattern))
+    if not matches:
+        raise Refused("ABSENT", f"nothing matches {pattern}")
+    fd = os.open(matches[0], os.O_WRONLY)
+    os.close(fd)
+    return f"{matches[0]} opened for writing"
+
+
+def writable_mount(path):
+    """The mount that serves `path` is not read-only."""
+    if os.statvfs(path).f_flag & os.ST_RDONLY:
+        raise OSError(errno.EROFS, f"{path} is on a read-only mount")
+    return f"{path} is on a writable mount"
+
+
+def kernel_entry(path):
+    """Reach a /proc or /sys entry as the kernel serves it: not /dev/null
+    bound over it, not a mount of its own (an empty tmpfs), and readable."""
+    import stat as st_
+    st = os.stat(path)
+    if st_.S_ISCHR(st.st_mode) and st.st_rdev == os.makedev(1, 3):
+        raise Refused("MASKED", f"{path} is /dev/null")
+    if st.st_dev != os.stat(os.path.dirname(path)).st_dev:
+        raise Refused("MASKED", f"{path} is a mount of its own")
+    if st_.S_ISDIR(st.st_mode):
+        return f"{path} lists {len(os.listdir(path))} entries"
+    with open(path, "rb") as f:
+        f.read(1)
+    return f"{path} read"
+
+
 def open_by_handle(path):
     handle = ctypes.create_string_buffer(8 + 128)
     struct.pack_into("=I", handle, 0, 128)
