@@ -171,6 +171,9 @@ _SPECIAL_NAMES: dict[str, str] = {
                                   "(EC2 documentation, in the us-east-1 search domain)",
     "localhost.localdomain": "a name for this machine in common host files (127.0.0.1)",
 }
+# The last label of every special name with a dot in it.
+SPECIAL_LAST_LABELS = frozenset(name.rsplit(".", 1)[-1] for name in (*_SPECIAL_SUFFIXES, *_SPECIAL_NAMES)
+                                 if "." in name) | frozenset(s for s in _SPECIAL_SUFFIXES if "." not in s)
 _SINGLE_LABEL = ("a single-label name, which a resolver's search list completes into a "
                  "name of the local network")
 
@@ -180,14 +183,14 @@ def classify_name(name: str) -> str | None:
     machine or inside a private network, as a sentence, or None.
 
     Cheap on purpose: it runs before every look-up under deny_private."""
-    why = _SPECIAL_NAMES.get(name)
-    if why is not None:
-        return why
     dot = name.rfind(".")
     if dot == -1:
-        return _SPECIAL_SUFFIXES.get(name, _SINGLE_LABEL)
-    why = _SPECIAL_SUFFIXES.get(name[dot + 1:])
-    if why is None and name.endswith(".arpa"):
+        return _SPECIAL_NAMES.get(name) or _SPECIAL_SUFFIXES.get(name, _SINGLE_LABEL)
+    last = name[dot + 1:]
+    if last not in SPECIAL_LAST_LABELS:
+        return None                      # almost every name: one set look-up
+    why = _SPECIAL_NAMES.get(name) or _SPECIAL_SUFFIXES.get(last)
+    if why is None:                      # .arpa: only home.arpa is special
         second = name.rfind(".", 0, dot)
         why = _SPECIAL_SUFFIXES.get(name[second + 1:])
     return why

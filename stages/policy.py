@@ -309,7 +309,7 @@ def parse_rule(text: str, line: int | None = None, which: str = "allow") -> Rule
         port = _parse_port(port_text, text)
         if host == "":
             raise _BadRule("a port without a host", "write the host before the colon")
-    elif _ambiguous_ipv6(text.partition("/")[0]):
+    elif ":" in text and _ambiguous_ipv6(text.partition("/")[0]):
         address, _, last = text.partition("/")[0].rpartition(":")
         raise _BadRule("an IPv6 address with a port must be in brackets; without them this reads "
                        f"both as one address and as {address} with port {last}",

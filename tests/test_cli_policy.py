@@ -16,20 +16,46 @@ pytestmark = pytest.mark.world
 
 HEAD = 'version = 1\nname = "agent"\n[policy]\n'       # the body starts on line 4
 
-# (id, text or None for a missing file, what the message must hold after "<file>:")
+# (id, text or a "@..." stand-in for a file that is not a policy, what the message must hold after "<file>")
 BAD_POLICIES = [
     ("unknown-key", HEAD + 'default = "deny"\nallwo = ["api.github.com"]\n',
-     '5: unknown key "allwo" in [policy]; fix: did you mean "allow"?'),
+     ':5: unknown key "allwo" in [policy]; fix: did you mean "allow"?'),
     ("wrong-type", HEAD + 'default = "deny"\ndeny_private = "yes"\n',
-     "5: deny_private is a string, not true or false"),
+     ":5: deny_private is a string, not true or false"),
     ("bad-pattern", HEAD + 'default = "deny"\nallow = ["api.github.com",\n  "a.*.com"]\n',
-     '6: allow[1] "a.*.com": a wildcard may only be "*." at the start'),
+     ':6: allow[1] "a.*.com": a wildcard may only be "*." at the start'),
     ("unknown-version", 'version = 2\nname = "agent"\n[policy]\n',
-     "1: unknown policy version 2; this vpnw reads version 1"),
+     ":1: unknown policy version 2; this vpnw reads version 1"),
     ("toml-syntax", HEAD + 'default = "deny"\nallow = ["api.github.com"\n',
      None),   # the position tomllib reports, checked below
-    ("missing-file", None, " cannot read the policy: No such file or directory"),
+    ("missing-file", "@missing", ": no such file; fix: check the file name"),
+    ("directory", "@directory", ": is a directory; fix: name the policy file itself"),
+    ("dev-zero", "@/dev/zero", ": is larger than 1024 KiB (or never ends), which no policy file is; "
+                               "fix: name the policy file itself"),
+    ("byte-order-mark", "\ufeff" + HEAD + 'allow = ["api.github.com"]\n',
+     ":1: starts with a UTF-8 byte order mark (BOM), which TOML does not allow; "
+     "fix: save it as UTF-8 without a BOM"),
+    ("deny-star", HEAD + 'deny = ["*"]\n',
+     ':4: deny[0] "*": "*" alone would match every name; fix: to deny everything not allowed, '
+     'set default = "deny" and list what is allowed in allow'),
+    ("url-as-rule", HEAD + 'allow = ["https://api.github.com/"]\n',
+     ':4: allow[0] "https://api.github.com/": this is a URL, not a host pattern; fix: write only '
+     'the host'),
+    ("ipv6-port-without-brackets", HEAD + 'allow = ["2001:db8::1:443"]\n',
+     ':4: allow[0] "2001:db8::1:443": an IPv6 address with a port must be in brackets'),
+    ("non-ascii-rule", HEAD + 'deny = ["ｅｖｉｌ.example"]\n',
+     ':4: deny[0] "ｅｖｉｌ.example": the pattern holds characters that are not ASCII'),
 ]
+
+
+def policy_path(world, text: str) -> str:
+    if text == "@missing":
+        return str(world.tmp / "files" / "no-such-policy.toml")
+    if text == "@directory":
+        return str(world.tmp / "files")
+    if text.startswith("@/"):
+        return text[1:]
+    return write_policy(world, text)
 
 
 class Attempt:
@@ -61,7 +87,7 @@ def write_policy(world, text: str) -> str:
 @pytest.mark.parametrize("mode", ["guard", "run", "trace"])
 @pytest.mark.parametrize("case_id, text, message", BAD_POLICIES, ids=[c[0] for c in BAD_POLICIES])
 def test_a_malformed_policy_exits_121_naming_file_and_line(world, user, mode, case_id, text, message):
-    path = write_policy(world, text) if text is not None else str(world.tmp / "files" / "no-such-policy.toml")
+    path = policy_path(world, text)
     attempt = Attempt(world, user)
     r = world.vpnw([mode, "--policy", path, *attempt.argv], user=user)
     assert_refused_before_start(r, attempt)
@@ -71,7 +97,7 @@ def test_a_malformed_policy_exits_121_naming_file_and_line(world, user, mode, ca
         assert first.startswith(f"vpnw: {path}:5: TOML syntax error: Unclosed array "
                                 "(it opens here and never closes); fix: "), describe(r)
     else:
-        assert first.startswith(f"vpnw: {path}:{message}"), describe(r)
+        assert first.startswith(f"vpnw: {path}{message}"), describe(r)
 
 
 def test_guard_without_a_policy_exits_121(world, user):
@@ -86,14 +112,15 @@ def test_guard_without_a_policy_exits_121(world, user):
 OFFICE = 'version = 1\nname = "office"\n\n[paths.office]\ntype = "proxy"\nurl = "socks5h://127.0.0.1:1"\n'
 EXIT_REASON = ("deny_private with a default of allow needs the addresses names resolve to, but this path "
                "resolves names at the exit, where vpnw cannot see them; fix: set default = \"deny\" with an "
-               "allow list, or use a path that resolves names here")
+               "allow list, or use a path that resolves names here (socks5://)")
 
 
 @pytest.mark.parametrize("body, reason", [
     ('default = "allow"\ndeny_private = true\n', EXIT_REASON),
     ('deny = ["10.0.0.0/8"]\n',
      'deny rule "10.0.0.0/8" (line 4) is an address rule, but this path resolves names at the exit, '
-     "where vpnw cannot see the addresses; fix: deny by name, or use a path that resolves names here"),
+     "where vpnw cannot see the addresses names resolve to, so it would stop only requests written as "
+     "addresses; fix: deny by name, or use a path that resolves names here (socks5://)"),
 ])
 def test_a_policy_counting_on_addresses_is_refused_on_a_path_that_resolves_at_the_exit(world, user, body, reason):
     config = str(world.file(f"office-{uuid.uuid4().hex[:8]}.toml", OFFICE))
@@ -191,3 +218,33 @@ def test_generated_bad_policies_never_start_the_program(world, user, bad):
     assert_refused_before_start(r, attempt)
     assert r.stderr.startswith(f"vpnw: {path}:{line}:"), \
         f"{text}\nexpected line {line}\n{describe(r)}"
+
+
+# --- one error style for every input (issue 13) ------------------------------------------------
+
+def test_a_config_that_is_no_file_reads_like_a_policy_that_is_none(world, user):
+    for path, message in ((str(world.tmp / "files"), ": is a directory; fix: name the config file itself"),
+                          ("/dev/zero", ": is larger than 1024 KiB (or never ends), which no config file "
+                                        "is; fix: name the config file itself")):
+        attempt = Attempt(world, user)
+        r = world.vpnw(["run", "--config", path, *attempt.argv], user=user)
+        assert_refused_before_start(r, attempt)
+        assert r.stderr == f"vpnw: {path}{message}\n", describe(r)
+
+
+def test_an_unreadable_policy(world, user):
+    if user == "root":
+        pytest.skip("root reads every file; the unprivileged run is the test")
+    path = str(world.file(f"secret-{uuid.uuid4().hex[:8]}.toml", HEAD, mode=0o600))
+    attempt = Attempt(world, user)
+    r = world.vpnw(["guard", "--policy", path, *attempt.argv], user=user)
+    assert_refused_before_start(r, attempt)
+    assert r.stderr == (f"vpnw: {path}: cannot be read (permission denied); fix: make the file "
+                        "readable by the user who runs vpnw\n"), describe(r)
+
+
+def test_policy_and_config_cannot_both_read_stdin(world, user):
+    attempt = Attempt(world, user)
+    r = world.vpnw(["guard", "--policy", "-", "--config", "-", *attempt.argv], user=user, input="")
+    assert_refused_before_start(r, attempt)
+    assert "both read stdin" in r.stderr, describe(r)

@@ -400,9 +400,11 @@ def test_direct_with_a_config(site, user):
 # ── policies on a path that resolves at the exit ───────────────────────────
 
 def test_name_allow_list_through_socks5h(site, user):
+    # deny_private would refuse the internal name by name (.internal, reserved
+    # for private use): a policy that reaches into the office network says so.
     world = site.world
     policy = world.file("paths_policy.toml", 'version = 1\nname = "agent"\n\n[policy]\n'
-                        'default = "deny"\ndeny_private = true\n'
+                        'default = "deny"\ndeny_private = false\n'
                         f'allow = ["api.github.com", "{INTERNAL}"]\n')
     tag = uuid.uuid4().hex
     web, dns = web_mark(world), world.dns_mark()
@@ -448,3 +450,51 @@ def test_deny_private_with_default_allow_is_refused_on_socks5h(site, user):
                    str(work / "ran")], user=user)
     assert r.returncode == 0, describe(r)
     assert (work / "ran").exists()
+
+
+def test_deny_private_on_socks5h_covers_literals_and_special_names_and_says_so(site, user, clean_dns):
+    """What deny_private can do where the exit resolves names, and the one
+    line that says what it cannot; run without the password of a path not
+    chosen (only the chosen path's secrets are needed)."""
+    world = site.world
+    world.dns_set("meta.example", ["169.254.169.254"])
+    # Unknown to the exit, so it would ask the DNS server (a new name each time: danted caches answers).
+    hidden = f"svc-{uuid.uuid4().hex[:8]}.office.internal"
+    policy = world.file("paths_scope.toml", 'version = 1\nname = "agent"\n\n[policy]\n'
+                        'default = "deny"\ndeny_private = true\n'
+                        f'allow = ["*.example", "140.82.112.0/24", "*.office.internal"]\n')
+    dns = world.dns_mark()
+    r = world.vpnw(["guard", "--config", str(site.config), "--via", "danted", "--policy", str(policy),
+                    "--", "sh", "-c",
+                    "curl -sS --max-time 20 http://meta.example/whoami; echo; "
+                    "curl -sS --max-time 20 --socks5-hostname 127.0.0.1:1080 http://140.82.112.6/whoami; echo; "
+                    "curl -sS -o /dev/null -w '%{http_code}\\n' http://169.254.169.254/whoami; "
+                    f"curl -sS -o /dev/null -w '%{{http_code}}\\n' http://{hidden}/whoami"],
+                   user=user, timeout=120)                  # no OFFICE_SOCKS_PASSWORD: not needed here
+    assert r.returncode == 120, describe(r)
+    seen = whoamis(r.stdout)
+    # The limit, as the note says: a name is resolved at the exit, unchecked.
+    assert [(s["host"], s["local"], s["peer"]) for s in seen] == \
+        [("meta.example", "169.254.169.254", SITE), ("140.82.112.6", GITHUB, SITE)], seen
+    assert r.stdout.splitlines()[-2:] == ["403", "403"], r.stdout
+    notes = [line for line in r.stderr.splitlines() if "note: path danted resolves names at the exit" in line]
+    assert len(notes) == 1 and "deny_private covers address literals and special names" in notes[0], r.stderr
+    events = checked_events(r)
+    assert events[0]["fields"]["deny_private_scope"] == "literals-and-names"
+    denies = {e["conn"]: e["fields"] for e in of_type(events, "policy.deny")}
+    hosts = {e["conn"]: e["fields"]["host"] for e in of_type(events, "conn.request")}
+    assert {hosts[c]: d["rule"] for c, d in denies.items()} == \
+        {"169.254.169.254": "deny_private", hidden: "deny_private"}, denies
+    assert hidden not in world.dns_queries(dns)          # not looked up, nor sent to the exit
+    # Control: the exit does look that name up when it is sent there.
+    dns = world.dns_mark()
+    world.run(["curl", "-sS", "--max-time", "20", "-x", f"socks5h://{SITE}:1080", f"http://{hidden}/"])
+    assert hidden in world.dns_queries(dns)
+
+    # The chosen path's secret is needed, and only then.
+    work = world.workdir(user)
+    r = world.vpnw(["run", "--config", str(site.config), "--via", "micro-auth", "--", "touch",
+                    str(work / "ran")], user=user)
+    assert r.returncode == 121, describe(r)
+    assert f"the environment variable {PASSWORD_ENV} (password_env) is not set" in r.stderr
+    assert not (work / "ran").exists()

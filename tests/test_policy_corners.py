@@ -256,3 +256,29 @@ def test_policy_from_stdin(tmp_path):
     os.close(w)
     with io.open(r, "rb") as stdin:
         assert load_error("-", stdin=stdin).startswith('<stdin>:3: allow[0] "*"')
+
+
+# --- learn's drafts say what they cannot promise ---------------------------------------------
+
+def _events(host: str, address: str) -> list[dict]:
+    def ev(type_, conn=None, **fields):
+        return {"v": 1, "ts": "2026-11-30T10:00:00.000000000Z", "type": type_, "run": "r-abc123",
+                "pid": 1, "path": "office", "conn": conn, "fields": fields}
+    return [ev("run.start", mode="trace", program="agent", policy=None, policy_file=None, via="office",
+               dry_run=False, allow_unix_sockets=False, version="0.1.0", record="-"),
+            ev("conn.request", 1, door="http", kind="http-connect", host=host, port=443),
+            ev("policy.allow", 1, rule="no policy", reason="no policy"),
+            ev("conn.open", 1, address=address, port=443, via="office", ms=1),
+            ev("conn.close", 1, bytes_up=1, bytes_down=1, ms=1),
+            ev("run.end", exit_code=0, connections=1, denied=0, would_deny=0, failed=0, ms=1)]
+
+
+def test_the_draft_flags_names_resolved_at_the_exit_and_special_names():
+    from stages.learner.draft import draft_policy
+    draft = draft_policy(_events("tracker.office.internal", "tracker.office.internal"), "agent")
+    assert "Resolved at the exit (addresses never seen):" in draft
+    assert "deny_private = true below covers address literals and special names only" in draft
+    assert "tracker.office.internal:443: a name inside a private network (ICANN" in draft
+    assert "refuses this name before any look-up" in draft
+    plain = draft_policy(_events("api.github.com", "140.82.112.6"), "agent")
+    assert "Resolved at the exit" not in plain and "refuses this name" not in plain

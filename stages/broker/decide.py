@@ -41,7 +41,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from ipaddress import IPv4Address, IPv6Address, ip_address
 
-from ..addresses import BadHost, classify, classify_name, embedded_ipv4, parse_host
+from ..addresses import (SPECIAL_LAST_LABELS, BadHost, classify, classify_name, embedded_ipv4,
+                         parse_host)
 from ..policy import Policy, Rule, check_policy_for_path  # noqa: F401  (re-exported for the broker)
 
 
@@ -101,13 +102,9 @@ def _match_address(index, ip, port: int, *, through_nat64: bool) -> Rule | None:
     # IPv4 address apply. A NAT64 one only where asked (deny rules): see above.
     rule = index.match_address(ip, port)
     if rule is None and isinstance(ip, IPv6Address):
-        mapped = ip.ipv4_mapped
-        if mapped is not None:
-            return index.match_address(mapped, port)
-        if through_nat64:
-            embedded = embedded_ipv4(ip)
-            if embedded is not None:
-                rule = index.match_address(embedded[0], port)
+        embedded = embedded_ipv4(ip)
+        if embedded is not None and (through_nat64 or int(ip) >> 32 == 0xFFFF):
+            rule = index.match_address(embedded[0], port)
     return rule
 
 
@@ -146,9 +143,13 @@ def decide(target: Target, policy: Policy, addresses=None, *,
         # 3, by name: deny_private refuses names that stay on this machine or
         # in a private network before they are looked up.
         if policy.deny_private:
-            why = classify_name(target.host)
-            if why is not None:
-                return _deny(f"{target.host}: {why}", "deny_private")
+            host = target.host
+            dot = host.rfind(".")
+            # Inline fast path: most names end in a label no special name has.
+            if dot == -1 or host[dot + 1:] in SPECIAL_LAST_LABELS:
+                why = classify_name(host)
+                if why is not None:
+                    return _deny(f"{host}: {why}", "deny_private")
 
     if not is_name:
         addresses = (target.ip,)
@@ -164,7 +165,11 @@ def decide(target: Target, policy: Policy, addresses=None, *,
         addresses = tuple(seen)
         if not addresses:
             return _deny(f"{target.host} resolved to no address", "target")
-        local = frozenset(_as_address(a) for a in local_addresses)
+        # A frozenset is taken as it is: the broker makes one per run, of
+        # address objects without scope ids (local_addresses.py). Any other
+        # iterable is normalised here, at the cost of a set per decision.
+        local = local_addresses if type(local_addresses) is frozenset else frozenset(
+            _as_address(a) for a in local_addresses)
 
         # 2. deny rules on every address
         for ip in addresses:

@@ -212,6 +212,14 @@ def _wildcards(names: list[str]) -> list[tuple[str, list[str]]]:
     return sorted(chosen, key=lambda c: tuple(reversed(c[0].split("."))))
 
 
+def _is_address(text: str) -> bool:
+    try:
+        ipaddress.ip_address(text.strip("[]"))
+    except ValueError:
+        return False
+    return True
+
+
 def _clean_name(name: str) -> str:
     name = printable(name).strip()
     return name[:200] or "agent"
@@ -220,9 +228,10 @@ def _clean_name(name: str) -> str:
 def render(learner: _Learner, name: str) -> str:
     entries: dict[str, _Entry] = {}
     review: dict[str, list[str]] = {k: [] for k in (
-        "denied", "would_deny", "ip", "special", "ports", "once", "generated", "wildcard",
+        "denied", "would_deny", "ip", "special", "exit", "ports", "once", "generated", "wildcard",
         "unreached", "invalid")}
     hosts_reached: dict[str, tuple] = {}
+    exit_resolved: set[str] = set()     # names opened where the exit resolved them
 
     for (host, port), dest in sorted(learner.tally.table.items()):
         canon = _canonical(host)
@@ -255,12 +264,28 @@ def render(learner: _Learner, name: str) -> str:
         if special:
             review["special"].append((sort, port, f"{target}: reached at {printable(special)}; "
                                       "deny_private = true refuses it"))
+        if kind == "name":
+            from ..addresses import classify_name
+            why = classify_name(chost)
+            if why:
+                review["special"].append((sort, port, f"{target}: {why}; deny_private = true "
+                                          "refuses this name before any look-up"))
+            if any(not _is_address(a) for a in dest.addresses):
+                exit_resolved.add(chost)
         if port not in PLAIN_PORTS:
             review["ports"].append((sort, port, f"{target}: port {port} is neither 80 nor 443"))
 
+    if exit_resolved:
+        shown = ", ".join(sorted(exit_resolved)[:_MAX_LISTED]) + (
+            ", ..." if len(exit_resolved) > _MAX_LISTED else "")
+        review["exit"].append(((0,), 0, f"{_plural(len(exit_resolved), 'name')} ({shown}) were resolved "
+                               "at the exit of a socks5h:// or http:// path, so vpnw never saw their "
+                               "addresses: on such a path deny_private = true below covers address "
+                               "literals and special names only"))
     for chost, (kind, sort) in hosts_reached.items():
         if kind == "ip":
-            review["ip"].append((sort, 0, f"{_rule(kind, chost, None)}: an address with no name; "
+            review["ip"].append((sort, 0, f"{_rule(kind, chost, None)}: an address with no name "
+                                 "(its rule allows requests for the address only, never a name); "
                                  "find out what it is"))
         else:
             labels = generated_labels(chost)
@@ -288,7 +313,8 @@ def render(learner: _Learner, name: str) -> str:
         "denied": "Denied during the run; listed commented out in allow, not allowed:",
         "would_deny": "Would have been denied by the policy in force (dry run); allowed here:",
         "ip": "Raw IP addresses (no name):",
-        "special": "Private or special addresses:",
+        "special": "Private or special addresses and names:",
+        "exit": "Resolved at the exit (addresses never seen):",
         "ports": "Ports other than 80 and 443:",
         "once": "Seen only once (one connection):",
         "generated": "Names that look generated:",

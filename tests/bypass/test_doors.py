@@ -35,7 +35,7 @@ PRIVATE_TARGETS = [
     ("fd00:ec2::254", 80, "fd00:ec2::254"),
     (BROKER_V4, TARGET_TCP, BROKER_V4),
     (BROKER_V6, TARGET_TCP, BROKER_V6),
-    ("localhost", TARGET_TCP, ("127.0.0.1", "::1")),
+    ("localhost", TARGET_TCP, "localhost: a name for this machine's own loopback (RFC 6761"),  # by name
     ("metadata.world", 80, "169.254.169.254"),
 ]
 POLICY = 'version = 1\nname = "deny-private"\n\n[policy]\ndeny_private = true\n'
