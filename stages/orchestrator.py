@@ -165,8 +165,9 @@ def _plan_terminal(request: RunRequest) -> _Terminal:
     program_out = 2 if request.record == "-" else 1
     human_fd = _open_log(request.log) if request.log else 2
     own = [human_fd] if request.log else []
-    from .pty_relay import wants_pty
-    if not wants_pty(program_out):
+    # A pty when the user's stdin and where the program's stdout goes are
+    # terminals (the relay's modules are loaded only then).
+    if not (os.isatty(0) and os.isatty(program_out)):
         return _Terminal(program_stdio=(0, program_out, 2), human_fd=human_fd, own_fds=own)
     import socket
     human_r = None

@@ -68,11 +68,6 @@ def _columns_rows(winsize: bytes | None) -> tuple[int, int]:
     return cols or 80, rows or 24
 
 
-def wants_pty(program_out_fd: int) -> bool:
-    """A pty when the user's stdin and the fd the program's stdout goes to are terminals."""
-    return os.isatty(0) and os.isatty(program_out_fd)
-
-
 class Relay:
     """Relays between the user's terminal (user_in/user_out) and the pty master.
 
@@ -369,7 +364,14 @@ class Relay:
         self._continue_program()
 
     def resumed(self) -> None:
-        """vpnw was continued (SIGCONT): raw again if it is in the foreground."""
+        """vpnw was continued (SIGCONT): raw again if it is in the foreground,
+        from the mode the user's terminal has now (the shell may have set it
+        while vpnw was stopped)."""
+        if not self.raw and self.foreground():
+            try:
+                self.saved = termios.tcgetattr(self.user_in)
+            except termios.error:
+                pass
         self.enter_raw()
         self.resize()
         if self.sel is not None:

@@ -551,6 +551,16 @@ def test_record_on_stdout_in_a_terminal(world, term):
     assert types[0] == "run.start" and types[-1] == "run.end", types
 
 
+def test_a_log_that_cannot_be_written_is_refused_before_anything_runs(world, user):
+    marker = world.workdir(user) / "ran"
+    r = world.vpnw(["run", "--log", "/nonexistent-dir/vpnw.log", "--", "touch", str(marker)],
+                   user=user)
+    assert r.returncode == 121, describe(r)
+    assert "--log /nonexistent-dir/vpnw.log: cannot open it for writing" in r.stderr
+    assert not marker.exists()
+    assert r.run_files() == []
+
+
 def test_quiet_and_log(world, term):
     log = term.work / "vpnw.log"
     assert term.run(f"{term.vpnw} trace --quiet -- {SYSTEM_PYTHON} -c "
