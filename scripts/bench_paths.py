@@ -1,4 +1,4 @@
-"""Benchmark: check_path and dial_via latency through each real exit (medians).
+"""Benchmark: each path's check() and dial() latency (the dial contract, dial.py), through each real exit (medians).
 
 Runs everything in a private network namespace (needs root), like the tests:
     /opt/vpnw-venv/bin/python scripts/bench_paths.py [rounds]
@@ -13,7 +13,7 @@ import time
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests"))
 
 import exits  # noqa: E402
-from stages.broker.upstream import check_path, dial_via  # noqa: E402
+from stages.broker.dial import dialer_for  # noqa: E402
 from stages.paths import DIRECT, PathSpec  # noqa: E402
 
 
@@ -37,13 +37,14 @@ def main() -> None:
                                           resolves_at_exit=True)))
 
         async def measure(path):
+            dialer = dialer_for(path)       # the broker's own: DirectDialer or ProxyDialer
             checks, dials = [], []
             for _ in range(rounds):
                 start = time.perf_counter()
-                await check_path(path)
+                await dialer.check()
                 checks.append(time.perf_counter() - start)
                 start = time.perf_counter()
-                sock, _ = await dial_via(path, "127.0.0.1", target, ("127.0.0.1",))
+                sock, _ = await dialer.dial("127.0.0.1", target, ("127.0.0.1",))
                 dials.append(time.perf_counter() - start)
                 sock.close()
                 accepted, _ = listener.accept()

@@ -28,6 +28,8 @@ import tomllib
 import urllib.parse
 from dataclasses import dataclass, field, replace
 
+from .toml_lines import key_lines, line_of
+
 SCHEMES = ("socks5", "socks5h", "http")
 # Schemes where the destination name goes to the exit, which resolves it.
 RESOLVES_AT_EXIT = {"socks5": False, "socks5h": True, "http": True, "https": True}
@@ -104,48 +106,15 @@ class Config:
     env: object = field(default=None, repr=False, compare=False)   # where password_env is read
 
 
-# --- locating keys in the text, so that errors can name a line -------------
-
-_TABLE = re.compile(r"\s*\[\s*([^\]\[]+?)\s*\]\s*(#.*)?$")
-_KEY = re.compile(r"\s*([A-Za-z0-9_\-\"'.]+)\s*=")
-
-
-def _key_lines(text: str) -> dict[tuple[str, ...], int]:
-    """(table..., key) -> first line number; (table...) -> its header line.
-
-    tomllib gives no positions; this light scan is enough for the flat files
-    vpnw reads (tables of simple keys). Multi-line strings are not a concern:
-    a line inside one would at worst point an error at the wrong line.
-    """
-    lines: dict[tuple[str, ...], int] = {}
-    table: tuple[str, ...] = ()
-    for number, raw in enumerate(text.splitlines(), start=1):
-        table_match = _TABLE.match(raw)
-        if table_match:
-            table = tuple(p.strip().strip("\"'") for p in table_match.group(1).split("."))
-            lines.setdefault(table, number)
-            continue
-        key_match = _KEY.match(raw)
-        if key_match:
-            key = key_match.group(1).strip("\"'")
-            lines.setdefault(table + (key,), number)
-    return lines
-
-
 class _Reader:
     """Helper that builds ConfigErrors pointing at the right line."""
 
     def __init__(self, source: str, text: str):
         self.source = source
-        self.lines = _key_lines(text)
+        self.lines = key_lines(text)
 
     def error(self, where: tuple[str, ...], problem: str, fix: str) -> ConfigError:
-        line = None
-        for cut in range(len(where), 0, -1):
-            line = self.lines.get(where[:cut])
-            if line:
-                break
-        return ConfigError(problem, fix, file=self.source, line=line)
+        return ConfigError(problem, fix, file=self.source, line=line_of(self.lines, where))
 
 
 def _parse_proxy_url(url: str, reader: _Reader, where: tuple[str, ...]):

@@ -23,6 +23,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from .sans_io import NEED_DATA, Sentinel  # noqa: F401 - NEED_DATA is one of this parser's events
+
 MAX_REQUEST_LINE = 8 * 1024
 MAX_HEADERS_BYTES = 64 * 1024
 MAX_HEADERS = 100
@@ -58,24 +60,33 @@ class ProtocolError(Exception):
         self.status = status
 
 
-class _NeedData:
-    def __repr__(self) -> str:
-        return "NEED_DATA"
+END = Sentinel("END")          # the message (its head and body) is complete
+CLOSED = Sentinel("CLOSED")    # the client closed cleanly between requests
 
 
-class _End:
-    def __repr__(self) -> str:
-        return "END"
+# Where a parser is in its stream. The transitions:
+#   IDLE  -expect()->  HEAD                      (responses only: one per request)
+#   HEAD  -a head->    _BODY_START[framing]      (CONNECT: TUNNEL; a 1xx: HEAD again)
+#   LENGTH / CHUNKED  -the last byte->  DONE     UNTIL_CLOSE  -end of stream->  STREAM_CLOSED
+#   DONE  -END->       _AFTER_MESSAGE            (a request: HEAD; a response: IDLE)
+#   HEAD  -end of stream between messages->  STREAM_CLOSED
+IDLE = Sentinel("IDLE")                    # no response is due
+HEAD = Sentinel("HEAD")                    # reading a message head
+LENGTH = Sentinel("LENGTH")                # a body of Content-Length bytes
+CHUNKED = Sentinel("CHUNKED")              # a chunked body
+UNTIL_CLOSE = Sentinel("UNTIL_CLOSE")      # a response body that ends when the origin closes
+DONE = Sentinel("DONE")                    # the message ended; END is due
+TUNNEL = Sentinel("TUNNEL")                # after CONNECT: no HTTP any more
+STREAM_CLOSED = Sentinel("STREAM_CLOSED")  # the stream ended where a message may end
 
+# Framing (from _body_framing) -> the state that reads that body.
+_BODY_START = {"none": DONE, "length": LENGTH, "chunked": CHUNKED, "close": UNTIL_CLOSE}
 
-class _Closed:
-    def __repr__(self) -> str:
-        return "CLOSED"
-
-
-NEED_DATA = _NeedData()
-END = _End()
-CLOSED = _Closed()   # the client closed cleanly between requests
+# Inside a chunked body.
+CHUNK_SIZE = Sentinel("CHUNK_SIZE")
+CHUNK_DATA = Sentinel("CHUNK_DATA")
+CHUNK_DATA_END = Sentinel("CHUNK_DATA_END")   # the line end after a chunk's data
+TRAILER = Sentinel("TRAILER")
 
 
 @dataclass(frozen=True)
@@ -170,6 +181,13 @@ def _strip_hop_by_hop(headers, tokens: set[bytes]):
     return [(n, v) for n, v in headers if n.lower() not in drop]
 
 
+def _keeps_alive(version: bytes, tokens: set[bytes]) -> bool:
+    """RFC 9112 9.3: HTTP/1.1 persists unless "close"; HTTP/1.0 only with "keep-alive"."""
+    if version == b"HTTP/1.0":
+        return b"keep-alive" in tokens
+    return b"close" not in tokens
+
+
 def _body_framing(headers, *, is_request: bool) -> tuple[str, int]:
     """('none'|'length'|'chunked'|'close', length)."""
     te = [v for n, v in headers if n.lower() == b"transfer-encoding"]
@@ -250,12 +268,13 @@ def _parse_absolute_uri(target: bytes) -> tuple[str, int, bytes, bytes]:
 
 class _Framer:
     """The body-reading half shared by requests and responses."""
+    _AFTER_MESSAGE: Sentinel    # where a subclass goes after a message's END
 
     def __init__(self):
         self._buf = bytearray()
-        self._mode = "head"        # head | length | chunked | close | tunnel | closed
+        self._mode = HEAD          # one of the states above
         self._left = 0             # bytes left of the body or current chunk
-        self._chunk_state = "size"  # size | data | data-crlf | trailer
+        self._chunk_state = CHUNK_SIZE
         self._eof = False
 
     def feed(self, data: bytes) -> None:
@@ -297,7 +316,7 @@ class _Framer:
         return head
 
     def _body_event(self):
-        if self._mode == "length":
+        if self._mode is LENGTH:
             if not self._buf:
                 if self._eof:
                     raise ProtocolError("stream ended inside a body")
@@ -307,16 +326,16 @@ class _Framer:
             del self._buf[:n]
             self._left -= n
             if self._left == 0:
-                self._mode = "done"
+                self._mode = DONE
             return Body(data)
-        if self._mode == "close":
+        if self._mode is UNTIL_CLOSE:
             if self._buf:
                 n = min(len(self._buf), MAX_BODY_EVENT)
                 data = bytes(self._buf[:n])
                 del self._buf[:n]
                 return Body(data)
             if self._eof:
-                self._mode = "closed"
+                self._mode = STREAM_CLOSED
                 return END
             return NEED_DATA
         return self._chunked_event()
@@ -325,7 +344,7 @@ class _Framer:
         # Chunks pass through verbatim; parsing only finds where the body ends.
         out = bytearray()
         while len(out) < MAX_BODY_EVENT:
-            if self._chunk_state == "size":
+            if self._chunk_state is CHUNK_SIZE:
                 nl = self._buf.find(b"\n")
                 if nl < 0:
                     if len(self._buf) > MAX_CHUNK_LINE:
@@ -341,9 +360,9 @@ class _Framer:
                 out += self._buf[:nl + 1]
                 del self._buf[:nl + 1]
                 self._left = int(size, 16)
-                self._chunk_state = "data" if self._left else "trailer"
+                self._chunk_state = CHUNK_DATA if self._left else TRAILER
                 self._trailer_bytes = 0
-            elif self._chunk_state == "data":
+            elif self._chunk_state is CHUNK_DATA:
                 if not self._buf:
                     break
                 n = min(self._left, len(self._buf), MAX_BODY_EVENT - len(out))
@@ -351,10 +370,10 @@ class _Framer:
                 del self._buf[:n]
                 self._left -= n
                 if self._left == 0:
-                    self._chunk_state = "data-crlf"
+                    self._chunk_state = CHUNK_DATA_END
                 if not n:
                     break
-            elif self._chunk_state == "data-crlf":
+            elif self._chunk_state is CHUNK_DATA_END:
                 if self._buf[:2] == b"\r\n":
                     out += b"\r\n"
                     del self._buf[:2]
@@ -365,7 +384,7 @@ class _Framer:
                     raise ProtocolError("chunk not followed by a line end")
                 else:
                     break
-                self._chunk_state = "size"
+                self._chunk_state = CHUNK_SIZE
             else:  # trailer lines until an empty one
                 nl = self._buf.find(b"\n")
                 if nl < 0:
@@ -383,12 +402,12 @@ class _Framer:
                 if b"\r" in body:
                     raise ProtocolError("bare CR in a trailer")
                 if not body:
-                    self._mode = "done"
+                    self._mode = DONE
                     break
                 _parse_headers([body], MAX_HEADERS)
         if out:
             return Body(bytes(out))
-        if self._mode == "done":
+        if self._mode is DONE:
             return END
         if self._eof:
             raise ProtocolError("stream ended inside a chunked body")
@@ -397,29 +416,30 @@ class _Framer:
 
 class RequestParser(_Framer):
     """Client -> HTTP proxy door."""
+    _AFTER_MESSAGE = HEAD     # the next request head may follow at once
 
     def __init__(self):
         super().__init__()
         self._method = b""
 
     def next_event(self):
-        if self._mode == "tunnel":
+        if self._mode is TUNNEL:
             raise ProtocolError("the stream is a tunnel now")
-        if self._mode == "closed":
+        if self._mode is STREAM_CLOSED:
             return CLOSED
-        if self._mode == "done":
-            self._mode = "head"
+        if self._mode is DONE:
+            self._mode = self._AFTER_MESSAGE
             return END
-        if self._mode != "head":
+        if self._mode is not HEAD:
             event = self._body_event()
             if event is END:
-                self._mode = "head"
+                self._mode = self._AFTER_MESSAGE
             return event
         # Empty lines between requests are tolerated (RFC 9112 2.2).
         while self._buf[:2] == b"\r\n" or self._buf[:1] == b"\n":
             del self._buf[:2 if self._buf[:1] == b"\r" else 1]
         if not self._buf and self._eof:
-            self._mode = "closed"
+            self._mode = STREAM_CLOSED
             return CLOSED
         head = self._take_head(MAX_REQUEST_LINE)
         if head is None:
@@ -450,23 +470,20 @@ class RequestParser(_Framer):
         headers = _parse_headers(header_lines, MAX_HEADERS)
         if method == b"CONNECT":
             host, port = split_authority(target)
-            self._mode = "tunnel"
+            self._mode = TUNNEL
             return ConnectHead(host, port, version)
         host, port, authority, origin_form = _parse_absolute_uri(target)
         tokens = _connection_tokens(headers)
         framing, length = _body_framing(headers, is_request=True)
-        if version == b"HTTP/1.0":
-            keep_alive = b"keep-alive" in tokens
-        else:
-            keep_alive = b"close" not in tokens
+        keep_alive = _keeps_alive(version, tokens)
         kept = [(n, v) for n, v in _strip_hop_by_hop(headers, tokens) if n.lower() != b"host"]
         if b"upgrade" in tokens:
             # An upgraded stream would no longer be HTTP we can frame.
             raise ProtocolError("protocol upgrades are not forwarded (use CONNECT)", 501)
         kept.insert(0, (b"Host", authority))
-        self._mode = {"none": "done", "length": "length", "chunked": "chunked"}[framing]
+        self._mode = _BODY_START[framing]
         self._left = length
-        self._chunk_state = "size"
+        self._chunk_state = CHUNK_SIZE
         self._method = method
         return ForwardHead(method, host, port, origin_form, version, tuple(kept), keep_alive)
 
@@ -474,32 +491,33 @@ class RequestParser(_Framer):
 class ResponseParser(_Framer):
     """Origin -> broker, for plain-HTTP forwarding. Call `expect(method)`
     before each response so HEAD answers are framed right."""
+    _AFTER_MESSAGE = IDLE     # nothing until the next request is sent
 
     def __init__(self):
         super().__init__()
         self._method = b"GET"
-        self._mode = "idle"
+        self._mode = IDLE
 
     def expect(self, method: bytes) -> None:
-        if self._mode not in ("idle",):
+        if self._mode is not IDLE:
             raise ProtocolError("previous response not finished")
         self._method = method
-        self._mode = "head"
+        self._mode = HEAD
 
     def next_event(self):
-        if self._mode == "idle":
+        if self._mode is IDLE:
             if self._buf:
                 raise ProtocolError("origin sent data nobody asked for")
             return NEED_DATA if not self._eof else END
-        if self._mode == "closed":
+        if self._mode is STREAM_CLOSED:
             return END
-        if self._mode == "done":
-            self._mode = "idle"
+        if self._mode is DONE:
+            self._mode = self._AFTER_MESSAGE
             return END
-        if self._mode != "head":
+        if self._mode is not HEAD:
             event = self._body_event()
-            if event is END and self._mode != "closed":
-                self._mode = "idle"
+            if event is END and self._mode is not STREAM_CLOSED:
+                self._mode = self._AFTER_MESSAGE
             return event
         head = self._take_head(MAX_REQUEST_LINE)
         if head is None:
@@ -516,15 +534,12 @@ class ResponseParser(_Framer):
         version, status, reason = match.group(1), int(match.group(2)), match.group(3) or b""
         headers = _parse_headers(lines[1:], MAX_RESPONSE_HEADERS)
         tokens = _connection_tokens(headers)
-        if version == b"HTTP/1.0":
-            keep_alive = b"keep-alive" in tokens
-        else:
-            keep_alive = b"close" not in tokens
+        keep_alive = _keeps_alive(version, tokens)
         kept = tuple(_strip_hop_by_hop(headers, tokens))
         if status < 200:
             if status == 101:
                 raise ProtocolError("origin switched protocols", 502)
-            self._mode = "head"  # the real answer follows
+            self._mode = HEAD  # the real answer follows
             return ResponseHead(status, version, reason, kept, True, False)
         if self._method == b"HEAD" or status in (204, 304):
             framing, length = "none", 0
@@ -532,10 +547,9 @@ class ResponseParser(_Framer):
             framing, length = _body_framing(headers, is_request=False)
         if framing == "close":
             keep_alive = False
-        self._mode = {"none": "done", "length": "length", "chunked": "chunked",
-                      "close": "close"}[framing]
+        self._mode = _BODY_START[framing]
         self._left = length
-        self._chunk_state = "size"
+        self._chunk_state = CHUNK_SIZE
         return ResponseHead(status, version, reason, kept, keep_alive, framing == "close")
 
 

@@ -2,7 +2,7 @@
 
 The program shares the sandbox with the doors, so a hostile or broken program
 can open connections and never finish a request. Each cap bounds what that
-costs the broker; HANDSHAKE_TIMEOUT (loop.py) bounds how long each one lasts.
+costs the broker; HANDSHAKE_TIMEOUT (sessions.py) bounds how long each one lasts.
 """
 
 # Connections handed over but not yet past their first request head. Beyond

@@ -19,6 +19,8 @@ import ipaddress
 import struct
 from dataclasses import dataclass
 
+from .sans_io import NEED_DATA  # noqa: F401 - one sentinel for both doors' parsers
+
 VERSION = 5
 NO_AUTH = 0x00
 NO_ACCEPTABLE = 0xFF
@@ -45,14 +47,6 @@ class ProtocolError(Exception):
         super().__init__(reason)
         self.reason = reason
         self.reply_code = reply_code
-
-
-class _NeedData:
-    def __repr__(self) -> str:
-        return "NEED_DATA"
-
-
-NEED_DATA = _NeedData()
 
 
 @dataclass(frozen=True)

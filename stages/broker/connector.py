@@ -1,0 +1,169 @@
+"""From a door's request to a connection: decide (looking the name up only
+when an address could change the answer), then dial through the path.
+
+`Connector.connect` returns one of three outcomes, having written every event
+on the way; a request always ends in exactly one of policy.deny (enforced),
+conn.fail or conn.open, even when the run stops in the middle of it.
+"""
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import socket
+import time
+from dataclasses import dataclass
+
+from .dial import DialError
+from .journal import Journal, ms_since
+
+DNS_TIMEOUT = 15.0
+
+
+@dataclass
+class Opened:
+    conn: int
+    sock: socket.socket
+    address: str
+    port: int
+    dial_ms: int
+    opened_at: float
+    bytes_up: int = 0
+    bytes_down: int = 0
+    closed: bool = False
+
+
+@dataclass(frozen=True)
+class Denied:
+    reason: str
+    rule: str
+
+
+@dataclass(frozen=True)
+class Failed:
+    stage: str      # resolve | dial | path (conn.fail's stages past the handshake)
+    error: str      # conn.fail's error (dial.DIAL_ERRORS)
+    reason: str
+
+
+@dataclass(frozen=True)
+class _Allowed:
+    """Decided: go on and dial these addresses (empty: the exit resolves)."""
+    host: str
+    addresses: tuple
+
+
+class Connector:
+    def __init__(self, journal: Journal, *, policy, dialer, via: str, dry_run: bool,
+                 local_addresses: frozenset):
+        from . import decide
+        self.decide = decide
+        self.journal = journal
+        self.policy = policy
+        self.dialer = dialer
+        self.via = via
+        self.dry_run = dry_run
+        self.local_addresses = local_addresses
+        self.resolves_at_exit = dialer.resolves_at_exit
+
+    async def connect(self, conn: int, door: str, kind: str, host: str,
+                      port: int) -> Opened | Denied | Failed:
+        self.journal.emit("conn.request", conn, door=door, kind=kind, host=host, port=port)
+        stage = "resolve"
+        try:
+            decided = await self._decide(conn, host, port)
+            if isinstance(decided, _Allowed):
+                stage = "dial"
+                outcome = await self._dial(conn, decided, port)
+            else:
+                outcome = decided
+        except asyncio.CancelledError:
+            self._end(conn, Failed(stage, "internal", "vpnw stopped before the connection was made"))
+            raise
+        except Exception as exc:  # noqa: BLE001 - the request still ends in the record
+            outcome = Failed(stage, "internal", f"vpnw failed: {exc!r}")
+        return self._end(conn, outcome)
+
+    def _end(self, conn: int, outcome):
+        """The one terminal event of a request, and its count."""
+        journal = self.journal
+        if isinstance(outcome, Opened):
+            journal.emit("conn.open", conn, address=outcome.address, port=outcome.port,
+                         via=self.via, ms=outcome.dial_ms)
+        elif isinstance(outcome, Denied):
+            journal.totals["denied"] += 1
+            journal.emit("policy.deny", conn, rule=outcome.rule, reason=outcome.reason,
+                         enforced=True)
+        else:
+            journal.fail(conn, outcome.stage, outcome.error, outcome.reason)
+        return outcome
+
+    async def _decide(self, conn: int, host: str, port: int) -> _Allowed | Denied | Failed:
+        d = self.decide
+        try:
+            target = d.parse_target(host, port)
+        except d.BadTarget as exc:
+            return Denied(str(exc), "target")
+        try:
+            verdict = d.decide(target, self.policy, None, local_addresses=self.local_addresses,
+                               resolves_at_exit=self.resolves_at_exit)
+            if isinstance(verdict, d.LookUp):
+                addresses = await self.resolve(conn, target.host, port)
+                verdict = d.decide(target, self.policy, addresses, local_addresses=self.local_addresses,
+                                   resolves_at_exit=self.resolves_at_exit)
+                if isinstance(verdict, d.LookUp):
+                    raise RuntimeError("decide asked for a second lookup")
+        except DialError as exc:
+            return Failed("resolve", exc.error, exc.reason)
+        if verdict.allowed:
+            self.journal.emit("policy.allow", conn, rule=verdict.rule, reason=verdict.reason)
+        elif not self.dry_run:
+            return Denied(verdict.reason, verdict.rule)
+        else:
+            self.journal.emit("policy.deny", conn, rule=verdict.rule, reason=verdict.reason,
+                              enforced=False)
+            self.journal.totals["would_deny"] += 1
+        addresses = tuple(verdict.addresses or ())
+        if not addresses and target.ip is not None:
+            addresses = (target.ip,)
+        if not addresses and not self.resolves_at_exit:
+            # The policy did not need the addresses, but dialling does.
+            try:
+                addresses = await self.resolve(conn, target.host, port)
+            except DialError as exc:
+                return Failed("resolve", exc.error, exc.reason)
+        return _Allowed(target.host, addresses)
+
+    async def _dial(self, conn: int, allowed: _Allowed, port: int) -> Opened | Failed:
+        started = time.monotonic()
+        try:
+            sock, address = await self.dialer.dial(allowed.host, port, allowed.addresses)
+        except DialError as exc:
+            return Failed("path" if exc.error == "path-down" else "dial", exc.error, exc.reason)
+        sock.setblocking(False)
+        return Opened(conn, sock, address, port, ms_since(started), time.monotonic())
+
+    async def resolve(self, conn: int, host: str, port: int) -> tuple:
+        loop = asyncio.get_running_loop()
+        started = time.monotonic()
+        try:
+            async with asyncio.timeout(DNS_TIMEOUT):
+                infos = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM,
+                                               proto=socket.IPPROTO_TCP)
+        except (OSError, asyncio.TimeoutError, UnicodeError) as exc:
+            message = "timed out" if isinstance(exc, asyncio.TimeoutError) else (
+                getattr(exc, "strerror", None) or str(exc))
+            self.journal.emit("dns.resolve", conn, host=host, addresses=[], ms=ms_since(started),
+                              error=message)
+            raise DialError("dns", f"{host}: the name was not resolved ({message})") from None
+        found = []
+        for family, _, _, _, sockaddr in infos:
+            if family not in (socket.AF_INET, socket.AF_INET6):
+                continue
+            ip = ipaddress.ip_address(sockaddr[0].split("%", 1)[0])
+            if ip not in found:
+                found.append(ip)
+        self.journal.emit("dns.resolve", conn, host=host, addresses=[str(a) for a in found],
+                          ms=ms_since(started))
+        if not found:
+            raise DialError("dns", f"{host}: the name has no addresses")
+        return tuple(found)

@@ -1,0 +1,72 @@
+"""The broker's side of the record and its status to the orchestrator.
+
+Events are held and written once per loop turn (one write(2) for all the
+events of a turn: the recorder wakes less often and the loop spends its time
+relaying); connection numbers and the run's totals are counted here, the one
+place that writes conn.fail and conn.close.
+"""
+from __future__ import annotations
+
+import asyncio
+import time
+
+from .. import status as st
+from ..record import Emitter
+
+
+def ms_since(since: float) -> int:
+    return int(round((time.monotonic() - since) * 1000))
+
+
+class Journal:
+    def __init__(self, emitter: Emitter, status_fd: int):
+        self.emitter = emitter
+        self.status_fd = status_fd
+        self.last_conn = 0
+        self.totals = {"connections": 0, "denied": 0, "would_deny": 0, "failed": 0}
+        self.flush_scheduled = False
+        emitter.hold()
+
+    def emit(self, type_: str, conn: int | None = None, **fields) -> None:
+        self.emitter.emit(type_, conn, **fields)
+        if not self.flush_scheduled:
+            try:
+                asyncio.get_running_loop().call_soon(self.flush_events)
+                self.flush_scheduled = True
+            except RuntimeError:  # no loop (yet or any more): write now
+                self.emitter.flush()
+
+    def flush_events(self) -> None:
+        self.flush_scheduled = False
+        self.emitter.flush()
+
+    def status(self, message: st.Message) -> None:
+        self.emitter.flush()  # the orchestrator acts on totals: every event goes first
+        try:
+            st.write(self.status_fd, message)
+        except OSError:
+            pass
+
+    def report_totals(self) -> None:
+        self.status(st.Totals(**self.totals))
+
+    def new_conn(self) -> int:
+        self.last_conn += 1
+        self.totals["connections"] += 1
+        return self.last_conn
+
+    def fail(self, conn: int, stage: str, error: str, reason: str) -> None:
+        self.totals["failed"] += 1
+        self.emit("conn.fail", conn, stage=stage, error=error, reason=reason)
+
+    def close_conn(self, opened) -> None:
+        """conn.close for an Opened connection, once, closing its socket."""
+        if opened.closed:
+            return
+        opened.closed = True
+        try:
+            opened.sock.close()
+        except OSError:
+            pass
+        self.emit("conn.close", opened.conn, bytes_up=opened.bytes_up,
+                  bytes_down=opened.bytes_down, ms=ms_since(opened.opened_at))

@@ -1,0 +1,353 @@
+"""The doors' sessions: one type per door, each serving every connection
+handed over through its door, from the first byte to conn.close.
+
+The parsers they drive are sans-I/O (socks5.py, http_proxy.py); what is
+decided and dialled is the Connector's; what is written to the record, the
+Journal's. A session only moves bytes and picks the door's answers.
+
+Plain-HTTP forwarding (absolute-URI requests) keeps connections alive: the
+request head is parsed on the client side, its body streamed by its own
+framing, the origin's response framed by `ResponseParser`, and only then is
+the next request head read. A request to the same host:port as the open
+upstream connection reuses it (same host and port, same decision); any other
+host:port is a new connection in the record, decided and dialled anew, so a
+second request never rides the first one's permission.
+"""
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+
+from . import http_proxy, socks5
+from .connector import Denied, Failed, Opened
+from .relay import Relay
+
+HANDSHAKE_TIMEOUT = 30.0    # the first request head must arrive within this (slowloris)
+IDLE_TIMEOUT = 120.0        # between requests on a kept-alive client connection
+RECV_SIZE = 256 * 1024
+
+
+class _Door:
+    """What both doors' sessions share: the run (its connections waiting for
+    a request, its relays), the Journal and the Connector."""
+
+    def __init__(self, run):
+        self.run = run
+        self.journal = run.journal
+        self.connector = run.connector
+
+    async def run_relay(self, client: socket.socket, opened: Opened, early: bytes = b"") -> None:
+        """Relay until both sides end; always ends with conn.close."""
+        loop = asyncio.get_running_loop()
+        relay = None
+        try:
+            if early:
+                await loop.sock_sendall(opened.sock, early)
+                opened.bytes_up += len(early)
+            # The relay closes its own duplicate; the caller closes the original.
+            relay = Relay(socket.socket(fileno=os.dup(client.fileno())), opened.sock)
+            self.run.relays.add(relay)
+            relay.start()
+            await relay.wait()
+        except OSError:
+            pass
+        finally:
+            if relay is not None:
+                relay.abort()
+                self.run.relays.discard(relay)
+                opened.bytes_up += relay.bytes_up
+                opened.bytes_down += relay.bytes_down
+            self.journal.close_conn(opened)
+
+    async def recv(self, sock: socket.socket, deadline: float | None) -> bytes:
+        loop = asyncio.get_running_loop()
+        if deadline is None:
+            return await loop.sock_recv(sock, RECV_SIZE)
+        if deadline - loop.time() <= 0:
+            raise asyncio.TimeoutError
+        # The request usually arrived with the connection: read it without
+        # arming a timer (wait_for costs a task and a timer per call).
+        try:
+            return sock.recv(RECV_SIZE)
+        except (BlockingIOError, InterruptedError):
+            pass
+        async with asyncio.timeout_at(deadline):
+            return await loop.sock_recv(sock, RECV_SIZE)
+
+    async def send_quietly(self, sock: socket.socket, data: bytes) -> None:
+        # Replies are small: the empty send buffer takes them at once.
+        try:
+            sent = sock.send(data)
+        except (BlockingIOError, InterruptedError):
+            sent = 0
+        except OSError:
+            return
+        if sent == len(data):
+            return
+        try:
+            async with asyncio.timeout(5):
+                await asyncio.get_running_loop().sock_sendall(sock, data[sent:])
+        except (OSError, asyncio.TimeoutError):
+            pass
+
+
+class Socks5Door(_Door):
+    """SOCKS5 (RFC 1928, no authentication, CONNECT only)."""
+
+    async def serve(self, client: socket.socket) -> None:
+        loop = asyncio.get_running_loop()
+        parser = socks5.Socks5Parser()
+        deadline = loop.time() + HANDSHAKE_TIMEOUT
+        seen = 0
+        greeted = False
+        try:
+            while True:
+                event = parser.next_event()
+                if event is socks5.NEED_DATA:
+                    data = await self.recv(client, deadline)
+                    if not data:
+                        if seen:
+                            self.journal.fail(self.journal.new_conn(), "handshake", "bad-request",
+                                      "the client closed during the SOCKS5 handshake")
+                        return
+                    seen += len(data)
+                    parser.feed(data)
+                elif isinstance(event, socks5.Greeted):
+                    greeted = True
+                    await loop.sock_sendall(client, event.reply)
+                elif isinstance(event, socks5.NoAcceptableMethod):
+                    await self.send_quietly(client, event.reply)
+                    self.journal.fail(self.journal.new_conn(), "handshake", "bad-request",
+                              "the SOCKS5 client offered no method but no-authentication")
+                    return
+                elif isinstance(event, socks5.Refused):
+                    await self.send_quietly(client, event.reply)
+                    self.journal.fail(self.journal.new_conn(), "handshake", "bad-request", event.reason)
+                    return
+                else:
+                    request = event
+                    break
+        except socks5.ProtocolError as exc:
+            if greeted and exc.reply_code is not None:
+                await self.send_quietly(client, socks5.reply(exc.reply_code))
+            self.journal.fail(self.journal.new_conn(), "handshake", "bad-request", f"SOCKS5: {exc.reason}")
+            return
+        except asyncio.TimeoutError:
+            self.journal.fail(self.journal.new_conn(), "handshake", "timeout",
+                      f"no complete SOCKS5 request within {HANDSHAKE_TIMEOUT:.0f} s")
+            return
+        except OSError:
+            return
+        self.run.handshaking.discard(client)
+        conn = self.journal.new_conn()
+        outcome = await self.connector.connect(conn, "socks", "socks5", request.host, request.port)
+        if isinstance(outcome, Denied):
+            await self.send_quietly(client, socks5.reply(socks5.NOT_ALLOWED))
+            return
+        if isinstance(outcome, Failed):
+            code = {"refused": socks5.CONNECTION_REFUSED, "unreachable": socks5.HOST_UNREACHABLE,
+                    "timeout": socks5.HOST_UNREACHABLE, "dns": socks5.HOST_UNREACHABLE,
+                    }.get(outcome.error, socks5.GENERAL_FAILURE)
+            await self.send_quietly(client, socks5.reply(code))
+            return
+        try:
+            try:
+                bound = outcome.sock.getsockname()[:2]
+            except OSError:
+                bound = None
+            await loop.sock_sendall(client, socks5.reply(socks5.SUCCEEDED, bound))
+            await self.run_relay(client, outcome, parser.early_data())
+        except OSError:
+            pass
+        finally:
+            self.journal.close_conn(outcome)
+
+
+class HttpDoor(_Door):
+    """HTTP proxy: CONNECT tunnels and absolute-URI requests, kept alive."""
+
+    async def serve(self, client: socket.socket) -> None:
+        loop = asyncio.get_running_loop()
+        parser = http_proxy.RequestParser()
+        upstream: Opened | None = None
+        upstream_key = None
+        responses = None
+        first = True
+        try:
+            while True:
+                limit = HANDSHAKE_TIMEOUT if first else IDLE_TIMEOUT
+                try:
+                    head = await self._next_head(parser, client, loop.time() + limit)
+                except http_proxy.ProtocolError as exc:
+                    await self.send_quietly(client, http_proxy.error_response(exc.status, exc.reason))
+                    self.journal.fail(self.journal.new_conn(), "handshake", "bad-request", f"HTTP: {exc.reason}")
+                    return
+                except asyncio.TimeoutError:
+                    if first or parser.buffered:
+                        await self.send_quietly(client, http_proxy.error_response(
+                            408, "no complete request in time"))
+                        self.journal.fail(self.journal.new_conn(), "handshake", "timeout",
+                                  f"no complete HTTP request head within {limit:.0f} s")
+                    return
+                if head is None:
+                    return
+                first = False
+                self.run.handshaking.discard(client)
+                if isinstance(head, http_proxy.ConnectHead):
+                    if upstream is not None:
+                        self.journal.close_conn(upstream)
+                        upstream = None
+                    conn = self.journal.new_conn()
+                    outcome = await self.connector.connect(conn, "http", "http-connect", head.host, head.port)
+                    if not isinstance(outcome, Opened):
+                        await self.send_quietly(client, self._http_refusal(outcome))
+                        return
+                    try:
+                        await loop.sock_sendall(client, http_proxy.CONNECT_OK)
+                        await self.run_relay(client, outcome, parser.tunnel_data())
+                    except OSError:
+                        pass
+                    finally:
+                        self.journal.close_conn(outcome)
+                    return
+                key = (head.host.lower(), head.port)
+                if upstream is not None and (upstream_key != key or not _still_open(upstream.sock)):
+                    self.journal.close_conn(upstream)
+                    upstream = None
+                if upstream is None:
+                    conn = self.journal.new_conn()
+                    outcome = await self.connector.connect(conn, "http", "http-forward", head.host, head.port)
+                    if not isinstance(outcome, Opened):
+                        # The request body is not drained: the connection closes.
+                        await self.send_quietly(client, self._http_refusal(outcome))
+                        return
+                    upstream, upstream_key = outcome, key
+                    responses = http_proxy.ResponseParser()
+                keep = await self._exchange(client, parser, upstream, responses, head)
+                if keep == "close-upstream":
+                    self.journal.close_conn(upstream)
+                    upstream = None
+                elif keep != "keep":
+                    return
+        finally:
+            if upstream is not None:
+                self.journal.close_conn(upstream)
+
+    def _http_refusal(self, outcome) -> bytes:
+        if isinstance(outcome, Denied):
+            return http_proxy.error_response(403, f"denied: {outcome.reason}", deny_reason=outcome.reason)
+        status = 504 if outcome.error == "timeout" else 502
+        return http_proxy.error_response(status, outcome.reason)
+
+    async def _next_head(self, parser, client, deadline):
+        while True:
+            event = parser.next_event()
+            if event is http_proxy.NEED_DATA:
+                _feed(parser, await self.recv(client, deadline))
+            elif event is http_proxy.CLOSED:
+                return None
+            elif isinstance(event, (http_proxy.ConnectHead, http_proxy.ForwardHead)):
+                return event
+            else:
+                raise http_proxy.ProtocolError("unexpected data between requests")
+
+    async def _exchange(self, client, parser, upstream: Opened, responses, head) -> str:
+        """One request and its response. Returns "keep" (both connections
+        stay), "close-upstream" (the client stays) or "close" (end)."""
+        loop = asyncio.get_running_loop()
+        try:
+            data = head.render()
+            await loop.sock_sendall(upstream.sock, data)
+            upstream.bytes_up += len(data)
+            responses.expect(head.method)
+        except (OSError, http_proxy.ProtocolError):
+            await self.send_quietly(client, http_proxy.error_response(502, "the origin closed the connection"))
+            return "close"
+        body = loop.create_task(self._pump_body(client, parser, upstream))
+        answer = loop.create_task(self._relay_response(client, upstream, responses, head))
+        try:
+            done, _ = await asyncio.wait({body, answer}, return_when=asyncio.FIRST_COMPLETED)
+            if body in done and body.exception() is not None:
+                return "close"
+            client_keeps, origin_keeps = await answer
+            if not body.done():
+                # The origin answered before the request body ended: neither
+                # side can be trusted to be at a message boundary now.
+                return "close"
+            if not client_keeps:
+                return "close"
+            return "keep" if origin_keeps else "close-upstream"
+        except (OSError, http_proxy.ProtocolError):
+            return "close"
+        finally:
+            for task in (body, answer):
+                if not task.done():
+                    task.cancel()
+            for task in (body, answer):
+                try:
+                    await task
+                except BaseException:
+                    pass
+
+    async def _pump_body(self, client, parser, upstream: Opened) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            event = parser.next_event()
+            if event is http_proxy.NEED_DATA:
+                _feed(parser, await loop.sock_recv(client, RECV_SIZE))
+            elif isinstance(event, http_proxy.Body):
+                await loop.sock_sendall(upstream.sock, event.data)
+                upstream.bytes_up += len(event.data)
+            elif event is http_proxy.END:
+                return
+            else:
+                raise http_proxy.ProtocolError("unexpected event in a request body")
+
+    async def _relay_response(self, client, upstream: Opened, responses, request) -> tuple[bool, bool]:
+        loop = asyncio.get_running_loop()
+        final = None
+        client_keeps = request.keep_alive
+        try:
+            while True:
+                event = responses.next_event()
+                if event is http_proxy.NEED_DATA:
+                    _feed(responses, await loop.sock_recv(upstream.sock, RECV_SIZE))
+                elif isinstance(event, http_proxy.ResponseHead):
+                    if event.status >= 200:
+                        final = event
+                        client_keeps = client_keeps and not event.close_delimited
+                    out = event.render(close=not client_keeps)
+                    await loop.sock_sendall(client, out)
+                    upstream.bytes_down += len(out)
+                elif isinstance(event, http_proxy.Body):
+                    await loop.sock_sendall(client, event.data)
+                    upstream.bytes_down += len(event.data)
+                elif event is http_proxy.END:
+                    if final is None:
+                        raise http_proxy.ProtocolError("origin closed before answering", 502)
+                    break
+        except http_proxy.ProtocolError as exc:
+            if final is None:
+                await self.send_quietly(client, http_proxy.error_response(502, f"bad answer from the origin: {exc.reason}"))
+            raise
+        return client_keeps, final.keep_alive and responses.buffered == 0
+
+
+def _feed(parser, data: bytes) -> None:
+    """What a read gave a sans-I/O parser: bytes, or (b"") the end of the stream."""
+    if data:
+        parser.feed(data)
+    else:
+        parser.feed_eof()
+
+
+def _still_open(sock: socket.socket) -> bool:
+    """An idle kept-alive upstream the origin has not closed meanwhile."""
+    try:
+        sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT)
+        return False    # closed, or unasked-for bytes: either way not reusable
+    except (BlockingIOError, InterruptedError):
+        return True
+    except OSError:
+        return False

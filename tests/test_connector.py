@@ -1,0 +1,107 @@
+"""The broker's connector alone (stages/broker/connector.py): a request in,
+Opened | Denied | Failed out, with exactly the events the record needs, on a
+real loopback listener through the real direct dialer."""
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+
+import pytest
+
+from stages.broker.connector import Connector, Denied, Failed, Opened
+from stages.broker.dial import DialError, DirectDialer
+from stages.broker.journal import Journal
+from stages.policy import Policy, parse_policy
+from stages.record import Emitter, read_events
+
+POLICY = 'version = 1\nname = "t"\n[policy]\ndefault = "deny"\ndeny_private = false\nallow = ["127.0.0.1"]\n'
+
+
+def attempt(policy, host, port, *, dry_run=False, dialer=None):
+    """One connect() on a fresh journal; (outcome, events, totals)."""
+    r, w = os.pipe()
+    journal = Journal(Emitter(w, "r-test", path="direct"), status_fd=-1)
+    connector = Connector(journal, policy=policy, dialer=dialer or DirectDialer(), via="direct",
+                          dry_run=dry_run, local_addresses=frozenset())
+
+    async def go():
+        outcome = await connector.connect(1, "socks", "socks5", host, port)
+        journal.flush_events()
+        return outcome
+
+    outcome = asyncio.run(go())
+    os.close(w)
+    with os.fdopen(r, "rb") as f:
+        events = list(read_events(f))
+    if isinstance(outcome, Opened):
+        outcome.sock.close()
+    return outcome, [(e["type"], e["fields"]) for e in events], journal.totals
+
+
+@pytest.fixture
+def listener():
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        yield server.getsockname()[1]
+
+
+def test_allowed_and_open(listener):
+    outcome, events, totals = attempt(parse_policy(POLICY), "127.0.0.1", listener)
+    assert isinstance(outcome, Opened) and outcome.address == "127.0.0.1" and outcome.port == listener
+    assert [t for t, _ in events] == ["conn.request", "policy.allow", "conn.open"]
+    assert events[2][1]["via"] == "direct"
+    assert totals == {"connections": 0, "denied": 0, "would_deny": 0, "failed": 0}
+
+
+def test_denied_ends_the_request_without_a_dial(listener):
+    outcome, events, totals = attempt(parse_policy(POLICY), "127.0.0.2", listener)
+    assert isinstance(outcome, Denied) and outcome.rule == "default"
+    assert [t for t, _ in events] == ["conn.request", "policy.deny"]
+    assert events[1][1]["enforced"] is True and totals["denied"] == 1
+
+
+def test_dry_run_records_the_denial_and_goes_on(listener):
+    outcome, events, totals = attempt(parse_policy(POLICY), "127.0.0.2", listener, dry_run=True)
+    assert [t for t, _ in events][:2] == ["conn.request", "policy.deny"]
+    assert events[1][1]["enforced"] is False and totals["would_deny"] == 1
+    assert isinstance(outcome, (Opened, Failed))   # 127.0.0.2 may or may not listen: it was dialled
+
+
+def test_a_refused_dial_is_failed_at_the_dial_stage():
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        port = server.getsockname()[1]
+    outcome, events, totals = attempt(Policy.allow_all(), "127.0.0.1", port)
+    assert outcome == Failed("dial", "refused", outcome.reason)
+    assert events[-1] == ("conn.fail", {"stage": "dial", "error": "refused", "reason": outcome.reason})
+    assert totals["failed"] == 1
+
+
+def test_a_bad_target_is_denied_by_the_target_rule():
+    outcome, events, _ = attempt(Policy.allow_all(), "0x7f.1", 80)
+    assert isinstance(outcome, Denied) and outcome.rule == "target"
+    assert events[-1][0] == "policy.deny"
+
+
+def test_a_path_down_dial_is_failed_at_the_path_stage():
+    class DownPath:
+        kind, resolves_at_exit = "proxy", True
+
+        async def dial(self, host, port, addresses):
+            raise DialError("path-down", "path office is down: refused")
+
+    outcome, events, _ = attempt(Policy.allow_all(), "example.org", 443, dialer=DownPath())
+    assert outcome == Failed("path", "path-down", "path office is down: refused")
+    assert [t for t, _ in events] == ["conn.request", "policy.allow", "conn.fail"]
+
+
+def test_a_bug_in_a_dialer_still_ends_the_request():
+    class Broken:
+        kind, resolves_at_exit = "proxy", True
+
+        async def dial(self, host, port, addresses):
+            raise RuntimeError("boom")
+
+    outcome, events, totals = attempt(Policy.allow_all(), "example.org", 443, dialer=Broken())
+    assert isinstance(outcome, Failed) and (outcome.stage, outcome.error) == ("dial", "internal")
+    assert [t for t, _ in events] == ["conn.request", "policy.allow", "conn.fail"]
+    assert totals["failed"] == 1
