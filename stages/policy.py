@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 from ipaddress import IPv4Address, IPv4Network, IPv6Address, IPv6Network, ip_network
 
 from .addresses import BadHost, parse_host
+from .text import printable
 from .toml_lines import key_lines, line_of
 
 VERSION = 1
@@ -373,7 +374,9 @@ def _a_label_fix(text: str) -> str:
 # --- loading ------------------------------------------------------------------
 
 def _show(value) -> str:
-    text = repr(value) if not isinstance(value, str) else '"' + value + '"'
+    # A value from the file goes into a one-line message: no line breaks or
+    # control characters of its own (a "\r" once split a message in two).
+    text = repr(value) if not isinstance(value, str) else '"' + printable(value) + '"'
     return text if len(text) <= 60 else text[:57] + "..."
 
 
