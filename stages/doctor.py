@@ -106,6 +106,27 @@ def check_namespaces() -> Check:
                  "enable unprivileged user namespaces (see the checks above)")
 
 
+def check_devpts() -> Check:
+    """Every sandbox mounts a devpts of its own (the user's terminals are not
+    there to open by name; the program's pty is made in it)."""
+    from stages.helper import privileges as priv
+    from stages.helper.sandbox import _fresh_devpts
+
+    def attempt():
+        uid, gid = os.getuid(), os.getgid()
+        priv.unshare(priv.CLONE_NEWUSER | priv.CLONE_NEWNS)
+        priv.write_id_maps(uid, gid)
+        priv.mount(None, "/", None, priv.MS_REC | priv.MS_PRIVATE)
+        _fresh_devpts()
+        os.close(os.open("/dev/pts/ptmx", os.O_RDWR | os.O_NOCTTY))
+
+    err = _try_in_child(attempt)
+    if err is None:
+        return Check("devpts", "ok", "the sandbox can have a devpts of its own (the program's terminal)")
+    return Check("devpts", "fail", f"cannot mount a devpts in a user namespace: {err}; "
+                 "every run exits 122 here", "use Linux 4.7 or newer with CONFIG_DEVPTS_FS")
+
+
 def check_seccomp() -> list[Check]:
     out = []
     actions = _read("/proc/sys/kernel/seccomp/actions_avail")
@@ -232,7 +253,8 @@ def check_program_env() -> Check:
 
 
 def run_checks(config_file: str | None = None) -> list[Check]:
-    checks = [check_kernel(), *check_userns_sysctls(), check_namespaces(), *check_seccomp(),
+    checks = [check_kernel(), *check_userns_sysctls(), check_namespaces(), check_devpts(),
+              *check_seccomp(),
               check_io_uring(), *check_file_limits(), check_state_dir(), check_program_env()]
     if config_file:
         checks += check_paths(config_file)
