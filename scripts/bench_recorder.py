@@ -19,7 +19,7 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from stages.record import encode  # noqa: E402
+from stages.record import DIGEST_SUFFIX_LEN, encode  # noqa: E402
 
 
 def connection_lines(n_conns: int) -> list[bytes]:
@@ -72,7 +72,8 @@ def main() -> None:
         for human in ("quiet", "run", "trace"):
             record = os.path.join(tmp, f"{human}.jsonl")
             elapsed = run_once(lines, human, record)
-            assert os.path.getsize(record) == size
+            # Each line gains its digest, ,"d":"<64 hex>" (docs/record.md).
+            assert os.path.getsize(record) == size + n * DIGEST_SUFFIX_LEN - n
             per_event = elapsed / n * 1e6
             print(f"human={human:5}: {n / elapsed:10,.0f} events/s  {per_event:5.1f} us/event  "
                   f"{per_event * 6:6.1f} us per connection (6 events)")

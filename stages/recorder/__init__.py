@@ -11,8 +11,8 @@ import os
 
 import orjson
 
-from ..record import RecordError, RecordUnwritable, open_run_file, parse_line, split_digest
-from .chain import Chain
+from ..record import RecordError, RecordUnwritable, open_run_file, parse_line
+from .chain import Chain, unchained
 from .feeder import BoundedFeeder
 from .human import HUMAN_MODES, QUIET, HumanState, format_event
 
@@ -267,8 +267,8 @@ def main_from_fds(in_fd: int, *, record: str | None, record_fd: int | None = Non
                         losses["syslog_lost"] = syslog.lost_before_end()
                     event["fields"].update(losses)
                     raw = _with_fields(raw, **losses)
-                elif "d" in event and split_digest(raw.rstrip()) is None:
-                    raw = _with_fields(raw)   # a foreign "d" would stand beside ours
+                elif "d" in event:
+                    raw = unchained(raw)
                 line = chain.seal(raw.rstrip()) + b"\n"
                 # One write per line: a run killed at any moment leaves whole lines.
                 if run_file is not None:

@@ -26,14 +26,23 @@ class Chain:
 
     def seal(self, body: bytes) -> bytes:
         """`body`: one event's JSON object, no newline, no digest of its own
-        (a chained line fed back in, as when a run file is replayed, loses
-        its old digest first)."""
-        old = split_digest(body)
-        if old is not None:
-            body = old[0]
+        (see `unchained`)."""
         digest = sha256(self.prev + body).hexdigest().encode()
         self.prev = digest
         return body[:-1] + b',"d":"' + digest + b'"}'
+
+
+def unchained(raw: bytes) -> bytes:
+    """An event line without its digest: a chained line fed back in (a run
+    file replayed) loses its old one; a "d" anywhere else in the object is
+    dropped by re-encoding, so a line never holds two."""
+    raw = raw.rstrip()
+    parts = split_digest(raw)
+    if parts is not None:
+        return parts[0]
+    event = orjson.loads(raw)
+    event.pop("d", None)
+    return orjson.dumps(event)
 
 
 @dataclass(frozen=True)
