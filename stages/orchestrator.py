@@ -326,14 +326,16 @@ def _out_of_program_reach(request: RunRequest, record: str) -> list[str]:
     """What the sandbox makes read-only for the program (DESIGN §10, "the
     record is evidence"): vpnw's state directory (made if missing, so the
     program cannot make it and plant runs there), the record, the policy and
-    the config. A path that cannot be made or does not exist is left out: the
-    program, the same user without capabilities, cannot make it either."""
+    the config (and the --log of its human lines). A path that cannot be made
+    or does not exist is left out: the program, the same user without
+    capabilities, cannot make it either."""
     state = vpnw_state_dir()
     try:
         os.makedirs(os.path.join(state, "runs"), mode=0o700, exist_ok=True)
     except OSError:
         pass
-    paths = [state, record, getattr(request.policy, "source", None), request.config_file]
+    paths = [state, record, getattr(request.policy, "source", None), request.config_file,
+             request.log]
     return [p for p in dict.fromkeys(paths) if p and p != "-" and os.path.lexists(p)]
 
 
