@@ -8,6 +8,9 @@
    over each transport and in each format. Timed from the recorder's start to
    the moment rsyslogd has written the last message: events/s end to end, and
    what the copy lost (run.end's syslog_lost).
+0. The recorder's CPU time for the same N events with and without --syslog
+   (to an rsyslogd that drops what it gets): what --syslog costs vpnw per
+   event, off the program's path (the recorder is its own process).
 2. Cost per connection. A program in the sandbox makes N short connections
    (CONNECT, one GET, read to the end) and times them itself, under
    `vpnw run --record /dev/null` with and without --syslog; the difference
@@ -60,6 +63,47 @@ def synthetic_run(n_events: int) -> bytes:
                                                 "would_deny": 0, "failed": 0, "ms": 1.0},
                         path="direct", pid=1, ts_ns=t + 1))
     return b"".join(lines)
+
+
+def recorder_cpu(world: World, events, args: list[str], record) -> float:
+    """CPU seconds (user + system) the recorder alone spends on the file."""
+    r = world.run(["bash", "-c", f"{world.python} -m stages.recorder --human quiet --record {record} "
+                   f"{' '.join(args)} < {events}; times"],
+                  env={"PYTHONPATH": os.path.join(HERE, "..")}, timeout=600)
+    user, system = r.stdout.strip().splitlines()[-1].split()
+
+    def secs(text):
+        minutes, _, rest = text.partition("m")
+        return int(minutes) * 60 + float(rest.rstrip("s"))
+    return secs(user) + secs(system)
+
+
+def cpu_per_event(world: World, n_events: int, rounds: int) -> None:
+    """What --syslog costs the recorder: its CPU time with and without it."""
+    data = synthetic_run(n_events)
+    events = world.file("bench-cpu-events.jsonl", data)
+    count = data.count(b"\n")
+    sink = Rsyslog(world, "bench-cpu", udp_port=21520, tcp_port=21521, discard=True).start()
+    setups = [("--record only", []),
+              ("+ --syslog unix", ["--syslog", str(sink.socket)]),
+              ("+ --syslog udp", ["--syslog", "udp://127.0.0.1:21520"]),
+              ("+ --syslog tcp", ["--syslog", "tcp://127.0.0.1:21521"]),
+              ("+ --syslog tcp, ocsf", ["--syslog", "tcp://127.0.0.1:21521", "--events-format", "ocsf"]),
+              ("+ --syslog tcp, ecs", ["--syslog", "tcp://127.0.0.1:21521", "--events-format", "ecs"])]
+    try:
+        cpu = {label: [] for label, _ in setups}
+        for _ in range(rounds):
+            for label, args in setups:
+                cpu[label].append(recorder_cpu(world, events, args, world.tmp / "bench-cpu.jsonl"))
+    finally:
+        sink.stop()
+    base = statistics.median(cpu[setups[0][0]])
+    print(f"0. the recorder's CPU time for {count} events (5 a connection), {rounds} rounds, medians"
+          " (a collector that drops what it gets):")
+    for label, _ in setups:
+        median = statistics.median(cpu[label])
+        print(f"  {label:22s} {median / count * 1e6:6.1f} µs/event  {(median - base) / count * 1e6:+6.1f} "
+              f"µs/event, {(median - base) / count * 5e6:+6.1f} µs/connection added by --syslog")
 
 
 def throughput(world: World, n_events: int) -> None:
@@ -137,6 +181,7 @@ def main() -> None:
     world = World()
     world.start()
     try:
+        cpu_per_event(world, min(n_events, 20_000), rounds)
         throughput(world, n_events)
         cost_per_connection(world, n_conns, rounds)
     finally:
