@@ -9,8 +9,9 @@ program. What it cannot take is dropped and counted (`run.end`'s
 Datagram targets (/dev/log, udp://) get one message per send(2); on TCP the
 messages are octet-counted (RFC 6587) and may be cut between writes like any
 stream. A target that refuses (nobody listening, the daemon gone) loses the
-rest of the run's copy, counted: vpnw does not reconnect within a run. Over
-UDP only what the kernel would not take can be counted; a datagram lost in
+rest of the run's copy, counted: vpnw does not reconnect within a run (over
+UDP a refusal speaks of one datagram, and only that one is lost). Over UDP
+only what the kernel would not take can be counted; a datagram lost in
 the network is invisible to the sender (use tcp:// where that matters).
 """
 from __future__ import annotations
