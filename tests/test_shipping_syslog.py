@@ -207,3 +207,31 @@ def test_a_bad_syslog_target_is_a_usage_error():
         _check_syslog_target("udp://collector")
     assert info.value.exit_code == 121 and "--syslog" in info.value.message and ":514" in info.value.message
     assert _check_syslog_target("udp://[::1]:514/") == "udp://[::1]:514"
+
+
+_JSON = st.recursive(st.none() | st.booleans() | st.integers(-2**63, 2**63) | st.floats(allow_nan=False)
+                     | st.text(max_size=40),
+                     lambda children: st.lists(children, max_size=3) | st.dictionaries(st.text(max_size=8),
+                                                                                        children, max_size=3),
+                     max_leaves=8)
+_FIELD_NAMES = ["host", "port", "addresses", "address", "rule", "reason", "enforced", "bytes_up",
+                "bytes_down", "ms", "error", "stage", "program", "version", "policy", "truncated", "door", "kind"]
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["run.start", "conn.request", "dns.resolve", "policy.allow",
+                                           "policy.deny", "conn.open", "conn.fail", "conn.close", "run.end"]),
+                          st.one_of(st.none(), st.integers(1, 4)),
+                          st.dictionaries(st.sampled_from(_FIELD_NAMES), _JSON, max_size=6)),
+                max_size=12))
+def test_renderings_never_fail_on_odd_events(items):
+    """A hand-edited or foreign run file (any field of any type) renders or is
+    skipped; it never raises, and every message is whole JSON behind @cee:."""
+    for fmt in ("jsonl", "ocsf", "ecs"):
+        m = SyslogMessages(hostname="h", fmt=fmt, max_size=2048)
+        for type_, conn, fields in items:
+            ev = {"v": 1, "ts": "2026-09-29T11:44:36.754728731Z", "type": type_, "run": "r-abc123",
+                  "pid": 1, "path": "direct", "conn": conn, "fields": fields}
+            for msg in m.feed(ev, orjson.dumps(ev)):
+                assert len(msg) <= 2048
+                orjson.loads(msg.split(CEE, 1)[1])
