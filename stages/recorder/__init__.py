@@ -290,7 +290,8 @@ def main_from_fds(in_fd: int, *, record: str | None, record_fd: int | None = Non
                         for doc in tee_render(event, raw):
                             tee.write(doc + b"\n")
                 if syslog is not None:
-                    syslog.write(event, raw)
+                    # The record's own line, digest included: a copy that can be checked.
+                    syslog.write(event, line[:-1])
                 if human != QUIET:
                     text = format_event(event, state)
                     if text is not None:
