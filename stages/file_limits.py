@@ -68,11 +68,15 @@ class FileLimits:
         return out
 
     def writable(self) -> list[Limit]:
+        """The allow_write paths to bind writable: none inside another, none
+        inside a hidden path (deny_read wins; the path is not there to bind)."""
         if not self.limits_writes:
             return []
+        hidden = self.hidden()
         out: list[Limit] = []
         for limit in sorted(self.allow_write, key=lambda l: (len(l.path), l.path)):
-            if not any(_within(limit.path, w.path) for w in out):
+            if not any(_within(limit.path, w.path) for w in out) \
+                    and not any(_within(limit.path, h.path) for h in hidden if h.kind == "dir"):
                 out.append(limit)
         return out
 
