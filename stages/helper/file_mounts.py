@@ -44,9 +44,14 @@ def apply(plan: dict) -> None:
     os.chdir(cwd)
 
 
+# nosymfollow too (Linux 5.10): locked like the others on an inherited mount.
+_ST_NOSYMFOLLOW, _MS_NOSYMFOLLOW = 0x2000, 256
+
+
 def _kept(point: str) -> int:
     flags = os.statvfs(point).f_flag
-    return sum(ms for st, ms in _KEPT_FLAGS if flags & st)
+    kept = sum(ms for st, ms in _KEPT_FLAGS if flags & st)
+    return kept | (_MS_NOSYMFOLLOW if flags & _ST_NOSYMFOLLOW else 0)
 
 
 def _remount(point: str, read_only: bool) -> None:
