@@ -468,3 +468,18 @@ def test_under_sudo_deny_read_covers_the_sudo_users_home_as_well(world):
     assert f"{home}/.ssh" in record["deny_read"]
     assert user_ssh in record["deny_read"] + record["deny_read_absent"], record
     assert record["allow_write"] == [str(work)]
+
+
+@pytest.mark.parametrize("mode", ["run", "trace"])
+def test_run_and_trace_enforce_the_files_table_too(world, user, mode):
+    home, secret = secret_home(world, user)
+    work = world.workdir(user)
+    pol = policy(world, 'deny_read = ["~/.ssh"]\nallow_write = ["."]\n')
+    r = world.vpnw([mode, "--policy", str(pol), "--", "sh", "-c",
+                    "cat ~/.ssh/id_ed25519; touch ~/planted; touch made; echo done"],
+                   user=user, cwd=work, env={"HOME": str(home)})
+    assert r.returncode == 0 and r.stdout.strip() == "done", describe(r)
+    assert secret not in r.stdout + r.stderr
+    assert "No such file" in r.stderr and "Read-only file system" in r.stderr, describe(r)
+    assert not (home / "planted").exists() and (work / "made").exists()
+    assert files_record(r)["deny_read"] == [f"{home}/.ssh"]
