@@ -37,6 +37,7 @@ RESOLVES_AT_EXIT = {"socks5": False, "socks5h": True, "http": True, "https": Tru
 _PATH_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}\Z")
 _TOP_KEYS = {"version", "name", "default", "paths"}
 _PATH_KEYS = {"type", "url", "username", "password_env", "password_file", "ca_file"}
+_WIREGUARD_KEYS = {"type", "conf", "private_key_file", "private_key_env"}
 
 
 class ConfigError(Exception):
@@ -73,7 +74,7 @@ class SecretSource:
 @dataclass(frozen=True)
 class PathSpec:
     name: str
-    type: str                      # "direct" | "proxy"
+    type: str                      # "direct" | "proxy" | "wireguard"
     scheme: str | None = None      # "socks5" | "socks5h" | "http"
     host: str | None = None        # the proxy's own host (name or address)
     port: int | None = None
@@ -82,11 +83,14 @@ class PathSpec:
     resolves_at_exit: bool = False
     ca_file: str | None = None
     secret: SecretSource | None = field(default=None, repr=False, compare=False)
+    wireguard: object = field(default=None, repr=False)   # wgconf.WgConf for type "wireguard"
 
     def describe(self) -> str:
         """'office (socks5h://10.8.0.1:1080)', never with credentials."""
         if self.type == "direct":
             return self.name
+        if self.type == "wireguard":
+            return f"{self.name} (wireguard {self.wireguard.endpoint})"
         host = f"[{self.host}]" if self.host and ":" in self.host else self.host
         return f"{self.name} ({self.scheme}://{host}:{self.port})"
 
@@ -166,14 +170,17 @@ def _read_path(name: str, table, reader: _Reader, env, base_dir: str) -> PathSpe
     if not _PATH_NAME.match(name):
         raise reader.error(where, f'path name "{name[:64]}" is not allowed',
                            "use letters, digits, '.', '_' or '-' (at most 64)")
+    kind = table.get("type")
+    if kind == "wireguard" and name != "direct":
+        return _read_wireguard_path(name, table, reader, base_dir)
     unknown = sorted(set(table) - _PATH_KEYS)
     if unknown:
         raise reader.error(where + (unknown[0],), f'unknown key "{unknown[0]}" in [paths.{name}]',
                            "use only: " + ", ".join(sorted(_PATH_KEYS)))
-    kind = table.get("type")
     if kind not in ("direct", "proxy"):
-        raise reader.error(where + ("type",), f'[paths.{name}] needs type = "direct" or "proxy"',
-                           'add type = "proxy" (with a url) or type = "direct"')
+        raise reader.error(where + ("type",), f'[paths.{name}] needs type = "direct", "proxy" '
+                           'or "wireguard"', 'add type = "proxy" (with a url), type = "wireguard" '
+                           '(with a conf) or type = "direct"')
     if name == "direct" and kind != "direct":
         raise reader.error(where, '"direct" is the built-in direct path and cannot be a proxy',
                            "give the proxy path another name")
@@ -242,6 +249,51 @@ def _read_path(name: str, table, reader: _Reader, env, base_dir: str) -> PathSpe
                     resolves_at_exit=RESOLVES_AT_EXIT[scheme], ca_file=None, secret=secret)
 
 
+def _read_wireguard_path(name: str, table, reader: _Reader, base_dir: str) -> PathSpec:
+    """A [paths.NAME] with type = "wireguard": the wg-quick file it names is
+    read and checked now (its errors are 121 with its own file:line); a key
+    from private_key_file/_env is read only when the path is chosen."""
+    from .inputs import InputProblem, read_text
+    from .wgconf import parse_wg_quick
+    where = ("paths", name)
+    unknown = sorted(set(table) - _WIREGUARD_KEYS)
+    if unknown:
+        raise reader.error(where + (unknown[0],), f'unknown key "{unknown[0]}" in [paths.{name}]',
+                           "a wireguard path takes only: " + ", ".join(sorted(_WIREGUARD_KEYS)))
+    conf = table.get("conf")
+    if not isinstance(conf, str) or not conf:
+        raise reader.error(where + ("conf",), f"[paths.{name}] is a wireguard path but has no conf",
+                           'add conf = "office.conf" (the wg-quick file your VPN gave you)')
+    sources = [k for k in ("private_key_file", "private_key_env") if k in table]
+    if len(sources) > 1:
+        raise reader.error(where + (sources[-1],), "the private key is given more than once ("
+                           + " and ".join(sources) + ")", "keep only one key source")
+    secret = None
+    if "private_key_env" in table:
+        var = table["private_key_env"]
+        if not isinstance(var, str) or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", var):
+            raise reader.error(where + ("private_key_env",), "private_key_env must name an "
+                               "environment variable", 'write private_key_env = "OFFICE_WG_KEY"')
+        secret = SecretSource("env", var, reader.error(where + ("private_key_env",), "", ""))
+    if "private_key_file" in table:
+        file_name = table["private_key_file"]
+        if not isinstance(file_name, str) or not file_name:
+            raise reader.error(where + ("private_key_file",), "private_key_file must be a file name",
+                               'write private_key_file = "office.key" (relative to this config)')
+        secret = SecretSource("file", os.path.join(base_dir, os.path.expanduser(file_name)),
+                              reader.error(where + ("private_key_file",), "", ""))
+    conf_path = os.path.join(base_dir, os.path.expanduser(conf))
+    try:
+        text = read_text(conf_path, "WireGuard conf", limit=65536)
+    except InputProblem as exc:
+        at = reader.error(where + ("conf",), "", "")
+        raise ConfigError(f"cannot read the WireGuard conf {conf_path} ({exc.problem})",
+                          "give the wg-quick file's path, relative to this config",
+                          file=at.file, line=at.line) from None
+    wg = parse_wg_quick(text, conf_path, key_from_elsewhere=secret is not None)
+    return PathSpec(name=name, type="wireguard", wireguard=wg, secret=secret)
+
+
 def _check_credential(label: str, value: str | None, at: ConfigError) -> None:
     # RFC 1929 carries each in one length byte; HTTP Basic refuses ':' in the user.
     if value is not None and (len(value.encode()) > 255 or "\n" in value or "\r" in value):
@@ -256,20 +308,30 @@ def with_secret(spec: PathSpec, env=os.environ) -> PathSpec:
     if source is None:
         return spec
     at = source.at
+    kind = "password" if spec.type != "wireguard" else "private key"
+    option = "password" if spec.type != "wireguard" else "private_key"
     if source.kind == "env":
         if source.name not in env:
-            raise ConfigError(f"the environment variable {source.name} (password_env) is not set",
-                              f"export {source.name}=... before running vpnw, or use password_file",
+            raise ConfigError(f"the environment variable {source.name} ({option}_env) is not set",
+                              f"export {source.name}=... before running vpnw, or use {option}_file",
                               file=at.file, line=at.line)
         password = env[source.name]
     else:
         from .inputs import InputProblem, read_text
         try:
-            password = read_text(source.name, "password", limit=4096).rstrip("\r\n")
+            password = read_text(source.name, kind, limit=4096).rstrip("\r\n")
         except InputProblem as exc:
-            raise ConfigError(f"cannot read password_file {source.name} ({exc.problem})",
-                              "create the file (one line, the password) or fix its name",
+            raise ConfigError(f"cannot read {option}_file {source.name} ({exc.problem})",
+                              f"create the file (one line, the {kind}) or fix its name",
                               file=at.file, line=at.line) from None
+    if spec.type == "wireguard":
+        from .wgconf import decode_key
+        key = decode_key(password)
+        if key is None:
+            raise ConfigError(f"the private key from {option}_{source.kind} is not a WireGuard "
+                              "key (base64 of 32 bytes)", "put the key your VPN gave you there",
+                              file=at.file, line=at.line)
+        return replace(spec, wireguard=replace(spec.wireguard, private_key=key), secret=None)
     _check_credential("password", password, at)
     return replace(spec, password=password, secret=None)
 

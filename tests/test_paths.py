@@ -120,7 +120,7 @@ def test_bad_urls_name_file_line_and_fix(tmp_path, url, line_words):
     ('version = 2\nname = "o"\n[paths.office]\ntype = "direct"\n', 1, "version must be 1"),
     ('version = 1\n[paths.office]\ntype = "direct"\n', None, "needs a name"),
     ('version = 1\nname = "o"\n', None, "defines no paths"),
-    ('version = 1\nname = "o"\n[paths.office]\ntype = "vpn"\n', 4, 'type = "direct" or "proxy"'),
+    ('version = 1\nname = "o"\n[paths.office]\ntype = "vpn"\n', 4, 'type = "direct", "proxy" or "wireguard"'),
     ('version = 1\nname = "o"\ndefault = "gone"\n[paths.office]\ntype = "direct"\n', 3,
      "default names no path"),
     ('version = 1\nname = "o"\n[paths.direct]\ntype = "proxy"\nurl = "socks5h://h:1"\n', 3,

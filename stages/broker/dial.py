@@ -60,6 +60,9 @@ def dialer_for(path):
     """The Dialer for a paths.PathSpec (None: direct)."""
     if path is None or path.type == "direct":
         return DirectDialer()
+    if path.type == "wireguard":
+        from .wireguard import WireGuardDialer
+        return WireGuardDialer(path)
     from .upstream import ProxyDialer
     return ProxyDialer(path)
 
