@@ -61,7 +61,11 @@ DEFAULT_NAMES: dict[str, list[str]] = {
 CERT_NAMES = sorted(set(DEFAULT_NAMES) | {"*.world", "*.example", "*.github.com",
                                           "*.pythonhosted.org", "localhost",
                                           # the demo's package index (scripts/demo_world.py)
-                                          "pypi.org"})
+                                          "pypi.org",
+                                          # the agents' own services (tests/test_agents.py)
+                                          "*.anthropic.com", "*.claude.com", "chatgpt.com",
+                                          "*.chatgpt.com", "*.openai.com",
+                                          "*.githubusercontent.com"})
 
 DEMO_PACKAGE = "vpnw-demo-pkg"
 DEMO_VERSION = "1.0"
