@@ -20,59 +20,19 @@ from __future__ import annotations
 
 import itertools
 import json
-import os
-import shlex
-import shutil
-import subprocess
 import sys
-import time
 import tomllib
 from pathlib import Path
 
 import pytest
 
+from agents_support import (AGENT_NAMES, AIDER, CHROMIUM, CHROMIUM_FLAGS, CLAUDE, CODEX, CODEX_ARGS,
+                            DOOR_HTTP, PAGE, PAGE_HOST, CHROMIUM_PHONES_HOME, PROGS, VPNW, Terminal,
+                            prepare_world, record_so_far, restore_world)
 from stages.recorder.check import check_run
 from world import DEFAULT_NAMES
 
 pytestmark = pytest.mark.world
-
-AGENTS = Path(os.environ.get("VPNW_AGENTS", "/opt/vpnw-agents"))
-CODEX = AGENTS / "node_modules" / ".bin" / "codex"
-CLAUDE = AGENTS / "node_modules" / ".bin" / "claude"
-AIDER = AGENTS / "aider" / "bin" / "aider"
-CHROMIUM = shutil.which("chromium")
-PROGS = Path(__file__).resolve().parent / "progs"
-VPNW = str(Path(sys.executable).parent / "vpnw")
-
-# The agents' hosts, answered by the world's web server (addresses that look
-# public; they exist only inside the test's namespaces).
-AGENT_NAMES = {
-    "api.anthropic.com": ["160.79.104.10"],
-    "platform.claude.com": ["160.79.104.11"],
-    "statsig.anthropic.com": ["160.79.104.12"],
-    "chatgpt.com": ["104.18.33.45"],
-    "ab.chatgpt.com": ["104.18.33.46"],
-    "api.openai.com": ["104.18.33.47"],
-    "raw.githubusercontent.com": ["185.199.108.133"],
-    "pypi.org": ["151.101.0.223"],
-}
-# Claude Code's connectivity check: it goes on to its first screen when these answer.
-CLAUDE_HELLO = ("api/hello", "v1/oauth/hello")
-# Codex's background server needs a Unix socket by path (see README): this is
-# its own switch for running without it.
-CODEX_ARGS = ["--disable", "daemon_auto_start"]
-CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
-                  "--disable-background-networking", "--disable-component-update", "--disable-sync"]
-DOOR_HTTP = "http://127.0.0.1:3128"
-# A page of the world for Chromium: plain http under a name on no HSTS preload
-# list (Chromium would upgrade http://api.github.com to https).
-PAGE_HOST = "pypi.world"
-PAGE = f"http://{PAGE_HOST}/whoami"
-# What Chromium 156 still reaches for with CHROMIUM_FLAGS (component updates).
-CHROMIUM_PHONES_HOME = ("clients2.google.com", "update.googleapis.com")
-SCREEN_WAIT = 180          # generous bound for a heavy agent on a loaded machine; never asserted
-_counter = itertools.count()
-
 
 def need(path, what: str) -> str:
     if path is None or not Path(path).exists():
@@ -84,156 +44,17 @@ def need(path, what: str) -> str:
 @pytest.fixture(scope="module")
 def agents_world(world):
     """The session's world, answering for the agents' hosts while this module runs."""
-    world.dns_reset({**DEFAULT_NAMES, **AGENT_NAMES})
-    made = []
-    for rel in CLAUDE_HELLO:
-        path = world.docroot / rel
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text("{}\n")
-        path.chmod(0o644)
-        made.append(path)
-    for d in {p.parent for p in made} | {world.docroot / "v1"}:
-        d.chmod(0o755)
-    world.agent_env = {"SSL_CERT_FILE": str(world.ca_pem), "NODE_EXTRA_CA_CERTS": str(world.ca_pem),
-                       "REQUESTS_CA_BUNDLE": str(world.ca_pem), "TERM": "xterm-256color"}
+    made = prepare_world(world)
     try:
         yield world
     finally:
-        for path in made:
-            path.unlink(missing_ok=True)
-        world.dns_reset()
+        restore_world(world, made)
 
 
-# ── a real terminal ──────────────────────────────────────────────────────
-class Terminal:
-    """One command in a terminal: a private tmux server (its own -S socket)
-    whose one pane runs `argv` in the world as `user`. The pane stays after
-    the command ends, so its exit status can be read."""
-
-    def __init__(self, world, argv, *, user: str, env: dict, cwd=None):
-        n = next(_counter)
-        self.sock = world.tmp / f"tmux-agents-{os.getpid()}-{n}.sock"
-        conf = world.file("tmux-agents.conf", "set -g remain-on-exit on\nset -g history-limit 100\n")
-        # vpnw's lines (stderr) go to a file: written over a full-screen
-        # interface they would scramble what the test reads. The agents draw
-        # on stdout.
-        self.state_home = world.state_home(user)
-        self.stderr = self.state_home / "stderr.log"
-        cmd, _ = world.command(["sh", "-c", 'exec "$@" 2>>"$0"', self.stderr, *map(str, argv)],
-                               user=user, env=env, cwd=cwd, state_home=self.state_home)
-        self.tmux = ["tmux", "-S", str(self.sock), "-f", str(conf)]
-        subprocess.run([*self.tmux, "new-session", "-d", "-x", "120", "-y", "40", shlex.join(cmd)],
-                       check=True, stdin=subprocess.DEVNULL)
-
-    def screen(self) -> str:
-        return subprocess.run([*self.tmux, "capture-pane", "-p", "-J"], capture_output=True,
-                              text=True).stdout
-
-    def wait_for(self, text: str) -> str:
-        deadline = time.monotonic() + SCREEN_WAIT
-        while time.monotonic() < deadline:
-            screen = self.screen()
-            if text in screen:
-                return screen
-            if self.status() is not None:
-                break
-            time.sleep(0.1)
-        raise AssertionError(f"the terminal never showed {text!r}:\n{self.screen()}\n{self.log()}")
-
-    def log(self) -> str:
-        try:
-            return "--- stderr\n" + self.stderr.read_text(errors="replace")[-3000:]
-        except OSError:
-            return ""
-
-    def keys(self, *keys: str) -> None:
-        subprocess.run([*self.tmux, "send-keys", "--", *keys], check=True)
-
-    def press_until(self, key: str, before: str, after: str) -> str:
-        """Press `key` while the screen still shows `before`, until it shows
-        `after`: a TUI may draw before it reads keys, and drops what comes
-        earlier. Never presses twice once the screen has moved on."""
-        deadline = time.monotonic() + SCREEN_WAIT
-        while time.monotonic() < deadline:
-            screen = self.screen()
-            if after in screen:
-                return screen
-            if before in screen:
-                self.keys(key)
-            time.sleep(0.5)
-        raise AssertionError(f"{key} never took the terminal from {before!r} to {after!r}:\n"
-                             f"{self.screen()}\n{self.log()}")
-
-    def status(self):
-        out = subprocess.run([*self.tmux, "display-message", "-p",
-                              "#{pane_dead}:#{pane_dead_status}:#{pane_dead_signal}"],
-                             capture_output=True, text=True).stdout.strip().split(":")
-        if len(out) != 3 or out[0] != "1":
-            return None
-        # tmux 3.3 leaves the status empty for 0, and for a signal gives that instead.
-        if out[1]:
-            return int(out[1])
-        return 128 + int(out[2]) if out[2] else 0
-
-    def wait_exit(self) -> int:
-        deadline = time.monotonic() + SCREEN_WAIT
-        while time.monotonic() < deadline:
-            status = self.status()
-            if status is not None:
-                return status
-            time.sleep(0.1)
-        raise AssertionError(f"the program did not end:\n{self.screen()}\n{self.log()}")
-
-    def quit_with_double_ctrl_c(self) -> int:
-        """Ctrl-C twice, as a person quits Claude Code ("Press Ctrl-C again to
-        exit"); again if the pair came before it read keys."""
-        deadline = time.monotonic() + SCREEN_WAIT
-        while time.monotonic() < deadline and self.status() is None:
-            self.keys("C-c")
-            time.sleep(0.3)
-            self.keys("C-c")
-            for _ in range(50):
-                if self.status() is not None:
-                    break
-                time.sleep(0.1)
-        return self.wait_exit()
-
-    def wait_record(self, done) -> list[dict]:
-        """Wait until the run's record (read as it is written) satisfies `done`."""
-        deadline = time.monotonic() + SCREEN_WAIT
-        while time.monotonic() < deadline:
-            events = record_so_far(self.state_home)
-            if done(events):
-                return events
-            if self.status() is not None:
-                break
-            time.sleep(0.1)
-        raise AssertionError(f"the record never showed what was expected:\n{self.screen()}\n{self.log()}")
-
-    def close(self) -> None:
-        subprocess.run([*self.tmux, "kill-server"], capture_output=True)
-        self.sock.unlink(missing_ok=True)
+_counter = itertools.count()
 
 
 # ── the record ───────────────────────────────────────────────────────────
-def _run_file(state_home: Path) -> Path | None:
-    runs = sorted((state_home / "vpnw" / "runs").glob("*.jsonl"), key=lambda p: p.stat().st_mtime_ns)
-    return runs[-1] if runs else None
-
-
-def record_so_far(state_home: Path) -> list[dict]:
-    path = _run_file(state_home)
-    if path is None:
-        return []
-    events = []
-    for line in path.read_text().splitlines():
-        try:
-            events.append(json.loads(line))
-        except ValueError:
-            break           # the line being written
-    return events
-
-
 def finished_record(state_home: Path) -> list[dict]:
     events = record_so_far(state_home)
     problems = check_run(events)
@@ -283,11 +104,10 @@ def assert_draft_denies_nothing_it_reached(trace_events, events) -> None:
 
 # ── Codex CLI ────────────────────────────────────────────────────────────
 def _codex(world, user, vpnw_args, *, until, keys=True):
-    term = Terminal(world, [VPNW, *vpnw_args, "--", CODEX, *CODEX_ARGS], user=user,
-                    env=world.agent_env)
+    term = Terminal(world, [CODEX, *CODEX_ARGS], vpnw_args=vpnw_args, user=user, env=world.agent_env)
     try:
         term.wait_for("Sign in with ChatGPT")
-        events = term.wait_record(until)
+        term.wait_record(until)
         if keys:
             term.press_until("Down", "> 1. Sign in with ChatGPT", "> 2. Sign in with Device Code")
         term.keys("C-c")
@@ -325,7 +145,7 @@ def test_codex_cli_background_server_needs_unix_sockets(agents_world, user):
     outside vpnw in the same world, draws its first screen."""
     need(CODEX, "Codex CLI (npm @openai/codex)")
     w = agents_world
-    term = Terminal(w, [VPNW, "run", "--", CODEX], user=user, env=w.agent_env)
+    term = Terminal(w, [CODEX], vpnw_args=["run"], user=user, env=w.agent_env)
     try:
         status = term.wait_exit()
         said = term.screen() + term.log()
@@ -342,9 +162,9 @@ def test_codex_cli_background_server_needs_unix_sockets(agents_world, user):
 
 # ── Claude Code ──────────────────────────────────────────────────────────
 def _claude(world, user, vpnw_args, *, until, keys=True):
-    term = Terminal(world, [VPNW, *vpnw_args, "--", CLAUDE], user=user, env=world.agent_env)
+    term = Terminal(world, [CLAUDE], vpnw_args=vpnw_args, user=user, env=world.agent_env)
     try:
-        events = term.wait_record(until)
+        term.wait_record(until)
         screen = None
         if keys:
             term.wait_for("Choose the text style")
