@@ -104,9 +104,24 @@ def test_passphrase_through_dev_tty_is_not_echoed(world, term, where):
 
 # ── full-screen programs and line editors ───────────────────────────────
 
-def test_less_pages_a_file(world, term):
+# Each runs under vpnw and, as the control, the same way outside it.
+BOTH = pytest.mark.parametrize("where", ["vpnw", "outside"])
+
+
+def under(term, where: str) -> str:
+    return f"{term.vpnw} run -- " if where == "vpnw" else ""
+
+
+def ended(term, where: str, mark: int, code: int) -> None:
+    assert term.finished(mark) == code
+    if where == "vpnw":
+        term.wait_for(rf"^vpnw  run r-\S+: .*exit {code};", whole=True)
+
+
+@BOTH
+def test_less_pages_a_file(world, term, where):
     path = write(world, term, "numbers.txt", "".join(f"line {i:03d}\n" for i in range(1, 301)))
-    term.line(f"{term.vpnw} run -- less {path}")
+    mark = term.start(f"{under(term, where)}less {path}")
     term.wait_for(r"^line 001$")
     assert "line 040" not in term.screen()
     term.keys("Space")
@@ -114,26 +129,26 @@ def test_less_pages_a_file(world, term):
     term.keys("G")
     term.wait_for(r"^line 300$")
     term.keys("q")
-    term.wait_for(r"^vpnw  run r-\S+: 0 connections.*exit 0", whole=True)
-    assert term.run("true") == 0
+    ended(term, where, mark, 0)
 
 
-def test_vi_opens_and_saves_a_file(world, term):
+@BOTH
+def test_vi_opens_and_saves_a_file(world, term, where):
     target = term.work / "notes.txt"
-    term.line(f"{term.vpnw} run -- vi {target}")
-    term.wait_for(r"notes\.txt")
+    mark = term.start(f"{under(term, where)}vi {target}")
+    term.wait_for(r'^".*notes\.txt" \[New')    # vi's own status line, not the typed command
     term.keys("i")
-    term.type("written inside vpnw")
+    term.type(f"written {where}")
     term.keys("Escape")
     term.type(":wq")
     term.keys("Enter")
-    text = wait_file(target, lambda t: "written inside vpnw" in t)
-    assert text == "written inside vpnw\n"
-    term.wait_for(r"^vpnw  run r-\S+: .*exit 0", whole=True)
+    ended(term, where, mark, 0)
+    assert target.read_text() == f"written {where}\n"
 
 
-def test_python_repl_edits_a_line(world, term):
-    term.line(f"{term.vpnw} run -- {SYSTEM_PYTHON} -q")
+@BOTH
+def test_python_repl_edits_a_line(world, term, where):
+    mark = term.start(f"{under(term, where)}{SYSTEM_PYTHON} -q")
     term.wait_for(r"^>>> $")
     term.line("word = 'terminal'")
     # Type a mistake, move left over it and fix it: readline must see the keys.
@@ -145,11 +160,12 @@ def test_python_repl_edits_a_line(world, term):
     term.wait_for(r">>> print\(word\.upper\(\)\)$")
     term.keys("C-u")
     term.keys("C-d")
-    term.wait_for(r"^vpnw  run r-\S+: .*exit 0", whole=True)
+    ended(term, where, mark, 0)
 
 
-def test_bash_inside_has_job_control(world, term):
-    term.line(f"{term.vpnw} run -- bash --norc --noprofile -i")
+@BOTH
+def test_bash_inside_has_job_control(world, term, where):
+    mark = term.start(f"{under(term, where)}bash --norc --noprofile -i")
     term.wait_for(r"^\$ $")
     term.line("PS1='inner> '")
     term.wait_for(r"^inner> $")
@@ -161,20 +177,20 @@ def test_bash_inside_has_job_control(world, term):
     term.keys("C-z")
     term.wait_for(r"^\[1\]\+\s+Stopped\s+sleep 100")
     term.line("kill -KILL %1; while jobs %1 >/dev/null 2>&1; do sleep 0.1; done; exit 3")
-    term.wait_for(r"^vpnw  run r-\S+: .*exit 3", whole=True)
+    ended(term, where, mark, 3)
     shown = term.history()
     assert "no job control" not in shown and "cannot set terminal process group" not in shown, shown
-    assert term.run("true") == 0
 
 
 @pytest.mark.skipif(shutil.which("node") is None, reason="node is not installed")
-def test_node_repl(world, term):
-    term.line(f"{term.vpnw} run -- node")
+@BOTH
+def test_node_repl(world, term, where):
+    mark = term.start(f"{under(term, where)}node")
     term.wait_for(r"^> $")
     term.line("[1, 2, 3].map(x => x * 14).join('-')")
     term.wait_for(r"^'14-28-42'$")
     term.line(".exit")
-    term.wait_for(r"^vpnw  run r-\S+: .*exit 0", whole=True)
+    ended(term, where, mark, 0)
 
 
 # ── job control and the user's terminal mode ────────────────────────────

@@ -95,14 +95,22 @@ class Screen:
                                      f"{self.screen()}")
             time.sleep(0.05)
 
-    def run(self, command: str, *, timeout: float = DEADLINE) -> int:
-        """Type a shell command and wait for it to end; returns its exit status.
-        The marker's text on the screen differs from what was typed, so the
-        typed line never satisfies the wait."""
+    def start(self, command: str) -> int:
+        """Type a shell command followed by a marker that shows its exit status;
+        returns the marker's number for `finished`."""
         self.marks = getattr(self, "marks", 0) + 1
-        n = self.marks
-        self.line(f"{command}; echo \"@@{n}@@$((6*7))@@$?@@\"")
-        return int(self.wait_for(rf"^@@{n}@@42@@(\d+)@@", whole=True, timeout=timeout).group(1))
+        self.line(f"{command}; echo \"@@{self.marks}@@$((6*7))@@$?@@\"")
+        return self.marks
+
+    def finished(self, mark: int, *, timeout: float = DEADLINE) -> int:
+        """Wait for the command of `mark` to end; its exit status. The marker's
+        text on the screen differs from what was typed, so the typed line
+        never satisfies the wait."""
+        return int(self.wait_for(rf"^@@{mark}@@42@@(\d+)@@", whole=True, timeout=timeout).group(1))
+
+    def run(self, command: str, *, timeout: float = DEADLINE) -> int:
+        """Type a shell command and wait for it to end; returns its exit status."""
+        return self.finished(self.start(command), timeout=timeout)
 
     def resize(self, width: int, height: int) -> None:
         self._tmux("resize-window", "-t", "t", "-x", str(width), "-y", str(height))
