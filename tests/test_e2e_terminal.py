@@ -81,19 +81,22 @@ print("got", len(secret), "characters")
 def test_passphrase_through_dev_tty_is_not_echoed(world, term, where):
     prefix = f"{term.vpnw} run -- " if where == "vpnw" else ""
     key = term.work / f"key-{where}"
-    term.line(f"{prefix}ssh-keygen -q -t ed25519 -C t -f {key}")
+    mark = term.start(f"{prefix}ssh-keygen -q -t ed25519 -C t -f {key}")
     term.wait_for(r"Enter passphrase")
     term.type("Hunter2Sekrit")
     term.keys("Enter")
     term.wait_for(r"Enter same passphrase again")
     term.type("Hunter2Sekrit")
     term.keys("Enter")
-    wait_file(key.with_suffix(".pub"))
+    # Keys typed before the run ends are the program's: wait for the shell.
+    assert term.finished(mark) == 0
+    assert key.with_suffix(".pub").exists()
     program = write(world, term, "getpass.py", GETPASS)
-    term.line(f"{prefix}{SYSTEM_PYTHON} {program}")
+    mark = term.start(f"{prefix}{SYSTEM_PYTHON} {program}")
     term.wait_for(r"^Secret: ", whole=True)
     term.type("Hunter3Other")
     term.keys("Enter")
+    assert term.finished(mark) == 0
     term.wait_for(r"^got 12 characters", whole=True)
     shown = term.history()
     assert "Hunter2Sekrit" not in shown and "Hunter3Other" not in shown, shown
