@@ -99,7 +99,12 @@ class Screen:
         """Type a shell command followed by a marker that shows its exit status;
         returns the marker's number for `finished`."""
         self.marks = getattr(self, "marks", 0) + 1
-        self.line(f"{command}; echo \"@@{self.marks}@@$((6*7))@@$?@@\"")
+        typed = f"{command}; echo \"@@{self.marks}@@$((6*7))@@$?@@\""
+        if (len(PROMPT) + len(typed)) % self.width == 0:
+            # A line that ends on the last column is joined by capture-pane -J
+            # to the next one (the program's first line): one space more.
+            typed += " "
+        self.line(typed)
         return self.marks
 
     def finished(self, mark: int, *, timeout: float = DEADLINE) -> int:
