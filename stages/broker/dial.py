@@ -117,8 +117,12 @@ async def _connect(loop, sock: socket.socket, address: tuple, timeout: float) ->
         raise OSError(err, f"Connect call failed {address}")
 
 
-async def dial_direct(addresses, port: int, *, timeout: float = CONNECT_TIMEOUT) -> tuple[socket.socket, str]:
-    """Connect to the first of `addresses` that answers -> (socket, address)."""
+async def dial_direct(addresses, port: int, *, timeout: float = CONNECT_TIMEOUT,
+                      make_socket=None) -> tuple[socket.socket, str]:
+    """Connect to the first of `addresses` that answers -> (socket, address).
+
+    `make_socket(family)` (async): where the socket comes from when it must be
+    made elsewhere (the WireGuard path's namespace); it raises DialError."""
     loop = asyncio.get_running_loop()
     last: BaseException | None = None
     if not addresses:
@@ -127,7 +131,10 @@ async def dial_direct(addresses, port: int, *, timeout: float = CONNECT_TIMEOUT)
         # The policy's addresses are already parsed: parse only text.
         ip = address if isinstance(address, _IP_TYPES) else ipaddress.ip_address(address)
         family = socket.AF_INET6 if ip.version == 6 else socket.AF_INET
-        sock = socket.socket(family, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
+        if make_socket is None:
+            sock = socket.socket(family, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
+        else:
+            sock = await make_socket(family)
         sock.setblocking(False)
         try:
             await _connect(loop, sock, (str(ip), port), timeout)

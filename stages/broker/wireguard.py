@@ -1,9 +1,24 @@
-"""The WireGuard path's dialer (being built): until the path namespace lands,
-a wireguard path is refused before the program starts (exit 123), never
-dialled directly."""
+"""The WireGuard path's dialer: the tunnel lives in a namespace of vpnw's own
+(stages/wgpath.py, started here by `check()`); every dial uses a socket made
+in that namespace and handed over by fd, so the connection can only leave
+through the tunnel, and the machine's routes never change.
+
+Fail closed: `check()` raises PathDown (exit 123) unless wireguard-go
+completed a handshake in time; once the path process or wireguard-go is
+gone, each new dial fails with path-down, never a direct connection.
+"""
 from __future__ import annotations
 
-from .dial import DialError, PathDown
+import asyncio
+import json
+import os
+import socket
+import subprocess
+import sys
+
+from .dial import DialError, PathDown, dial_direct
+
+START_TIMEOUT = 20.0    # the path process's own handshake bound is shorter
 
 
 class WireGuardDialer:
@@ -12,9 +27,94 @@ class WireGuardDialer:
 
     def __init__(self, path):
         self.path = path
+        self.ctl: socket.socket | None = None
+        self.process: subprocess.Popen | None = None
+        self.lock = asyncio.Lock()
+        self.down: str | None = None
 
     async def check(self) -> None:
-        raise PathDown(f"{self.path.describe()}: this build of vpnw cannot open WireGuard tunnels yet")
+        from ..wgpath import tunnel_message
+        wg = self.path.wireguard
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        try:
+            # The tunnel's keys go over the socket, never in argv or the environment.
+            ours.send(json.dumps(tunnel_message(wg, wg.private_key)).encode())
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", "stages.wgpath", str(os.getpid()), str(theirs.fileno())],
+                pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL, close_fds=True)
+        except OSError as exc:
+            ours.close()
+            raise PathDown(f"{self.path.describe()}: cannot start the path process ({exc})") from None
+        finally:
+            theirs.close()
+        ours.setblocking(False)
+        self.ctl = ours
+        loop = asyncio.get_running_loop()
+        try:
+            async with asyncio.timeout(START_TIMEOUT):
+                answer = await loop.sock_recv(ours, 4096)
+        except asyncio.TimeoutError:
+            answer = b"down the tunnel did not come up in time"
+        if answer != b"ok":
+            self.close()
+            reason = answer[5:].decode("utf-8", "replace") if answer.startswith(b"down ") else \
+                "the path process stopped before it opened the tunnel"
+            raise PathDown(f"{self.path.describe()}: {reason}")
 
-    async def dial(self, host, port, addresses):
-        raise DialError("path-down", "the WireGuard path is not open")
+    async def _socket(self, family: int, kind: str = "t") -> socket.socket:
+        """A socket made in the path namespace (DialError path-down when gone)."""
+        if self.ctl is None or self.down:
+            raise DialError("path-down", self.down or "the WireGuard path is not open")
+        loop = asyncio.get_running_loop()
+        request = (kind + ("6" if family == socket.AF_INET6 else "4")).encode()
+        async with self.lock:
+            try:
+                await loop.sock_sendall(self.ctl, request)
+                got = await _recv_fd(loop, self.ctl)
+            except (OSError, EOFError) as exc:
+                self.down = (f"the WireGuard tunnel to {self.path.wireguard.endpoint} is gone "
+                             f"(its process stopped: {exc or 'closed'})")
+                raise DialError("path-down", self.down) from None
+        if isinstance(got, str):
+            raise DialError("internal", f"the path namespace made no socket: {got}")
+        return got
+
+    async def dial(self, host: str, port: int, addresses: tuple) -> tuple[socket.socket, str]:
+        return await dial_direct(addresses, port, make_socket=self._socket)
+
+    def close(self) -> None:
+        if self.ctl is not None:
+            self.ctl.close()
+        if self.process is not None and self.process.poll() is None:
+            self.process.kill()
+            self.process.wait()
+
+
+async def _recv_fd(loop, ctl: socket.socket):
+    """One reply: a socket, or the path process's reason (str)."""
+    future = loop.create_future()
+
+    def readable():
+        if future.done():
+            return
+        try:
+            message, fds, _, _ = socket.recv_fds(ctl, 4096, 1)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError as exc:
+            future.set_exception(exc)
+            return
+        future.set_result((message, fds))
+
+    loop.add_reader(ctl.fileno(), readable)
+    try:
+        message, fds = await future
+    finally:
+        loop.remove_reader(ctl.fileno())
+    if not message and not fds:
+        raise EOFError("closed")
+    if message == b"s" and len(fds) == 1:
+        return socket.socket(fileno=fds[0])
+    for fd in fds:
+        os.close(fd)
+    return message[2:].decode("utf-8", "replace")
