@@ -19,7 +19,8 @@ Control protocol (SOCK_SEQPACKET, one message each way per request):
   broker -> here: the first message is the tunnel as JSON (keys in hex);
   here -> broker: b"ok" once the handshake completed, or b"down " + reason;
   broker -> here: b"t4" | b"t6" | b"u4" | b"u6" -> here: b"s" with the new
-  socket (TCP/UDP, made in the path namespace) as SCM_RIGHTS, or b"e " + reason.
+  socket (TCP/UDP, made in the path namespace) as SCM_RIGHTS, or b"e " + reason;
+  b"h" -> b"e up" or b"e down " + why (asked after a dial failed).
 EOF on the control socket ends the path: wireguard-go is killed, and with
 this process go the namespaces, the tun device and the tmpfs.
 """
@@ -211,6 +212,26 @@ class PathNamespace:
             return False
         return any(v != "0" for v in answer.get("last_handshake_time_sec", []))
 
+    def health(self) -> str:
+        """'up', or 'down ' + why: asked by the broker after a dial failed,
+        so that a dead tunnel is path-down, not the destination's fault."""
+        if self.wg.poll() is not None:
+            return "down wireguard-go stopped"
+        try:
+            socket.if_nametoindex(TUN_NAME)
+        except OSError:
+            return "down the tun device is gone"
+        try:
+            answer = _uapi("get=1\n\n", timeout=1.0)
+        except OSError:
+            return "down wireguard-go does not answer"
+        last = max((int(v) for v in answer.get("last_handshake_time_sec", ["0"])), default=0)
+        # WireGuard drops a session 180 s after its handshake (REJECT_AFTER_TIME);
+        # older than that with the peer silent, nothing gets through.
+        if last and time.time() - last > 180 + 15:
+            return f"down no handshake with {self.tunnel['endpoint']} for {int(time.time() - last)} s"
+        return "up"
+
     def relay(self, sock: socket.socket) -> None:
         """Move the datagrams waiting on one side to the other."""
         for _ in range(256):
@@ -232,8 +253,16 @@ class PathNamespace:
     def serve(self, request: bytes) -> None:
         kinds = {b"t4": (socket.AF_INET, socket.SOCK_STREAM), b"t6": (socket.AF_INET6, socket.SOCK_STREAM),
                  b"u4": (socket.AF_INET, socket.SOCK_DGRAM), b"u6": (socket.AF_INET6, socket.SOCK_DGRAM)}
+        if request == b"h":
+            self.ctl.send(b"e " + self.health().encode())
+            return
         if request not in kinds:
             self.ctl.send(b"e unknown request")
+            return
+        if self.wg.poll() is not None:
+            # Its tun is gone with it; say so rather than hand out a socket
+            # that can only fail.
+            self.ctl.send(b"e down wireguard-go stopped")
             return
         try:
             made = socket.socket(*kinds[request])
@@ -276,6 +305,8 @@ class PathNamespace:
                     if not request:
                         return 0
                     self.serve(request)
+                    if self.wg.poll() is not None:
+                        return 1
                 elif key.fileobj is self.wg.stderr:
                     if not os.read(self.wg.stderr.fileno(), 4096) and self.wg.poll() is not None:
                         return 1

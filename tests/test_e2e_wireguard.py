@@ -186,3 +186,49 @@ def test_nothing_is_left_behind(world, office, user):
     left = subprocess.run(["pgrep", "-a", "-f", "stages.wgpath|wireguard-go vpnw0"],
                           capture_output=True, text=True).stdout
     assert left == "", left
+
+
+def _descendants(pid: int) -> list[int]:
+    children = []
+    for task in os.listdir(f"/proc/{pid}/task"):
+        try:
+            children += [int(c) for c in open(f"/proc/{pid}/task/{task}/children").read().split()]
+        except FileNotFoundError:
+            pass
+    return children + [d for c in children for d in _descendants(c)]
+
+
+def test_a_tunnel_killed_mid_run_fails_new_connections_path_down(world, office, user):
+    work = world.workdir(user)
+    first, second = work / "wg-first-done", work / "wg-go-on"
+    for marker in (first, second):
+        marker.unlink(missing_ok=True)
+    url = f"http://{PEER_TUNNEL}:{WEB_PORT}/hello.txt"
+    proc = world.popen([str(world.vpnw_path), "run", "--config", str(office.config), "--via", "office",
+                        "--", "sh", "-c", f"curl -sS --max-time 20 {url}; touch {first}; "
+                        f"while [ ! -e {second} ]; do sleep 0.05; done; "
+                        f"curl -sS --max-time 20 -o /dev/null -w '%{{http_code}}\\n' {url}; echo done"],
+                       user=user, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        for _ in range(600):
+            if first.exists() or proc.poll() is not None:
+                break
+            time.sleep(0.05)
+        assert first.exists(), proc.communicate(timeout=30)
+        ours = [p for p in _descendants(proc.pid)
+                if open(f"/proc/{p}/cmdline", "rb").read().split(b"\0")[0] == b"wireguard-go"]
+        assert len(ours) == 1, ours
+        os.kill(ours[0], 9)        # vpnw's own wireguard-go, started by this run
+        second.touch()
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, (out, err)
+    assert out.splitlines() == ["hello from the office", "502", "done"], (out, err)
+    runs = proc.state_home / "vpnw" / "runs"
+    files = sorted(runs.glob("*.jsonl"), key=lambda p: p.stat().st_mtime_ns)[-1:]
+    events = [json.loads(line) for f in files for line in f.read_text().splitlines()]
+    fails = [e["fields"] for e in events if e["type"] == "conn.fail"]
+    assert [(f["stage"], f["error"]) for f in fails] == [("path", "path-down")], fails
+    assert len([e for e in events if e["type"] == "conn.open"]) == 1

@@ -75,12 +75,34 @@ class WireGuardDialer:
                 self.down = (f"the WireGuard tunnel to {self.path.wireguard.endpoint} is gone "
                              f"(its process stopped: {exc or 'closed'})")
                 raise DialError("path-down", self.down) from None
+        if isinstance(got, str) and got.startswith("down "):
+            self.down = f"the WireGuard tunnel to {self.path.wireguard.endpoint} is gone ({got[5:]})"
+            raise DialError("path-down", self.down)
         if isinstance(got, str):
             raise DialError("internal", f"the path namespace made no socket: {got}")
         return got
 
     async def dial(self, host: str, port: int, addresses: tuple) -> tuple[socket.socket, str]:
-        return await dial_direct(addresses, port, make_socket=self._socket)
+        try:
+            return await dial_direct(addresses, port, make_socket=self._socket)
+        except DialError as exc:
+            # Unreachable or silent: the destination's fault, or the tunnel's?
+            if exc.error in ("unreachable", "timeout"):
+                await self._ask_health()
+            raise
+
+    async def _ask_health(self) -> None:
+        """Raise DialError path-down when the path process says the tunnel is down."""
+        loop = asyncio.get_running_loop()
+        async with self.lock:
+            try:
+                await loop.sock_sendall(self.ctl, b"h")
+                got = await _recv_fd(loop, self.ctl)
+            except (OSError, EOFError):
+                got = "down its process stopped"
+        if isinstance(got, str) and got.startswith("down"):
+            self.down = f"the WireGuard tunnel to {self.path.wireguard.endpoint} is gone ({got[5:]})"
+            raise DialError("path-down", self.down)
 
     def close(self) -> None:
         if self.ctl is not None:
