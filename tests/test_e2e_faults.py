@@ -29,25 +29,7 @@ pytestmark = pytest.mark.world
 # The program: numbered plain-HTTP requests through the HTTP door, forever.
 # Each request's URL carries the marker and its number, so the web server's
 # log shows exactly which ones got out.
-LOOPING_AGENT = r'''
-import socket, sys, time
-marker = sys.argv[1]
-n = 0
-while True:
-    n += 1
-    try:
-        s = socket.create_connection(("127.0.0.1", 3128), timeout=5)
-        s.sendall(f"GET http://api.github.com/bytes/8?seed={marker}-{n} HTTP/1.1\r\n"
-                  f"Host: api.github.com\r\nConnection: close\r\n\r\n".encode())
-        reply = b""
-        while chunk := s.recv(65536):
-            reply += chunk
-        s.close()
-        print(("ok" if reply.startswith(b"HTTP/1.1 200") else "bad"), n, flush=True)
-    except OSError as exc:
-        print("fail", n, type(exc).__name__, flush=True)
-    time.sleep(0.02)
-'''
+LOOPING_AGENT = (Path(__file__).resolve().parent / "progs" / "looping_agent.py").read_text()
 
 
 def wait_until(predicate, seconds: float = 20.0, what: str = "") -> None:
@@ -230,33 +212,7 @@ def test_vpnw_killed_takes_the_whole_sandbox_with_it(running):
     assert len(run.logged()) == seen
 
 
-SLOWLORIS_AGENT = r'''
-import socket, sys, json
-held = []
-for i in range(200):
-    s = socket.create_connection(("127.0.0.1", 3128 if i % 2 else 1080), timeout=10)
-    s.sendall(b"G" if i % 2 else b"\x05")     # one byte, then nothing
-    held.append(s)
-results = []
-for i in range(20):
-    door = "http" if i % 2 else "socks"
-    s = socket.create_connection(("127.0.0.1", 3128 if door == "http" else 1080), timeout=10)
-    if door == "http":
-        s.sendall(b"GET http://api.github.com/bytes/100?seed=sl HTTP/1.1\r\nHost: api.github.com\r\nConnection: close\r\n\r\n")
-    else:
-        s.sendall(b"\x05\x01\x00")
-        assert s.recv(2) == b"\x05\x00"
-        s.sendall(b"\x05\x01\x00\x03\x0eapi.github.com\x00\x50")
-        reply = s.recv(10)
-        assert reply[1] == 0, reply
-        s.sendall(b"GET /bytes/100?seed=sl HTTP/1.1\r\nHost: api.github.com\r\nConnection: close\r\n\r\n")
-    data = b""
-    while chunk := s.recv(65536):
-        data += chunk
-    results.append(data.startswith(b"HTTP/1.1 200"))
-    s.close()
-print(json.dumps({"served": sum(results), "held_open": sum(1 for h in held if h.fileno() >= 0)}))
-'''
+SLOWLORIS_AGENT = (Path(__file__).resolve().parent / "progs" / "slowloris_agent.py").read_text()
 
 
 def test_stalled_clients_do_not_lock_the_doors(world, user):
@@ -273,18 +229,7 @@ def test_stalled_clients_do_not_lock_the_doors(world, user):
     assert len(fails) == 200 and {f["stage"] for f in fails} == {"handshake"}, fails[:3]
 
 
-SILENT_SERVER = r'''
-import socket, sys, time
-s = socket.socket()
-s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-s.bind(("127.0.0.1", 0))
-s.listen(16)
-print(s.getsockname()[1], flush=True)
-held = []
-while True:
-    c, _ = s.accept()
-    held.append(c)      # accepts, reads nothing, answers nothing
-'''
+SILENT_SERVER = (Path(__file__).resolve().parent / "progs" / "silent_server.py").read_text()
 
 
 def test_a_destination_that_never_answers_leaves_the_client_timeout_in_charge(world, user):

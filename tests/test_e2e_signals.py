@@ -82,32 +82,7 @@ def test_program_killed_by_sigkill(world, user):
 # Opens a connection (so the record has one in flight), says "ready", waits for
 # a signal. With "handle" it writes which signal it got to the marker file and
 # exits 42; with "default" it only notes that it got there, then dies by it.
-SIGNALLED_PROGRAM = r'''
-import os, signal, socket, sys, time
-marker, how = sys.argv[1], sys.argv[2]
-conn = socket.create_connection(("127.0.0.1", 3128))
-conn.sendall(b"CONNECT api.github.com:80 HTTP/1.1\r\nHost: api.github.com:80\r\n\r\n")
-reply = b""
-while b"\r\n\r\n" not in reply:
-    chunk = conn.recv(4096)
-    if not chunk:
-        sys.exit("the door closed")
-    reply += chunk
-assert reply.startswith(b"HTTP/1.1 200"), reply
-def got(signum, frame):
-    with open(marker, "w") as out:
-        out.write(f"got {signal.Signals(signum).name}\n")
-    if how == "handle":
-        conn.close()
-        os._exit(42)
-    signal.signal(signum, signal.SIG_DFL)
-    os.kill(os.getpid(), signum)
-signal.signal(signal.SIGINT, got)
-signal.signal(signal.SIGTERM, got)
-print("ready", flush=True)
-while True:
-    time.sleep(1)
-'''
+SIGNALLED_PROGRAM = (Path(__file__).resolve().parent / "progs" / "signalled_program.py").read_text()
 
 
 @pytest.mark.parametrize("how", ["default", "handle"])
@@ -143,34 +118,7 @@ def test_vpnw_signalled_forwards_and_records(world, user, sig, how):
 # connection and then execs `sleep` with that socket still open; the parent
 # waits until the connection is up and exits 0. The daemon's sleep carries a
 # unique argument so the test can look for it afterwards.
-DAEMON_PROGRAM = r'''
-import os, socket, sys
-token = sys.argv[1]
-r, w = os.pipe()
-if os.fork() == 0:
-    os.setsid()
-    if os.fork():
-        os._exit(0)
-    os.close(r)
-    conn = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    conn.connect(("127.0.0.1", 1080))
-    conn.sendall(b"\x05\x01\x00")
-    assert conn.recv(2) == b"\x05\x00"
-    host = b"api.github.com"
-    conn.sendall(b"\x05\x01\x00\x03" + bytes([len(host)]) + host + (80).to_bytes(2, "big"))
-    reply = conn.recv(10)
-    assert reply[:2] == b"\x05\x00", reply
-    os.set_inheritable(conn.fileno(), True)
-    null = os.open(os.devnull, os.O_RDWR)
-    for fd in (0, 1, 2):
-        os.dup2(null, fd)
-    os.write(w, b"up")
-    os.close(w)
-    os.execv("/bin/sleep", ["sleep", "3600", token])
-os.close(w)
-assert os.read(r, 2) == b"up"
-print("daemon holds its connection", flush=True)
-'''
+DAEMON_PROGRAM = (Path(__file__).resolve().parent / "progs" / "daemon_program.py").read_text()
 
 
 def processes_with(token: str) -> list[int]:
