@@ -26,6 +26,8 @@ SITE = "10.7.0.1"
 PEER_TUNNEL = "10.66.0.1"
 OUR_TUNNEL = "10.66.0.2"
 WEB_PORT = 8471
+INTERNAL = "tracker.office.internal"     # known only to the office's DNS server
+CORP = "intranet.corp.example"           # the same, under a name no policy refuses by name
 
 
 def _wg(*args: str, input: str | None = None) -> str:
@@ -58,6 +60,11 @@ wg set wgo private-key {self.dir}/peer.key listen-port 51820 \\
     peer {_wg("pubkey", input=self.our_key)} allowed-ips {OUR_TUNNEL}/32
 ip address add {PEER_TUNNEL}/24 dev wgo
 ip link set wgo up
+setpriv --pdeathsig KILL -- dnsmasq --keep-in-foreground --conf-file=/dev/null --pid-file \
+    --user=root --group=root --listen-address={PEER_TUNNEL} --bind-interfaces --port=53 \
+    --no-resolv --no-hosts --no-poll --address=/{INTERNAL}/{PEER_TUNNEL} \
+    --address=/{CORP}/{PEER_TUNNEL} --local=/#/ \
+    --log-queries --log-facility={self.dir}/dns.log &
 setpriv --pdeathsig KILL -- python3 -m http.server --bind {PEER_TUNNEL} --directory {self.dir}/www {WEB_PORT} 2>{self.log} &
 wait
 """
@@ -67,8 +74,11 @@ wait
         world._started.append(self.proc)
         self.conf = world.file("office.conf", self._conf(self.our_key, peer_public))
         self.wrong_conf = world.file("wrong.conf", self._conf(self.wrong_key, peer_public))
+        self.dns_conf = world.file("office-dns.conf", self._conf(self.our_key, peer_public)
+                                   .replace("[Peer]", f"DNS = {PEER_TUNNEL}\n\n[Peer]"))
         self.config = world.file("wg-paths.toml", 'version = 1\nname = "office"\n\n'
                                  '[paths.office]\ntype = "wireguard"\nconf = "office.conf"\n\n'
+                                 '[paths.office-dns]\ntype = "wireguard"\nconf = "office-dns.conf"\n\n'
                                  '[paths.wrong]\ntype = "wireguard"\nconf = "wrong.conf"\n\n'
                                  '[paths.dead]\ntype = "wireguard"\nconf = "dead.conf"\n')
         world.file("dead.conf", self._conf(self.our_key, peer_public, port=51999))
@@ -88,6 +98,10 @@ wait
         return (f"[Interface]\nPrivateKey = {key}\nAddress = {OUR_TUNNEL}/32\n\n"
                 f"[Peer]\nPublicKey = {peer_public}\nEndpoint = {SITE}:{port}\n"
                 f"AllowedIPs = 10.66.0.0/24\n")
+
+    def dns_log(self) -> str:
+        path = self.dir / "dns.log"
+        return path.read_text() if path.exists() else ""
 
     def web_log(self) -> list[str]:
         return self.log.read_text().splitlines()
@@ -232,3 +246,33 @@ def test_a_tunnel_killed_mid_run_fails_new_connections_path_down(world, office, 
     fails = [e["fields"] for e in events if e["type"] == "conn.fail"]
     assert [(f["stage"], f["error"]) for f in fails] == [("path", "path-down")], fails
     assert len([e for e in events if e["type"] == "conn.open"]) == 1
+
+
+def test_an_internal_name_is_resolved_by_the_office_dns_through_the_tunnel(world, office, user):
+    mark = world.dns_mark()
+    r = world.vpnw(["run", "--config", str(office.config), "--via", "office-dns", "--", "sh", "-c",
+                    f"curl -sS --max-time 20 http://{INTERNAL}:{WEB_PORT}/hello.txt; "
+                    f"curl -sS --max-time 20 --socks5-hostname 127.0.0.1:1080 --noproxy '' "
+                    f"http://{INTERNAL}:{WEB_PORT}/hello.txt"], user=user, timeout=120)
+    assert r.returncode == 0, describe(r)
+    assert r.stdout.splitlines() == ["hello from the office"] * 2, describe(r)
+    events = run_events(r)
+    lookups = [e["fields"] for e in events if e["type"] == "dns.resolve"]
+    assert lookups and all(f["server"] == PEER_TUNNEL and f["addresses"] == [PEER_TUNNEL]
+                           for f in lookups), lookups
+    assert f"query[A] {INTERNAL} from {OUR_TUNNEL}" in office.dns_log()
+    # The world's DNS server never heard the name.
+    assert not [q for q in world.dns_queries(mark) if INTERNAL in q]
+
+
+def test_deny_private_sees_the_tunnel_dns_answer(world, office, user):
+    policy = world.file("wg-private.toml", 'version = 1\nname = "agent"\n\n[policy]\n'
+                        'default = "deny"\ndeny_private = true\nallow = ["*.corp.example"]\n')
+    r = world.vpnw(["guard", "--config", str(office.config), "--via", "office-dns", "--policy",
+                    str(policy), "--", "curl", "-sS", "-o", "/dev/null", "-w", "%{http_code}",
+                    f"http://{CORP}:{WEB_PORT}/hello.txt"], user=user, timeout=120)
+    assert r.returncode == 120 and r.stdout == "403", describe(r)
+    events = run_events(r)
+    denied = [e["fields"] for e in events if e["type"] == "policy.deny"]
+    assert len(denied) == 1 and "private" in denied[0]["reason"], denied
+    assert [e["fields"]["server"] for e in events if e["type"] == "dns.resolve"] == [PEER_TUNNEL]

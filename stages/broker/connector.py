@@ -143,6 +143,8 @@ class Connector:
         return Opened(conn, sock, address, port, ms_since(started), time.monotonic())
 
     async def resolve(self, conn: int, host: str, port: int) -> tuple:
+        if getattr(self.dialer, "resolve", None) is not None:
+            return await self._resolve_on_path(conn, host)
         loop = asyncio.get_running_loop()
         started = time.monotonic()
         try:
@@ -166,4 +168,20 @@ class Connector:
                           ms=ms_since(started))
         if not found:
             raise DialError("dns", f"{host}: the name has no addresses")
+        return tuple(found)
+
+    async def _resolve_on_path(self, conn: int, host: str) -> tuple:
+        """The path's own DNS (a WireGuard .conf's DNS =): the record says
+        which server answered."""
+        started = time.monotonic()
+        try:
+            found, server = await self.dialer.resolve(host)
+        except DialError as exc:
+            self.journal.emit("dns.resolve", conn, host=host, addresses=[], ms=ms_since(started),
+                              error=exc.reason)
+            raise
+        self.journal.emit("dns.resolve", conn, host=host, addresses=[str(a) for a in found],
+                          ms=ms_since(started), server=server)
+        if not found:
+            raise DialError("dns", f"{host}: {server} knows no addresses for the name")
         return tuple(found)

@@ -31,6 +31,9 @@ class WireGuardDialer:
         self.process: subprocess.Popen | None = None
         self.lock = asyncio.Lock()
         self.down: str | None = None
+        # With DNS = in the .conf, names are looked up by the office's server,
+        # through the tunnel (connector.py asks `resolve` when it is set).
+        self.resolve = self._resolve_in_tunnel if path.wireguard.dns else None
 
     async def check(self) -> None:
         from ..wgpath import tunnel_message
@@ -104,6 +107,31 @@ class WireGuardDialer:
             self.down = f"the WireGuard tunnel to {self.path.wireguard.endpoint} is gone ({got[5:]})"
             raise DialError("path-down", self.down)
 
+    async def _resolve_in_tunnel(self, host: str) -> tuple[tuple, str]:
+        """-> (addresses, the server that answered); DialError("dns") when no
+        server answered, path-down when the tunnel is gone."""
+        from .. import dns_wire
+        wg = self.path.wireguard
+        want_v6 = any(a.version == 6 for a in wg.addresses)
+        loop = asyncio.get_running_loop()
+        problem = "no DNS server answered"
+        for server in wg.dns:
+            family = socket.AF_INET6 if server.version == 6 else socket.AF_INET
+            sock = await self._socket(family, "u")
+            with sock:
+                sock.setblocking(False)
+                try:
+                    sock.connect((str(server), 53))
+                    found = []
+                    for qtype in (dns_wire.A, dns_wire.AAAA) if want_v6 else (dns_wire.A,):
+                        found += await _ask(loop, sock, host, qtype)
+                    return tuple(found), str(server)
+                except (OSError, asyncio.TimeoutError, dns_wire.DnsAnswerError) as exc:
+                    problem = f"{server}: " + ("timed out" if isinstance(exc, asyncio.TimeoutError)
+                                               else str(exc))
+        await self._ask_health()
+        raise DialError("dns", f"{host}: the name was not resolved through the tunnel ({problem})")
+
     def close(self) -> None:
         if self.ctl is not None:
             self.ctl.close()
@@ -140,3 +168,28 @@ async def _recv_fd(loop, ctl: socket.socket):
     for fd in fds:
         os.close(fd)
     return message[2:].decode("utf-8", "replace")
+
+
+DNS_TRY_TIMEOUT = 2.0
+
+
+async def _ask(loop, sock: socket.socket, host: str, qtype: int) -> list:
+    """One question to the tunnel's DNS server, asked up to twice."""
+    from .. import dns_wire
+    query_id = int.from_bytes(os.urandom(2), "big")
+    query = dns_wire.build_query(query_id, host, qtype)
+    for attempt in range(2):
+        await loop.sock_sendall(sock, query)
+        try:
+            async with asyncio.timeout(DNS_TRY_TIMEOUT):
+                while True:
+                    data = await loop.sock_recv(sock, 4096)
+                    try:
+                        return dns_wire.parse_answer(data, query_id, qtype)
+                    except dns_wire.DnsAnswerError as exc:
+                        if "does not match" not in str(exc):
+                            raise
+        except asyncio.TimeoutError:
+            if attempt:
+                raise
+    return []
