@@ -522,7 +522,7 @@ def _out_of_program_reach(paths: list[str]) -> str | None:
         # A cwd inside a protected directory still points at the mount below.
         os.chdir(cwd)
         for path in paths:
-            if os.path.lexists(path) and not os.statvfs(path).f_flag & _ST_RDONLY:
+            if os.path.exists(path) and not os.statvfs(path).f_flag & _ST_RDONLY:
                 return f"{path} is still writable after its read-only bind"
     except OSError as e:
         return (f"cannot make vpnw's state directory, the record, the policy and the config "

@@ -283,11 +283,13 @@ def main_from_fds(in_fd: int, *, record: str | None, record_fd: int | None = Non
                 if ready_fd is not None:
                     _signal_ready(ready_fd)
                     ready_fd = None
+                # Side outputs carry the line as recorded, digest included:
+                # a copy kept elsewhere anchors the chain (docs/record.md).
                 if tee is not None:
                     if tee_render is None:
                         tee.write(line)
                     else:
-                        for doc in tee_render(event, raw):
+                        for doc in tee_render(event, line):
                             tee.write(doc + b"\n")
                 if syslog is not None:
                     # The record's own line, digest included: a copy that can be checked.
