@@ -7,6 +7,7 @@ Medians of N runs after one warm-up each, in seconds, with min and max.
     sudo /opt/vpnw-venv/bin/python scripts/bench_agents.py [--n 5] [--user vpnwtest]
 
 What is timed (the agents as scripts/setup installs them):
+  true                           vpnw's own cost: the floor under every row
   codex/claude/aider --version   process start, nothing else
   Codex CLI, Claude Code         start to their first screen in a terminal
                                  (tmux, polled every 20 ms): "Sign in with
@@ -72,7 +73,9 @@ def timed_screen(world, user, program, text, *, inside) -> float:
 
 def cases(world, user):
     """(name, function(inside) -> seconds), for the agents that are installed."""
-    out = []
+    # vpnw's own start-up and end, with a program that does nothing: the
+    # floor under every row below.
+    out = [("true (vpnw's own cost)", lambda inside: timed_command(world, user, ["true"], inside=inside))]
     for name, path in (("codex --version", CODEX), ("claude --version", CLAUDE), ("aider --version", AIDER)):
         if path.exists():
             out.append((name, lambda inside, p=path: timed_command(world, user, [p, "--version"], inside=inside)))
