@@ -200,6 +200,8 @@ def check_paths(config_file: str) -> list[Check]:
     except (ConfigError, OSError) as e:
         return [Check("config", "fail", str(e), "fix the config file")]
     checks = []
+    if any(path.type == "wireguard" for path in config.paths.values()):
+        checks += check_wireguard_support()
     for name, path in sorted(config.paths.items()):
         try:
             path = with_secret(path)
@@ -207,12 +209,46 @@ def check_paths(config_file: str) -> list[Check]:
             checks.append(Check(f"path {name}", "warn", str(e),
                                 "runs via this path need its password; others do not"))
             continue
+        dialer = dialer_for(path)
         try:
-            asyncio.run(dialer_for(path).check())
+            asyncio.run(dialer.check())
             checks.append(Check(f"path {name}", "ok", f"{path.describe()} answers"))
         except PathDown as e:
             checks.append(Check(f"path {name}", "warn", str(e),
                                 "start the exit or fix its url/credentials; runs via it exit 123"))
+        finally:
+            if hasattr(dialer, "close"):
+                dialer.close()      # a WireGuard path's tunnel ends with the check
+    return checks
+
+
+def check_wireguard_support() -> list[Check]:
+    """What a WireGuard path needs here: wireguard-go, and /dev/net/tun
+    usable by this user (the tun is made in a namespace of vpnw's own, but
+    opening the device is checked against the machine's file mode)."""
+    import shutil
+    import stat
+    checks = []
+    if shutil.which("wireguard-go"):
+        checks.append(Check("wireguard-go", "ok", f"{shutil.which('wireguard-go')} is installed"))
+    else:
+        checks.append(Check("wireguard-go", "fail", "wireguard-go is not installed: WireGuard paths "
+                            "exit 123", "apt-get install wireguard-go (no kernel module needed)"))
+    try:
+        mode = stat.S_IMODE(os.stat("/dev/net/tun").st_mode)
+    except OSError:
+        checks.append(Check("tun", "fail", "/dev/net/tun does not exist: WireGuard paths exit 123",
+                            "load the tun module (modprobe tun) or give the container /dev/net/tun"))
+        return checks
+    if os.access("/dev/net/tun", os.R_OK | os.W_OK):
+        checks.append(Check("tun", "ok", f"/dev/net/tun (mode {mode:04o}) is usable by this user"))
+    else:
+        checks.append(Check("tun", "fail", f"/dev/net/tun is mode {mode:04o}, not usable by this user: "
+                            "WireGuard paths exit 123. Opening it gives no power over the machine's "
+                            "network (a tun device is created in vpnw's own namespace); Debian's udev "
+                            "makes it 0666, some machines and containers keep it 0600",
+                            "as root: chmod 0666 /dev/net/tun (and a udev rule "
+                            'KERNEL=="tun", MODE="0666" to keep it)'))
     return checks
 
 

@@ -276,3 +276,14 @@ def test_deny_private_sees_the_tunnel_dns_answer(world, office, user):
     denied = [e["fields"] for e in events if e["type"] == "policy.deny"]
     assert len(denied) == 1 and "private" in denied[0]["reason"], denied
     assert [e["fields"]["server"] for e in events if e["type"] == "dns.resolve"] == [PEER_TUNNEL]
+
+
+def test_doctor_reports_what_wireguard_needs_and_checks_the_handshake(world, office, user):
+    r = world.vpnw(["doctor", "--json", "--config", str(office.config)], user=user,
+                   env={"VPNW_WG_HANDSHAKE_TIMEOUT": "3"}, timeout=120)
+    checks = {c["name"]: c for c in map(json.loads, r.stdout.splitlines())}
+    assert checks["wireguard-go"]["status"] == "ok", checks
+    assert checks["tun"]["status"] == "ok" and "usable by this user" in checks["tun"]["detail"]
+    assert checks["path office"]["status"] == "ok", checks["path office"]
+    assert checks["path wrong"]["status"] == "warn" and "no handshake" in checks["path wrong"]["detail"]
+    assert_no_key(office, r.stdout, r.stderr)
