@@ -19,93 +19,9 @@ import time
 import pytest
 
 from e2e_support import assert_every_connection_accounted, describe, run_events
+from wg_support import CORP, INTERNAL, OUR_TUNNEL, PEER_TUNNEL, SITE, WEB_PORT, Office
 
 pytestmark = pytest.mark.world
-
-SITE = "10.7.0.1"
-PEER_TUNNEL = "10.66.0.1"
-OUR_TUNNEL = "10.66.0.2"
-WEB_PORT = 8471
-INTERNAL = "tracker.office.internal"     # known only to the office's DNS server
-CORP = "intranet.corp.example"           # the same, under a name no policy refuses by name
-
-
-def _wg(*args: str, input: str | None = None) -> str:
-    return subprocess.run(["wg", *args], input=input, capture_output=True, text=True,
-                          check=True).stdout.strip()
-
-
-class Office:
-    """The peer: wireguard-go and a web server in the office namespace."""
-
-    def __init__(self, world):
-        self.world = world
-        self.pid = world.exit_site(SITE)
-        self.dir = world.tmp / "wg-office"
-        self.dir.mkdir(exist_ok=True)
-        (self.dir / "www").mkdir(exist_ok=True)
-        (self.dir / "www" / "hello.txt").write_text("hello from the office\n")
-        (self.dir / "www" / "blob.bin").write_bytes(os.urandom(3 * 1024 * 1024 + 7))
-        self.our_key = _wg("genkey")
-        self.peer_key = _wg("genkey")
-        self.wrong_key = _wg("genkey")
-        peer_public = _wg("pubkey", input=self.peer_key)
-        (self.dir / "peer.key").write_text(self.peer_key + "\n")
-        self.log = self.dir / "web.log"
-        script = f"""set -e
-mount -t tmpfs tmpfs /run && mkdir /run/wireguard
-WG_PROCESS_FOREGROUND=1 LOG_LEVEL=error setpriv --pdeathsig KILL -- wireguard-go wgo &
-for i in $(seq 200); do [ -S /run/wireguard/wgo.sock ] && break; sleep 0.02; done
-wg set wgo private-key {self.dir}/peer.key listen-port 51820 \\
-    peer {_wg("pubkey", input=self.our_key)} allowed-ips {OUR_TUNNEL}/32
-ip address add {PEER_TUNNEL}/24 dev wgo
-ip link set wgo up
-setpriv --pdeathsig KILL -- dnsmasq --keep-in-foreground --conf-file=/dev/null --pid-file \
-    --user=root --group=root --listen-address={PEER_TUNNEL} --bind-interfaces --port=53 \
-    --no-resolv --no-hosts --no-poll --address=/{INTERNAL}/{PEER_TUNNEL} \
-    --address=/{CORP}/{PEER_TUNNEL} --local=/#/ \
-    --log-queries --log-facility={self.dir}/dns.log &
-setpriv --pdeathsig KILL -- python3 -m http.server --bind {PEER_TUNNEL} --directory {self.dir}/www {WEB_PORT} 2>{self.log} &
-wait
-"""
-        self.proc = subprocess.Popen(["nsenter", "-t", str(self.pid), "-n", "--", "unshare", "--mount",
-                                      "--propagation", "private", "--", "sh", "-c", script],
-                                     stdin=subprocess.DEVNULL)
-        world._started.append(self.proc)
-        self.conf = world.file("office.conf", self._conf(self.our_key, peer_public))
-        self.wrong_conf = world.file("wrong.conf", self._conf(self.wrong_key, peer_public))
-        self.dns_conf = world.file("office-dns.conf", self._conf(self.our_key, peer_public)
-                                   .replace("[Peer]", f"DNS = {PEER_TUNNEL}\n\n[Peer]"))
-        self.config = world.file("wg-paths.toml", 'version = 1\nname = "office"\n\n'
-                                 '[paths.office]\ntype = "wireguard"\nconf = "office.conf"\n\n'
-                                 '[paths.office-dns]\ntype = "wireguard"\nconf = "office-dns.conf"\n\n'
-                                 '[paths.wrong]\ntype = "wireguard"\nconf = "wrong.conf"\n\n'
-                                 '[paths.dead]\ntype = "wireguard"\nconf = "dead.conf"\n')
-        world.file("dead.conf", self._conf(self.our_key, peer_public, port=51999))
-        # Ready when the web server answers on the office side.
-        for _ in range(300):
-            done = subprocess.run(["nsenter", "-t", str(self.pid), "-n", "--", "curl", "-s",
-                                   f"http://{PEER_TUNNEL}:{WEB_PORT}/hello.txt"],
-                                  capture_output=True, text=True)
-            if done.stdout == "hello from the office\n":
-                break
-            time.sleep(0.05)
-        else:
-            raise RuntimeError("the office web server did not start")
-
-    @staticmethod
-    def _conf(key: str, peer_public: str, port: int = 51820) -> str:
-        return (f"[Interface]\nPrivateKey = {key}\nAddress = {OUR_TUNNEL}/32\n\n"
-                f"[Peer]\nPublicKey = {peer_public}\nEndpoint = {SITE}:{port}\n"
-                f"AllowedIPs = 10.66.0.0/24\n")
-
-    def dns_log(self) -> str:
-        path = self.dir / "dns.log"
-        return path.read_text() if path.exists() else ""
-
-    def web_log(self) -> list[str]:
-        return self.log.read_text().splitlines()
-
 
 @pytest.fixture(scope="module")
 def office(world):
@@ -191,15 +107,50 @@ def test_no_handshake_is_123_and_the_program_never_runs(world, office, user, pat
     assert_no_key(office, r.stdout, r.stderr, record)
 
 
-def test_nothing_is_left_behind(world, office, user):
-    r = world.vpnw(["run", "--config", str(office.config), "--via", "office", "--", "true"],
-                   user=user, timeout=120)
-    assert r.returncode == 0, describe(r)
-    links = world.run(["ip", "-o", "link"]).stdout
-    assert "vpnw0" not in links
-    left = subprocess.run(["pgrep", "-a", "-f", "stages.wgpath|wireguard-go vpnw0"],
-                          capture_output=True, text=True).stdout
-    assert left == "", left
+@pytest.mark.parametrize("ending", ["exit", "sigkill"])
+def test_every_process_of_the_path_ends_with_the_run(world, office, user, ending):
+    work = world.workdir(user)
+    started, go_on = work / f"wg-started-{ending}", work / f"wg-end-{ending}"
+    for marker in (started, go_on):
+        marker.unlink(missing_ok=True)
+    proc = world.popen([str(world.vpnw_path), "run", "--config", str(office.config), "--via", "office",
+                        "--", "sh", "-c", f"touch {started}; while [ ! -e {go_on} ]; do sleep 0.05; done"],
+                       user=user, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        for _ in range(600):
+            if started.exists() or proc.poll() is not None:
+                break
+            time.sleep(0.05)
+        assert started.exists(), proc.communicate(timeout=30)
+        ours = {p: open(f"/proc/{p}/cmdline", "rb").read() for p in _descendants(proc.pid)}
+        path_pids = [p for p, cmd in ours.items()
+                     if cmd.startswith(b"wireguard-go\0") or b"stages.wgpath" in cmd]
+        assert len(path_pids) == 2, ours
+        if ending == "sigkill":
+            os.kill(proc.pid, 9)
+        else:
+            go_on.touch()
+        proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == (-9 if ending == "sigkill" else 0)
+    for _ in range(400):       # the kernel ends them (PDEATHSIG, EOF); wait for that, bounded
+        alive = [p for p in path_pids if _running(p)]
+        if not alive:
+            break
+        time.sleep(0.05)
+    assert not alive, alive
+    assert "vpnw0" not in world.run(["ip", "-o", "link"]).stdout
+    assert not os.path.exists("/run/wireguard/vpnw0.sock")
+
+
+def _running(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            return "State:\tZ" not in f.read()
+    except FileNotFoundError:
+        return False
 
 
 def _descendants(pid: int) -> list[int]:

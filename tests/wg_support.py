@@ -1,0 +1,99 @@
+"""The test world's WireGuard office (tests and scripts/bench_wireguard.py):
+Debian's wireguard-go as the peer in an exit-site namespace (10.7.0.1),
+behind it on the tunnel's far side (10.66.0.1) a web server and a DNS server
+that exist only there."""
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+
+SITE = "10.7.0.1"
+PEER_TUNNEL = "10.66.0.1"
+OUR_TUNNEL = "10.66.0.2"
+BENCH_TUNNEL = "10.66.0.3"
+WEB_PORT = 8471
+INTERNAL = "tracker.office.internal"     # known only to the office's DNS server
+CORP = "intranet.corp.example"           # the same, under a name no policy refuses by name
+
+
+def _wg(*args: str, input: str | None = None) -> str:
+    return subprocess.run(["wg", *args], input=input, capture_output=True, text=True,
+                          check=True).stdout.strip()
+
+
+class Office:
+    """The peer: wireguard-go and a web server in the office namespace."""
+
+    def __init__(self, world):
+        self.world = world
+        self.pid = world.exit_site(SITE)
+        self.dir = world.tmp / "wg-office"
+        self.dir.mkdir(exist_ok=True)
+        (self.dir / "www").mkdir(exist_ok=True)
+        (self.dir / "www" / "hello.txt").write_text("hello from the office\n")
+        (self.dir / "www" / "blob.bin").write_bytes(os.urandom(3 * 1024 * 1024 + 7))
+        self.our_key = _wg("genkey")
+        self.peer_key = _wg("genkey")
+        self.wrong_key = _wg("genkey")
+        self.bench_key = _wg("genkey")      # a second client: the benchmark's baseline
+        peer_public = _wg("pubkey", input=self.peer_key)
+        (self.dir / "peer.key").write_text(self.peer_key + "\n")
+        self.log = self.dir / "web.log"
+        script = f"""set -e
+mount -t tmpfs tmpfs /run && mkdir /run/wireguard
+WG_PROCESS_FOREGROUND=1 LOG_LEVEL=error setpriv --pdeathsig KILL -- wireguard-go wgo &
+for i in $(seq 200); do [ -S /run/wireguard/wgo.sock ] && break; sleep 0.02; done
+wg set wgo private-key {self.dir}/peer.key listen-port 51820 \\
+    peer {_wg("pubkey", input=self.our_key)} allowed-ips {OUR_TUNNEL}/32 \\
+    peer {_wg("pubkey", input=self.bench_key)} allowed-ips {BENCH_TUNNEL}/32
+ip address add {PEER_TUNNEL}/24 dev wgo
+ip link set wgo up
+setpriv --pdeathsig KILL -- dnsmasq --keep-in-foreground --conf-file=/dev/null --pid-file \
+    --user=root --group=root --listen-address={PEER_TUNNEL} --bind-interfaces --port=53 \
+    --no-resolv --no-hosts --no-poll --address=/{INTERNAL}/{PEER_TUNNEL} \
+    --address=/{CORP}/{PEER_TUNNEL} --local=/#/ \
+    --log-queries --log-facility={self.dir}/dns.log &
+setpriv --pdeathsig KILL -- python3 -m http.server --bind {PEER_TUNNEL} --directory {self.dir}/www {WEB_PORT} 2>{self.log} &
+wait
+"""
+        self.peer_public = peer_public
+        self.proc = subprocess.Popen(["nsenter", "-t", str(self.pid), "-n", "--", "unshare", "--mount",
+                                      "--propagation", "private", "--", "sh", "-c", script],
+                                     stdin=subprocess.DEVNULL)
+        world._started.append(self.proc)
+        self.conf = world.file("office.conf", self._conf(self.our_key, peer_public))
+        self.wrong_conf = world.file("wrong.conf", self._conf(self.wrong_key, peer_public))
+        self.dns_conf = world.file("office-dns.conf", self._conf(self.our_key, peer_public)
+                                   .replace("[Peer]", f"DNS = {PEER_TUNNEL}\n\n[Peer]"))
+        self.config = world.file("wg-paths.toml", 'version = 1\nname = "office"\n\n'
+                                 '[paths.office]\ntype = "wireguard"\nconf = "office.conf"\n\n'
+                                 '[paths.office-dns]\ntype = "wireguard"\nconf = "office-dns.conf"\n\n'
+                                 '[paths.wrong]\ntype = "wireguard"\nconf = "wrong.conf"\n\n'
+                                 '[paths.dead]\ntype = "wireguard"\nconf = "dead.conf"\n')
+        world.file("dead.conf", self._conf(self.our_key, peer_public, port=51999))
+        # Ready when the web server answers on the office side.
+        for _ in range(300):
+            done = subprocess.run(["nsenter", "-t", str(self.pid), "-n", "--", "curl", "-s",
+                                   f"http://{PEER_TUNNEL}:{WEB_PORT}/hello.txt"],
+                                  capture_output=True, text=True)
+            if done.stdout == "hello from the office\n":
+                break
+            time.sleep(0.05)
+        else:
+            raise RuntimeError("the office web server did not start")
+
+    @staticmethod
+    def _conf(key: str, peer_public: str, port: int = 51820) -> str:
+        return (f"[Interface]\nPrivateKey = {key}\nAddress = {OUR_TUNNEL}/32\n\n"
+                f"[Peer]\nPublicKey = {peer_public}\nEndpoint = {SITE}:{port}\n"
+                f"AllowedIPs = 10.66.0.0/24\n")
+
+    def dns_log(self) -> str:
+        path = self.dir / "dns.log"
+        return path.read_text() if path.exists() else ""
+
+    def web_log(self) -> list[str]:
+        return self.log.read_text().splitlines()
+
+
