@@ -126,6 +126,9 @@ def test_every_process_of_the_path_ends_with_the_run(world, office, user, ending
         path_pids = [p for p, cmd in ours.items()
                      if cmd.startswith(b"wireguard-go\0") or b"stages.wgpath" in cmd]
         assert len(path_pids) == 2, ours
+        for pid in path_pids:      # the keys go over a socket and UAPI, never argv or environment
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                assert_no_key(office, ours[pid].decode("latin-1"), f.read().decode("latin-1"))
         if ending == "sigkill":
             os.kill(proc.pid, 9)
         else:
@@ -238,3 +241,21 @@ def test_doctor_reports_what_wireguard_needs_and_checks_the_handshake(world, off
     assert checks["path office"]["status"] == "ok", checks["path office"]
     assert checks["path wrong"]["status"] == "warn" and "no handshake" in checks["path wrong"]["detail"]
     assert_no_key(office, r.stdout, r.stderr)
+
+
+def test_transfers_through_the_tunnel_are_byte_exact(world, office, user):
+    sizes = [0, 1, 1399, 65537, 1048579, 64 << 20]
+    www = office.dir / "www"
+    for size in sizes:
+        target = www / f"exact-{size}.bin"
+        if not target.exists():
+            with open(target, "wb") as f:
+                f.write(os.urandom(size))
+    url = f"http://{PEER_TUNNEL}:{WEB_PORT}"
+    script = "; ".join(f"curl -sS --max-time 120 {url}/exact-{size}.bin | sha256sum" for size in sizes)
+    r = world.vpnw(["run", "--config", str(office.config), "--via", "office", "--", "sh", "-c", script],
+                   user=user, timeout=300)
+    assert r.returncode == 0, describe(r)
+    import hashlib
+    expected = [hashlib.sha256((www / f"exact-{size}.bin").read_bytes()).hexdigest() for size in sizes]
+    assert [line.split()[0] for line in r.stdout.splitlines()] == expected, describe(r)

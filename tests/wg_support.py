@@ -54,7 +54,7 @@ setpriv --pdeathsig KILL -- dnsmasq --keep-in-foreground --conf-file=/dev/null -
     --no-resolv --no-hosts --no-poll --address=/{INTERNAL}/{PEER_TUNNEL} \
     --address=/{CORP}/{PEER_TUNNEL} --local=/#/ \
     --log-queries --log-facility={self.dir}/dns.log &
-setpriv --pdeathsig KILL -- python3 -m http.server --bind {PEER_TUNNEL} --directory {self.dir}/www {WEB_PORT} 2>{self.log} &
+setpriv --pdeathsig KILL -- python3 -m http.server --bind {PEER_TUNNEL} --directory {self.dir}/www {WEB_PORT} >/dev/null 2>{self.log} &
 wait
 """
         self.peer_public = peer_public

@@ -52,6 +52,8 @@ class Broker:
         self.grace = grace
         self.journal = Journal(emitter, status_fd)
         self.dialer = dialer_for(path)
+        # The path's own addresses (a WireGuard tunnel's) are this run's, like the machine's.
+        local_addresses = local_addresses | getattr(self.dialer, "own_addresses", frozenset())
         self.connector = Connector(self.journal, policy=policy, dialer=self.dialer,
                                    via=getattr(path, "name", "direct"), dry_run=dry_run,
                                    local_addresses=local_addresses)

@@ -34,6 +34,7 @@ class WireGuardDialer:
         # With DNS = in the .conf, names are looked up by the office's server,
         # through the tunnel (connector.py asks `resolve` when it is set).
         self.resolve = self._resolve_in_tunnel if path.wireguard.dns else None
+        self.own_addresses = frozenset(a.ip for a in path.wireguard.addresses)
 
     async def check(self) -> None:
         from ..wgpath import tunnel_message
