@@ -19,7 +19,8 @@ import time
 import pytest
 
 from e2e_support import assert_every_connection_accounted, describe, run_events
-from wg_support import CORP, INTERNAL, OUR_TUNNEL, PEER_TUNNEL, SITE, WEB_PORT, Office
+from wg_support import CORP, INTERNAL, OUR_TUNNEL, PEER_TUNNEL, SITE, WEB, WEB_PORT, Office
+from world import DEMO_PACKAGE, DEMO_VALUE, GIT_README
 
 pytestmark = pytest.mark.world
 
@@ -259,3 +260,26 @@ def test_transfers_through_the_tunnel_are_byte_exact(world, office, user):
     import hashlib
     expected = [hashlib.sha256((www / f"exact-{size}.bin").read_bytes()).hexdigest() for size in sizes]
     assert [line.split()[0] for line in r.stdout.splitlines()] == expected, describe(r)
+
+
+def test_https_pip_and_git_through_the_tunnel(world, office, user):
+    work = world.workdir(user)
+    for left in ("wg-site", "wg-repo"):
+        subprocess.run(["rm", "-rf", str(work / left)], check=True)
+    script = (f"curl -sS --max-time 30 --cacert {world.ca_pem} https://{WEB}/whoami; echo; "
+              f"{world.python} -m pip install -q --no-cache-dir --index-url http://{WEB}/simple "
+              f"--trusted-host {WEB} --target {work / 'wg-site'} {DEMO_PACKAGE}; "
+              f"git clone -q http://{WEB}/repo.git {work / 'wg-repo'}")
+    r = world.vpnw(["run", "--config", str(office.config), "--via", "office-dns", "--", "sh", "-c", script],
+                   user=user, timeout=180,
+                   env={"PIP_CONFIG_FILE": "/dev/null", "PIP_DISABLE_PIP_VERSION_CHECK": "1"})
+    assert r.returncode == 0, describe(r)
+    assert r.stdout.startswith("{"), describe(r)
+    whoami = json.loads(r.stdout.splitlines()[0])
+    assert whoami["peer"] == OUR_TUNNEL and whoami["tls"], whoami
+    assert DEMO_VALUE in (work / "wg-site" / DEMO_PACKAGE.replace("-", "_") / "__init__.py").read_text()
+    assert (work / "wg-repo" / "README").read_text() == GIT_README
+    events = run_events(r)
+    opens = [e["fields"] for e in events if e["type"] == "conn.open"]
+    assert opens and all(f["via"] == "office-dns" and f["address"] == PEER_TUNNEL for f in opens), opens
+    assert_every_connection_accounted(events)

@@ -8,6 +8,8 @@ import os
 import subprocess
 import time
 
+from world import SERVERS
+
 SITE = "10.7.0.1"
 PEER_TUNNEL = "10.66.0.1"
 OUR_TUNNEL = "10.66.0.2"
@@ -15,6 +17,9 @@ BENCH_TUNNEL = "10.66.0.3"
 WEB_PORT = 8471
 INTERNAL = "tracker.office.internal"     # known only to the office's DNS server
 CORP = "intranet.corp.example"           # the same, under a name no policy refuses by name
+# The world's web (HTTPS, PyPI index, git) served in the office, under a name
+# the world's test certificate covers (*.github.com).
+WEB = "office.github.com"
 
 
 def _wg(*args: str, input: str | None = None) -> str:
@@ -52,8 +57,11 @@ ip link set wgo up
 setpriv --pdeathsig KILL -- dnsmasq --keep-in-foreground --conf-file=/dev/null --pid-file \
     --user=root --group=root --listen-address={PEER_TUNNEL} --bind-interfaces --port=53 \
     --no-resolv --no-hosts --no-poll --address=/{INTERNAL}/{PEER_TUNNEL} \
-    --address=/{CORP}/{PEER_TUNNEL} --local=/#/ \
+    --address=/{CORP}/{PEER_TUNNEL} --address=/{WEB}/{PEER_TUNNEL} --local=/#/ \
     --log-queries --log-facility={self.dir}/dns.log &
+setpriv --pdeathsig KILL -- {world.python} {SERVERS}/http_server.py --docroot {world.docroot} \
+    --http 80 --https 443 --cert {world._server_cert} --key {world._server_key} \
+    --log {self.dir}/world-web.log >/dev/null 2>&1 &
 setpriv --pdeathsig KILL -- python3 -m http.server --bind {PEER_TUNNEL} --directory {self.dir}/www {WEB_PORT} >/dev/null 2>{self.log} &
 wait
 """
