@@ -20,6 +20,7 @@ Control protocol (SOCK_SEQPACKET, one message each way per request):
   here -> broker: b"ok" once the handshake completed, or b"down " + reason;
   broker -> here: b"t4" | b"t6" | b"u4" | b"u6" -> here: b"s" with the new
   socket (TCP/UDP, made in the path namespace) as SCM_RIGHTS, or b"e " + reason;
+  b"T4" | b"T6": the same with up to SOCKET_BATCH TCP sockets in one message;
   b"h" -> b"e up" or b"e down " + why (asked after a dial failed).
 EOF on the control socket ends the path: wireguard-go is killed, and with
 this process go the namespaces, the tun device and the tmpfs.
@@ -30,6 +31,7 @@ import fcntl
 import json
 import os
 import selectors
+import shutil
 import signal
 import socket
 import struct
@@ -40,6 +42,7 @@ import time
 TUN_NAME = "vpnw0"
 LISTEN_PORT = 51820
 HANDSHAKE_TIMEOUT = 8.0
+SOCKET_BATCH = 32
 _TUNSETIFF = 0x400454CA
 _IFF_TUN = 0x0001           # without IFF_NO_PI: what Debian's wireguard-go 0.0.20220316 expects
 _UAPI = f"/run/wireguard/{TUN_NAME}.sock"
@@ -81,8 +84,12 @@ def uapi_set_lines(tunnel: dict, relay_port: int, keepalive: int) -> str:
     return "\n".join(lines) + "\n\n"
 
 
+# A user's PATH often lacks /usr/sbin, where Debian puts ip.
+_IP = shutil.which("ip", path="/usr/sbin:/usr/bin:/sbin:/bin") or "ip"
+
+
 def _ip(*args: str) -> None:
-    done = subprocess.run(["ip", *args], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+    done = subprocess.run([_IP, *args], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                           stderr=subprocess.PIPE, text=True)
     if done.returncode != 0:
         raise PathSetupError(f"ip {' '.join(args)}: {done.stderr.strip()[:200]}")
@@ -256,6 +263,10 @@ class PathNamespace:
         if request == b"h":
             self.ctl.send(b"e " + self.health().encode())
             return
+        count = 1
+        if request[:1] == b"T":
+            # A batch of TCP sockets: one round trip for many dials.
+            request, count = b"t" + request[1:], SOCKET_BATCH
         if request not in kinds:
             self.ctl.send(b"e unknown request")
             return
@@ -264,13 +275,19 @@ class PathNamespace:
             # that can only fail.
             self.ctl.send(b"e down wireguard-go stopped")
             return
+        made = []
         try:
-            made = socket.socket(*kinds[request])
+            for _ in range(count):
+                made.append(socket.socket(*kinds[request]))
         except OSError as exc:
-            self.ctl.send(f"e {exc.strerror}".encode())
-            return
-        with made:
-            socket.send_fds(self.ctl, [b"s"], [made.fileno()])
+            if not made:
+                self.ctl.send(f"e {exc.strerror}".encode())
+                return
+        try:
+            socket.send_fds(self.ctl, [b"s"], [m.fileno() for m in made])
+        finally:
+            for m in made:
+                m.close()
 
     def run(self, handshake_timeout: float) -> int:
         sel = selectors.DefaultSelector()

@@ -19,6 +19,7 @@ import time
 import pytest
 
 from e2e_support import assert_every_connection_accounted, describe, run_events
+from stages.recorder.check import check_run
 from wg_support import CORP, INTERNAL, OUR_TUNNEL, PEER_TUNNEL, SITE, WEB, WEB_PORT, Office
 from world import DEMO_PACKAGE, DEMO_VALUE, GIT_README
 
@@ -64,6 +65,7 @@ def test_http_through_both_doors_reaches_the_office_over_the_tunnel(world, offic
     by_conn = assert_every_connection_accounted(events)
     opens = [e for e in events if e["type"] == "conn.open"]
     assert len(opens) == 2 and all(e["fields"]["via"] == "office" for e in opens), opens
+    assert check_run(events) == [], check_run(events)
     check = [e for e in events if e["type"] == "path.check"]
     assert check[0]["fields"]["ok"] is True and check[0]["fields"]["type"] == "wireguard", check
     seen = office.web_log()[before:]
@@ -104,6 +106,7 @@ def test_no_handshake_is_123_and_the_program_never_runs(world, office, user, pat
     assert r.returncode == 123, describe(r)
     assert not marker.exists()
     assert f"no handshake with {SITE}:" in r.stderr, describe(r)
+    assert check_run(run_events(r)) == []
     record = b"".join(f.read_bytes() for f in r.run_files()).decode()
     assert_no_key(office, r.stdout, r.stderr, record)
 
@@ -212,6 +215,7 @@ def test_an_internal_name_is_resolved_by_the_office_dns_through_the_tunnel(world
     assert r.returncode == 0, describe(r)
     assert r.stdout.splitlines() == ["hello from the office"] * 2, describe(r)
     events = run_events(r)
+    assert check_run(events) == [], check_run(events)
     lookups = [e["fields"] for e in events if e["type"] == "dns.resolve"]
     assert lookups and all(f["server"] == PEER_TUNNEL and f["addresses"] == [PEER_TUNNEL]
                            for f in lookups), lookups

@@ -31,6 +31,7 @@ class WireGuardDialer:
         self.process: subprocess.Popen | None = None
         self.lock = asyncio.Lock()
         self.down: str | None = None
+        self.spare: dict[int, list[socket.socket]] = {}
         # With DNS = in the .conf, names are looked up by the office's server,
         # through the tunnel (connector.py asks `resolve` when it is set).
         self.resolve = self._resolve_in_tunnel if path.wireguard.dns else None
@@ -66,15 +67,26 @@ class WireGuardDialer:
             raise PathDown(f"{self.path.describe()}: {reason}")
 
     async def _socket(self, family: int, kind: str = "t") -> socket.socket:
-        """A socket made in the path namespace (DialError path-down when gone)."""
+        """A socket made in the path namespace (DialError path-down when gone).
+        TCP sockets come in batches (one round trip to the path process per
+        SOCKET_BATCH dials), kept unconnected until a dial takes one."""
         if self.ctl is None or self.down:
             raise DialError("path-down", self.down or "the WireGuard path is not open")
         loop = asyncio.get_running_loop()
         request = (kind + ("6" if family == socket.AF_INET6 else "4")).encode()
+        if kind == "t":
+            spare = self.spare.setdefault(family, [])
+            if spare:
+                return spare.pop()
+            request = request.replace(b"t", b"T", 1)
         async with self.lock:
+            if kind == "t" and self.spare[family]:
+                return self.spare[family].pop()       # another dial fetched a batch meanwhile
             try:
                 await loop.sock_sendall(self.ctl, request)
                 got = await _recv_fd(loop, self.ctl)
+                if isinstance(got, list):
+                    got, self.spare[family][:0] = got[0], got[1:]
             except (OSError, EOFError) as exc:
                 self.down = (f"the WireGuard tunnel to {self.path.wireguard.endpoint} is gone "
                              f"(its process stopped: {exc or 'closed'})")
@@ -134,6 +146,9 @@ class WireGuardDialer:
         raise DialError("dns", f"{host}: the name was not resolved through the tunnel ({problem})")
 
     def close(self) -> None:
+        for spare in self.spare.values():
+            for sock in spare:
+                sock.close()
         if self.ctl is not None:
             self.ctl.close()
         if self.process is not None and self.process.poll() is None:
@@ -149,7 +164,7 @@ async def _recv_fd(loop, ctl: socket.socket):
         if future.done():
             return
         try:
-            message, fds, _, _ = socket.recv_fds(ctl, 4096, 1)
+            message, fds, _, _ = socket.recv_fds(ctl, 4096, 64)
         except (BlockingIOError, InterruptedError):
             return
         except OSError as exc:
@@ -166,6 +181,8 @@ async def _recv_fd(loop, ctl: socket.socket):
         raise EOFError("closed")
     if message == b"s" and len(fds) == 1:
         return socket.socket(fileno=fds[0])
+    if message == b"s" and fds:
+        return [socket.socket(fileno=fd) for fd in fds]
     for fd in fds:
         os.close(fd)
     return message[2:].decode("utf-8", "replace")
