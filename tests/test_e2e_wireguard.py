@@ -21,7 +21,9 @@ import pytest
 from e2e_support import assert_every_connection_accounted, describe, run_events
 from stages.recorder.check import check_run
 from wg_support import CORP, INTERNAL, OUR_TUNNEL, PEER_TUNNEL, SITE, WEB, WEB_PORT, Office
-from world import DEMO_PACKAGE, DEMO_VALUE, GIT_README
+from world import DEMO_PACKAGE, DEMO_VALUE, GIT_README, WORLD_V4
+
+GITHUB = "140.82.112.6"       # a public address; the world's internet answers for it
 
 pytestmark = pytest.mark.world
 
@@ -287,3 +289,19 @@ def test_https_pip_and_git_through_the_tunnel(world, office, user):
     opens = [e["fields"] for e in events if e["type"] == "conn.open"]
     assert opens and all(f["via"] == "office-dns" and f["address"] == PEER_TUNNEL for f in opens), opens
     assert_every_connection_accounted(events)
+
+
+def test_a_public_host_through_the_tunnel_sees_the_tunnel_address(world, office, user):
+    before = len(world.web_log())
+    r = world.vpnw(["run", "--config", str(office.config), "--via", "office-all", "--", "sh", "-c",
+                    f"curl -sS --max-time 20 http://{GITHUB}/whoami; echo; "
+                    f"curl -sS --max-time 20 --noproxy '' --socks5-hostname 127.0.0.1:1080 http://{GITHUB}/whoami"],
+                   user=user, timeout=120)
+    assert r.returncode == 0, describe(r)
+    seen = [json.loads(line) for line in r.stdout.splitlines() if line.startswith("{")]
+    assert [s["peer"] for s in seen] == [OUR_TUNNEL, OUR_TUNNEL], describe(r)
+    # The world's web server saw both requests from the tunnel address, none from the world.
+    log = world.web_log()[before:]
+    assert len([line for line in log if "/whoami" in line]) == 2, log
+    assert not [line for line in log if line.startswith(WORLD_V4)], log
+    assert_no_key(office, r.stdout, r.stderr)

@@ -70,13 +70,17 @@ wait
                                       "--propagation", "private", "--", "sh", "-c", script],
                                      stdin=subprocess.DEVNULL)
         world._started.append(self.proc)
+        self._route_public_through_office()
         self.conf = world.file("office.conf", self._conf(self.our_key, peer_public))
+        world.file("office-all.conf", self._conf(self.our_key, peer_public)
+                   .replace("AllowedIPs = 10.66.0.0/24", "AllowedIPs = 0.0.0.0/0"))
         self.wrong_conf = world.file("wrong.conf", self._conf(self.wrong_key, peer_public))
         self.dns_conf = world.file("office-dns.conf", self._conf(self.our_key, peer_public)
                                    .replace("[Peer]", f"DNS = {PEER_TUNNEL}\n\n[Peer]"))
         self.config = world.file("wg-paths.toml", 'version = 1\nname = "office"\n\n'
                                  '[paths.office]\ntype = "wireguard"\nconf = "office.conf"\n\n'
                                  '[paths.office-dns]\ntype = "wireguard"\nconf = "office-dns.conf"\n\n'
+                                 '[paths.office-all]\ntype = "wireguard"\nconf = "office-all.conf"\n\n'
                                  '[paths.wrong]\ntype = "wireguard"\nconf = "wrong.conf"\n\n'
                                  '[paths.dead]\ntype = "wireguard"\nconf = "dead.conf"\n')
         world.file("dead.conf", self._conf(self.our_key, peer_public, port=51999))
@@ -90,6 +94,17 @@ wait
             time.sleep(0.05)
         else:
             raise RuntimeError("the office web server did not start")
+
+    def _route_public_through_office(self) -> None:
+        """The office forwards the tunnel's traffic to the world's internet,
+        and the internet routes replies for our tunnel address (only that
+        one: 10.66.0.1 stays unreachable from the world) back via the office."""
+        office = ["nsenter", "-t", str(self.pid), "-n", "--"]
+        internet = ["nsenter", "-t", str(self.world.internet_pid), "-n", "--"]
+        for argv in ([*office, "sysctl", "-qw", "net.ipv4.ip_forward=1"],
+                     [*internet, "ip", "rule", "add", "pref", "100", "to", f"{OUR_TUNNEL}/32", "lookup", "main"],
+                     [*internet, "ip", "route", "replace", f"{OUR_TUNNEL}/32", "via", SITE]):
+            subprocess.run(argv, check=True)
 
     @staticmethod
     def _conf(key: str, peer_public: str, port: int = 51820) -> str:
