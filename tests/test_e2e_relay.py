@@ -1,5 +1,8 @@
 """vpnw relays bytes exactly: many downloads and uploads of random sizes
-through each door, each checked by sha256 and length; the first connection a
+through each door, each checked by sha256 and length (through the HTTP door's
+forwarder with Content-Length and chunked bodies, which the broker splices
+when long; on kept-alive connections, each request decided anew and counted
+exactly in the record); the first connection a
 program makes the instant it starts succeeds; vpnw passes exit codes on."""
 from __future__ import annotations
 
@@ -33,17 +36,20 @@ def expected_sha(size: int, seed: str) -> str:
 
 def make_plan(door: str) -> list[dict]:
     rng = random.Random(f"relay-plan-{door}")
+    # The forwarder frames bodies itself: chunked ones too, both ways.
+    ops = ["get", "put", "getc", "putc"] if door == "http-forward" else ["get", "put"]
+    opposite = {"get": "put", "put": "get", "getc": "putc", "putc": "getc"}
     sizes = list(EDGE_SIZES)
     while len(sizes) < OPS_PER_DOOR:
         # Log-uniform on [1, 64 MiB]: most transfers are small, a few are large.
         sizes.append(int(math.exp(rng.uniform(0, math.log(MAX_SIZE + 1)))) - 1)
     plan = []
     for i, size in enumerate(sizes):
-        plan.append({"op": "get" if i % 2 == 0 else "put", "host": HOSTS[i % len(HOSTS)],
+        plan.append({"op": ops[i % len(ops)], "host": HOSTS[i % len(HOSTS)],
                      "size": size, "seed": f"{door}-{i}"})
     # Each size both ways: edge sizes are downloaded and uploaded.
     for op in plan[: len(EDGE_SIZES)]:
-        plan.append({**op, "op": "put" if op["op"] == "get" else "get", "seed": op["seed"] + "-b"})
+        plan.append({**op, "op": opposite[op["op"]], "seed": op["seed"] + "-b"})
     return plan
 
 
@@ -70,8 +76,50 @@ def test_relay_is_byte_exact(world, user, door):
     # The record's byte counts cover at least the payloads moved each way.
     counted = closes(events)
     assert len(counted) == len(plan)
-    assert sum(c["bytes_down"] for c in counted) >= sum(op["size"] for op in plan if op["op"] == "get")
-    assert sum(c["bytes_up"] for c in counted) >= sum(op["size"] for op in plan if op["op"] == "put")
+    assert sum(c["bytes_down"] for c in counted) >= sum(op["size"] for op in plan if op["op"] in ("get", "getc"))
+    assert sum(c["bytes_up"] for c in counted) >= sum(op["size"] for op in plan if op["op"] in ("put", "putc"))
+
+
+# What a step adds to the record beyond its body: heads (< 1 KiB each way)
+# and, for chunked bodies, chunk-size lines (the world's cuts: >= 1 per 200 KiB).
+HEAD_SLACK = 1024
+
+
+def framing_slack(step: dict) -> int:
+    return HEAD_SLACK + (64 * (step["size"] // (200 * 1024) + 8) if step["op"] in ("getc", "putc") else 0)
+
+
+def test_kept_alive_http_door_bodies_are_exact_and_each_request_is_decided(world, user):
+    # One client connection: large and small bodies, Content-Length and
+    # chunked, both ways (the broker splices the long ones), then a request
+    # to a host the policy denies: it still gets its 403 on the same
+    # connection, and the record counts every body byte once.
+    policy = world.file(f"relay-policy-{user}.toml",
+                        'version = 1\nname = "relay"\n[policy]\ndefault = "deny"\n'
+                        'allow = ["api.github.com:80"]\n')
+    steps = [{"op": op, "host": "api.github.com", "size": size, "seed": f"kept-{user}-{n}"}
+             for n, (op, size) in enumerate([("get", MAX_SIZE), ("put", MAX_SIZE), ("getc", 5 << 20),
+                                             ("putc", (3 << 20) + 1), ("get", 0), ("put", 65537),
+                                             ("getc", 0), ("putc", 1), ("get", 100000)])]
+    steps.append({"op": "get", "host": "pypi.world", "size": 1, "seed": "denied"})
+    client = world.program("relay_client.py")
+    plan_text = json.dumps({"op": "seq", "host": "api.github.com", "steps": steps}) + "\n"
+    r = world.vpnw(["guard", "--policy", str(policy), "--", sys.executable, str(client), "http-forward",
+                    str(world.ca_pem), "1"], user=user, input=plan_text, timeout=600)
+    assert r.returncode == 120, describe(r)     # guard: a connection was denied
+    results = json.loads(r.stdout)["steps"]
+    want = [{"length": s["size"], "sha256": expected_sha(s["size"], s["seed"])} for s in steps[:-1]]
+    assert results[:-1] == want
+    assert results[-1]["status"] == 403 and "pypi.world:80" in results[-1]["deny"], results[-1]
+    events = run_events(r)
+    by_conn = assert_every_connection_accounted(events)
+    assert [evs[0]["fields"]["host"] for _, evs in sorted(by_conn.items())] == ["api.github.com", "pypi.world"]
+    counted, = closes(events)
+    down = sum(s["size"] for s in steps[:-1] if s["op"] in ("get", "getc"))
+    up = sum(s["size"] for s in steps[:-1] if s["op"] in ("put", "putc"))
+    slack = sum(framing_slack(s) for s in steps[:-1])
+    assert down <= counted["bytes_down"] <= down + slack, (counted, down)
+    assert up <= counted["bytes_up"] <= up + slack, (counted, up)
 
 
 FIRST_CONNECTION_RUNS = 20

@@ -262,3 +262,75 @@ def test_fuzzed_responses_only_raise_protocol_error(parts, method):
         responses(b"".join(parts), method=method, eof=True)
     except ProtocolError:
         pass
+
+
+# --- raw body runs: what the broker splices past the parser ------------------------------------
+
+def drain_passing_raw(parser, data: bytes, splits, takes):
+    """Like drain (no eof), but wherever the parser offers raw body bytes the
+    shell takes up to the next of `takes` of them straight from the input, as
+    the broker's splice does; those bytes are merged into the Body events."""
+    events, pos = [], 0
+    cuts = sorted({c for c in splits if 0 < c < len(data)} | {len(data)})
+    takes = list(takes)
+
+    def add(ev):
+        if isinstance(ev, Body) and events and isinstance(events[-1], Body):
+            events[-1] = Body(events[-1].data + ev.data)
+        else:
+            events.append(ev)
+
+    while True:
+        ev = parser.next_event()
+        if ev is NEED_DATA:
+            ahead = parser.raw_body_ahead()
+            if ahead and pos < len(data):
+                n = min(ahead, len(data) - pos, takes.pop() if takes else ahead)
+                add(Body(data[pos:pos + n]))
+                pos += n
+                parser.raw_body_passed(n)
+                continue
+            if pos >= len(data):
+                return events
+            end = next(c for c in cuts if c > pos)
+            parser.feed(data[pos:end])
+            pos = end
+        else:
+            add(ev)
+
+
+KEPT_ALIVE = (b"POST http://a.example/ HTTP/1.1\r\nContent-Length: 70000\r\n\r\n" + b"a" * 70000
+              + b"PUT http://a.example/c HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n"
+              b"10000;x=y\r\n" + b"b" * 0x10000 + b"\r\n1\r\nc\r\n0\r\nT: 1\r\n\r\n"
+              b"GET http://b.example/ HTTP/1.1\r\n\r\n")
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.integers(0, len(KEPT_ALIVE)), max_size=6),
+       st.lists(st.integers(1, 1 << 17), max_size=6))
+def test_raw_body_runs_give_the_same_messages_as_feeding(splits, takes):
+    want = drain(RequestParser(), KEPT_ALIVE)
+    assert drain_passing_raw(RequestParser(), KEPT_ALIVE, splits, takes) == want
+
+
+def test_raw_body_ahead_only_inside_a_body_with_nothing_buffered():
+    p = RequestParser()
+    p.feed(b"POST http://a.example/ HTTP/1.1\r\nContent-Length: 10\r\n\r\nabc")
+    assert p.raw_body_ahead() == 0            # a head is due
+    assert isinstance(p.next_event(), ForwardHead)
+    assert p.raw_body_ahead() == 0            # three bytes buffered: they go first
+    assert p.next_event() == Body(b"abc")
+    assert p.next_event() is NEED_DATA and p.raw_body_ahead() == 7
+    with pytest.raises(ValueError):
+        p.raw_body_passed(8)                  # never past the body's end
+    p.raw_body_passed(7)
+    assert p.next_event() is END and p.raw_body_ahead() == 0
+    r = ResponseParser()
+    r.expect(b"GET")
+    r.feed(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\n")
+    assert isinstance(r.next_event(), ResponseHead)
+    assert r.next_event() == Body(b"5\r\n") and r.raw_body_ahead() == 5   # this chunk's data
+    r.raw_body_passed(5)
+    assert r.raw_body_ahead() == 0            # the chunk's line end is parsed
+    r.feed(b"\r\n0\r\n\r\n")
+    assert r.next_event() == Body(b"\r\n0\r\n\r\n") and r.next_event() is END

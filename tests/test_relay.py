@@ -200,3 +200,77 @@ def test_pipe_size_is_raised():
     os.close(r)
     os.close(w)
     assert size >= 65536
+
+
+# --- BodyCopy: exactly n bytes, the sockets left open ---------------------------------------
+
+@pytest.mark.parametrize("use_splice", [True, False], ids=["splice", "fallback"])
+@pytest.mark.parametrize("sizes", [[1], [65537, 1, 3 << 20], [(8 << 20) + 3]])
+def test_body_copy_moves_exactly_n_bytes_and_leaves_the_rest(listener, sizes, use_splice):
+    """Bodies back to back, each followed by bytes that are not the copy's
+    (the next head): each copy moves its n bytes and not one more, through one
+    pipe reused, and both sockets stay open for the parser."""
+    client, a = _tcp_pair(listener)
+    b, server = _tcp_pair(listener)
+    bodies = [os.urandom(n) for n in sizes]
+    stream = b"".join(body + b"NEXT" for body in bodies)
+    got = {}
+    reader = threading.Thread(target=lambda: got.update(server=_receive(server)))
+    reader.start()
+
+    async def main():
+        from stages.broker.relay import BodyCopy
+        a.setblocking(False)
+        b.setblocking(False)
+        copier = BodyCopy(a, b)
+        if not use_splice:
+            copier.way._use_fallback()
+        loop = asyncio.get_running_loop()
+        sender = loop.run_in_executor(None, client.sendall, stream)
+        for body in bodies:
+            assert await copier.copy(len(body)) == len(body)
+            # What follows the body waits in the socket, untouched.
+            tail = b""
+            while len(tail) < 4:
+                tail += await loop.sock_recv(a, 4 - len(tail))
+            assert tail == b"NEXT"
+        await sender
+        got["bytes"] = copier.bytes
+        copier.close()
+        b.shutdown(socket.SHUT_WR)
+
+    asyncio.run(main())
+    reader.join()
+    assert got["bytes"] == sum(sizes)
+    assert got["server"] == (sum(sizes), hashlib.sha256(b"".join(bodies)).hexdigest())
+    assert a.fileno() != -1 and b.fileno() != -1
+    for s in (client, a, b, server):
+        s.close()
+
+
+def test_body_copy_cut_short_is_an_error_and_counts_what_it_moved(listener):
+    client, a = _tcp_pair(listener)
+    b, server = _tcp_pair(listener)
+    client.sendall(b"x" * 70000)
+    client.shutdown(socket.SHUT_WR)
+    got = {}
+
+    async def main():
+        from stages.broker.relay import BodyCopy
+        a.setblocking(False)
+        b.setblocking(False)
+        copier = BodyCopy(a, b)
+        with pytest.raises(ConnectionResetError):
+            await copier.copy(100000)
+        got["bytes"] = copier.bytes
+        # The stream is mid-body: the copier refuses to go on.
+        with pytest.raises(ConnectionResetError):
+            await copier.copy(10)
+        copier.close()
+        b.shutdown(socket.SHUT_WR)
+
+    asyncio.run(main())
+    assert got["bytes"] == 70000
+    assert _receive(server)[0] == 70000
+    for s in (client, a, b, server):
+        s.close()

@@ -1,6 +1,6 @@
 """vpnw's benchmarks, each side by side with its baseline in the same run.
 
-    scripts/bench/run [--quick] [--json] [--only startup,bulk,conns,lat]
+    scripts/bench/run [--quick] [--json] [--only startup,bulk,httpget,conns,lat]
 
 Needs root. The whole run happens in a private network + mount namespace made
 for it (loopback only; /etc/hosts there names bench.test -> 127.0.0.1), so no
@@ -8,6 +8,11 @@ byte leaves loopback. The vpnw figures run the client INSIDE the sandbox
 (`vpnw run -- netload.py ...`); the broker dials the sink on this namespace's
 loopback. dante (SOCKS5) and squid (HTTP CONNECT) from Debian run on the same
 loopback as the proxies people already use.
+
+`httpget` is a plain http:// GET of the bulk file by curl from nginx (Debian's,
+sendfile on) on the same loopback: direct, through vpnw's HTTP door (curl in
+the sandbox, -x the door: the forwarder, not a tunnel), and through squid and
+tinyproxy; curl's own average speed, so vpnw's start-up is not in the figure.
 
 Figures are medians of --rounds runs (5; --quick: 3 rounds, 256 MiB, 1 s),
 the variants interleaved round by round so machine noise hits all alike.
@@ -35,7 +40,9 @@ PYTHON = f"{VENV}/bin/python"
 VPNW = f"{VENV}/bin/vpnw"
 NETLOAD = os.path.join(HERE, "netload.py")
 SINK_PORT = 9000
-DANTE_PORT, SQUID_PORT = 9180, 9128
+DANTE_PORT, SQUID_PORT, TINYPROXY_PORT = 9180, 9128, 9188
+NGINX_PORT = 9081
+NGINX = "/usr/sbin/nginx"
 CLONE_NEWNS, CLONE_NEWNET = 0x00020000, 0x40000000
 MS_REC, MS_PRIVATE, MS_BIND = 0x4000, 1 << 18, 4096
 
@@ -83,10 +90,43 @@ class Place:
             raise SystemExit("the sink did not start")
         return self
 
+    def start_nginx(self) -> bool:
+        """nginx serving the bulk file as /payload (the origin for httpget)."""
+        if not os.path.exists(NGINX):
+            return False
+        www = os.path.join(self.tmp, "www")
+        os.mkdir(www)
+        os.chmod(www, 0o755)
+        os.symlink(self.payload, os.path.join(www, "payload"))
+        conf = os.path.join(self.tmp, "nginx.conf")
+        with open(conf, "w") as f:
+            f.write(f"""daemon off;
+worker_processes 1;
+pid {self.tmp}/nginx.pid;
+error_log {self.tmp}/nginx-error.log;
+events {{ worker_connections 4096; }}
+http {{
+    access_log off;
+    sendfile on;
+    tcp_nopush on;
+    keepalive_requests 100000;
+    client_body_temp_path {self.tmp}/nginx-body;
+    proxy_temp_path {self.tmp}/nginx-proxy;
+    server {{ listen 127.0.0.1:{NGINX_PORT}; root {www}; }}
+}}
+""")
+        proc = subprocess.Popen([NGINX, "-e", f"{self.tmp}/nginx-error.log", "-c", conf],
+                                stdin=subprocess.DEVNULL)
+        self.procs.append(proc)
+        import exits
+        if not exits.wait_listening(NGINX_PORT, proc):
+            raise SystemExit(f"nginx did not start: see {self.tmp}/nginx-error.log")
+        return True
+
     def start_proxies(self) -> dict:
         import exits
         found = {}
-        for kind, port in (("danted", DANTE_PORT), ("squid", SQUID_PORT)):
+        for kind, port in (("danted", DANTE_PORT), ("squid", SQUID_PORT), ("tinyproxy", TINYPROXY_PORT)):
             if exits.missing(kind):
                 continue
             e = exits.start_exit(kind, port, hosts={"bench.test": "127.0.0.1"})
@@ -231,6 +271,44 @@ def bench_bulk(rounds: int, proxies: dict) -> dict:
     return out
 
 
+def run_curl_get(url: str, proxy_port: int | None, vpnw: list[str] | None) -> dict:
+    """curl GET url (through the HTTP proxy on proxy_port), inside `vpnw run`
+    when vpnw is a list; curl's own figures."""
+    cmd = ["curl", "-sS", "--fail", "-o", "/dev/null", "--noproxy", "" if proxy_port else "*",
+           "-w", "%{size_download} %{speed_download} %{http_code}"]
+    if proxy_port:
+        cmd += ["-x", f"http://127.0.0.1:{proxy_port}"]
+    cmd.append(url)
+    if vpnw is not None:
+        cmd = [VPNW, "run", "--record", os.devnull, *vpnw, "--", *cmd]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    if proc.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd[:10])}... exited {proc.returncode}: {proc.stderr[-800:]}")
+    size, speed, code = proc.stdout.split()
+    return {"bytes": int(size), "gbps": float(speed) / 1e9, "status": int(code)}
+
+
+def bench_httpget(rounds: int, proxies: dict) -> dict:
+    """A plain http:// GET of the bulk file from nginx: direct, vpnw's HTTP
+    door, squid, tinyproxy; the rounds interleaved."""
+    url = f"http://127.0.0.1:{NGINX_PORT}/payload"
+    ways = [("direct", None, None), ("vpnw http", 3128, [])]
+    ways += [(f"{kind} http", port, None) for kind, port in
+             (("squid", SQUID_PORT), ("tinyproxy", TINYPROXY_PORT)) if kind in proxies]
+    runs: dict[str, list[float]] = {}
+    for _ in range(rounds):
+        for label, port, vp in ways:
+            r = run_curl_get(url, port, vp)
+            if r["status"] != 200 or r["bytes"] != PLACE.size:
+                raise RuntimeError(f"{label}: status {r['status']}, {r['bytes']} of {PLACE.size} bytes")
+            runs.setdefault(label, []).append(r["gbps"])
+    out = {label: {"gbps": median(v), "rounds": v} for label, v in runs.items()}
+    direct = out["direct"]["gbps"]
+    for v in out.values():
+        v["x_direct"] = v["gbps"] / direct
+    return out
+
+
 def bench_conns(rounds: int, proxies: dict, seconds: float) -> dict:
     runs: dict[str, list[dict]] = {}
     for _ in range(rounds):
@@ -310,7 +388,7 @@ def bench_startup(rounds: int) -> dict:
 
 # ------------------------------------------------------------------ the table
 
-TARGETS = {"bulk": 0.75, "conns": 0.45, "lat": 0.5, "startup": 150.0, "rss": 60.0}
+TARGETS = {"bulk": 0.75, "httpget": 0.75, "conns": 0.45, "lat": 0.5, "startup": 150.0, "rss": 60.0}
 
 
 def print_table(res: dict, meta: dict) -> None:
@@ -329,6 +407,11 @@ def print_table(res: dict, meta: dict) -> None:
         for label, v in res["bulk"].items():
             mem = f"{v['rss_mib']:.1f} / {v['pss_mib']:.1f}" if v.get("rss_mib") else ""
             w(f"    {label:<26} {v['gbps']:8.2f}   {v['x_direct']:6.2f}     {mem}\n")
+    if "httpget" in res:
+        w(f"\nplain http:// GET from nginx (curl)  GB/s   x direct   rounds (GB/s)\n")
+        for label, v in res["httpget"].items():
+            each = " ".join(f"{g:.2f}" for g in v["rounds"])
+            w(f"    {label:<26} {v['gbps']:8.2f}   {v['x_direct']:6.2f}     {each}\n")
     if "conns" in res:
         w(f"\nconnections/s, 50 clients        conn/s   x direct   p50 ms   p99 ms  errors  peak RSS / PSS (MiB)\n")
         for label, v in res["conns"].items():
@@ -341,7 +424,7 @@ def print_table(res: dict, meta: dict) -> None:
         for label, v in res["lat"].items():
             w(f"    {label:<26} {v['p50_ms']:7.3f}  {v['p99_ms']:7.3f}   {v['added_p50_ms']:8.3f}    "
               f"{v['added_p99_ms']:8.3f}\n")
-    w("\ntargets: bulk >= 0.75x direct per door; conn/s >= 0.45x direct; added p50 <= 0.5 ms; "
+    w("\ntargets: bulk >= 0.75x direct per door; plain http:// GET >= 0.75x direct; conn/s >= 0.45x direct; added p50 <= 0.5 ms; "
       "vpnw run -- true <= 150 ms; vpnw's own RSS <= 60 MiB\n")
 
 
@@ -354,8 +437,8 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="fewer, smaller runs, for trying")
     ap.add_argument("--json", action="store_true", help="print the figures as JSON")
     ap.add_argument("--rounds", type=int, help="runs per figure (default 5; --quick 3)")
-    ap.add_argument("--only", default="startup,bulk,conns,lat",
-                    help="comma-separated: startup, bulk, conns, lat")
+    ap.add_argument("--only", default="startup,bulk,httpget,conns,lat",
+                    help="comma-separated: startup, bulk, httpget, conns, lat")
     args = ap.parse_args()
     if os.geteuid() != 0:
         raise SystemExit("the benchmarks need root (a private network namespace)")
@@ -364,11 +447,15 @@ def main() -> None:
     PLACE = Place(args.quick).start()
     res: dict = {}
     try:
-        proxies = PLACE.start_proxies() if which & {"bulk", "conns", "lat"} else {}
+        proxies = PLACE.start_proxies() if which & {"bulk", "httpget", "conns", "lat"} else {}
+        if "httpget" in which and not PLACE.start_nginx():
+            raise SystemExit(f"httpget needs {NGINX} (nginx-light; scripts/setup installs it)")
         if "startup" in which:
             res["startup"] = bench_startup(rounds * 2)
         if "bulk" in which:
             res["bulk"] = bench_bulk(rounds, proxies)
+        if "httpget" in which:
+            res["httpget"] = bench_httpget(rounds, proxies)
         if "conns" in which:
             res["conns"] = bench_conns(rounds, proxies, 1.0 if args.quick else 3.0)
         if "lat" in which:

@@ -289,6 +289,29 @@ class _Framer:
     def buffered(self) -> int:
         return len(self._buf)
 
+    def raw_body_ahead(self) -> int:
+        """How many of the bytes that come next in the stream are body data
+        the parser need not see: the rest of a Content-Length body or of the
+        current chunk's data, when nothing is buffered. The I/O shell may
+        move them itself (os.splice) and then call `raw_body_passed`; 0 when
+        the next bytes must be fed (a head, a chunk-size line, a trailer)."""
+        if self._buf or self._eof:
+            return 0
+        if self._mode is LENGTH or (self._mode is CHUNKED and self._chunk_state is CHUNK_DATA):
+            return self._left
+        return 0
+
+    def raw_body_passed(self, n: int) -> None:
+        """n of the bytes `raw_body_ahead` offered went on without the parser."""
+        if not 0 < n <= self.raw_body_ahead():
+            raise ValueError("more body passed than was ahead")
+        self._left -= n
+        if self._left == 0:
+            if self._mode is LENGTH:
+                self._mode = DONE
+            else:
+                self._chunk_state = CHUNK_DATA_END
+
     def _take_head(self, first_line_cap: int) -> bytes | None:
         end = self._buf.find(b"\n\n")
         end_crlf = self._buf.find(b"\r\n\r\n")

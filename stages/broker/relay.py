@@ -10,6 +10,11 @@ descriptor, that direction falls back to recv_into/send on one buffer.
 Half-close: end of stream one way becomes shutdown(SHUT_WR) on the other once
 the pipe is drained, so the last byte always arrives; the relay ends when both
 directions have ended, or at once on an error or `abort()`.
+
+`BodyCopy` is one direction of the same machinery with a byte limit: it moves
+exactly n bytes (an HTTP body, or one chunk's data, whose length the sans-I/O
+parser read from the head) and leaves both sockets open, so the bytes after
+the body (the next message head) stay in the socket for the parser.
 """
 from __future__ import annotations
 
@@ -58,7 +63,8 @@ def _grow_pipe(w: int) -> int | None:
 class _Direction:
     """One way: src socket -> pipe -> dst socket."""
 
-    def __init__(self, relay: "Relay", src: socket.socket, dst: socket.socket):
+    def __init__(self, relay, src: socket.socket, dst: socket.socket):
+        # relay: what this direction reports to (loop, _fail, _direction_done)
         self.relay = relay
         self.src, self.dst = src, dst
         self.src_fd, self.dst_fd = src.fileno(), dst.fileno()
@@ -67,6 +73,7 @@ class _Direction:
         self.bytes = 0            # bytes delivered to dst
         self.eof = False
         self.done = False
+        self.limit: int | None = None   # bytes still to read from src; None: to end of stream
         self.reading = False
         self.writing = False
         self.fallback: bytearray | None = None
@@ -118,9 +125,11 @@ class _Direction:
     # moving bytes -----------------------------------------------------------
     def _fill(self) -> int:
         """Read from src into the pipe; -1 when nothing is ready now, 0 at EOF."""
+        # Never more than the limit: what follows it is not ours to move.
+        want = self.capacity if self.limit is None else min(self.capacity, self.limit)
         if self.fallback is None:
             try:
-                return os.splice(self.src_fd, self.pipe_w, self.capacity, flags=SPLICE_FLAGS)
+                return os.splice(self.src_fd, self.pipe_w, want, flags=SPLICE_FLAGS)
             except _AGAIN:
                 return -1
             except OSError as exc:
@@ -128,7 +137,7 @@ class _Direction:
                     raise
                 self._use_fallback()
         try:
-            n = self.src.recv_into(self.fallback)
+            n = self.src.recv_into(self.fallback, want)
         except _AGAIN:
             return -1
         self.fb_start = 0
@@ -153,6 +162,9 @@ class _Direction:
     def on_readable(self) -> None:
         try:
             for _ in range(_ROUNDS):
+                if self.limit == 0:
+                    self._finish_at_limit()
+                    return
                 n = self._fill()
                 if n < 0:
                     return
@@ -162,6 +174,8 @@ class _Direction:
                     self._finish_if_drained()
                     return
                 self.pending = n
+                if self.limit is not None:
+                    self.limit -= n
                 if n >= self.capacity and not self.grown and self.fallback is None:
                     self._grow()
                 self._drain()
@@ -181,12 +195,25 @@ class _Direction:
             self._want_write(False)
             if self.eof:
                 self._finish_if_drained()
+            elif self.limit == 0:
+                self._finish_at_limit()
             else:
                 self._want_read(True)
         except OSError as exc:
             self.relay._fail(exc)
 
+    def _finish_at_limit(self) -> None:
+        # All of it read and sent: stop, and leave both sockets as they are.
+        self._want_read(False)
+        self._want_write(False)
+        self.done = True
+        self.relay._direction_done()
+
     def _finish_if_drained(self) -> None:
+        if self.limit is not None:
+            # A bounded copy whose source ended early: the body is cut short.
+            self.relay._fail(ConnectionResetError(errno.ECONNRESET, "the stream ended inside a body"))
+            return
         if self.pending:
             self._want_write(True)
             return
@@ -256,3 +283,59 @@ class Relay:
                 pass
         self.finished.set_result(None)
 
+
+
+class BodyCopy:
+    """Moves bodies of known length from `src` to `dst` (non-blocking stream
+    sockets that stay open and stay the caller's) through one pipe, reused
+    for every copy: `await copy(n)` returns once exactly n bytes arrived at
+    dst, or raises OSError (the source ended first, or a socket failed; the
+    stream is then not at a message boundary and must be closed). Cancelling
+    a copy leaves it the same way. `close()` frees the pipe."""
+
+    def __init__(self, src: socket.socket, dst: socket.socket,
+                 loop: asyncio.AbstractEventLoop | None = None):
+        self.loop = loop or asyncio.get_running_loop()
+        self.way = _Direction(self, src, dst)
+        self._finished: asyncio.Future | None = None
+
+    async def copy(self, n: int) -> int:
+        way = self.way
+        if n <= 0:
+            return 0
+        if way.pending or way.eof or self._finished is not None:
+            raise ConnectionResetError(errno.ECONNRESET, "an earlier copy did not finish")
+        way.limit, way.done = n, False
+        before = way.bytes
+        self._finished = self.loop.create_future()
+        try:
+            way.start()
+            way.on_readable()       # the body often waits in the socket already
+            await self._finished
+        finally:
+            way._want_read(False)
+            way._want_write(False)
+            if way.pending or not way.done:
+                way.eof = True          # never reused: the stream is mid-body
+            else:
+                self._finished = None
+        return way.bytes - before
+
+    @property
+    def bytes(self) -> int:
+        """Bytes delivered to dst by all copies, the cut-short one included."""
+        return self.way.bytes
+
+    def close(self) -> None:
+        self.way.stop()
+
+    # what the direction reports to
+    def _direction_done(self) -> None:
+        if not self._finished.done():
+            self._finished.set_result(None)
+
+    def _fail(self, exc: OSError) -> None:
+        self.way._want_read(False)
+        self.way._want_write(False)
+        if not self._finished.done():
+            self._finished.set_exception(exc)

@@ -8,7 +8,10 @@ Journal's. A session only moves bytes and picks the door's answers.
 Plain-HTTP forwarding (absolute-URI requests) keeps connections alive: the
 request head is parsed on the client side, its body streamed by its own
 framing, the origin's response framed by `ResponseParser`, and only then is
-the next request head read. A request to the same host:port as the open
+the next request head read. Body bytes whose length the parser knows (the
+rest of a Content-Length body, a chunk's data) go socket to socket with
+os.splice (relay.BodyCopy), never through Python; heads and chunk-size lines
+go through the parser. A request to the same host:port as the open
 upstream connection reuses it (same host and port, same decision); any other
 host:port is a new connection in the record, decided and dialled anew, so a
 second request never rides the first one's permission.
@@ -21,11 +24,14 @@ import socket
 
 from . import http_proxy, socks5
 from .connector import Denied, Failed, Opened
-from .relay import Relay
+from .relay import BodyCopy, Relay
 
 HANDSHAKE_TIMEOUT = 30.0    # the first request head must arrive within this (slowloris)
 IDLE_TIMEOUT = 120.0        # between requests on a kept-alive client connection
 RECV_SIZE = 256 * 1024
+# Body runs shorter than this are read into Python with the head: a splice
+# costs a pipe and an epoll registration, which only pays for longer runs.
+SPLICE_MIN = 32 * 1024
 
 
 class _Door:
@@ -292,27 +298,44 @@ class HttpDoor(_Door):
 
     async def _pump_body(self, client, parser, upstream: Opened) -> None:
         loop = asyncio.get_running_loop()
-        while True:
-            event = parser.next_event()
-            if event is http_proxy.NEED_DATA:
-                _feed(parser, await loop.sock_recv(client, RECV_SIZE))
-            elif isinstance(event, http_proxy.Body):
-                await loop.sock_sendall(upstream.sock, event.data)
-                upstream.bytes_up += len(event.data)
-            elif event is http_proxy.END:
-                return
-            else:
-                raise http_proxy.ProtocolError("unexpected event in a request body")
+        copier = None
+        try:
+            while True:
+                event = parser.next_event()
+                if event is http_proxy.NEED_DATA:
+                    ahead = parser.raw_body_ahead()
+                    if ahead >= SPLICE_MIN:
+                        copier = copier or BodyCopy(client, upstream.sock)
+                        parser.raw_body_passed(await copier.copy(ahead))
+                    else:
+                        _feed(parser, await loop.sock_recv(client, RECV_SIZE))
+                elif isinstance(event, http_proxy.Body):
+                    await loop.sock_sendall(upstream.sock, event.data)
+                    upstream.bytes_up += len(event.data)
+                elif event is http_proxy.END:
+                    return
+                else:
+                    raise http_proxy.ProtocolError("unexpected event in a request body")
+        finally:
+            if copier is not None:
+                copier.close()
+                upstream.bytes_up += copier.bytes
 
     async def _relay_response(self, client, upstream: Opened, responses, request) -> tuple[bool, bool]:
         loop = asyncio.get_running_loop()
         final = None
         client_keeps = request.keep_alive
+        copier = None
         try:
             while True:
                 event = responses.next_event()
                 if event is http_proxy.NEED_DATA:
-                    _feed(responses, await loop.sock_recv(upstream.sock, RECV_SIZE))
+                    ahead = responses.raw_body_ahead()
+                    if ahead >= SPLICE_MIN:
+                        copier = copier or BodyCopy(upstream.sock, client)
+                        responses.raw_body_passed(await copier.copy(ahead))
+                    else:
+                        _feed(responses, await loop.sock_recv(upstream.sock, RECV_SIZE))
                 elif isinstance(event, http_proxy.ResponseHead):
                     if event.status >= 200:
                         final = event
@@ -331,6 +354,10 @@ class HttpDoor(_Door):
             if final is None:
                 await self.send_quietly(client, http_proxy.error_response(502, f"bad answer from the origin: {exc.reason}"))
             raise
+        finally:
+            if copier is not None:
+                copier.close()
+                upstream.bytes_down += copier.bytes
         return client_keeps, final.keep_alive and responses.buffered == 0
 
 

@@ -32,6 +32,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from content import payload_chunks  # noqa: E402
 
 MAX_DOWNLOAD = 1 << 31
+CHUNK_SIZES = (1, 4096, 32 * 1024, 65537, 1 << 20, 7)   # chunked answers cut here, in turn
 _log_lock = threading.Lock()
 _log_file = None
 
@@ -94,6 +95,36 @@ class WorldHandler(SimpleHTTPRequestHandler):
             if self.command != "HEAD":
                 for chunk in payload_chunks(size, seed):
                     self.wfile.write(chunk)
+            return None
+        if path.startswith("/chunked/"):
+            # The same bytes as /bytes/, chunked: chunk sizes cycle through
+            # ones below and above the broker's splice threshold, and the
+            # chunk extension and trailer a parser must step over.
+            try:
+                size = int(path[len("/chunked/"):])
+            except ValueError:
+                return self.send_error(400, "size must be an integer")
+            if not 0 <= size <= MAX_DOWNLOAD:
+                return self.send_error(400, "size out of range")
+            seed = query.get("seed", ["0"])[0]
+            self.send_response(200)
+            self.send_header("Content-Type", "application/octet-stream")
+            self.send_header("Transfer-Encoding", "chunked")
+            self.end_headers()
+            if self.command == "HEAD":
+                return None
+            cuts = CHUNK_SIZES
+            n = 0
+            for piece in payload_chunks(size, seed):
+                view = memoryview(piece)
+                while view:
+                    take = cuts[n % len(cuts)]
+                    n += 1
+                    self.wfile.write(b"%x;ext=1\r\n" % len(view[:take]))
+                    self.wfile.write(view[:take])
+                    self.wfile.write(b"\r\n")
+                    view = view[take:]
+            self.wfile.write(b"0\r\nX-Trailer: yes\r\n\r\n")
             return None
         return super().do_GET()
 

@@ -8,6 +8,12 @@ DOOR is http-forward (absolute-URI requests to 127.0.0.1:3128), http-connect
 (SOCKS5 with a host name to 127.0.0.1:1080, then plain HTTP). Each plan line
 is {"op": "get"|"put", "host": ..., "size": n, "seed": s}; each op uses a new
 connection and prints {"i": ..., "length": ..., "sha256": ...} or {"i": ..., "error": ...}.
+
+With http-forward, "getc"/"putc" are the same with a chunked body, and
+{"op": "seq", "steps": [op, ...]} sends its steps one after another on ONE
+kept-alive connection, printing {"i": ..., "steps": [result, ...]}; a step
+answered with anything but 200 gives {"status": n, "deny": X-Vpnw-Deny} and
+ends the sequence (the proxy closes after a refusal).
 """
 from __future__ import annotations
 
@@ -57,8 +63,21 @@ class Reader:
             headers[k.strip().lower()] = v.strip()
         return status, headers
 
-    def body_digest(self, n: int) -> tuple[int, str]:
+    def chunked_digest(self) -> tuple[int, str]:
         digest, got = hashlib.sha256(), 0
+        while True:
+            size = int(self.line().split(b";")[0], 16)
+            if size == 0:
+                while self.line():
+                    pass
+                return got, digest.hexdigest()
+            n, _ = self.body_digest(size, digest)
+            got += n
+            if n != size or self.exactly(2) != b"\r\n":
+                raise ConnectionError("chunk cut short")
+
+    def body_digest(self, n: int, digest=None) -> tuple[int, str]:
+        digest, got = digest or hashlib.sha256(), 0
         take = min(n, len(self.buf))
         digest.update(self.buf[:take])
         got += take
@@ -101,30 +120,69 @@ def open_tunnel(door: str, host: str, ca: str):
     raise ValueError(door)
 
 
-def one(door: str, ca: str, i: int, op: dict) -> dict:
-    host, size, seed = op["host"], op["size"], op["seed"]
-    target = f"http://{host}" if door == "http-forward" else ""
-    try:
-        with open_tunnel(door, host, ca) as sock:
-            if op["op"] == "get":
-                sock.sendall(f"GET {target}/bytes/{size}?seed={seed} HTTP/1.1\r\nHost: {host}\r\n"
-                             f"Connection: close\r\n\r\n".encode())
-                reader = Reader(sock)
-                status, headers = reader.head()
-                if status != 200:
-                    return {"i": i, "error": f"status {status}"}
-                length, sha = reader.body_digest(int(headers["content-length"]))
-                return {"i": i, "length": length, "sha256": sha}
-            sock.sendall(f"POST {target}/upload HTTP/1.1\r\nHost: {host}\r\nContent-Length: {size}\r\n"
-                         f"Connection: close\r\n\r\n".encode())
-            for chunk in payload_chunks(size, seed):
+# A chunked upload's chunk sizes, in turn (below and above the splice threshold).
+UPLOAD_CHUNKS = (65537, 1, 1 << 20, 4096, 40000)
+
+
+def exchange(sock, reader: Reader, target: str, op: dict, *, close: bool) -> dict:
+    """One request and its answer on `sock`."""
+    host, size, seed, kind = op["host"], op["size"], op["seed"], op["op"]
+    conn = "Connection: close\r\n" if close else ""
+    if kind in ("get", "getc"):
+        path = "bytes" if kind == "get" else "chunked"
+        sock.sendall(f"GET {target}/{path}/{size}?seed={seed} HTTP/1.1\r\nHost: {host}\r\n"
+                     f"{conn}\r\n".encode())
+    else:
+        framing = f"Content-Length: {size}" if kind == "put" else "Transfer-Encoding: chunked"
+        sock.sendall(f"POST {target}/upload HTTP/1.1\r\nHost: {host}\r\n{framing}\r\n"
+                     f"{conn}\r\n".encode())
+        n = 0
+        for chunk in payload_chunks(size, seed):
+            if kind == "put":
                 sock.sendall(chunk)
+                continue
+            view = memoryview(chunk)
+            while view:
+                piece = view[:UPLOAD_CHUNKS[n % len(UPLOAD_CHUNKS)]]
+                n += 1
+                sock.sendall(b"%x\r\n" % len(piece) + piece + b"\r\n")
+                view = view[len(piece):]
+        if kind == "putc":
+            sock.sendall(b"0\r\n\r\n")
+    status, headers = reader.head()
+    if status != 200:
+        length = int(headers.get("content-length", "0"))
+        reader.exactly(length)
+        return {"status": status, "deny": headers.get("x-vpnw-deny")}
+    if kind == "get":
+        length, sha = reader.body_digest(int(headers["content-length"]))
+        return {"length": length, "sha256": sha}
+    if kind == "getc":
+        length, sha = reader.chunked_digest()
+        return {"length": length, "sha256": sha}
+    answer = json.loads(reader.exactly(int(headers["content-length"])))
+    return {"length": answer["length"], "sha256": answer["sha256"]}
+
+
+def one(door: str, ca: str, i: int, op: dict) -> dict:
+    steps = op["steps"] if op["op"] == "seq" else [op]
+    results = []
+    try:
+        with open_tunnel(door, steps[0]["host"], ca) as sock:
             reader = Reader(sock)
-            status, headers = reader.head()
-            answer = json.loads(reader.exactly(int(headers["content-length"])))
-            return {"i": i, "length": answer["length"], "sha256": answer["sha256"]}
+            for n, step in enumerate(steps):
+                target = f"http://{step['host']}" if door == "http-forward" else ""
+                results.append(exchange(sock, reader, target, step, close=n == len(steps) - 1))
+                if "status" in results[-1]:
+                    break
     except (OSError, ValueError, KeyError) as exc:
-        return {"i": i, "error": f"{type(exc).__name__}: {exc}"}
+        results.append({"error": f"{type(exc).__name__}: {exc}"})
+    if op["op"] == "seq":
+        return {"i": i, "steps": results}
+    result = results[0]
+    if "status" in result:
+        return {"i": i, "error": f"status {result['status']}"}
+    return {"i": i, **result}
 
 
 def main() -> int:
