@@ -4,6 +4,7 @@
     netload.py bulk  --to HOST:PORT [--http P | --socks P] --file F
     netload.py conns --to HOST:PORT [--http P | --socks P] --clients 50 --seconds S
     netload.py lat   --to HOST:PORT [--http P | --socks P] --count N
+    netload.py get   --to HOST:PORT [--http P] --path /payload   plain http:// GET
 
 Every client command prints one JSON object on stdout. The bulk client sends
 the file with os.sendfile (from tmpfs: no copy into Python) and the server
@@ -194,6 +195,37 @@ class _Conn:
     __slots__ = ("sock", "steps", "at", "data", "started")
 
 
+def get(args) -> dict:
+    """One plain http:// GET (absolute URI through the HTTP proxy on --http,
+    origin-form direct); the body read with recv_into one 4 MiB buffer, so
+    the client is never what caps the figure. Timed from the request on."""
+    host, port = args.to.rsplit(":", 1)
+    sock = socket.create_connection(("127.0.0.1", args.http) if args.http else (host, int(port)))
+    target = f"http://{args.to}{args.path}" if args.http else args.path
+    started = time.perf_counter()
+    sock.sendall(f"GET {target} HTTP/1.1\r\nHost: {args.to}\r\nConnection: close\r\n\r\n".encode())
+    head = b""
+    while b"\r\n\r\n" not in head:
+        data = sock.recv(65536)
+        if not data:
+            raise OSError("closed in the head")
+        head += data
+    head, _, got = head.partition(b"\r\n\r\n")
+    if not head.startswith(b"HTTP/1.1 200"):
+        raise OSError(f"answer: {head[:60]!r}")
+    length = int(head.lower().split(b"content-length:")[1].split(b"\r\n")[0])
+    buf = bytearray(4 << 20)
+    received = len(got)
+    while received < length:
+        n = sock.recv_into(buf)
+        if not n:
+            break
+        received += n
+    elapsed = time.perf_counter() - started
+    sock.close()
+    return {"bytes": received, "length": length, "seconds": elapsed, "gbps": received / elapsed / 1e9}
+
+
 def conns(args) -> dict:
     """`clients` connections at a time, each: connect, handshake, one small
     request, read the answer to end of stream, close; replaced at once."""
@@ -315,7 +347,7 @@ def main(argv=None) -> None:
     sub = ap.add_subparsers(dest="cmd", required=True)
     s = sub.add_parser("serve")
     s.add_argument("port", type=int)
-    for name in ("bulk", "conns", "lat"):
+    for name in ("bulk", "conns", "lat", "get"):
         p = sub.add_parser(name)
         p.add_argument("--to", required=True)
         p.add_argument("--http", type=int)
@@ -324,11 +356,12 @@ def main(argv=None) -> None:
         p.add_argument("--clients", type=int, default=50)
         p.add_argument("--seconds", type=float, default=3.0)
         p.add_argument("--count", type=int, default=0)
+        p.add_argument("--path", default="/")
     args = ap.parse_args(argv)
     if args.cmd == "serve":
         serve(args.port)
         return
-    result = {"bulk": bulk, "conns": conns, "lat": lat}[args.cmd](args)
+    result = {"bulk": bulk, "conns": conns, "lat": lat, "get": get}[args.cmd](args)
     sys.stdout.write(json.dumps(result) + "\n")
 
 
