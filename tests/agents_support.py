@@ -10,6 +10,7 @@ import os
 import re
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -158,19 +159,17 @@ class Terminal:
             time.sleep(0.1)
         raise AssertionError(f"the program did not end:\n{self.screen()}\n{self.log()}")
 
-    def quit_with_double_ctrl_c(self) -> int:
-        """Ctrl-C twice, as a person quits Claude Code ("Press Ctrl-C again to
-        exit"); again if the pair came before it read keys."""
+    def hang_up(self) -> int:
+        """Close the terminal, as a person closes the window (tmux sends
+        SIGHUP); vpnw's exit code is then read from the record's run.end."""
+        subprocess.run([*self.tmux, "kill-server"], capture_output=True)
         deadline = time.monotonic() + SCREEN_WAIT
-        while time.monotonic() < deadline and self.status() is None:
-            self.keys("C-c")
-            time.sleep(0.3)
-            self.keys("C-c")
-            for _ in range(50):
-                if self.status() is not None:
-                    break
-                time.sleep(0.1)
-        return self.wait_exit()
+        while time.monotonic() < deadline:
+            ends = [e for e in record_so_far(self.state_home) if e["type"] == "run.end"]
+            if ends:
+                return ends[-1]["fields"]["exit_code"]
+            time.sleep(0.2)
+        raise AssertionError(f"the run did not end after the terminal closed\n{self.log()}")
 
     def wait_record(self, done) -> list[dict]:
         """Wait until the run's record (read as it is written) satisfies `done`."""
@@ -211,3 +210,26 @@ def restore_world(world, made: list[Path]) -> None:
         path.unlink(missing_ok=True)
     world.dns_reset()
 
+
+
+def stop_codex_daemons(world, user: str) -> None:
+    """Outside vpnw, Codex leaves its background server running when it
+    ends (and may start it only then): stop it with its own command, then
+    end by pid, for a while, whatever this world's Codex left (a process
+    whose program lives under the world's homes)."""
+    world.run([str(CODEX), "app-server", "daemon", "stop"], user=user, env=world.agent_env, timeout=60)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        for pid in os.listdir("/proc"):
+            if not pid.isdigit():
+                continue
+            try:
+                exe = os.readlink(f"/proc/{pid}/exe")
+            except OSError:
+                continue
+            if exe.startswith(str(world.tmp) + "/") and "/.codex/" in exe:
+                try:
+                    os.kill(int(pid), signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+        time.sleep(0.5)
