@@ -91,6 +91,7 @@ class Terminal:
         conf = world.file("tmux-agents.conf", "set -g remain-on-exit on\nset -g history-limit 100\n")
         self.state_home = world.state_home(user)
         self.vpnw_log = self.state_home / "vpnw.log"
+        self.under_vpnw = bool(vpnw_args)
         argv = [VPNW, *vpnw_args, "--log", self.vpnw_log, "--", *program] if vpnw_args else program
         cmd, _ = world.command([str(a) for a in argv], user=user, env=env, cwd=cwd,
                                state_home=self.state_home)
@@ -142,6 +143,12 @@ class Terminal:
         remain-on-exit) writes "Pane is dead (status N, ...)" or "(signal N,
         ...)" once it has the status. (Its pane_dead flag comes earlier, when
         the terminal closes, before the status is known.)"""
+        # Under vpnw, its exit code is in the record's run.end (the pane may
+        # stay while something else still holds the terminal).
+        if self.under_vpnw:
+            ends = [e for e in record_so_far(self.state_home) if e["type"] == "run.end"]
+            if ends:
+                return ends[-1]["fields"]["exit_code"]
         # The whole pane with its scrollback: the line may have scrolled up.
         history = subprocess.run([*self.tmux, "capture-pane", "-p", "-J", "-S", "-"],
                                  capture_output=True, text=True).stdout
