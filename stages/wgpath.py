@@ -112,14 +112,9 @@ def _enter_namespace() -> None:
     uid, gid = os.getuid(), os.getgid()
     try:
         priv.unshare(priv.CLONE_NEWUSER | priv.CLONE_NEWNET | priv.CLONE_NEWNS)
-        with open("/proc/self/setgroups", "w") as f:
-            f.write("deny")
         # root inside (mapped to the caller): wireguard-go and ip keep
         # CAP_NET_ADMIN over this namespace across execve, and only over it.
-        with open("/proc/self/uid_map", "w") as f:
-            f.write(f"0 {uid} 1")
-        with open("/proc/self/gid_map", "w") as f:
-            f.write(f"0 {gid} 1")
+        priv.write_id_maps(uid, gid, root_inside=True)
         priv.mount(None, "/", None, priv.MS_REC | priv.MS_PRIVATE)
         # wireguard-go watches /var/run/wireguard/<name>.sock even when handed
         # its UAPI socket: a private tmpfs keeps that file out of the machine.

@@ -69,14 +69,17 @@ def umount(target: str, flags: int = 0) -> None:
     _check(_libc.umount2(target.encode(), flags), f"umount {target}")
 
 
-def write_id_maps(uid: int, gid: int) -> None:
-    """Map the caller's own uid/gid to themselves; no supplementary groups."""
+def write_id_maps(uid: int, gid: int, *, root_inside: bool = False) -> None:
+    """Map the caller's own uid/gid into the new user namespace, as themselves
+    (the sandbox) or as root (a path namespace, whose tools need
+    CAP_NET_ADMIN over it across execve); no supplementary groups."""
+    inside_uid, inside_gid = (0, 0) if root_inside else (uid, gid)
     with open("/proc/self/setgroups", "w") as f:
         f.write("deny")
     with open("/proc/self/uid_map", "w") as f:
-        f.write(f"{uid} {uid} 1")
+        f.write(f"{inside_uid} {uid} 1")
     with open("/proc/self/gid_map", "w") as f:
-        f.write(f"{gid} {gid} 1")
+        f.write(f"{inside_gid} {gid} 1")
 
 
 def cap_last_cap() -> int:
