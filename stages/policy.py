@@ -504,18 +504,11 @@ def parse_policy(text: str, source: str = "<policy>") -> Policy:
 
     lists: dict[str, tuple[Rule, ...]] = {}
     for which in ("allow", "deny"):
-        patterns = body.get(which, [])
-        if not isinstance(patterns, list):
-            problems.add(("policy", which), f"{which} is {_type_name(patterns)}, not an array",
-                         f'write {which} = ["api.github.com", "*.pythonhosted.org"]')
-            patterns = []
         rules = []
-        for index, pattern in enumerate(patterns):
-            path = ("policy", which, index)
-            if not isinstance(pattern, str):
-                problems.add(path, f"{which}[{index}] is {_type_name(pattern)}, not a string",
-                             'write each pattern in quotes, as "api.github.com"')
-                continue
+        for index, pattern, path in _string_list(
+                problems, ("policy", which), body.get(which, []),
+                f'write {which} = ["api.github.com", "*.pythonhosted.org"]',
+                'write each pattern in quotes, as "api.github.com"') or ():
             try:
                 rules.append(parse_rule(pattern, problems.line_of(path), which))
             except _BadRule as exc:
@@ -588,6 +581,24 @@ def check_file_entry(text: str) -> tuple[str, str] | None:
     return None
 
 
+def _string_list(problems, key: tuple, value, fix_list: str, fix_item: str):
+    """The strings of a list setting (allow, deny, deny_read, allow_write), each
+    with its index and key path for messages; None when it is not a list. An
+    entry that is not a string is reported and skipped."""
+    table, which = key
+    if not isinstance(value, list):
+        problems.add(key, f"{which} is {_type_name(value)}, not an array", fix_list)
+        return None
+    items = []
+    for index, item in enumerate(value):
+        path = (table, which, index)
+        if not isinstance(item, str):
+            problems.add(path, f"{which}[{index}] is {_type_name(item)}, not a string", fix_item)
+            continue
+        items.append((index, item, path))
+    return items
+
+
 def _parse_files(data: dict, problems: "_Problems") -> FileRules | None:
     if "files" not in data:
         return None
@@ -604,20 +615,12 @@ def _parse_files(data: dict, problems: "_Problems") -> FileRules | None:
         if which not in body:
             lists[which] = None
             continue
-        paths = body[which]
-        if not isinstance(paths, list):
-            problems.add(("files", which), f"{which} is {_type_name(paths)}, not an array",
-                         f'write {which} = ["~/.ssh", "./secrets"]' if which == "deny_read"
-                         else f'write {which} = [".", "/tmp"]')
-            lists[which] = ()
-            continue
         entries = []
-        for index, text in enumerate(paths):
-            path = ("files", which, index)
-            if not isinstance(text, str):
-                problems.add(path, f"{which}[{index}] is {_type_name(text)}, not a string",
-                             'write each path in quotes, as "~/.ssh"')
-                continue
+        for index, text, path in _string_list(
+                problems, ("files", which), body[which],
+                f'write {which} = ["~/.ssh", "./secrets"]' if which == "deny_read"
+                else f'write {which} = [".", "/tmp"]',
+                'write each path in quotes, as "~/.ssh"') or ():
             bad = check_file_entry(text)
             if bad:
                 problems.add(path, f"{which}[{index}] {_show(text)}: {bad[0]}", bad[1])
