@@ -33,6 +33,15 @@ class Pane:
             time.sleep(0.02)
         raise AssertionError(f"the terminal never showed {text!r}:\n{self.screen()}")
 
+    def wait_for_last_line(self, text: str) -> None:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            lines = [line for line in self.screen().splitlines() if line.strip()]
+            if lines and lines[-1].rstrip() == text:
+                return
+            time.sleep(0.1)
+        raise AssertionError(f"the last line never became {text!r}:\n{self.screen()}")
+
     def type(self, *keys: str) -> None:
         subprocess.run([*self.tmux, "send-keys", "--", *keys], check=True)
 
@@ -56,6 +65,9 @@ def test_bash_completes_vpnw_commands_and_options(tmp_path):
         pane.type("--po", "Tab")      # bash put a space after "guard"
         pane.wait_for("ready$ vpnw guard --policy")
         pane.type("C-c")
+        # Type on only once the fresh prompt is the last line: keys sent while
+        # bash still runs the completion would join the old line.
+        pane.wait_for_last_line("ready$")
         pane.type("vpnw do", "Tab")
         pane.wait_for("ready$ vpnw doctor")
     finally:
