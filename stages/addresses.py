@@ -105,8 +105,8 @@ def parse_host(host: str) -> str | IPv4Address | IPv6Address:
         bad = next(c for c in host if not c.isascii())
         raise BadHost(f"{host!r} holds {_describe_char(bad)} (U+{ord(bad):04X}), which is not ASCII; "
                       "names are judged in the ASCII form clients send (an IDNA A-label, xn--...)")
-    bad = next((c for c in host if not _ASCII_ALLOWED.fullmatch(c)), None)
-    if bad is not None:
+    if not _ASCII_ALLOWED.fullmatch(host):
+        bad = next(c for c in host if not _ASCII_ALLOWED.fullmatch(c))
         raise BadHost(f"{host!r} holds {_describe_char(bad)}, which no host name may hold")
     name = host.lower()
 

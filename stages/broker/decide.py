@@ -39,6 +39,7 @@ of its addresses is acceptable to the policy.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 from ipaddress import IPv4Address, IPv6Address, ip_address
 
 from ..addresses import (SPECIAL_LAST_LABELS, BadHost, classify, classify_name, embedded_ipv4,
@@ -75,9 +76,12 @@ class Decision:
     addresses: tuple = ()  # the addresses checked: the only ones the broker may dial (allowed, or --dry-run)
 
 
+@lru_cache(maxsize=4096, typed=True)
 def parse_target(host: str, port: int) -> Target:
     """What a client asked for -> Target, or BadTarget (odd spellings refused
-    before anything is looked up)."""
+    before anything is looked up). Pure, and a Target is immutable: the
+    answers for the hosts a run asks for again and again are kept (a
+    refusal is not kept, it is worked out again)."""
     if type(port) is not int or not 1 <= port <= 65535:
         raise BadTarget(f"{port!r} is not a port (1 to 65535)")
     try:

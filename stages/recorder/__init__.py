@@ -40,7 +40,9 @@ class _RunFile:
 
     A write that fails (disk full, `--record -` reader gone) is undone back to
     the last whole line where the file allows it (ftruncate; a pipe takes a
-    line of at most PIPE_BUF in one piece or not at all)."""
+    line of at most PIPE_BUF in one piece or not at all). The lines of one
+    read go to a file in one write: a busy run's recorder makes one system
+    call per batch, not one per event."""
 
     def __init__(self, fd: int, name: str):
         self.fd = fd
@@ -50,18 +52,24 @@ class _RunFile:
         except OSError:
             self.offset = None    # a pipe or a terminal
 
-    def write(self, line: bytes) -> None:
+    def write_lines(self, lines: list[bytes]) -> None:
+        """A file takes the lines read together in one write (undone to the
+        last whole line if it fails); a pipe or a terminal, one write per
+        line, each at most PIPE_BUF and so whole or absent."""
+        if self.offset is None:
+            for line in lines:
+                _write_all(self.fd, line)
+            return
+        data = b"".join(lines)
         try:
-            _write_all(self.fd, line)
+            _write_all(self.fd, data)
         except OSError:
-            if self.offset is not None:
-                try:
-                    os.ftruncate(self.fd, self.offset)
-                except OSError:
-                    pass
+            try:
+                os.ftruncate(self.fd, self.offset)
+            except OSError:
+                pass
             raise
-        if self.offset is not None:
-            self.offset += len(line)
+        self.offset += len(data)
 
 
 class _Tee:
@@ -249,6 +257,7 @@ def main_from_fds(in_fd: int, *, record: str | None, record_fd: int | None = Non
                         bad_lines += 1
                     continue
                 *lines, pending = pending.split(b"\n")
+            sealed = []
             for raw in lines:
                 if not raw.strip():
                     continue
@@ -269,20 +278,24 @@ def main_from_fds(in_fd: int, *, record: str | None, record_fd: int | None = Non
                     raw = _with_fields(raw, **losses)
                 elif "d" in event:
                     raw = unchained(raw)
-                line = chain.seal(raw.rstrip()) + b"\n"
-                # One write per line: a run killed at any moment leaves whole lines.
-                if run_file is not None:
-                    try:
-                        run_file.write(line)
-                    except OSError as exc:
-                        _say(f"cannot write the record {record}: {exc.strerror or exc}; "
-                             "vpnw stops the run rather than run the program unrecorded "
-                             "(the lines written are whole)")
-                        status = 1
-                        break
-                if ready_fd is not None:
-                    _signal_ready(ready_fd)
-                    ready_fd = None
+                sealed.append((event, chain.seal(raw.rstrip()) + b"\n"))
+            if not sealed:
+                continue
+            # Into the record first, then the copies: a copy never holds a
+            # line the record lacks.
+            if run_file is not None:
+                try:
+                    run_file.write_lines([line for _, line in sealed])
+                except OSError as exc:
+                    _say(f"cannot write the record {record}: {exc.strerror or exc}; "
+                         "vpnw stops the run rather than run the program unrecorded "
+                         "(the lines written are whole)")
+                    status = 1
+                    break
+            if ready_fd is not None:
+                _signal_ready(ready_fd)
+                ready_fd = None
+            for event, line in sealed:
                 # Side outputs carry the line as recorded, digest included:
                 # a copy kept elsewhere anchors the chain (docs/record.md).
                 if tee is not None:
