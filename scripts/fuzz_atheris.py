@@ -212,11 +212,11 @@ def target_handoff_message(data: bytes) -> None:
         for fd in fds:
             os.close(fd)
     try:
-        got = handoff.recv_conn(broker_end)
+        got = handoff.receive(broker_end)
     except handoff.HandoffError:
         got = None
     if got is not None:
-        got[1].close()
+        got.sock.close()
     after = len(os.listdir("/proc/self/fd"))
     assert after <= before - len(fds), f"descriptor leak: {before - len(fds)} -> {after}"
 

@@ -1,21 +1,36 @@
-"""The helper -> broker link: accepted connections handed over as file descriptors.
+"""The helper -> broker link: the doors, handed over as file descriptors.
 
-The link is an AF_UNIX SOCK_SEQPACKET socketpair. The helper shares a namespace
-with the program it guards, so the broker treats every message as untrusted
-(OpenSSH privsep style): one message is exactly two bytes, b"C" and a door id,
-carrying exactly one file descriptor that must be a connected TCP stream
-socket. Anything else is a HandoffError and the broker drops the message and
-closes whatever descriptors came with it.
+The link is an AF_UNIX SOCK_SEQPACKET socketpair. The helper hands over each
+door's listening socket once, before the program starts, and the broker
+accepts on it itself: a connection costs the broker one accept(2) and the
+helper nothing (the helper used to accept each one and pass it on, which
+cost both processes a wake-up and four system calls a connection). A socket
+keeps its network namespace wherever its descriptor goes, so what the
+broker accepts are still connections made on the sandbox's own loopback.
+
+The helper shares a namespace with the program it guards, so the broker
+treats every message as untrusted (OpenSSH privsep style): one message is
+exactly two bytes, a kind and a door id, carrying exactly one file
+descriptor:
+
+    b"L" + door   a door's listening socket: TCP, listening (SO_ACCEPTCONN)
+    b"C" + door   one accepted connection: a connected TCP stream socket
+
+(a helper that accepted a connection itself, and the tests, use b"C").
+Anything else is a HandoffError and the broker drops the message and closes
+whatever descriptors came with it.
 """
 from __future__ import annotations
 
 import array
 import os
 import socket
+from typing import NamedTuple
 
 DOORS = {"http": 3128, "socks": 1080}
 _DOOR_BYTE = {"http": b"H", "socks": b"S"}
 _BYTE_DOOR = {v: k for k, v in _DOOR_BYTE.items()}
+_KINDS = {b"L": "door", b"C": "conn"}
 MESSAGE_SIZE = 2
 
 
@@ -23,18 +38,34 @@ class HandoffError(Exception):
     pass
 
 
+class Handed(NamedTuple):
+    kind: str              # "door" (a listening socket) or "conn" (one connection)
+    door: str              # "http" or "socks"
+    sock: socket.socket
+
+
 def link() -> tuple[socket.socket, socket.socket]:
     """(helper_end, broker_end)."""
     return socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
 
 
-def send_conn(sock: socket.socket, door: str, fd: int) -> None:
-    sock.sendmsg([b"C" + _DOOR_BYTE[door]],
+def _send(sock: socket.socket, kind: bytes, door: str, fd: int) -> None:
+    sock.sendmsg([kind + _DOOR_BYTE[door]],
                  [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [fd]))])
 
 
-def recv_conn(sock: socket.socket) -> tuple[str, socket.socket] | None:
-    """Next handed-over connection as (door, socket); None at end of stream.
+def send_door(sock: socket.socket, door: str, fd: int) -> None:
+    """Hand over `door`'s listening socket."""
+    _send(sock, b"L", door, fd)
+
+
+def send_conn(sock: socket.socket, door: str, fd: int) -> None:
+    """Hand over one connection accepted on `door`."""
+    _send(sock, b"C", door, fd)
+
+
+def receive(sock: socket.socket) -> Handed | None:
+    """The next door or connection handed over; None at end of stream.
 
     Raises HandoffError for a message that breaks the protocol (its fds are
     closed first, so a hostile helper cannot leak descriptors into the broker).
@@ -49,21 +80,34 @@ def recv_conn(sock: socket.socket) -> tuple[str, socket.socket] | None:
     try:
         if flags & (socket.MSG_TRUNC | socket.MSG_CTRUNC):
             raise HandoffError("truncated message")
-        if len(msg) != MESSAGE_SIZE or msg[:1] != b"C" or msg[1:2] not in _BYTE_DOOR:
+        if len(msg) != MESSAGE_SIZE or msg[:1] not in _KINDS or msg[1:2] not in _BYTE_DOOR:
             raise HandoffError(f"unexpected message {msg[:16]!r}")
         if len(fds) != 1:
             raise HandoffError(f"expected one descriptor, got {len(fds)}")
         try:
-            conn = socket.socket(fileno=fds[0])
+            handed = socket.socket(fileno=fds[0])
         except OSError:
             # A pipe or a file: refused like any other bad message, never
             # taken for a failure of the link itself.
             raise HandoffError("descriptor is not a socket") from None
-        fds = array.array("i")  # owned by conn now
-        if conn.type != socket.SOCK_STREAM or conn.family not in (socket.AF_INET, socket.AF_INET6):
-            conn.close()
-            raise HandoffError("descriptor is not a TCP stream socket")
-        return _BYTE_DOOR[msg[1:2]], conn
+        fds = array.array("i")  # owned by `handed` now
+        kind = _KINDS[msg[:1]]
+        problem = _problem(handed, kind)
+        if problem:
+            handed.close()
+            raise HandoffError(problem)
+        return Handed(kind, _BYTE_DOOR[msg[1:2]], handed)
     finally:
         for fd in fds:
             os.close(fd)
+
+
+def _problem(sock: socket.socket, kind: str) -> str | None:
+    if sock.type != socket.SOCK_STREAM or sock.family not in (socket.AF_INET, socket.AF_INET6):
+        return "descriptor is not a TCP stream socket"
+    listening = sock.getsockopt(socket.SOL_SOCKET, socket.SO_ACCEPTCONN) == 1
+    if kind == "door" and not listening:
+        return "a door's descriptor is not a listening socket"
+    if kind == "conn" and listening:
+        return "a connection's descriptor is a listening socket"
+    return None

@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 from stages import handoff
 from test_broker import EchoServer, run_broker, socks_connect  # noqa: F401  (fixture)
 
-FD_KINDS = ["pipe", "unix", "file", "udp", "tcp-unconnected", "tcp-connected"]
+FD_KINDS = ["pipe", "unix", "file", "udp", "tcp-unconnected", "tcp-connected", "tcp-listening"]
 
 
 def open_fds() -> int:
@@ -53,6 +53,11 @@ class Descriptors:
             return socket.socket(socket.AF_INET, socket.SOCK_DGRAM).detach()
         if kind == "tcp-unconnected":
             return socket.socket().detach()
+        if kind == "tcp-listening":
+            s = socket.socket()
+            s.bind(("127.0.0.1", 0))
+            s.listen()
+            return s.detach()
         client = socket.create_connection(self.listener.getsockname())
         server, _ = self.listener.accept()
         self.peers.append(client)
@@ -77,13 +82,14 @@ def send(helper_end: socket.socket, message: bytes, fds: list[int]) -> None:
             os.close(fd)       # the sender's copies; the broker owns what it received
 
 
-# --- recv_conn alone: every message is accepted or refused, nothing leaks -----
+# --- receive alone: every message is accepted or refused, nothing leaks ------
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(message=st.one_of(st.binary(max_size=80),
-                         st.sampled_from([b"CH", b"CS", b"CX", b"C", b"CHH", b"ch", b"H"])),
+                         st.sampled_from([b"CH", b"CS", b"CX", b"C", b"CHH", b"ch", b"H",
+                                          b"LH", b"LS", b"LX", b"L", b"LHH", b"lh"])),
        kinds=st.lists(st.sampled_from(FD_KINDS), max_size=5))
-def test_any_message_is_a_connection_or_a_handoff_error(message, kinds):
+def test_any_message_is_a_door_a_connection_or_a_handoff_error(message, kinds):
     helper_end, broker_end = handoff.link()
     descriptors = Descriptors()
     try:
@@ -93,17 +99,18 @@ def test_any_message_is_a_connection_or_a_handoff_error(message, kinds):
             return  # an empty datagram is the link's end of stream
         send(helper_end, message, fds)
         try:
-            got = handoff.recv_conn(broker_end)
+            got = handoff.receive(broker_end)
         except handoff.HandoffError:
             got = None
-        valid = (message in (b"CH", b"CS") and len(kinds) == 1
-                 and kinds[0] in ("tcp-unconnected", "tcp-connected"))
+        valid = len(kinds) == 1 and (
+            (message in (b"CH", b"CS") and kinds[0] in ("tcp-unconnected", "tcp-connected"))
+            or (message in (b"LH", b"LS") and kinds[0] == "tcp-listening"))
         assert (got is not None) == valid, (message, kinds, got)
         if got is not None:
-            door, conn = got
-            assert door == {b"CH": "http", b"CS": "socks"}[message]
-            assert conn.type == socket.SOCK_STREAM
-            conn.close()
+            assert got.kind == {b"C": "conn", b"L": "door"}[message[:1]]
+            assert got.door == {b"H": "http", b"S": "socks"}[message[1:]]
+            assert got.sock.type == socket.SOCK_STREAM
+            got.sock.close()
         # Every descriptor that arrived was closed or handed back and closed.
         assert open_fds() == before + len(descriptors.peers)
     finally:
@@ -121,7 +128,7 @@ def test_a_non_socket_descriptor_is_a_handoff_error_not_an_oserror(kind):
     try:
         send(helper_end, b"CH", [descriptors.make(kind)])
         with pytest.raises(handoff.HandoffError, match="not a socket"):
-            handoff.recv_conn(broker_end)
+            handoff.receive(broker_end)
     finally:
         descriptors.close()
         helper_end.close()
@@ -135,12 +142,12 @@ def test_oversized_and_overfull_messages_are_refused_and_closed():
         before = open_fds()
         send(helper_end, b"CH" + b"x" * 60000, [descriptors.make("tcp-connected")])
         with pytest.raises(handoff.HandoffError, match="truncated"):
-            handoff.recv_conn(broker_end)
+            handoff.receive(broker_end)
         # More descriptors than the broker makes room for: the kernel drops the
         # rest (MSG_CTRUNC) and the broker closes the ones it got.
         send(helper_end, b"CH", [descriptors.make("tcp-connected") for _ in range(20)])
         with pytest.raises(handoff.HandoffError):
-            handoff.recv_conn(broker_end)
+            handoff.receive(broker_end)
         assert open_fds() == before + len(descriptors.peers)
     finally:
         descriptors.close()
@@ -164,7 +171,8 @@ def test_the_broker_survives_every_bad_message_and_serves_the_next_connection(ru
                                (b"CH", ["pipe"]), (b"CS", ["unix"]), (b"CH", ["file"]),
                                (b"CS", ["udp"]), (b"CH", ["tcp-connected"] * 3),
                                (b"CH" * 5000, ["tcp-connected"]), (b"", ["pipe"]),
-                               (b"CH", ["tcp-unconnected"])]:
+                               (b"CH", ["tcp-unconnected"]), (b"CH", ["tcp-listening"]),
+                               (b"LS", ["tcp-connected"]), (b"LH", ["udp"]), (b"LH", ["pipe"])]:
             send(b.helper_end, message, [descriptors.make(k) for k in kinds])
         with b.connect("socks") as c:
             assert socks_connect(c, 1, socket.inet_aton("127.0.0.1"), echo.port)[1] == 0

@@ -139,7 +139,8 @@ class Connector:
             sock, address = await self.dialer.dial(allowed.host, port, allowed.addresses)
         except DialError as exc:
             return Failed("path" if exc.error == "path-down" else "dial", exc.error, exc.reason)
-        sock.setblocking(False)
+        if sock.gettimeout() != 0.0:    # the dialers' sockets already are
+            sock.setblocking(False)
         return Opened(conn, sock, address, port, ms_since(started), time.monotonic())
 
     async def resolve(self, conn: int, host: str, port: int) -> tuple:

@@ -132,10 +132,11 @@ async def dial_direct(addresses, port: int, *, timeout: float = CONNECT_TIMEOUT,
         ip = address if isinstance(address, _IP_TYPES) else ipaddress.ip_address(address)
         family = socket.AF_INET6 if ip.version == 6 else socket.AF_INET
         if make_socket is None:
-            sock = socket.socket(family, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
+            # Non-blocking from its creation: no ioctl.
+            sock = socket.socket(family, socket.SOCK_STREAM | socket.SOCK_NONBLOCK | socket.SOCK_CLOEXEC)
         else:
             sock = await make_socket(family)
-        sock.setblocking(False)
+            sock.setblocking(False)
         try:
             await _connect(loop, sock, (str(ip), port), timeout)
         except (OSError, asyncio.TimeoutError) as exc:

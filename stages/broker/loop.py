@@ -1,9 +1,11 @@
 """The broker's run: check the path, accept handed-over connections, give
 each to its door's session, wind down, report the totals.
 
-One asyncio loop (epoll) serves every connection: a task per connection for
-the handshake and the dial, then the splice relay (readiness callbacks, no
-task work per byte). Name lookups run in the loop's bounded thread pool.
+One asyncio loop (epoll) serves every connection: it accepts on the doors'
+listening sockets (handed over by the helper once, handoff.py), then runs a
+task per connection for the handshake and the dial, then the splice relay
+(readiness callbacks, no task work per byte). Name lookups run in the loop's
+bounded thread pool.
 
 The jobs live apart: this module is the run's lifecycle; journal.py writes
 the record and counts; connector.py decides and dials (Opened | Denied |
@@ -13,6 +15,7 @@ parsers.
 from __future__ import annotations
 
 import asyncio
+import errno
 import os
 import resource
 import signal
@@ -22,7 +25,7 @@ import time
 
 from .. import status as st
 from ..exits import ExitCode
-from ..handoff import HandoffError, recv_conn
+from ..handoff import HandoffError, receive
 from ..record import Emitter
 from .connector import Connector
 from .dial import PathDown, dialer_for
@@ -30,6 +33,9 @@ from .journal import Journal, ms_since
 from .limits import MAX_PENDING_HANDSHAKES
 from .relay import Relay
 from .sessions import HttpDoor, Socks5Door
+
+
+_OUT_OF_RESOURCES = (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM)
 
 
 def _warn(message: str) -> None:
@@ -60,7 +66,9 @@ class Broker:
         self.tasks: set[asyncio.Task] = set()
         self.relays: set[Relay] = set()
         self.stopping: asyncio.Event | None = None
-        self.handshaking: set[socket.socket] = set()   # handed over, no request yet
+        self.handshaking: set[socket.socket] = set()   # accepted, no request yet
+        self.listening: list[socket.socket] = []        # the doors, handed over by the helper
+        self.paused_said = False
         self.doors = {"socks": Socks5Door(self), "http": HttpDoor(self)}
 
     async def check_path(self) -> bool:
@@ -106,6 +114,9 @@ class Broker:
             await self.stopping.wait()
         finally:
             loop.remove_reader(handoff.fileno())
+            for listener in self.listening:
+                loop.remove_reader(listener.fileno())
+                listener.close()
         await self._wind_down()
         self.journal.report_totals()
         return 0
@@ -113,7 +124,7 @@ class Broker:
     def _on_handoff(self, handoff: socket.socket) -> None:
         for _ in range(64):
             try:
-                got = recv_conn(handoff)
+                handed = receive(handoff)
             except (BlockingIOError, InterruptedError):
                 return
             except HandoffError as exc:
@@ -123,20 +134,61 @@ class Broker:
                 _warn(f"handoff socket failed: {exc}")
                 self.stopping.set()
                 return
-            if got is None:
+            if handed is None:
                 self.stopping.set()
                 return
-            door, sock = got
-            if len(self.handshaking) >= MAX_PENDING_HANDSHAKES:
-                sock.close()
-                self.journal.fail(self.journal.new_conn(), "handshake", "refused",
-                                  f"{MAX_PENDING_HANDSHAKES} connections are already waiting to send "
-                                  "their request; this one was closed at once")
-                continue
-            self.handshaking.add(sock)
-            task = asyncio.get_running_loop().create_task(self._serve(door, sock))
-            self.tasks.add(task)
-            task.add_done_callback(self.tasks.discard)
+            if handed.kind == "door":
+                handed.sock.setblocking(False)
+                self.listening.append(handed.sock)
+                asyncio.get_running_loop().add_reader(handed.sock.fileno(), self._on_door,
+                                                      handed.door, handed.sock)
+            else:
+                handed.sock.setblocking(False)
+                self._take(handed.door, handed.sock)
+
+    def _on_door(self, door: str, listener: socket.socket) -> None:
+        """Accept what the door holds (a bounded batch: the loop stays fair
+        to the connections already open)."""
+        for _ in range(64):
+            try:
+                sock, _peer = listener.accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError as exc:
+                if exc.errno in _OUT_OF_RESOURCES:
+                    self._pause_door(door, listener, exc)
+                    return
+                continue    # that one connection is gone (ECONNABORTED)
+            sock.setblocking(False)
+            self._take(door, sock)
+
+    def _pause_door(self, door: str, listener: socket.socket, exc: OSError) -> None:
+        """Out of descriptors or memory: the connections wait in the door's
+        backlog and the door is looked at again shortly (a readable door
+        left registered would spin the loop)."""
+        loop = asyncio.get_running_loop()
+        loop.remove_reader(listener.fileno())
+        if not self.paused_said:
+            self.paused_said = True
+            _warn(f"cannot accept on the {door} door ({exc.strerror or exc}); "
+                  "new connections wait until connections close")
+
+        def resume() -> None:
+            if listener.fileno() != -1 and not self.stopping.is_set():
+                loop.add_reader(listener.fileno(), self._on_door, door, listener)
+        loop.call_later(0.1, resume)
+
+    def _take(self, door: str, sock: socket.socket) -> None:
+        if len(self.handshaking) >= MAX_PENDING_HANDSHAKES:
+            sock.close()
+            self.journal.fail(self.journal.new_conn(), "handshake", "refused",
+                              f"{MAX_PENDING_HANDSHAKES} connections are already waiting to send "
+                              "their request; this one was closed at once")
+            return
+        self.handshaking.add(sock)
+        task = asyncio.get_running_loop().create_task(self._serve(door, sock))
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
 
     async def _wind_down(self) -> None:
         if self.tasks:
@@ -149,7 +201,6 @@ class Broker:
             await asyncio.wait(set(self.tasks))
 
     async def _serve(self, door: str, sock: socket.socket) -> None:
-        sock.setblocking(False)
         try:
             await self.doors["socks" if door == "socks" else "http"].serve(sock)
         except asyncio.CancelledError:

@@ -225,6 +225,15 @@ class _Direction:
         self.relay._direction_done()
 
 
+def nonblocking_dup(sock: socket.socket) -> socket.socket:
+    """A second socket object on a duplicate of `sock`'s (non-blocking)
+    descriptor. Family and type are given, not asked of the kernel, and
+    SOCK_NONBLOCK in the type marks it non-blocking without an ioctl: the
+    duplicate shares the open file, so it is already O_NONBLOCK."""
+    return socket.socket(sock.family, sock.type | socket.SOCK_NONBLOCK, sock.proto,
+                         fileno=os.dup(sock.fileno()))
+
+
 class Relay:
     """Relay between `client` and `upstream` (both non-blocking stream
     sockets, already connected) until both directions end. The relay owns
@@ -234,8 +243,9 @@ class Relay:
                  loop: asyncio.AbstractEventLoop | None = None):
         self.loop = loop or asyncio.get_running_loop()
         self.client, self.upstream = client, upstream
-        client.setblocking(False)
-        upstream.setblocking(False)
+        for sock in (client, upstream):
+            if sock.gettimeout() != 0.0:    # setblocking is a system call every time
+                sock.setblocking(False)
         self.up = _Direction(self, client, upstream)      # client -> upstream
         self.down = _Direction(self, upstream, client)    # upstream -> client
         self.finished: asyncio.Future = self.loop.create_future()

@@ -24,11 +24,14 @@ import socket
 
 from . import http_proxy, socks5
 from .connector import Denied, Failed, Opened
-from .relay import BodyCopy, Relay
+from .relay import BodyCopy, Relay, nonblocking_dup
 
 HANDSHAKE_TIMEOUT = 30.0    # the first request head must arrive within this (slowloris)
 IDLE_TIMEOUT = 120.0        # between requests on a kept-alive client connection
-RECV_SIZE = 256 * 1024
+# Reads into Python are heads, chunk-size lines and short bodies (longer
+# bodies are spliced). 64 KiB stays below malloc's mmap threshold: a larger
+# buffer costs an mmap, an mremap and a munmap on every read.
+RECV_SIZE = 64 * 1024
 # Body runs shorter than this are read into Python with the head: a splice
 # costs a pipe and an epoll registration, which only pays for longer runs.
 SPLICE_MIN = 32 * 1024
@@ -52,7 +55,7 @@ class _Door:
                 await loop.sock_sendall(opened.sock, early)
                 opened.bytes_up += len(early)
             # The relay closes its own duplicate; the caller closes the original.
-            relay = Relay(socket.socket(fileno=os.dup(client.fileno())), opened.sock)
+            relay = Relay(nonblocking_dup(client), opened.sock)
             self.run.relays.add(relay)
             relay.start()
             await relay.wait()

@@ -2,7 +2,8 @@
 
     python -m stages.helper [--allow-unix-sockets] [--status-fd N] -- PROG ARGS
 
-Handed-over connections are reported on stderr (`vpnw-helper: conn http`),
+Connections to the doors (handed over as the broker gets them: the doors'
+listening sockets) are reported on stderr (`vpnw-helper: conn http`),
 answered with b"bye" and closed. Exits with the program's status (122 when the sandbox cannot be
 built). Status lines go to stderr, or to --status-fd.
 """
@@ -24,6 +25,11 @@ def _greet(conn) -> None:
         pass
     finally:
         conn.close()
+
+
+def _greet_handed(door: str, conn) -> None:
+    print(f"vpnw-helper: conn {door}", file=sys.stderr, flush=True)
+    _greet(conn)
 
 
 def main(args: list[str]) -> int:
@@ -67,17 +73,25 @@ def main(args: list[str]) -> int:
         for key, _ in sel.select():
             if key.data == "link":
                 try:
-                    got = handoff.recv_conn(broker_end)
+                    handed = handoff.receive(broker_end)
                 except handoff.HandoffError as e:
                     print(f"vpnw-helper: bad handoff: {e}", file=sys.stderr)
                     continue
-                if got is None:
+                if handed is None:
                     sel.unregister(broker_end)
                     open_.discard("link")
+                elif handed.kind == "door":
+                    handed.sock.setblocking(False)
+                    sel.register(handed.sock, selectors.EVENT_READ, ("door", handed.door))
+                else:
+                    _greet_handed(handed.door, handed.sock)
+                continue
+            if key.data != "status":
+                try:
+                    conn, _ = key.fileobj.accept()
+                except (BlockingIOError, InterruptedError):
                     continue
-                door, conn = got
-                print(f"vpnw-helper: conn {door}", file=sys.stderr, flush=True)
-                _greet(conn)
+                _greet_handed(key.data[1], conn)
                 continue
             line = status.readline()
             if not line:

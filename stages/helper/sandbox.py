@@ -22,7 +22,6 @@ import contextlib
 import errno
 import os
 import re
-import selectors
 import signal
 import socket
 import sys
@@ -105,7 +104,7 @@ def _open_doors() -> list[tuple[str, socket.socket]]:
         for door, port in handoff.DOORS.items():
             s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
             s.bind(("127.0.0.1", port))
-            s.listen(128)
+            s.listen(4096)    # the kernel caps it at net.core.somaxconn
             s.setblocking(False)
             doors.append((door, s))
     except OSError as e:
@@ -117,7 +116,7 @@ def _open_doors() -> list[tuple[str, socket.socket]]:
             s = socket.socket(socket.AF_INET6, socket.SOCK_STREAM)
             s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
             s.bind(("::1", port))
-            s.listen(128)
+            s.listen(4096)    # the kernel caps it at net.core.somaxconn
             s.setblocking(False)
             doors.append((door, s))
         except OSError:
@@ -223,6 +222,17 @@ def run(argv: list[str], handoff_fd: int, status_fd: int, go_fd: int,
         _reap(init_pid)
         return ExitCode.NO_SANDBOX
 
+    # The doors go to the broker before the program can knock: it accepts on
+    # them itself (handoff.py). Our copies close; the broker's keep them open.
+    # A link that fails here is vpnw's own failure (125, never "no sandbox"),
+    # reported by run_helper, and the program never starts.
+    try:
+        with socket.socket(fileno=os.dup(handoff_fd)) as link:
+            for door, lsock in doors:
+                handoff.send_door(link, door, lsock.fileno())
+    finally:
+        for _door, lsock in doors:
+            lsock.close()
     st.write(status_fd, st.Ready(namespaces=tuple(priv.NAMESPACE_NAMES), seccomp=True,
                                  unix_sockets=allow_unix_sockets,
                                  doors=tuple(handoff.DOORS.items())))
@@ -233,8 +243,7 @@ def run(argv: list[str], handoff_fd: int, status_fd: int, go_fd: int,
     os.write(go_w, b"g")
     os.close(go_w)
 
-    link = socket.socket(fileno=os.dup(handoff_fd))
-    final = _serve(doors, link, report, status_fd)
+    final = _wait_for_the_end(report, status_fd)
     status = _reap(init_pid)
     if isinstance(final, (st.ExecFailed, st.SandboxFailed, st.Exited)):
         st.write(status_fd, final)
@@ -323,42 +332,21 @@ def _decode_status(status: int) -> tuple[int, int | None]:
     return os.waitstatus_to_exitcode(status), None
 
 
-def _serve(doors: list[tuple[str, socket.socket]], link: socket.socket,
-           report: st.StatusReader, status_fd: int) -> st.Message | None:
-    """Accept on the doors and hand every connection over until init reports
-    the end; pass the program's stops on meanwhile. Returns init's last
-    message, or None when init ended without one."""
-    final = None
-    sel = selectors.DefaultSelector()
-    for door, lsock in doors:
-        sel.register(lsock, selectors.EVENT_READ, door)
-    sel.register(report.fd, selectors.EVENT_READ, None)
-    while final is None and not report.eof:
-        for key, _ in sel.select():
-            if key.data is None:
-                try:
-                    report.feed()
-                    while final is None and (message := report.pop()) is not None:
-                        if isinstance(message, st.Stopped):
-                            st.write(status_fd, message)
-                        else:
-                            final = message
-                except st.StatusError:
-                    report.eof = True  # init said what it does not say: the end, as above
-                continue
-            try:
-                conn, _addr = key.fileobj.accept()
-            except (BlockingIOError, InterruptedError, ConnectionAbortedError):
-                continue
-            try:
-                handoff.send_conn(link, key.data, conn.fileno())
-            except OSError:
-                pass  # the broker is gone: the connection just closes (fail closed)
-            finally:
-                conn.close()
-    for _door, lsock in doors:
-        lsock.close()
-    return final
+def _wait_for_the_end(report: st.StatusReader, status_fd: int) -> st.Message | None:
+    """Pass the program's stops on until init reports the end. Returns init's
+    last message, or None when init ended without one."""
+    while not report.eof:
+        try:
+            message = report.next_message()
+        except st.StatusError:
+            return None     # init said what it does not say: the end, as above
+        if message is None:
+            return None
+        if isinstance(message, st.Stopped):
+            st.write(status_fd, message)
+        else:
+            return message
+    return None
 
 
 # ---------------------------------------------------------------- C: init
