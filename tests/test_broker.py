@@ -138,9 +138,11 @@ class BrokerRun:
         self.accepter.start()
 
     def _run(self, policy, dry_run, grace):
+        # One broker process: this one runs in a thread of pytest's, which
+        # must not fork (the workers are tested through vpnw, test_e2e_load).
         self.result = main_from_fds(self.broker_end.fileno(), self.events_file.fileno(), self.status_w,
                                     run_id="r-test", policy=policy or Policy.allow_all(), path=None,
-                                    dry_run=dry_run, grace=grace)
+                                    dry_run=dry_run, grace=grace, workers=1)
 
     def _accept(self):
         while True:

@@ -21,7 +21,7 @@ import pytest
 from stages.record import read_events
 from stages.recorder import check
 from stages.recorder.check import check_run, schema_problems
-from test_e2e_faults import Running, stages_of, wait_until  # noqa: F401
+from test_e2e_faults import Running, children, stages_of, wait_until  # noqa: F401
 
 pytestmark = [pytest.mark.world, pytest.mark.slow]
 
@@ -34,8 +34,13 @@ LOAD_AGENT = (Path(__file__).resolve().parent / "progs" / "load_agent.py").read_
 
 
 def broker_figures(pid: int) -> tuple[int, int]:
-    fds = len(os.listdir(f"/proc/{pid}/fd"))
-    rss = next(int(line.split()[1]) for line in open(f"/proc/{pid}/status") if line.startswith("VmRSS:"))
+    """Open descriptors and RSS of the broker and its workers together
+    (broker/workers.py: one process per core, each accepting on the doors)."""
+    fds = rss = 0
+    for each in (pid, *children(pid)):
+        fds += len(os.listdir(f"/proc/{each}/fd"))
+        rss += next(int(line.split()[1]) for line in open(f"/proc/{each}/status")
+                    if line.startswith("VmRSS:"))
     return fds, rss
 
 
@@ -115,3 +120,65 @@ def test_no_descriptor_or_memory_leak_after_10000_in_sequence_and_1000_at_once(w
     total = 200 + SEQUENCE + AT_ONCE
     assert sum(1 for e in events if e["type"] == "conn.close") == total
     assert events[-1]["fields"]["connections"] == total
+
+
+BURST_AGENT = r'''
+import socket, sys, threading, urllib.request
+PER_THREAD, THREADS = int(sys.argv[1]), int(sys.argv[2])
+failed = []
+
+def http_door():
+    with urllib.request.urlopen("http://api.github.com/", timeout=30) as r:
+        r.read()
+
+def socks_door():
+    s = socket.create_connection(("127.0.0.1", 1080), timeout=30)
+    name = b"api.github.com"
+    s.sendall(b"\x05\x01\x00" + b"\x05\x01\x00\x03" + bytes([len(name)]) + name + (80).to_bytes(2, "big"))
+    got = b""
+    while len(got) < 2 + 10:
+        chunk = s.recv(64)
+        if not chunk:
+            break
+        got += chunk
+    assert got[:2] == b"\x05\x00" and got[3] == 0, got
+    s.sendall(b"GET / HTTP/1.0\r\nHost: api.github.com\r\n\r\n")
+    while s.recv(65536):
+        pass
+    s.close()
+
+def work(n):
+    for i in range(PER_THREAD):
+        try:
+            (http_door if (n + i) % 2 else socks_door)()
+        except Exception as exc:
+            failed.append(repr(exc))
+
+threads = [threading.Thread(target=work, args=(n,)) for n in range(THREADS)]
+for t in threads: t.start()
+for t in threads: t.join()
+print(len(failed), failed[:3])
+sys.exit(1 if failed else 0)
+'''
+
+
+def test_broker_workers_share_the_doors_and_number_connections_once(world, user):
+    # Two broker processes (broker/workers.py) accept on the same doors: a
+    # burst from 16 threads through both is served by both, and the record
+    # still numbers the connections 1..N, each once, each accounted, with
+    # the totals of both in run.end.
+    from e2e_support import assert_every_connection_accounted, describe, run_events
+    agent = world.file(f"burst_agent_{user}.py", BURST_AGENT)
+    per_thread, threads = 25, 16
+    r = world.vpnw(["run", "--", sys.executable, str(agent), str(per_thread), str(threads)],
+                   user=user, env={"VPNW_BROKER_WORKERS": "2"}, timeout=300)
+    assert r.returncode == 0, describe(r)
+    events = run_events(r)
+    by_conn = assert_every_connection_accounted(events)
+    total = per_thread * threads
+    assert sorted(by_conn) == list(range(1, total + 1))
+    assert events[-1]["fields"]["connections"] == total
+    assert {e["fields"]["kind"] for e in events if e["type"] == "conn.request"} == {"http-forward", "socks5"}
+    # Each event names the process that wrote it: both brokers served.
+    served_by = {e["pid"] for e in events if e["conn"] is not None}
+    assert len(served_by) == 2, served_by

@@ -8,13 +8,15 @@ from __future__ import annotations
 
 
 def main_from_fds(handoff_fd: int, event_fd: int, status_fd: int, *, run_id: str,
-                  policy, path, dry_run: bool = False, grace: float = 2.0) -> int:
+                  policy, path, dry_run: bool = False, grace: float = 2.0,
+                  workers: int | None = None) -> int:
     """Run the broker until the helper is gone (or SIGTERM); returns the exit
     code: 0, 123 when the path check failed, 125 when the broker itself failed.
 
     Writes events to `event_fd` and its status (stages/status.py: PathOk or
     PathDown first, Totals last) to `status_fd`. `policy=None` allows everything; `path=None`
-    is the direct path."""
+    is the direct path. `workers`: broker processes in all (None: one per core,
+    broker/workers.py)."""
     path_reported = False
     if path is None or getattr(path, "type", "direct") == "direct":
         # The direct path has nothing to check: say so before loading the
@@ -28,4 +30,5 @@ def main_from_fds(handoff_fd: int, event_fd: int, status_fd: int, *, run_id: str
         path_reported = True
     from .loop import run_broker
     return run_broker(handoff_fd, event_fd, status_fd, run_id=run_id, policy=policy,
-                      path=path, dry_run=dry_run, grace=grace, path_reported=path_reported)
+                      path=path, dry_run=dry_run, grace=grace, path_reported=path_reported,
+                      workers=workers)

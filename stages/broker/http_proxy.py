@@ -469,6 +469,11 @@ class RequestParser(_Framer):
             return NEED_DATA
         return self._parse_request_head(head)
 
+    def body_follows(self) -> bool:
+        """After a ForwardHead: whether a body comes (False: next_event()
+        gives END at once)."""
+        return self._mode is not DONE
+
     def tunnel_data(self) -> bytes:
         """After a ConnectHead: bytes the client sent ahead of the tunnel."""
         data = bytes(self._buf)

@@ -19,10 +19,11 @@ def ms_since(since: float) -> int:
 
 
 class Journal:
-    def __init__(self, emitter: Emitter, status_fd: int):
+    def __init__(self, emitter: Emitter, status_fd: int, numbers=None):
+        from .workers import ConnNumbers
         self.emitter = emitter
         self.status_fd = status_fd
-        self.last_conn = 0
+        self.numbers = numbers or ConnNumbers()   # shared with the workers, when there are any
         self.totals = {"connections": 0, "denied": 0, "would_deny": 0, "failed": 0}
         self.flush_scheduled = False
         emitter.hold()
@@ -51,9 +52,8 @@ class Journal:
         self.status(st.Totals(**self.totals))
 
     def new_conn(self) -> int:
-        self.last_conn += 1
         self.totals["connections"] += 1
-        return self.last_conn
+        return self.numbers.next()
 
     def fail(self, conn: int, stage: str, error: str, reason: str) -> None:
         self.totals["failed"] += 1

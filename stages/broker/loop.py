@@ -33,6 +33,7 @@ from .journal import Journal, ms_since
 from .limits import MAX_PENDING_HANDSHAKES
 from .relay import Relay
 from .sessions import HttpDoor, Socks5Door
+from .workers import Crew, SharedConnNumbers, worker_count
 
 
 _OUT_OF_RESOURCES = (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM)
@@ -52,11 +53,13 @@ class Broker:
 
     def __init__(self, *, emitter: Emitter, status_fd: int, policy, path,
                  dry_run: bool = False, grace: float = 2.0,
-                 local_addresses: frozenset = frozenset(), path_reported: bool = False):
+                 local_addresses: frozenset = frozenset(), path_reported: bool = False,
+                 numbers=None, crew: Crew | None = None):
         self.path_reported = path_reported  # main_from_fds already said the direct path is ok
         self.path = path
         self.grace = grace
-        self.journal = Journal(emitter, status_fd)
+        self.crew = crew                    # the workers, when this is their lead (workers.py)
+        self.journal = Journal(emitter, status_fd, numbers)
         self.dialer = dialer_for(path)
         # The path's own addresses (a WireGuard tunnel's) are this run's, like the machine's.
         local_addresses = local_addresses | getattr(self.dialer, "own_addresses", frozenset())
@@ -103,10 +106,10 @@ class Broker:
         if not checking.done():
             checking.cancel()
             await asyncio.wait({checking})
-            self.journal.report_totals()
+            self.report_totals()
             return ExitCode.PATH_DOWN
         if not checking.result():
-            self.journal.report_totals()
+            self.report_totals()
             return ExitCode.PATH_DOWN
         handoff.setblocking(False)
         loop.add_reader(handoff.fileno(), self._on_handoff, handoff)
@@ -117,9 +120,23 @@ class Broker:
             for listener in self.listening:
                 loop.remove_reader(listener.fileno())
                 listener.close()
+            if self.crew is not None:
+                self.crew.release()     # the workers wind down alongside
         await self._wind_down()
-        self.journal.report_totals()
+        self.report_totals()
         return 0
+
+    def report_totals(self) -> None:
+        """The run's totals: this process's, and its workers' once they end."""
+        if self.crew is not None:
+            self.crew.release()
+            sums, missing = self.crew.collect(timeout=self.grace + 5.0)
+            for key, value in sums.items():
+                self.journal.totals[key] += value
+            if missing:
+                _warn(f"{missing} broker worker(s) ended without reporting their totals; "
+                      "their connections are in the record but not in these counts")
+        self.journal.report_totals()
 
     def _on_handoff(self, handoff: socket.socket) -> None:
         for _ in range(64):
@@ -138,6 +155,8 @@ class Broker:
                 self.stopping.set()
                 return
             if handed.kind == "door":
+                if self.crew is not None:
+                    self.crew.pass_door(handed.door, handed.sock)
                 handed.sock.setblocking(False)
                 self.listening.append(handed.sock)
                 asyncio.get_running_loop().add_reader(handed.sock.fileno(), self._on_door,
@@ -222,10 +241,11 @@ def _raise_fd_limit() -> None:
 
 
 def run_broker(handoff_fd: int, event_fd: int, status_fd: int, *, run_id: str, policy, path,
-               dry_run: bool = False, grace: float = 2.0, path_reported: bool = False) -> int:
-    """The broker process body; returns its exit code (0, PATH_DOWN, INTERNAL)."""
+               dry_run: bool = False, grace: float = 2.0, path_reported: bool = False,
+               workers: int | None = None) -> int:
+    """The broker process body; returns its exit code (0, PATH_DOWN, INTERNAL).
+    `workers`: how many broker processes in all (None: workers.worker_count)."""
     from .local_addresses import local_addresses
-    emitter = Emitter(event_fd, run_id, path=getattr(path, "name", "direct"))
     broker = None
     try:
         _raise_fd_limit()
@@ -235,17 +255,39 @@ def run_broker(handoff_fd: int, event_fd: int, status_fd: int, *, run_id: str, p
         if path is None:
             from ..paths import DIRECT
             path = DIRECT
-        broker = Broker(emitter=emitter, status_fd=status_fd, policy=policy, path=path,
-                        path_reported=path_reported,
-                        dry_run=dry_run, grace=grace, local_addresses=local_addresses())
-        handoff = socket.socket(fileno=handoff_fd)
-        try:
-            return asyncio.run(broker.run(handoff))
-        finally:
-            broker.journal.flush_events()
-            handoff.detach()
+        common = dict(policy=policy, path=path, dry_run=dry_run, grace=grace,
+                      local_addresses=local_addresses())
+        crew = numbers = None
+        count = workers or worker_count(path)
+        if count > 1:
+            numbers, crew = SharedConnNumbers(), Crew()
+
+            def worker(link_fd: int, worker_status_fd: int) -> int:
+                try:
+                    return _serve_until_the_end(
+                        Broker(emitter=Emitter(event_fd, run_id, path=getattr(path, "name", "direct")),
+                               status_fd=worker_status_fd, path_reported=True, numbers=numbers,
+                               **common),
+                        link_fd)
+                except Exception as exc:
+                    _warn(f"a broker worker failed: {exc!r}")
+                    return ExitCode.INTERNAL
+            crew.start(count - 1, worker, keep=(event_fd,))
+        broker = Broker(emitter=Emitter(event_fd, run_id, path=getattr(path, "name", "direct")),
+                        status_fd=status_fd, path_reported=path_reported, numbers=numbers, crew=crew,
+                        **common)
+        return _serve_until_the_end(broker, handoff_fd)
     except Exception as exc:
         _warn(f"the broker failed: {exc!r}")
         if broker is not None:
-            broker.journal.report_totals()
+            broker.report_totals()
         return ExitCode.INTERNAL
+
+
+def _serve_until_the_end(broker: Broker, link_fd: int) -> int:
+    link = socket.socket(fileno=link_fd)
+    try:
+        return asyncio.run(broker.run(link))
+    finally:
+        broker.journal.flush_events()
+        link.detach()

@@ -273,6 +273,17 @@ class HttpDoor(_Door):
         except (OSError, http_proxy.ProtocolError):
             await self.send_quietly(client, http_proxy.error_response(502, "the origin closed the connection"))
             return "close"
+        if not parser.body_follows():
+            # Most requests (GET, HEAD) have no body: the answer is all there
+            # is to wait for, in this task (no second task, no asyncio.wait).
+            parser.next_event()     # its END
+            try:
+                client_keeps, origin_keeps = await self._relay_response(client, upstream, responses, head)
+            except (OSError, http_proxy.ProtocolError):
+                return "close"
+            if not client_keeps:
+                return "close"
+            return "keep" if origin_keeps else "close-upstream"
         body = loop.create_task(self._pump_body(client, parser, upstream))
         answer = loop.create_task(self._relay_response(client, upstream, responses, head))
         try:
@@ -329,10 +340,22 @@ class HttpDoor(_Door):
         final = None
         client_keeps = request.keep_alive
         copier = None
+        # What the parser gives from one read (a head and a short body, say)
+        # goes to the client in one send.
+        out: list[bytes] = []
+
+        async def send_out() -> None:
+            data = b"".join(out)
+            out.clear()
+            await loop.sock_sendall(client, data)
+            upstream.bytes_down += len(data)
+
         try:
             while True:
                 event = responses.next_event()
                 if event is http_proxy.NEED_DATA:
+                    if out:
+                        await send_out()
                     ahead = responses.raw_body_ahead()
                     if ahead >= SPLICE_MIN:
                         copier = copier or BodyCopy(upstream.sock, client)
@@ -343,19 +366,25 @@ class HttpDoor(_Door):
                     if event.status >= 200:
                         final = event
                         client_keeps = client_keeps and not event.close_delimited
-                    out = event.render(close=not client_keeps)
-                    await loop.sock_sendall(client, out)
-                    upstream.bytes_down += len(out)
+                    out.append(event.render(close=not client_keeps))
                 elif isinstance(event, http_proxy.Body):
-                    await loop.sock_sendall(client, event.data)
-                    upstream.bytes_down += len(event.data)
+                    out.append(event.data)
                 elif event is http_proxy.END:
                     if final is None:
                         raise http_proxy.ProtocolError("origin closed before answering", 502)
+                    if out:
+                        await send_out()
                     break
         except http_proxy.ProtocolError as exc:
             if final is None:
+                out.clear()
                 await self.send_quietly(client, http_proxy.error_response(502, f"bad answer from the origin: {exc.reason}"))
+            elif out:
+                # What came before the bad part is the client's, as it came.
+                try:
+                    await send_out()
+                except OSError:
+                    pass
             raise
         finally:
             if copier is not None:

@@ -1,0 +1,173 @@
+"""More than one broker process on a machine with the cores.
+
+A proxy's work per connection is mostly the kernel's (connect, send, close on
+two TCP connections) and one process can only spend one core on it. So the
+broker (the lead) forks workers, each a whole broker of its own: its own
+loop, its own copy of the policy and the path, its own batches of events into
+the shared event pipe (each write at most PIPE_BUF, so lines never tear).
+They all accept on the same doors: the lead passes each door the helper
+hands it on to every worker, over a handoff link of the worker's own, in the
+same protocol (handoff.py). Whichever process is free takes the next
+connection.
+
+What the processes share is kept to two things:
+- connection numbers, from one counter in shared memory under a lock, so the
+  record numbers connections 1, 2, 3... in the order they came, as with one
+  process;
+- the end: the lead closes the workers' links when its own run ends (the
+  helper gone, or SIGTERM); each worker winds down like a broker whose helper
+  went away and reports its totals on a status pipe of its own, and the lead
+  adds them to its own before it reports.
+
+Only the direct path has workers: the other paths keep state of their own
+(a proxy's login, a WireGuard tunnel) that one process should hold.
+"""
+from __future__ import annotations
+
+import mmap
+import os
+import select
+import signal
+import socket
+import struct
+import time
+
+from .. import status as st
+from ..handoff import link, send_door
+
+MAX_WORKERS = 4
+
+
+def worker_count(path) -> int:
+    """How many broker processes in all (the lead included) serve this run.
+
+    VPNW_BROKER_WORKERS sets it (the benchmarks compare 1 with more);
+    otherwise one per core this process may run on, at most MAX_WORKERS,
+    and one for any path but direct."""
+    if path is not None and getattr(path, "type", "direct") != "direct":
+        return 1
+    wanted = os.environ.get("VPNW_BROKER_WORKERS", "")
+    if wanted.isdigit() and int(wanted) > 0:
+        return min(int(wanted), MAX_WORKERS)
+    return max(1, min(len(os.sched_getaffinity(0)), MAX_WORKERS))
+
+
+class ConnNumbers:
+    """Connection numbers for one process: 1, 2, 3..."""
+
+    def __init__(self):
+        self.last = 0
+
+    def next(self) -> int:
+        self.last += 1
+        return self.last
+
+
+class SharedConnNumbers:
+    """Connection numbers shared by the lead and its workers: one counter in
+    an anonymous shared mapping, made before the fork, under a process-shared
+    lock (a futex: no system call when nobody else holds it)."""
+
+    def __init__(self):
+        from multiprocessing import get_context
+        self._lock = get_context("fork").Lock()
+        self._cell = mmap.mmap(-1, 8)      # MAP_SHARED | MAP_ANONYMOUS
+
+    def next(self) -> int:
+        with self._lock:
+            n = struct.unpack_from("q", self._cell)[0] + 1
+            struct.pack_into("q", self._cell, 0, n)
+        return n
+
+
+class Crew:
+    """The lead's side of its workers."""
+
+    def __init__(self):
+        self.links: list[socket.socket] = []
+        self.status_fds: list[int] = []
+        self.pids: list[int] = []
+
+    def start(self, count: int, body, keep: tuple[int, ...]) -> None:
+        """Fork `count` workers; body(link_fd, status_fd) runs in each and
+        returns its exit code. A worker keeps fds 0-2, `keep` and its own two
+        and closes every other (a copy of some other process's socket held
+        here would keep its peer from ever seeing the end). Called before any
+        event loop exists: a loop's epoll descriptor must never be shared
+        with a child."""
+        for _ in range(count):
+            lead_end, worker_end = link()
+            status_r, status_w = os.pipe()
+            pid = os.fork()
+            if pid == 0:
+                code = 125
+                try:
+                    low = 3
+                    for fd in sorted({*keep, worker_end.fileno(), status_w}):
+                        os.closerange(low, fd)
+                        low = fd + 1
+                    os.closerange(low, 65536)
+                    code = body(worker_end.detach(), status_w)
+                finally:
+                    os._exit(code)
+            worker_end.close()
+            os.close(status_w)
+            self.links.append(lead_end)
+            self.status_fds.append(status_r)
+            self.pids.append(pid)
+
+    def pass_door(self, door: str, sock: socket.socket) -> None:
+        for lead_end in self.links:
+            try:
+                send_door(lead_end, door, sock.fileno())
+            except OSError:
+                pass    # that worker is gone; the others and the lead still serve
+
+    def release(self) -> None:
+        """The run is over: each worker sees its link end and winds down."""
+        for lead_end in self.links:
+            lead_end.close()
+        self.links = []
+
+    def collect(self, timeout: float) -> tuple[dict, int]:
+        """Every worker's totals added up, and how many workers did not
+        report them (crashed, or still winding down after `timeout`: those
+        are stopped)."""
+        readers = {fd: st.StatusReader(fd, st.BROKER_STATUS) for fd in self.status_fds}
+        sums = {"connections": 0, "denied": 0, "would_deny": 0, "failed": 0}
+        reported = 0
+        deadline = time.monotonic() + timeout
+        waiting = set(readers)
+        while waiting:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break
+            ready, _, _ = select.select(list(waiting), [], [], left)
+            for fd in ready:
+                reader = readers[fd]
+                try:
+                    reader.feed()
+                    while (message := reader.pop()) is not None:
+                        if isinstance(message, st.Totals):
+                            for key in sums:
+                                sums[key] += getattr(message, key)
+                            reported += 1
+                except st.StatusError:
+                    reader.eof = True
+                if reader.eof:
+                    waiting.discard(fd)
+        for pid in self.pids:
+            if waiting:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+            try:
+                os.waitpid(pid, 0)
+            except ChildProcessError:
+                pass
+        for fd in self.status_fds:
+            os.close(fd)
+        missing = len(self.pids) - reported
+        self.pids, self.status_fds = [], []
+        return sums, missing
