@@ -182,3 +182,23 @@ def test_broker_workers_share_the_doors_and_number_connections_once(world, user)
     # Each event names the process that wrote it: both brokers served.
     served_by = {e["pid"] for e in events if e["conn"] is not None}
     assert len(served_by) == 2, served_by
+
+
+def test_broker_workers_wait_for_load(world, user):
+    # With no count set, the workers are forked but idle until the lead sees
+    # load (workers.LOAD_PER_TICK connections within one LOAD_TICK): a run of
+    # a few connections is served by one process; a burst wakes the others.
+    from e2e_support import assert_every_connection_accounted, describe, run_events
+    if len(os.sched_getaffinity(0)) < 2:
+        pytest.skip("one core: the broker has no workers")
+    agent = world.file(f"burst_agent_{user}.py", BURST_AGENT)
+    few = world.vpnw(["run", "--", sys.executable, str(agent), "2", "2"], user=user, timeout=120)
+    assert few.returncode == 0, describe(few)
+    events = run_events(few)
+    assert len({e["pid"] for e in events if e["conn"] is not None}) == 1
+    assert events[-1]["fields"]["connections"] == 4
+    burst = world.vpnw(["run", "--", sys.executable, str(agent), "60", "20"], user=user, timeout=300)
+    assert burst.returncode == 0, describe(burst)
+    events = run_events(burst)
+    assert sorted(assert_every_connection_accounted(events)) == list(range(1, 1201))
+    assert len({e["pid"] for e in events if e["conn"] is not None}) >= 2

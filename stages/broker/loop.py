@@ -33,7 +33,7 @@ from .journal import Journal, ms_since
 from .limits import MAX_PENDING_HANDSHAKES
 from .relay import Relay
 from .sessions import HttpDoor, Socks5Door
-from .workers import Crew, SharedConnNumbers, worker_count
+from .workers import LOAD_PER_TICK, LOAD_TICK, Crew, SharedConnNumbers, worker_count
 
 
 _OUT_OF_RESOURCES = (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM)
@@ -71,6 +71,7 @@ class Broker:
         self.stopping: asyncio.Event | None = None
         self.handshaking: set[socket.socket] = set()   # accepted, no request yet
         self.listening: list[socket.socket] = []        # the doors, handed over by the helper
+        self.taken_this_tick = 0                        # for the crew's load check
         self.paused_said = False
         self.doors = {"socks": Socks5Door(self), "http": HttpDoor(self)}
 
@@ -113,6 +114,8 @@ class Broker:
             return ExitCode.PATH_DOWN
         handoff.setblocking(False)
         loop.add_reader(handoff.fileno(), self._on_handoff, handoff)
+        if self.crew is not None:
+            loop.call_later(LOAD_TICK, self._check_load)
         try:
             await self.stopping.wait()
         finally:
@@ -197,7 +200,18 @@ class Broker:
                 loop.add_reader(listener.fileno(), self._on_door, door, listener)
         loop.call_later(0.1, resume)
 
+    def _check_load(self) -> None:
+        """One look per LOAD_TICK (one timer for the run, none per
+        connection): a busy tick wakes the workers."""
+        if self.taken_this_tick >= LOAD_PER_TICK:
+            self.crew.wake()
+            return
+        self.taken_this_tick = 0
+        if not self.stopping.is_set():
+            asyncio.get_running_loop().call_later(LOAD_TICK, self._check_load)
+
     def _take(self, door: str, sock: socket.socket) -> None:
+        self.taken_this_tick += 1
         if len(self.handshaking) >= MAX_PENDING_HANDSHAKES:
             sock.close()
             self.journal.fail(self.journal.new_conn(), "handshake", "refused",
@@ -258,7 +272,7 @@ def run_broker(handoff_fd: int, event_fd: int, status_fd: int, *, run_id: str, p
         common = dict(policy=policy, path=path, dry_run=dry_run, grace=grace,
                       local_addresses=local_addresses())
         crew = numbers = None
-        count = workers or worker_count(path)
+        count, at_once = (workers, False) if workers else worker_count(path)
         if count > 1:
             numbers, crew = SharedConnNumbers(), Crew()
 
@@ -272,7 +286,9 @@ def run_broker(handoff_fd: int, event_fd: int, status_fd: int, *, run_id: str, p
                 except Exception as exc:
                     _warn(f"a broker worker failed: {exc!r}")
                     return ExitCode.INTERNAL
-            crew.start(count - 1, worker, keep=(event_fd,))
+            crew.start(count - 1, worker, keep=(event_fd, numbers.fd))
+            if at_once:
+                crew.wake()
         broker = Broker(emitter=Emitter(event_fd, run_id, path=getattr(path, "name", "direct")),
                         status_fd=status_fd, path_reported=path_reported, numbers=numbers, crew=crew,
                         **common)

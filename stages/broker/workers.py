@@ -10,6 +10,13 @@ hands it on to every worker, over a handoff link of the worker's own, in the
 same protocol (handoff.py). Whichever process is free takes the next
 connection.
 
+Workers are forked before the lead's loop starts (a loop's epoll descriptor
+must never be shared with a child) but wait, idle, until the lead sees load
+(LOAD_PER_TICK connections within one LOAD_TICK): a run that makes a few
+connections, which is most runs, never pays for a second loop, and
+`vpnw run -- true` ends as fast as with one process. A worker never woken
+reports zero totals.
+
 What the processes share is kept to two things:
 - connection numbers, from one counter in shared memory under a lock, so the
   record numbers connections 1, 2, 3... in the order they came, as with one
@@ -24,6 +31,7 @@ Only the direct path has workers: the other paths keep state of their own
 """
 from __future__ import annotations
 
+import fcntl
 import mmap
 import os
 import select
@@ -36,20 +44,23 @@ from .. import status as st
 from ..handoff import link, send_door
 
 MAX_WORKERS = 4
+LOAD_TICK = 0.05           # seconds between the lead's looks at its load
+LOAD_PER_TICK = 32         # connections taken within one tick that wake the workers (640/s)
 
 
-def worker_count(path) -> int:
-    """How many broker processes in all (the lead included) serve this run.
+def worker_count(path) -> tuple[int, bool]:
+    """How many broker processes in all (the lead included) serve this run,
+    and whether the workers start at once rather than at the first load.
 
-    VPNW_BROKER_WORKERS sets it (the benchmarks compare 1 with more);
-    otherwise one per core this process may run on, at most MAX_WORKERS,
-    and one for any path but direct."""
+    VPNW_BROKER_WORKERS sets the count, and then they start at once (the
+    benchmarks and tests compare fixed counts); otherwise one per core this
+    process may run on, at most MAX_WORKERS, and one for any path but direct."""
     if path is not None and getattr(path, "type", "direct") != "direct":
-        return 1
+        return 1, False
     wanted = os.environ.get("VPNW_BROKER_WORKERS", "")
     if wanted.isdigit() and int(wanted) > 0:
-        return min(int(wanted), MAX_WORKERS)
-    return max(1, min(len(os.sched_getaffinity(0)), MAX_WORKERS))
+        return min(int(wanted), MAX_WORKERS), True
+    return max(1, min(len(os.sched_getaffinity(0)), MAX_WORKERS)), False
 
 
 class ConnNumbers:
@@ -65,18 +76,28 @@ class ConnNumbers:
 
 class SharedConnNumbers:
     """Connection numbers shared by the lead and its workers: one counter in
-    an anonymous shared mapping, made before the fork, under a process-shared
-    lock (a futex: no system call when nobody else holds it)."""
+    a shared memory file made before the fork, under a POSIX record lock
+    (fcntl; each process's own, and released by the kernel if its holder
+    dies, so a killed worker cannot leave the others waiting). Two system
+    calls a connection; nothing to import (multiprocessing's lock would cost
+    the broker ~9 ms of start-up)."""
 
     def __init__(self):
-        from multiprocessing import get_context
-        self._lock = get_context("fork").Lock()
-        self._cell = mmap.mmap(-1, 8)      # MAP_SHARED | MAP_ANONYMOUS
+        self._fd = os.memfd_create("vpnw-conn-numbers", os.MFD_CLOEXEC)
+        os.ftruncate(self._fd, 8)
+        self._cell = mmap.mmap(self._fd, 8)     # MAP_SHARED
+
+    @property
+    def fd(self) -> int:
+        return self._fd
 
     def next(self) -> int:
-        with self._lock:
+        fcntl.lockf(self._fd, fcntl.LOCK_EX)
+        try:
             n = struct.unpack_from("q", self._cell)[0] + 1
             struct.pack_into("q", self._cell, 0, n)
+        finally:
+            fcntl.lockf(self._fd, fcntl.LOCK_UN)
         return n
 
 
@@ -86,7 +107,9 @@ class Crew:
     def __init__(self):
         self.links: list[socket.socket] = []
         self.status_fds: list[int] = []
+        self.wake_fds: list[int] = []
         self.pids: list[int] = []
+        self.woken = False
 
     def start(self, count: int, body, keep: tuple[int, ...]) -> None:
         """Fork `count` workers; body(link_fd, status_fd) runs in each and
@@ -98,23 +121,41 @@ class Crew:
         for _ in range(count):
             lead_end, worker_end = link()
             status_r, status_w = os.pipe()
+            wake_r, wake_w = os.pipe()
             pid = os.fork()
             if pid == 0:
                 code = 125
                 try:
                     low = 3
-                    for fd in sorted({*keep, worker_end.fileno(), status_w}):
+                    for fd in sorted({*keep, worker_end.fileno(), status_w, wake_r}):
                         os.closerange(low, fd)
                         low = fd + 1
                     os.closerange(low, 65536)
-                    code = body(worker_end.detach(), status_w)
+                    if _wait_for_wake(wake_r):
+                        code = body(worker_end.detach(), status_w)
+                    else:
+                        st.write(status_w, st.Totals())
+                        code = 0
                 finally:
                     os._exit(code)
             worker_end.close()
             os.close(status_w)
+            os.close(wake_r)
             self.links.append(lead_end)
             self.status_fds.append(status_r)
+            self.wake_fds.append(wake_w)
             self.pids.append(pid)
+
+    def wake(self) -> None:
+        """Load: the workers start their loops and take their share."""
+        if self.woken:
+            return
+        self.woken = True
+        for fd in self.wake_fds:
+            try:
+                os.write(fd, b"w")
+            except OSError:
+                pass
 
     def pass_door(self, door: str, sock: socket.socket) -> None:
         for lead_end in self.links:
@@ -124,10 +165,13 @@ class Crew:
                 pass    # that worker is gone; the others and the lead still serve
 
     def release(self) -> None:
-        """The run is over: each worker sees its link end and winds down."""
+        """The run is over: each worker sees its link end and winds down (or,
+        never woken, its wake pipe end, and stops)."""
         for lead_end in self.links:
             lead_end.close()
-        self.links = []
+        for fd in self.wake_fds:
+            os.close(fd)
+        self.links, self.wake_fds = [], []
 
     def collect(self, timeout: float) -> tuple[dict, int]:
         """Every worker's totals added up, and how many workers did not
@@ -171,3 +215,14 @@ class Crew:
         missing = len(self.pids) - reported
         self.pids, self.status_fds = [], []
         return sums, missing
+
+
+def _wait_for_wake(fd: int) -> bool:
+    """Block until the lead wakes this worker (True) or ends the run first."""
+    while True:
+        try:
+            woken = os.read(fd, 1) != b""
+        except InterruptedError:
+            continue
+        os.close(fd)
+        return woken
