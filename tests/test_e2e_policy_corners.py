@@ -182,3 +182,34 @@ def test_a_policy_read_from_stdin_is_enforced(world, user):
     assert deny["reason"] == "no allow rule matches evil.example:80; default is deny (set in the policy)"
     assert re.search(r"DENY   evil\.example:80", r.stderr), describe(r)
     assert events[-1]["fields"]["denied"] == 1
+
+
+# --- names in /etc/hosts are answered from the file, without a look-up ------------------
+
+def test_a_name_in_etc_hosts_is_answered_from_the_file_with_no_dns_query(world, user):
+    # The broker answers what getaddrinfo would answer from /etc/hosts
+    # (nsswitch: files first) itself, without getaddrinfo's thread: the
+    # record still has the dns.resolve, the DNS server sees no query, the
+    # policy judges the file's address, and a name not in the file still
+    # goes to DNS.
+    hosts = world.tmp / "etc" / "hosts"          # bind-mounted on the world's /etc/hosts
+    before = hosts.read_text()
+    name = f"hostsonly-{user}.world"
+    try:
+        with open(hosts, "a") as f:              # in place: the bind mount keeps its inode
+            f.write(f"140.82.112.6\t{name}\n")
+        policy = policy_file(world, f'default = "deny"\nallow = ["{name}:80", "api.github.com:80"]\n')
+        lookup_outside(world, user, "api.github.com")
+        mark = world.dns_mark()
+        r, answers, events = guarded(world, user, policy, [
+            {"op": "connect", "host": name, "port": 80, "get": "/whoami", "host_header": "api.github.com"},
+            {"op": "connect", "host": "api.github.com", "port": 80, "get": "/whoami"}])
+        assert r.returncode == 0, describe(r)
+        resolved = {e["fields"]["host"]: e["fields"]["addresses"] for e in events if e["type"] == "dns.resolve"}
+        assert resolved == {name: ["140.82.112.6"], "api.github.com": ["140.82.112.6"]}
+        assert [e["fields"]["address"] for e in events if e["type"] == "conn.open"] == ["140.82.112.6"] * 2
+        queried = asked(world, mark)
+        assert name not in queried and "api.github.com" in queried, queried
+    finally:
+        with open(hosts, "w") as f:
+            f.write(before)
