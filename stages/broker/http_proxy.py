@@ -32,6 +32,8 @@ MAX_RESPONSE_HEADERS = 256       # origins are less tidy than clients
 MAX_CHUNK_LINE = 4 * 1024
 MAX_BODY_EVENT = 256 * 1024      # a Body event never holds more than this
 
+_HOST = frozenset({b"host"})      # the forwarder writes Host itself, from the URI
+
 # Hop-by-hop: meaningful for one connection only, never passed on.
 HOP_BY_HOP = frozenset({
     b"connection", b"proxy-connection", b"keep-alive", b"proxy-authorization",
@@ -139,21 +141,28 @@ class ResponseHead:
 def _split_lines(head: bytes) -> list[bytes]:
     # Accept CRLF and bare LF line ends (as h11 does); a bare CR is an error,
     # since a parser that disagrees with the origin about line ends can be
-    # made to smuggle a request.
-    lines = head.split(b"\n")
-    out = []
-    for line in lines:
-        if line.endswith(b"\r"):
-            line = line[:-1]
-        if b"\r" in line:
-            raise ProtocolError("bare CR in the head")
-        out.append(line)
-    return out
+    # made to smuggle a request. (A CR that ends the head's last line ends it.)
+    text = head.replace(b"\r\n", b"\n")
+    if text.endswith(b"\r"):
+        text = text[:-1]
+    if b"\r" in text:
+        raise ProtocolError("bare CR in the head")
+    return text.split(b"\n")
+
+
+# Every line of a header block well formed (a token, a colon, a value with no
+# control character but tab): the common case, checked in one match; the
+# line-by-line loop below then only runs to say what is wrong.
+_WELL_FORMED_HEADERS = re.compile(
+    rb"(?:[!#$%&'*+\-.^_`|~0-9A-Za-z]+:[^\x00-\x08\x0a-\x1f\x7f]*(?:\n|\Z))*\Z")
 
 
 def _parse_headers(lines: list[bytes], max_headers: int) -> list[tuple[bytes, bytes]]:
     if len(lines) > max_headers:
         raise ProtocolError("too many headers", 431)
+    if b"" not in lines and _WELL_FORMED_HEADERS.match(b"\n".join(lines)):
+        return [(name, value.strip(b" \t"))
+                for name, _, value in (line.partition(b":") for line in lines)]
     headers = []
     for line in lines:
         if line[:1] in (b" ", b"\t"):
@@ -168,17 +177,20 @@ def _parse_headers(lines: list[bytes], max_headers: int) -> list[tuple[bytes, by
     return headers
 
 
-def _connection_tokens(headers) -> set[bytes]:
+# The functions below take the header names lower-cased once, beside the
+# headers themselves (`names[i]` is `headers[i]`'s name, lower case).
+
+def _connection_tokens(headers, names: list[bytes]) -> set[bytes]:
     tokens = set()
-    for name, value in headers:
-        if name.lower() in (b"connection", b"proxy-connection"):
+    for name, (_, value) in zip(names, headers):
+        if name == b"connection" or name == b"proxy-connection":
             tokens.update(t.strip().lower() for t in value.split(b",") if t.strip())
     return tokens
 
 
-def _strip_hop_by_hop(headers, tokens: set[bytes]):
-    drop = HOP_BY_HOP | tokens
-    return [(n, v) for n, v in headers if n.lower() not in drop]
+def _strip_hop_by_hop(headers, names: list[bytes], tokens: set[bytes], also: frozenset = frozenset()):
+    drop = HOP_BY_HOP | tokens | also
+    return [header for name, header in zip(names, headers) if name not in drop]
 
 
 def _keeps_alive(version: bytes, tokens: set[bytes]) -> bool:
@@ -188,10 +200,10 @@ def _keeps_alive(version: bytes, tokens: set[bytes]) -> bool:
     return b"close" not in tokens
 
 
-def _body_framing(headers, *, is_request: bool) -> tuple[str, int]:
+def _body_framing(headers, names: list[bytes], *, is_request: bool) -> tuple[str, int]:
     """('none'|'length'|'chunked'|'close', length)."""
-    te = [v for n, v in headers if n.lower() == b"transfer-encoding"]
-    cl = [v for n, v in headers if n.lower() == b"content-length"]
+    te = [v for n, (_, v) in zip(names, headers) if n == b"transfer-encoding"]
+    cl = [v for n, (_, v) in zip(names, headers) if n == b"content-length"]
     if te:
         if cl:
             # Both at once is how requests are smuggled past a proxy.
@@ -313,11 +325,17 @@ class _Framer:
                 self._chunk_state = CHUNK_DATA_END
 
     def _take_head(self, first_line_cap: int) -> bytes | None:
-        end = self._buf.find(b"\n\n")
-        end_crlf = self._buf.find(b"\r\n\r\n")
-        ends = [(e, 2) for e in (end,) if e >= 0] + [(e, 4) for e in (end_crlf,) if e >= 0]
-        # A bare "\n\r\n" also ends a head when lines end in LF.
-        mixed = self._buf.find(b"\n\r\n")
+        buf = self._buf
+        # The head ends at the first blank line: "\r\n\r\n", or with bare LF
+        # line ends "\n\n" or "\n\r\n". The usual CRLF end is found first;
+        # the others only matter where they start before it.
+        crlf = buf.find(b"\r\n\r\n")
+        limit = len(buf) if crlf < 0 else crlf + 2
+        ends = [(crlf, 4)] if crlf >= 0 else []
+        end = buf.find(b"\n\n", 0, limit + 1)
+        if end >= 0:
+            ends.append((end, 2))
+        mixed = buf.find(b"\n\r\n", 0, limit + 2)
         if mixed >= 0:
             ends.append((mixed, 3))
         if not ends:
@@ -496,15 +514,16 @@ class RequestParser(_Framer):
         if not target or _BAD_VALUE.search(target) or b"\t" in target:
             raise ProtocolError("malformed request target")
         headers = _parse_headers(header_lines, MAX_HEADERS)
+        names = [name.lower() for name, _ in headers]
         if method == b"CONNECT":
             host, port = split_authority(target)
             self._mode = TUNNEL
             return ConnectHead(host, port, version)
         host, port, authority, origin_form = _parse_absolute_uri(target)
-        tokens = _connection_tokens(headers)
-        framing, length = _body_framing(headers, is_request=True)
+        tokens = _connection_tokens(headers, names)
+        framing, length = _body_framing(headers, names, is_request=True)
         keep_alive = _keeps_alive(version, tokens)
-        kept = [(n, v) for n, v in _strip_hop_by_hop(headers, tokens) if n.lower() != b"host"]
+        kept = _strip_hop_by_hop(headers, names, tokens, also=_HOST)
         if b"upgrade" in tokens:
             # An upgraded stream would no longer be HTTP we can frame.
             raise ProtocolError("protocol upgrades are not forwarded (use CONNECT)", 501)
@@ -561,9 +580,10 @@ class ResponseParser(_Framer):
             raise ProtocolError("malformed status line", 502)
         version, status, reason = match.group(1), int(match.group(2)), match.group(3) or b""
         headers = _parse_headers(lines[1:], MAX_RESPONSE_HEADERS)
-        tokens = _connection_tokens(headers)
+        names = [name.lower() for name, _ in headers]
+        tokens = _connection_tokens(headers, names)
         keep_alive = _keeps_alive(version, tokens)
-        kept = tuple(_strip_hop_by_hop(headers, tokens))
+        kept = tuple(_strip_hop_by_hop(headers, names, tokens))
         if status < 200:
             if status == 101:
                 raise ProtocolError("origin switched protocols", 502)
@@ -572,7 +592,7 @@ class ResponseParser(_Framer):
         if self._method == b"HEAD" or status in (204, 304):
             framing, length = "none", 0
         else:
-            framing, length = _body_framing(headers, is_request=False)
+            framing, length = _body_framing(headers, names, is_request=False)
         if framing == "close":
             keep_alive = False
         self._mode = _BODY_START[framing]
