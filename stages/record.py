@@ -130,6 +130,9 @@ def encode(run: str, type_: str, fields: dict, *, path: str | None = None,
 
 
 _HEAD = b'{"v":' + str(VERSION).encode() + b',"ts":"'
+# This process's pid, kept current across forks (os.getpid is a system call).
+_PID = [os.getpid()]
+os.register_at_fork(after_in_child=lambda: _PID.__setitem__(0, os.getpid()))
 
 
 class Emitter:
@@ -154,7 +157,7 @@ class Emitter:
         """encode()'s bytes, the envelope's fixed members serialised once
         (an emitter writes for one run, one path and, once forked, one pid):
         a busy broker writes four or five events per connection."""
-        pid = os.getpid()
+        pid = _PID[0]
         if pid != self._pid or type_ not in EVENT_TYPES:
             self._pid = pid
             self._after_type = (b'","run":' + orjson.dumps(self.run) + b',"pid":' + str(pid).encode()

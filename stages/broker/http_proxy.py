@@ -326,6 +326,8 @@ class _Framer:
 
     def _take_head(self, first_line_cap: int) -> bytes | None:
         buf = self._buf
+        if not buf:
+            return None
         # The head ends at the first blank line: "\r\n\r\n", or with bare LF
         # line ends "\n\n" or "\n\r\n". The usual CRLF end is found first;
         # the others only matter where they start before it.
