@@ -80,11 +80,22 @@ def _run_both_ways(listener, up_size: int, down_size: int, *, use_splice: bool =
         await r.wait()
         return r
 
+    made = []
+    real_new_pipe = relay_module._new_pipe
+
+    def counted_new_pipe():
+        made.append(1)
+        return real_new_pipe()
+    relay_module._new_pipe = counted_new_pipe
     try:
         r = asyncio.run(main())
     finally:
+        relay_module._new_pipe = real_new_pipe
         client.close()
         server.close()
+    # A direction splices (makes its pipe) only once it has copied COPY_FIRST bytes.
+    if use_splice:
+        assert len(made) == sum(size >= relay_module.COPY_FIRST for size in (up_size, down_size))
     assert results["server"] == (up_size, results["client_sent"])
     assert results["client"] == (down_size, results["server_sent"])
     assert (r.bytes_up, r.bytes_down) == (up_size, down_size)
@@ -95,6 +106,7 @@ def _run_both_ways(listener, up_size: int, down_size: int, *, use_splice: bool =
 
 @pytest.mark.parametrize("up_size,down_size", [
     (0, 0), (1, 0), (0, 1), (65537, 3), (1 << 20, 1 << 20), (8 << 20, 123457), (64 << 20, 1),
+    (relay_module.COPY_FIRST, relay_module.COPY_FIRST + 1),
 ])
 def test_relay_is_byte_exact_both_ways(listener, up_size, down_size):
     _run_both_ways(listener, up_size, down_size)

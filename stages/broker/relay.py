@@ -60,10 +60,19 @@ def _grow_pipe(w: int) -> int | None:
     return None
 
 
-class _Direction:
-    """One way: src socket -> pipe -> dst socket."""
+# A tunnel's first bytes each way are copied through Python (recv_into/send
+# on a small buffer: as many system calls as splicing them) and the pipe is
+# made only once a direction has moved this much: most connections are short,
+# and a pipe costs them a pipe2 and two closes that they never win back.
+COPY_FIRST = 64 * 1024
+COPY_BUFFER = 16 * 1024
 
-    def __init__(self, relay, src: socket.socket, dst: socket.socket):
+
+class _Direction:
+    """One way: src socket -> pipe -> dst socket (after `copy_first` bytes
+    copied through a small buffer, when set)."""
+
+    def __init__(self, relay, src: socket.socket, dst: socket.socket, copy_first: int = 0):
         # relay: what this direction reports to (loop, _fail, _direction_done)
         self.relay = relay
         self.src, self.dst = src, dst
@@ -80,15 +89,29 @@ class _Direction:
         self.grown = False
         self.fb_view: memoryview | None = None
         self.fb_start = 0
+        self.copy_first = copy_first   # 0: splicing (or for good in the fallback)
+        if copy_first:
+            self._copy_through(bytearray(COPY_BUFFER))
+        else:
+            self._start_splicing()
+
+    def _start_splicing(self) -> None:
+        self.copy_first = 0
         try:
             self.pipe_r, self.pipe_w, self.capacity = _new_pipe()
         except OSError:
             self._use_fallback()
+            return
+        self.fallback = self.fb_view = None
 
     def _use_fallback(self) -> None:
-        self.fallback = bytearray(256 * 1024)
-        self.fb_view = memoryview(self.fallback)
-        self.capacity = len(self.fallback)
+        self.copy_first = 0
+        self._copy_through(bytearray(256 * 1024))
+
+    def _copy_through(self, buffer: bytearray) -> None:
+        self.fallback = buffer
+        self.fb_view = memoryview(buffer)
+        self.capacity = len(buffer)
 
     # registration -----------------------------------------------------------
     def start(self) -> None:
@@ -125,6 +148,8 @@ class _Direction:
     # moving bytes -----------------------------------------------------------
     def _fill(self) -> int:
         """Read from src into the pipe; -1 when nothing is ready now, 0 at EOF."""
+        if self.copy_first and self.bytes >= self.copy_first:
+            self._start_splicing()      # a long transfer: splice from here on
         # Never more than the limit: what follows it is not ours to move.
         want = self.capacity if self.limit is None else min(self.capacity, self.limit)
         if self.fallback is None:
@@ -225,15 +250,6 @@ class _Direction:
         self.relay._direction_done()
 
 
-def nonblocking_dup(sock: socket.socket) -> socket.socket:
-    """A second socket object on a duplicate of `sock`'s (non-blocking)
-    descriptor. Family and type are given, not asked of the kernel, and
-    SOCK_NONBLOCK in the type marks it non-blocking without an ioctl: the
-    duplicate shares the open file, so it is already O_NONBLOCK."""
-    return socket.socket(sock.family, sock.type | socket.SOCK_NONBLOCK, sock.proto,
-                         fileno=os.dup(sock.fileno()))
-
-
 class Relay:
     """Relay between `client` and `upstream` (both non-blocking stream
     sockets, already connected) until both directions end. The relay owns
@@ -246,8 +262,8 @@ class Relay:
         for sock in (client, upstream):
             if sock.gettimeout() != 0.0:    # setblocking is a system call every time
                 sock.setblocking(False)
-        self.up = _Direction(self, client, upstream)      # client -> upstream
-        self.down = _Direction(self, upstream, client)    # upstream -> client
+        self.up = _Direction(self, client, upstream, COPY_FIRST)      # client -> upstream
+        self.down = _Direction(self, upstream, client, COPY_FIRST)    # upstream -> client
         self.finished: asyncio.Future = self.loop.create_future()
         self.error: OSError | None = None
 

@@ -19,12 +19,11 @@ second request never rides the first one's permission.
 from __future__ import annotations
 
 import asyncio
-import os
 import socket
 
 from . import http_proxy, socks5
 from .connector import Denied, Failed, Opened
-from .relay import BodyCopy, Relay, nonblocking_dup
+from .relay import BodyCopy, Relay
 
 HANDSHAKE_TIMEOUT = 30.0    # the first request head must arrive within this (slowloris)
 IDLE_TIMEOUT = 120.0        # between requests on a kept-alive client connection
@@ -54,8 +53,9 @@ class _Door:
             if early:
                 await loop.sock_sendall(opened.sock, early)
                 opened.bytes_up += len(early)
-            # The relay closes its own duplicate; the caller closes the original.
-            relay = Relay(nonblocking_dup(client), opened.sock)
+            # The relay owns (and closes) both sockets; the caller's close of
+            # `client` afterwards is a no-op.
+            relay = Relay(client, opened.sock)
             self.run.relays.add(relay)
             relay.start()
             await relay.wait()
