@@ -2,9 +2,10 @@
 
     netload.py serve PORT                     sink + small-request server on 127.0.0.1
     netload.py bulk  --to HOST:PORT [--http P | --socks P] --file F
-    netload.py conns --to HOST:PORT [--http P | --socks P] --clients 50 --seconds S
+    netload.py conns --to HOST:PORT [--http P | --socks P] --clients 50 --seconds S [--get /path]
     netload.py lat   --to HOST:PORT [--http P | --socks P] --count N
     netload.py get   --to HOST:PORT [--http P] --path /payload   plain http:// GET
+    netload.py hold  --to HOST:PORT --socks P --http P --get /path --held N --count M
 
 Every client command prints one JSON object on stdout. The bulk client sends
 the file with os.sendfile (from tmpfs: no copy into Python) and the server
@@ -15,6 +16,15 @@ one selectors loop (no thread per client, no GIL contention).
 Protocol: a connection whose first byte is b"R" gets a 64-byte answer and is
 closed; b"B" + an 8-byte length is a bulk upload: the server counts that many
 bytes (or to end of stream) and answers with the count as 8 bytes.
+
+`conns --get /path` speaks HTTP/1.0 to a real web server instead: one GET
+(absolute-form to the HTTP proxy on --http, which forwards it; origin-form
+direct or in a SOCKS5 tunnel), the answer read to end of stream and checked
+(200, the whole body). `hold` is the leak check's client: it holds --held
+tunnels open at once through the SOCKS5 door, then makes --count forwarded
+GETs one after another through the HTTP door, and stops at each checkpoint
+(a line on stdout) until a line on stdin lets it go on, so the caller can
+look at the broker's fds in between.
 """
 from __future__ import annotations
 
@@ -195,6 +205,45 @@ class _Conn:
     __slots__ = ("sock", "steps", "at", "data", "started")
 
 
+def _http_get(mode: str, host: str, port: int, path: str) -> bytes:
+    """HTTP/1.0 (the server closes after its answer): absolute-form to an
+    HTTP proxy, which forwards it; origin-form to the server itself."""
+    target = f"http://{host}:{port}{path}" if mode == "http" else path
+    return f"GET {target} HTTP/1.0\r\nHost: {host}:{port}\r\n\r\n".encode()
+
+
+def whole_http_answer(data: bytes) -> bool:
+    """A 200 whose body is all there (Content-Length bytes)."""
+    head, sep, body = data.partition(b"\r\n\r\n")
+    if not sep or not head.startswith((b"HTTP/1.1 200", b"HTTP/1.0 200")):
+        return False
+    for line in head.split(b"\r\n")[1:]:
+        name, _, value = line.partition(b":")
+        if name.strip().lower() == b"content-length":
+            return len(body) == int(value)
+    return True         # no length: the end of stream was the end of the body
+
+
+def _exchange(mode: str, host: str, port: int, get_path: str | None):
+    """One connection's steps and the check of what came back: the sink's
+    R protocol, or with get_path an HTTP GET (forwarded by an HTTP proxy, not
+    tunnelled: what a plain http:// client does)."""
+    if get_path is None:
+        return (_handshake_bytes(mode, host, port) + [("send", REQUEST), ("expect_eof", None)],
+                lambda data: data == ANSWER)
+    handshake = [] if mode == "http" else _handshake_bytes(mode, host, port)
+    return (handshake + [("send", _http_get(mode, host, port, get_path)), ("expect_eof", None)],
+            whole_http_answer)
+
+
+def _address(host: str, port: int, proxy) -> tuple:
+    """Where to connect: the proxy, or the server's name resolved once (as a
+    client like ab does), so a direct run does not pay a look-up per connection."""
+    if proxy:
+        return proxy
+    return socket.getaddrinfo(host, port, socket.AF_INET, socket.SOCK_STREAM)[0][4]
+
+
 def get(args) -> dict:
     """One plain http:// GET (absolute URI through the HTTP proxy on --http,
     origin-form direct); the body read with recv_into one 4 MiB buffer, so
@@ -230,8 +279,8 @@ def conns(args) -> dict:
     """`clients` connections at a time, each: connect, handshake, one small
     request, read the answer to end of stream, close; replaced at once."""
     mode, host, port, proxy = _target(args)
-    steps = _handshake_bytes(mode, host, port) + [("send", REQUEST), ("expect_eof", None)]
-    address = proxy or (host, port)
+    steps, answered = _exchange(mode, host, port, args.get)
+    address = _address(host, port, proxy)
     sel = selectors.DefaultSelector()
     latencies: list[float] = []
     errors = 0
@@ -295,7 +344,7 @@ def conns(args) -> dict:
                         raise OSError(err, os.strerror(err))
                     sel.modify(c.sock, selectors.EVENT_READ, c)
                 over = advance(c)
-                if over and c.data != ANSWER:
+                if over and not answered(c.data):
                     raise OSError(f"bad answer {c.data[:40]!r}")
                 ok = over
             except OSError:
@@ -342,12 +391,83 @@ def lat(args) -> dict:
             "p99_ms": 1e3 * times[min(len(times) - 1, int(len(times) * 0.99))]}
 
 
+def _read_to_end(sock: socket.socket) -> bytes:
+    data = b""
+    while chunk := sock.recv(65536):
+        data += chunk
+    return data
+
+
+def _checkpoint(line: str) -> None:
+    """Say where we are; go on when the caller answers with a line."""
+    sys.stdout.write(line + "\n")
+    sys.stdout.flush()
+    sys.stdin.readline()
+
+
+def hold(args) -> dict:
+    """The leak check's client: a GET through each door to warm up, then
+    --held tunnels open at once (SOCKS5 door) and a GET in each, then --count
+    forwarded GETs one after another (HTTP door). `made` counts the
+    connections the doors accepted: each must end in the record."""
+    _, host, port, _ = _target(args)
+    made = errors = 0
+
+    def door(port: int) -> socket.socket:
+        nonlocal made
+        sock = socket.create_connection(("127.0.0.1", port))
+        made += 1
+        return sock
+
+    def one_get(sock: socket.socket, mode: str) -> bool:
+        try:
+            sock.sendall(_http_get(mode, host, port, args.get))
+            return whole_http_answer(_read_to_end(sock))
+        except OSError:
+            return False
+        finally:
+            sock.close()
+
+    # One GET through each door first: what the broker sets up once (at
+    # start-up or on a first connection) is then in place before the count.
+    for mode, door_port in (("socks", args.socks), ("http", args.http)):
+        sock = door(door_port)
+        if mode == "socks":
+            _blocking_handshake(sock, _handshake_bytes("socks", host, port))
+        errors += not one_get(sock, mode)
+    _checkpoint("ready")
+    held = []
+    for _ in range(args.held):
+        try:
+            sock = door(args.socks)
+        except OSError:
+            errors += 1
+            continue
+        try:
+            _blocking_handshake(sock, _handshake_bytes("socks", host, port))
+            held.append(sock)
+        except OSError:
+            errors += 1
+            sock.close()
+    _checkpoint(f"held {len(held)}")
+    for sock in held:
+        errors += not one_get(sock, "socks")
+    for _ in range(args.count):
+        try:
+            errors += not one_get(door(args.http), "http")
+        except OSError:
+            errors += 1
+    result = {"made": made, "held": len(held), "sequential": args.count, "errors": errors}
+    _checkpoint("done")
+    return result
+
+
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(prog="netload")
     sub = ap.add_subparsers(dest="cmd", required=True)
     s = sub.add_parser("serve")
     s.add_argument("port", type=int)
-    for name in ("bulk", "conns", "lat", "get"):
+    for name in ("bulk", "conns", "lat", "get", "hold"):
         p = sub.add_parser(name)
         p.add_argument("--to", required=True)
         p.add_argument("--http", type=int)
@@ -357,11 +477,13 @@ def main(argv=None) -> None:
         p.add_argument("--seconds", type=float, default=3.0)
         p.add_argument("--count", type=int, default=0)
         p.add_argument("--path", default="/")
+        p.add_argument("--get", help="conns, hold: an HTTP GET of this path, not the sink's R")
+        p.add_argument("--held", type=int, default=1000)
     args = ap.parse_args(argv)
     if args.cmd == "serve":
         serve(args.port)
         return
-    result = {"bulk": bulk, "conns": conns, "lat": lat, "get": get}[args.cmd](args)
+    result = {"bulk": bulk, "conns": conns, "lat": lat, "get": get, "hold": hold}[args.cmd](args)
     sys.stdout.write(json.dumps(result) + "\n")
 
 
