@@ -5,7 +5,7 @@
     netload.py conns --to HOST:PORT [--http P | --socks P] --clients 50 --seconds S [--get /path]
     netload.py lat   --to HOST:PORT [--http P | --socks P] --count N
     netload.py get   --to HOST:PORT [--http P] --path /payload   plain http:// GET
-    netload.py hold  --to HOST:PORT --socks P --http P --get /path --held N --count M
+    netload.py hold  --to HOST:PORT --socks P --http P --get /path --warm W --held N --count M
 
 Every client command prints one JSON object on stdout. The bulk client sends
 the file with os.sendfile (from tmpfs: no copy into Python) and the server
@@ -20,9 +20,10 @@ bytes (or to end of stream) and answers with the count as 8 bytes.
 `conns --get /path` speaks HTTP/1.0 to a real web server instead: one GET
 (absolute-form to the HTTP proxy on --http, which forwards it; origin-form
 direct or in a SOCKS5 tunnel), the answer read to end of stream and checked
-(200, the whole body). `hold` is the leak check's client: it holds --held
-tunnels open at once through the SOCKS5 door, then makes --count forwarded
-GETs one after another through the HTTP door, and stops at each checkpoint
+(200, the whole body). `hold` is the leak check's client: after a burst of
+--warm connections through each door it holds --held tunnels open at once
+through the SOCKS5 door, then makes --count forwarded GETs one after another
+through the HTTP door, and stops at each checkpoint
 (a line on stdout) until a line on stdin lets it go on, so the caller can
 look at the broker's fds in between.
 """
@@ -406,58 +407,58 @@ def _checkpoint(line: str) -> None:
 
 
 def hold(args) -> dict:
-    """The leak check's client: a GET through each door to warm up, then
-    --held tunnels open at once (SOCKS5 door) and a GET in each, then --count
-    forwarded GETs one after another (HTTP door). `made` counts the
-    connections the doors accepted: each must end in the record."""
+    """The leak check's client: a burst of --warm connections through each
+    door, then --held tunnels open at once (SOCKS5 door) and a GET in each,
+    then --count forwarded GETs one after another (HTTP door). `made` counts
+    the connections the doors accepted: each must end in the record."""
     _, host, port, _ = _target(args)
     made = errors = 0
 
-    def door(port: int) -> socket.socket:
-        nonlocal made
-        sock = socket.create_connection(("127.0.0.1", port))
+    def connect_through(mode: str) -> socket.socket | None:
+        """A connection through the door of that mode, handshake done; None
+        (an error counted) when the door or the handshake fails."""
+        nonlocal made, errors
+        try:
+            sock = socket.create_connection(("127.0.0.1", args.socks if mode == "socks" else args.http))
+        except OSError:
+            errors += 1
+            return None
         made += 1
-        return sock
+        try:
+            if mode == "socks":
+                _blocking_handshake(sock, _handshake_bytes("socks", host, port))
+            return sock
+        except OSError:
+            errors += 1
+            sock.close()
+            return None
 
-    def one_get(sock: socket.socket, mode: str) -> bool:
+    def one_get(sock: socket.socket | None, mode: str) -> None:
+        nonlocal errors
+        if sock is None:
+            return
         try:
             sock.sendall(_http_get(mode, host, port, args.get))
-            return whole_http_answer(_read_to_end(sock))
+            errors += not whole_http_answer(_read_to_end(sock))
         except OSError:
-            return False
+            errors += 1
         finally:
             sock.close()
 
-    # One GET through each door first: what the broker sets up once (at
-    # start-up or on a first connection) is then in place before the count.
-    for mode, door_port in (("socks", args.socks), ("http", args.http)):
-        sock = door(door_port)
-        if mode == "socks":
-            _blocking_handshake(sock, _handshake_bytes("socks", host, port))
-        errors += not one_get(sock, mode)
+    # A burst through each door first (all open before the first GET): what
+    # vpnw sets up once, at start-up, on a first connection or when it first
+    # sees load, is then in place before the count starts.
+    for mode in ("socks", "http"):
+        for sock in [connect_through(mode) for _ in range(args.warm)]:
+            one_get(sock, mode)
     _checkpoint("ready")
-    held = []
-    for _ in range(args.held):
-        try:
-            sock = door(args.socks)
-        except OSError:
-            errors += 1
-            continue
-        try:
-            _blocking_handshake(sock, _handshake_bytes("socks", host, port))
-            held.append(sock)
-        except OSError:
-            errors += 1
-            sock.close()
+    held = [sock for sock in (connect_through("socks") for _ in range(args.held)) if sock is not None]
     _checkpoint(f"held {len(held)}")
     for sock in held:
-        errors += not one_get(sock, "socks")
+        one_get(sock, "socks")
     for _ in range(args.count):
-        try:
-            errors += not one_get(door(args.http), "http")
-        except OSError:
-            errors += 1
-    result = {"made": made, "held": len(held), "sequential": args.count, "errors": errors}
+        one_get(connect_through("http"), "http")
+    result = {"made": made, "warm": args.warm, "held": len(held), "sequential": args.count, "errors": errors}
     _checkpoint("done")
     return result
 
@@ -479,6 +480,7 @@ def main(argv=None) -> None:
         p.add_argument("--path", default="/")
         p.add_argument("--get", help="conns, hold: an HTTP GET of this path, not the sink's R")
         p.add_argument("--held", type=int, default=1000)
+        p.add_argument("--warm", type=int, default=100)
     args = ap.parse_args(argv)
     if args.cmd == "serve":
         serve(args.port)
