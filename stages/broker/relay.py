@@ -60,12 +60,13 @@ def _grow_pipe(w: int) -> int | None:
     return None
 
 
-# A tunnel's first bytes each way are copied through Python (recv_into/send
-# on a small buffer: as many system calls as splicing them) and the pipe is
-# made only once a direction has moved this much: most connections are short,
-# and a pipe costs them a pipe2 and two closes that they never win back.
+# A tunnel's first bytes each way are copied through Python (recv/send: as
+# many system calls as splicing them) and the pipe is made only once a
+# direction has moved this much: most connections are short, and a pipe costs
+# them a pipe2 and two closes that they never win back. Each read is a bytes
+# object of its own, gone once sent: an idle tunnel holds no buffer.
 COPY_FIRST = 64 * 1024
-COPY_BUFFER = 16 * 1024
+COPY_READ = 16 * 1024
 
 
 class _Direction:
@@ -91,9 +92,13 @@ class _Direction:
         self.fb_start = 0
         self.copy_first = copy_first   # 0: splicing (or for good in the fallback)
         if copy_first:
-            self._copy_through(bytearray(COPY_BUFFER))
+            self.capacity = COPY_READ
         else:
             self._start_splicing()
+
+    @property
+    def splicing(self) -> bool:
+        return self.fallback is None and not self.copy_first
 
     def _start_splicing(self) -> None:
         self.copy_first = 0
@@ -103,6 +108,7 @@ class _Direction:
             self._use_fallback()
             return
         self.fallback = self.fb_view = None
+        self.fb_start = 0
 
     def _use_fallback(self) -> None:
         self.copy_first = 0
@@ -152,6 +158,13 @@ class _Direction:
             self._start_splicing()      # a long transfer: splice from here on
         # Never more than the limit: what follows it is not ours to move.
         want = self.capacity if self.limit is None else min(self.capacity, self.limit)
+        if self.copy_first:
+            try:
+                data = self.src.recv(want)
+            except _AGAIN:
+                return -1
+            self.fb_view, self.fb_start = memoryview(data), 0
+            return len(data)
         if self.fallback is None:
             try:
                 return os.splice(self.src_fd, self.pipe_w, want, flags=SPLICE_FLAGS)
@@ -172,7 +185,7 @@ class _Direction:
         """Send what the pipe holds to dst, as far as dst takes it."""
         while self.pending:
             try:
-                if self.fallback is None:
+                if self.fb_view is None:
                     n = os.splice(self.pipe_r, self.dst_fd, self.pending, flags=SPLICE_FLAGS)
                 else:
                     n = self.dst.send(self.fb_view[self.fb_start:self.fb_start + self.pending])
@@ -183,6 +196,8 @@ class _Direction:
                 return
             self.pending -= n
             self.bytes += n
+        if self.copy_first:
+            self.fb_view = None     # the read is sent: nothing held between reads
 
     def on_readable(self) -> None:
         try:
@@ -201,7 +216,7 @@ class _Direction:
                 self.pending = n
                 if self.limit is not None:
                     self.limit -= n
-                if n >= self.capacity and not self.grown and self.fallback is None:
+                if n >= self.capacity and not self.grown and self.splicing:
                     self._grow()
                 self._drain()
                 if self.pending:
