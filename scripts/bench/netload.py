@@ -278,7 +278,9 @@ def get(args) -> dict:
 
 def conns(args) -> dict:
     """`clients` connections at a time, each: connect, handshake, one small
-    request, read the answer to end of stream, close; replaced at once."""
+    request, read the answer to end of stream, close; replaced at once. With
+    --rate R, paced instead: a new connection every 1/R s (at most `clients`
+    open), so latency is measured at a load the server keeps up with."""
     mode, host, port, proxy = _target(args)
     steps, answered = _exchange(mode, host, port, args.get)
     address = _address(host, port, proxy)
@@ -331,11 +333,25 @@ def conns(args) -> dict:
         return True
 
     started = time.perf_counter()
-    for _ in range(min(args.clients, limit)):
-        open_one()
+    paced = bool(args.rate)
+    interval = 1.0 / args.rate if paced else 0.0
+    next_at = started
+
+    def may_open() -> bool:
+        return opened < limit and time.perf_counter() < deadline
+
+    if not paced:
+        for _ in range(min(args.clients, limit)):
+            open_one()
     done = 0
-    while sel.get_map():
-        for key, events in sel.select(timeout=5):
+    while sel.get_map() or (paced and may_open()):
+        timeout = 5.0
+        if paced and may_open():
+            while next_at <= time.perf_counter() and len(sel.get_map()) < args.clients and may_open():
+                open_one()
+                next_at += interval
+            timeout = max(0.0, next_at - time.perf_counter())
+        for key, events in sel.select(timeout=timeout):
             c = key.data
             ok = False
             try:
@@ -357,7 +373,7 @@ def conns(args) -> dict:
                 done += 1
                 sel.unregister(c.sock)
                 c.sock.close()
-                if time.perf_counter() < deadline and opened < limit:
+                if not paced and may_open():
                     open_one()
     seconds = time.perf_counter() - started
     latencies.sort()
@@ -477,6 +493,7 @@ def main(argv=None) -> None:
         p.add_argument("--clients", type=int, default=50)
         p.add_argument("--seconds", type=float, default=3.0)
         p.add_argument("--count", type=int, default=0)
+        p.add_argument("--rate", type=float, default=0.0, help="conns: new connections a second (0: as fast as answered)")
         p.add_argument("--path", default="/")
         p.add_argument("--get", help="conns, hold: an HTTP GET of this path, not the sink's R")
         p.add_argument("--held", type=int, default=1000)
