@@ -184,21 +184,45 @@ def test_broker_workers_share_the_doors_and_number_connections_once(world, user)
     assert len(served_by) == 2, served_by
 
 
+FLOOD_AGENT = r'''
+import socket, sys
+AT_ONCE, AFTER = int(sys.argv[1]), int(sys.argv[2])
+name = b"api.github.com"
+REQUEST = (b"\x05\x01\x00" + b"\x05\x01\x00\x03" + bytes([len(name)]) + name + (80).to_bytes(2, "big")
+           + b"GET / HTTP/1.0\r\nHost: api.github.com\r\n\r\n")
+
+def finish(s):
+    s.sendall(REQUEST)      # greeting, request and GET at once: the door reads them in turn
+    while s.recv(65536):
+        pass
+    s.close()
+
+# AT_ONCE connections opened together (the door's backlog fills at once),
+# then served; then AFTER more, one after another.
+held = [socket.create_connection(("127.0.0.1", 1080), timeout=30) for _ in range(AT_ONCE)]
+for s in held:
+    finish(s)
+for _ in range(AFTER):
+    finish(socket.create_connection(("127.0.0.1", 1080), timeout=30))
+'''
+
+
 def test_broker_workers_wait_for_load(world, user):
     # With no count set, the workers are forked but idle until the lead sees
     # load (workers.LOAD_PER_TICK connections within one LOAD_TICK): a run of
-    # a few connections is served by one process; a burst wakes the others.
+    # a few connections is served by one process; a flood wakes the others,
+    # which then take their share of what follows.
     from e2e_support import assert_every_connection_accounted, describe, run_events
     if len(os.sched_getaffinity(0)) < 2:
         pytest.skip("one core: the broker has no workers")
-    agent = world.file(f"burst_agent_{user}.py", BURST_AGENT)
+    agent = world.file(f"flood_agent_{user}.py", FLOOD_AGENT)
     few = world.vpnw(["run", "--", sys.executable, str(agent), "2", "2"], user=user, timeout=120)
     assert few.returncode == 0, describe(few)
     events = run_events(few)
     assert len({e["pid"] for e in events if e["conn"] is not None}) == 1
     assert events[-1]["fields"]["connections"] == 4
-    burst = world.vpnw(["run", "--", sys.executable, str(agent), "60", "20"], user=user, timeout=300)
-    assert burst.returncode == 0, describe(burst)
-    events = run_events(burst)
-    assert sorted(assert_every_connection_accounted(events)) == list(range(1, 1201))
+    flood = world.vpnw(["run", "--", sys.executable, str(agent), "200", "400"], user=user, timeout=300)
+    assert flood.returncode == 0, describe(flood)
+    events = run_events(flood)
+    assert sorted(assert_every_connection_accounted(events)) == list(range(1, 601))
     assert len({e["pid"] for e in events if e["conn"] is not None}) >= 2

@@ -28,7 +28,25 @@ def main_from_fds(handoff_fd: int, event_fd: int, status_fd: int, *, run_id: str
                                                        ok=True, ms=0)
         status.write(status_fd, status.PathOk(path="direct", type="direct", ms=0))
         path_reported = True
+    from .workers import Crew, SharedConnNumbers, worker_count
+    count, at_once = (workers, False) if workers else worker_count(path)
+    crew = numbers = None
+    if count > 1:
+        # The workers are forked here, before the loop's imports: every page
+        # the lead writes after a fork that its workers still share is
+        # copied, so the fewer pages there are then, the less the fork costs
+        # a short run. A woken worker imports the loop for itself.
+        numbers, crew = SharedConnNumbers(), Crew()
+
+        def worker(link_fd: int, worker_status_fd: int) -> int:
+            from .loop import run_broker
+            return run_broker(link_fd, event_fd, worker_status_fd, run_id=run_id, policy=policy,
+                              path=path, dry_run=dry_run, grace=grace, path_reported=True,
+                              numbers=numbers)
+        crew.start(count - 1, worker, keep=(event_fd, numbers.fd))
+        if at_once:
+            crew.wake()
     from .loop import run_broker
     return run_broker(handoff_fd, event_fd, status_fd, run_id=run_id, policy=policy,
                       path=path, dry_run=dry_run, grace=grace, path_reported=path_reported,
-                      workers=workers)
+                      numbers=numbers, crew=crew)

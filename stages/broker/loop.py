@@ -33,7 +33,7 @@ from .journal import Journal, ms_since
 from .limits import MAX_PENDING_HANDSHAKES
 from .relay import Relay
 from .sessions import HttpDoor, Socks5Door
-from .workers import LOAD_PER_TICK, LOAD_TICK, Crew, SharedConnNumbers, worker_count
+from .workers import LOAD_PER_TICK, LOAD_TICK, Crew
 
 
 _OUT_OF_RESOURCES = (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM)
@@ -256,9 +256,10 @@ def _raise_fd_limit() -> None:
 
 def run_broker(handoff_fd: int, event_fd: int, status_fd: int, *, run_id: str, policy, path,
                dry_run: bool = False, grace: float = 2.0, path_reported: bool = False,
-               workers: int | None = None) -> int:
-    """The broker process body; returns its exit code (0, PATH_DOWN, INTERNAL).
-    `workers`: how many broker processes in all (None: workers.worker_count)."""
+               numbers=None, crew: Crew | None = None) -> int:
+    """The broker process body (the lead's, or a worker's: then `crew` is
+    None and `numbers` the shared counter); returns its exit code (0,
+    PATH_DOWN, INTERNAL)."""
     from .local_addresses import local_addresses
     broker = None
     try:
@@ -269,29 +270,10 @@ def run_broker(handoff_fd: int, event_fd: int, status_fd: int, *, run_id: str, p
         if path is None:
             from ..paths import DIRECT
             path = DIRECT
-        common = dict(policy=policy, path=path, dry_run=dry_run, grace=grace,
-                      local_addresses=local_addresses())
-        crew = numbers = None
-        count, at_once = (workers, False) if workers else worker_count(path)
-        if count > 1:
-            numbers, crew = SharedConnNumbers(), Crew()
-
-            def worker(link_fd: int, worker_status_fd: int) -> int:
-                try:
-                    return _serve_until_the_end(
-                        Broker(emitter=Emitter(event_fd, run_id, path=getattr(path, "name", "direct")),
-                               status_fd=worker_status_fd, path_reported=True, numbers=numbers,
-                               **common),
-                        link_fd)
-                except Exception as exc:
-                    _warn(f"a broker worker failed: {exc!r}")
-                    return ExitCode.INTERNAL
-            crew.start(count - 1, worker, keep=(event_fd, numbers.fd))
-            if at_once:
-                crew.wake()
         broker = Broker(emitter=Emitter(event_fd, run_id, path=getattr(path, "name", "direct")),
-                        status_fd=status_fd, path_reported=path_reported, numbers=numbers, crew=crew,
-                        **common)
+                        status_fd=status_fd, policy=policy, path=path, path_reported=path_reported,
+                        dry_run=dry_run, grace=grace, local_addresses=local_addresses(),
+                        numbers=numbers, crew=crew)
         return _serve_until_the_end(broker, handoff_fd)
     except Exception as exc:
         _warn(f"the broker failed: {exc!r}")
