@@ -235,3 +235,19 @@ def test_renderings_never_fail_on_odd_events(items):
             for msg in m.feed(ev, orjson.dumps(ev)):
                 assert len(msg) <= 2048
                 orjson.loads(msg.split(CEE, 1)[1])
+
+
+@pytest.mark.parametrize("ms", [-1, -9223372036855, 2**63, 10**13, float("nan"), float("inf"), True, "5"])
+def test_an_odd_duration_is_left_out_not_a_failure(ms):
+    # Found by the property test above: an "ms" whose nanoseconds overflow
+    # 64 bits broke the ECS rendering; a negative one made a start after the end.
+    events = [{"v": 1, "ts": "2026-11-30T10:00:00.000000000Z", "type": t, "run": "r-x", "pid": 1,
+               "path": "direct", "conn": 1, "fields": f} for t, f in
+              (("conn.request", {"door": "socks", "kind": "socks5", "host": "a.test", "port": 443}),
+               ("conn.open", {"address": "140.82.112.6", "port": 443, "via": "direct", "ms": 1}),
+               ("conn.close", {"bytes_up": 1, "bytes_down": 2, "ms": ms}))]
+    for fmt in ("ocsf", "ecs"):
+        render = stream_renderer(fmt)
+        docs = [orjson.loads(d) for e in events for d in render(e, orjson.dumps(e))]
+        closed = docs[-1]
+        assert "duration" not in closed and "duration" not in closed.get("event", {}), (fmt, closed)

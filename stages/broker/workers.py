@@ -41,6 +41,7 @@ import struct
 import time
 
 from .. import status as st
+from ..exits import ExitCode
 from ..handoff import link, send_door
 
 MAX_WORKERS = 4
@@ -124,7 +125,7 @@ class Crew:
             wake_r, wake_w = os.pipe()
             pid = os.fork()
             if pid == 0:
-                code = 125
+                code = ExitCode.INTERNAL
                 try:
                     low = 3
                     for fd in sorted({*keep, worker_end.fileno(), status_w, wake_r}):

@@ -6,7 +6,7 @@ against ECS's own field definitions.
 """
 from __future__ import annotations
 
-from .outcomes import Outcome, ip_version
+from .outcomes import Outcome, duration_ms, ip_version
 from .syslog import severity as syslog_severity
 
 ECS_VERSION = "9.4.0"
@@ -92,8 +92,9 @@ def render(o: Outcome) -> dict:
             doc["source"] = {"bytes": up}
             destination["bytes"] = down
             doc["network"]["bytes"] = up + down
-        if isinstance(f.get("ms"), (int, float)):
-            event["duration"] = int(f["ms"] * 1_000_000)      # nanoseconds
+        ms = duration_ms(f.get("ms"))
+        if ms is not None:
+            event["duration"] = ms * 1_000_000      # nanoseconds
             if c.opened_ts:
                 event["start"] = c.opened_ts
             event["end"] = o.event.get("ts")

@@ -7,7 +7,7 @@ made up. Validated against the published schema in tests/test_shipping_schemas.p
 """
 from __future__ import annotations
 
-from .outcomes import Outcome, epoch_ms, ip_version
+from .outcomes import Outcome, duration_ms, epoch_ms, ip_version
 
 OCSF_VERSION = "1.8.0"
 CATEGORY_UID = 4            # Network Activity
@@ -132,10 +132,11 @@ def render(o: Outcome) -> dict:
         up, down = f.get("bytes_up"), f.get("bytes_down")
         if isinstance(up, int) and isinstance(down, int):
             doc["traffic"] = {"bytes_out": up, "bytes_in": down, "bytes": up + down}
-        if isinstance(f.get("ms"), (int, float)):
-            doc["duration"] = int(f["ms"])
+        ms = duration_ms(f.get("ms"))
+        if ms is not None:
+            doc["duration"] = ms
             doc["end_time"] = doc["time"]
-            doc["start_time"] = doc["time"] - int(f["ms"])
+            doc["start_time"] = doc["time"] - ms
     return doc
 
 

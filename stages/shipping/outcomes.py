@@ -35,6 +35,21 @@ MAX_OPEN = 65536
 OUTCOME_OF_TYPE = {"conn.open": "open", "conn.close": "close", "conn.fail": "fail"}
 
 
+# Longest duration a document carries: ECS counts nanoseconds in a signed
+# 64-bit integer (about 292 years); an odd event's "ms" beyond it, or below
+# zero, is left out rather than break the rendering.
+MAX_DURATION_MS = (2**63 - 1) // 1_000_000
+
+
+def duration_ms(value) -> int | None:
+    """An event's `ms` as a duration a document can carry, or None."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    if not 0 <= value <= MAX_DURATION_MS:      # NaN fails both comparisons
+        return None
+    return int(value)
+
+
 def epoch_ms(ts: str) -> int:
     """RFC 3339 UTC as the record writes it (`2026-09-29T11:44:36.754728731Z`)
     -> milliseconds since the epoch. Sliced by hand: strptime costs an import."""
