@@ -17,6 +17,7 @@ belongs to the namespace.
 from __future__ import annotations
 
 import ctypes
+import glob
 import os
 import pwd
 import queue
@@ -72,12 +73,26 @@ class Exit:
         return "\n".join(parts)
 
     def stop(self) -> None:
+        if self.process.poll() is None and self.kind == "squid":
+            # Asked to stop, squid removes its shared memory segments
+            # (/dev/shm/squid-<service>-*); killed, it leaves them behind.
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                pass
         if self.process.poll() is None:
             try:
                 os.killpg(self.process.pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
         self.process.wait(timeout=10)
+        if self.kind == "squid":
+            for name in glob.glob(f"/dev/shm/squid-{_squid_service(self.workdir)}*"):
+                try:
+                    os.unlink(name)
+                except OSError:
+                    pass
         shutil.rmtree(self.workdir, ignore_errors=True)
 
 
@@ -146,7 +161,13 @@ pinger_enable off
 coredump_dir {workdir}
 shutdown_lifetime 0 seconds
 {access}""")
-    return [_BINARIES["squid"], "-N", "-f", f"{workdir}/squid.conf"]
+    # A service name of its own (-n): squids started side by side must not
+    # share their shared memory segments, and stop() removes exactly its own.
+    return [_BINARIES["squid"], "-N", "-n", _squid_service(workdir), "-f", f"{workdir}/squid.conf"]
+
+
+def _squid_service(workdir: str) -> str:
+    return "vpnwtest" + os.path.basename(workdir).rsplit("-", 1)[-1].replace("_", "")
 
 
 _BUILDERS = {"danted": _danted, "microsocks": _microsocks, "tinyproxy": _tinyproxy, "squid": _squid}
