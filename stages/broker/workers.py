@@ -32,6 +32,7 @@ Only the direct path has workers: the other paths keep state of their own
 from __future__ import annotations
 
 import fcntl
+import gc
 import mmap
 import os
 import select
@@ -119,6 +120,11 @@ class Crew:
         here would keep its peer from ever seeing the end). Called before any
         event loop exists: a loop's epoll descriptor must never be shared
         with a child."""
+        # What exists now (the policy's index above all, and every module)
+        # lives for the whole run: out of the collector's sight, its pages
+        # stay shared with the workers (a collection writes to every object
+        # it looks at, and each page written after the fork is copied).
+        gc.freeze()
         for _ in range(count):
             lead_end, worker_end = link()
             status_r, status_w = os.pipe()
