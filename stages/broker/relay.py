@@ -2,7 +2,9 @@
 
 Each direction is socket -> pipe -> socket with non-blocking `os.splice`, driven
 by the event loop's readiness callbacks on the raw descriptors (no thread per
-connection, no asyncio streams: those cost ~3x in bulk throughput here). A
+connection, no asyncio streams: those cost ~3x in bulk throughput here); a
+tunnel's first COPY_FIRST bytes each way are copied through Python instead,
+so a short connection never makes a pipe. A
 direction stops reading while its pipe still holds data, so a slow reader
 never makes the broker's memory grow. Where the kernel refuses splice for a
 descriptor, that direction falls back to recv_into/send on one buffer.
