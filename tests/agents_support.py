@@ -7,10 +7,12 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import pwd
 import re
 import shlex
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -207,15 +209,57 @@ def prepare_world(world) -> list[Path]:
         made.append(path)
     for d in {p.parent for p in made} | {world.docroot / "v1"}:
         d.chmod(0o755)
+    # The agents' temporary files (Claude Code's /tmp/claude-<uid>, Codex's
+    # /tmp/codex-daemon-<uid>) go to the world's own temp directory, removed
+    # with it, never to the machine's /tmp.
+    agent_tmp = world.tmp / "agent-tmp"
+    agent_tmp.mkdir(exist_ok=True)
+    agent_tmp.chmod(0o1777)
     world.agent_env = {"SSL_CERT_FILE": str(world.ca_pem), "NODE_EXTRA_CA_CERTS": str(world.ca_pem),
-                       "REQUESTS_CA_BUNDLE": str(world.ca_pem), "TERM": "xterm-256color"}
+                       "REQUESTS_CA_BUNDLE": str(world.ca_pem), "TERM": "xterm-256color",
+                       "TMPDIR": str(agent_tmp)}
+    # Codex's background server keeps its socket in /tmp/codex-daemon-<uid>
+    # whatever TMPDIR says: the ones this module makes are removed after it.
+    made += [d for d in _codex_daemon_dirs() if not d.exists()]
     return made
+
+
+def _codex_daemon_dirs() -> list[Path]:
+    uids = {0, *(pwd.getpwnam(name).pw_uid for name in ("vpnwtest",) if _has_user(name))}
+    return [Path(f"/tmp/codex-daemon-{uid}") for uid in sorted(uids)]
+
+
+def _has_user(name: str) -> bool:
+    try:
+        pwd.getpwnam(name)
+        return True
+    except KeyError:
+        return False
+
+
+def _served(directory: Path) -> bool:
+    """Whether a Codex server still answers on a socket in `directory` (the
+    other pytest worker's, running this module's other tests)."""
+    for entry in directory.glob("*"):
+        if entry.is_socket():
+            with socket.socket(socket.AF_UNIX) as probe:
+                try:
+                    probe.connect(str(entry))
+                    return True
+                except OSError:
+                    pass
+    return False
 
 
 def restore_world(world, made: list[Path]) -> None:
     for path in made:
-        path.unlink(missing_ok=True)
+        if path.is_dir():
+            if not _served(path):
+                shutil.rmtree(path, ignore_errors=True)
+        else:
+            path.unlink(missing_ok=True)
     world.dns_reset()
+    shutil.rmtree(world.tmp / "agent-tmp", ignore_errors=True)
 
 
 
