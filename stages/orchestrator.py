@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 
 from . import __version__, handoff
 from . import status as st
+from .descriptors import close_all_but
 from .exits import ExitCode, killed_by
 from .record import Emitter, RecordUnwritable, new_run_id, open_run_file, vpnw_state_dir
 
@@ -86,11 +87,7 @@ def _fork_stage(keep: list[int], body, *, die_with_parent: bool = False,
             null = os.open(os.devnull, os.O_RDONLY)
             os.dup2(null, 0)
             os.close(null)
-        low = 3
-        for fd in sorted(set(keep)):
-            os.closerange(low, fd)
-            low = fd + 1
-        os.closerange(low, 65536)
+        close_all_but(keep)
         code = body()
     except SystemExit as exc:
         code = exc.code if isinstance(exc.code, int) else ExitCode.INTERNAL

@@ -42,6 +42,7 @@ import struct
 import time
 
 from .. import status as st
+from ..descriptors import close_all_but
 from ..exits import ExitCode
 from ..handoff import link, send_door
 
@@ -133,11 +134,7 @@ class Crew:
             if pid == 0:
                 code = ExitCode.INTERNAL
                 try:
-                    low = 3
-                    for fd in sorted({*keep, worker_end.fileno(), status_w, wake_r}):
-                        os.closerange(low, fd)
-                        low = fd + 1
-                    os.closerange(low, 65536)
+                    close_all_but({*keep, worker_end.fileno(), status_w, wake_r})
                     if _wait_for_wake(wake_r):
                         code = body(worker_end.detach(), status_w)
                     else:

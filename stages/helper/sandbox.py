@@ -27,6 +27,7 @@ import socket
 import sys
 
 from stages import handoff
+from stages.descriptors import close_all_but
 from stages import status as st
 from stages.exits import ExitCode, killed_by
 from stages.helper import privileges as priv
@@ -335,17 +336,10 @@ def _decode_status(status: int) -> tuple[int, int | None]:
 def _wait_for_the_end(report: st.StatusReader, status_fd: int) -> st.Message | None:
     """Pass the program's stops on until init reports the end. Returns init's
     last message, or None when init ended without one."""
-    while not report.eof:
-        try:
-            message = report.next_message()
-        except st.StatusError:
-            return None     # init said what it does not say: the end, as above
-        if message is None:
-            return None
-        if isinstance(message, st.Stopped):
-            st.write(status_fd, message)
-        else:
+    while (message := _next_report(report)) is not None:
+        if not isinstance(message, st.Stopped):
             return message
+        st.write(status_fd, message)
     return None
 
 
@@ -359,7 +353,7 @@ def _init(argv, penv, seccomp_filter, report_w: int, go_r: int, keep: set[int],
         # If the helper dies, init dies, and with PID 1 the whole namespace.
         priv.prctl(priv.PR_SET_PDEATHSIG, signal.SIGKILL)
         priv.prctl(priv.PR_SET_DUMPABLE, 0)
-        _close_all_but(keep)
+        close_all_but(keep)
         priv.mount("proc", "/proc", "proc", priv.MS_NOSUID | priv.MS_NODEV | priv.MS_NOEXEC)
     except OSError as e:
         st.write(report_w, st.InitFailed(f"cannot set up the sandbox's init (fresh /proc): {e}"))
@@ -548,16 +542,6 @@ def _wait_for(program_pid: int, stops_to: int | None = None) -> int:
         return status
 
 
-def _close_all_but(keep: set[int]) -> None:
-    fd = 3
-    for k in sorted(keep) + [None]:
-        if k is None:
-            os.closerange(fd, 0x7FFFFFFF)
-        else:
-            os.closerange(fd, k)
-            fd = k + 1
-
-
 # ---------------------------------------------------------------- G: program
 
 def _program(argv, penv, seccomp_filter, err_w: int, files: dict | None = None,
@@ -570,7 +554,7 @@ def _program(argv, penv, seccomp_filter, err_w: int, files: dict | None = None,
         else:
             os.setsid()
         priv.prctl(priv.PR_SET_PDEATHSIG, signal.SIGKILL)
-        _close_all_but({err_w})
+        close_all_but({err_w})
         priv.drop_all_privileges()
         if files and files["landlock_abi"]:
             # After no_new_privs (the drop), before the filter and exec.
