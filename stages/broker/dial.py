@@ -133,7 +133,13 @@ async def dial_direct(addresses, port: int, *, timeout: float = CONNECT_TIMEOUT,
         family = socket.AF_INET6 if ip.version == 6 else socket.AF_INET
         if make_socket is None:
             # Non-blocking from its creation: no ioctl.
-            sock = socket.socket(family, socket.SOCK_STREAM | socket.SOCK_NONBLOCK | socket.SOCK_CLOEXEC)
+            try:
+                sock = socket.socket(family, socket.SOCK_STREAM | socket.SOCK_NONBLOCK | socket.SOCK_CLOEXEC)
+            except OSError as exc:
+                # Out of descriptors (a program holding many connections): a
+                # failure of this connection, said as such, not of vpnw's code.
+                raise DialError("internal", f"vpnw could not open a socket for it: "
+                                            f"{exc.strerror or exc}") from None
         else:
             sock = await make_socket(family)
             sock.setblocking(False)
