@@ -955,6 +955,15 @@ def _ms(value, places: int = 3) -> str:
     return "" if value is None else f"{value:.{places}f}"
 
 
+def _latency_table(w, title: str, rows: list[dict], target=None) -> None:
+    """p50/p99 and what each adds to direct's; a target column when given."""
+    w(f"\n{title}\n    {'':<28}{'conn/s':>7} {'p50 ms':>8} {'p99 ms':>8}  {'added p50':>9} {'added p99':>9} "
+      f"{'errors':>6}" + ("  target" if target else "") + "\n")
+    for r in rows:
+        w(f"    {r['label']:<28}{r['rate']:7.0f} {r['p50_ms']:8.3f} {r['p99_ms']:8.3f}  {r['added_p50_ms']:9.3f} "
+          f"{r['added_p99_ms']:9.3f} {r['errors']:6d}" + (f"  {target(r)}" if target else "") + "\n")
+
+
 def print_table(res: dict, meta: dict, verdicts: list[dict]) -> None:
     w = sys.stdout.write
     mark = {(v["section"], v["row"]): v for v in verdicts}
@@ -991,22 +1000,14 @@ def print_table(res: dict, meta: dict, verdicts: list[dict]) -> None:
             w(f"    {r['label']:<28}{r['client']:<8} {r['rate']:7.0f}  {r['x_direct']:8.2f}  {best:<24} "
               f"{_ms(r['p50_ms'], places):>7} {_ms(r['p99_ms'], places):>7} {r['errors']:6d}  {mem:<13}  "
               f"{_mark(mark.get(('conns', r['label'] + ' (' + r['client'] + ')')))}\n")
-        w(f"\nlatency per connection at full speed, {c['clients']} clients (netload, minus direct's: "
-          f"mostly the wait for a turn, {c['clients']} / rate)\n"
-          f"    {'':<28}{'p50 ms':>8} {'p99 ms':>8}  {'added p50':>9} {'added p99':>9}\n")
-        for r in c["rows"]:
-            if r["client"] == "netload" and r["kind"] != "direct":
-                w(f"    {r['label']:<28}{r['p50_ms']:8.3f} {r['p99_ms']:8.3f}  {r['added_p50_ms']:9.3f} "
-                  f"{r['added_p99_ms']:9.3f}\n")
+        _latency_table(w, f"latency per connection at full speed, {c['clients']} clients (netload, minus "
+                          f"direct's: mostly the wait for a turn, {c['clients']} / rate)",
+                       [r for r in c["rows"] if r["client"] == "netload" and r["kind"] != "direct"])
     if "paced" in res:
         p = res["paced"]
-        w(f"\nadded latency per connection, {p['clients']} clients at {p['rate']:,} new connections a second "
-          f"in all (netload, {p['seconds']} s a round)\n"
-          f"    {'':<28}{'conn/s':>7} {'p50 ms':>8} {'p99 ms':>8}  {'added p50':>9} {'added p99':>9} "
-          f"{'errors':>6}  target\n")
-        for r in p["rows"]:
-            w(f"    {r['label']:<28}{r['rate']:7.0f} {r['p50_ms']:8.3f} {r['p99_ms']:8.3f}  {r['added_p50_ms']:9.3f} "
-              f"{r['added_p99_ms']:9.3f} {r['errors']:6d}  {_mark(mark.get(('added', r['label'] + ' (paced)')))}\n")
+        _latency_table(w, f"added latency per connection, {p['clients']} clients at {p['rate']:,} new "
+                          f"connections a second in all (netload, {p['seconds']} s a round)",
+                       p["rows"], lambda r: _mark(mark.get(("added", r["label"] + " (paced)"))))
     if "lat" in res:
         w(f"\nlatency per connection, one at a time (vpnw: allowed name + 10-rule policy)\n"
           f"                                 p50 ms   p99 ms   added p50   added p99\n")
