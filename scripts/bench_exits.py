@@ -186,20 +186,32 @@ def measure(world: World, client, config, row: str, way: str, proto: str, args: 
         door = "127.0.0.1:1080" if proto == "socks" else "127.0.0.1:3128"
         cmd = [str(world.vpnw_path), "run", "--config", str(config), "--via", row, "--",
                world.python, str(client), proto if row != "direct" else "socks", door, target, *args]
-    result = world.run(cmd, timeout=600)
+    return run_json(world, cmd, f"{row}/{way}", timeout=600)
+
+
+def run_json(world: World, cmd: list, what: str, *, timeout: float) -> dict:
+    """Run a bench client in the world; the JSON object on its last line."""
+    result = world.run(cmd, timeout=timeout)
     if result.returncode != 0:
-        raise RuntimeError(f"{row}/{way}: exit {result.returncode}\n{result.stdout}\n{result.stderr[-2000:]}")
+        raise RuntimeError(f"{what}: exit {result.returncode}\n{result.stdout}\n{result.stderr[-2000:]}")
     return json.loads(result.stdout.strip().splitlines()[-1])
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--size-mib", type=int, default=256)
-    parser.add_argument("--count", type=int, default=2000)
+def load_arguments(doc: str, *, size_mib: int, count: int) -> argparse.ArgumentParser:
+    """The options every bench of a path shares: bulk size, connection count,
+    concurrency, runs, --json."""
+    parser = argparse.ArgumentParser(description=doc.split("\n\n")[0])
+    parser.add_argument("--size-mib", type=int, default=size_mib)
+    parser.add_argument("--count", type=int, default=count)
     parser.add_argument("--concurrency", type=int, default=50)
     parser.add_argument("--runs", type=int, default=3)
-    parser.add_argument("--only", help="comma-separated rows (direct, danted, microsocks, tinyproxy, squid)")
     parser.add_argument("--json", action="store_true")
+    return parser
+
+
+def main() -> int:
+    parser = load_arguments(__doc__, size_mib=256, count=2000)
+    parser.add_argument("--only", help="comma-separated rows (direct, danted, microsocks, tinyproxy, squid)")
     options = parser.parse_args()
     if os.geteuid() != 0:
         print("bench_exits.py needs root (it builds namespaces)", file=sys.stderr)

@@ -24,7 +24,6 @@ Needs root (namespaces). Every byte stays inside namespaces this script makes.
 """
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import statistics
@@ -35,7 +34,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "tests"))
 sys.path.insert(0, HERE)
 
-from bench_exits import CLIENT_PROGRAM, SOURCE_PROGRAM  # noqa: E402
+from bench_exits import CLIENT_PROGRAM, SOURCE_PROGRAM, load_arguments, run_json  # noqa: E402
 from wg_support import BENCH_TUNNEL, PEER_TUNNEL, SITE, Office  # noqa: E402
 from world import World  # noqa: E402
 
@@ -84,20 +83,11 @@ def measure(world: World, client, config, way: str, args: list[str]) -> dict:
     else:
         cmd = [str(world.vpnw_path), "run", "--config", str(config), "--via", "office", "--",
                world.python, str(client), "socks", "127.0.0.1:1080", target, *args]
-    result = world.run(cmd, timeout=1200)
-    if result.returncode != 0:
-        raise RuntimeError(f"{way}: exit {result.returncode}\n{result.stdout}\n{result.stderr[-2000:]}")
-    return json.loads(result.stdout.strip().splitlines()[-1])
+    return run_json(world, cmd, way, timeout=1200)
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--size-mib", type=int, default=1024)
-    parser.add_argument("--count", type=int, default=1000)
-    parser.add_argument("--concurrency", type=int, default=50)
-    parser.add_argument("--runs", type=int, default=3)
-    parser.add_argument("--json", action="store_true")
-    options = parser.parse_args()
+    options = load_arguments(__doc__, size_mib=1024, count=1000).parse_args()
     if os.geteuid() != 0:
         print("bench_wireguard.py needs root (it builds namespaces)", file=sys.stderr)
         return 2
