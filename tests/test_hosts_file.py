@@ -33,14 +33,24 @@ def test_the_file_is_read_again_when_it_changes(tmp_path):
     hosts, nss = tmp_path / "hosts", tmp_path / "nsswitch.conf"
     nss.write_text("hosts: files dns\n")
     hosts.write_text("10.1.1.1 one.test\n")
-    f = HostsFile(str(hosts), str(nss))
+    now = [100.0]
+    f = HostsFile(str(hosts), str(nss), clock=lambda: now[0])
     assert f.lookup("one.test") == (ip_address("10.1.1.1"),)
+    assert f.texts("one.test") == ["10.1.1.1"]
     assert f.lookup("two.test") == ()
     hosts.write_text("10.1.1.1 one.test\n10.2.2.2 two.test\n")
     os.utime(hosts, ns=(1, 1))   # a new stamp even within the clock's resolution
+    # Within a second of the last look the file is not looked at again...
+    now[0] += 0.5
+    assert f.lookup("two.test") == ()
+    # ...after it, the change is seen.
+    now[0] += 0.5
     assert f.lookup("two.test") == (ip_address("10.2.2.2"),)
+    assert f.texts("two.test") == ["10.2.2.2"]
     hosts.unlink()
+    now[0] += 1.0
     assert f.lookup("one.test") == ()
+    assert f.texts("one.test") == []
 
 
 def test_a_dns_first_machine_never_uses_the_file(tmp_path):

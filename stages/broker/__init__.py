@@ -46,7 +46,37 @@ def main_from_fds(handoff_fd: int, event_fd: int, status_fd: int, *, run_id: str
         crew.start(count - 1, worker, keep=(event_fd, numbers.fd))
         if at_once:
             crew.wake()
+    early = None
+    if path_reported:
+        # The loop loads while the link is watched (early.py): a run that
+        # never knocks at a door ends without waiting for it.
+        from .early import load_while_watching
+        early = load_while_watching(handoff_fd, _load_the_loop)
+        if early.quiet_end:
+            return _end_without_the_loop(early, status_fd, crew, grace)
     from .loop import run_broker
     return run_broker(handoff_fd, event_fd, status_fd, run_id=run_id, policy=policy,
                       path=path, dry_run=dry_run, grace=grace, path_reported=path_reported,
-                      numbers=numbers, crew=crew)
+                      numbers=numbers, crew=crew, early=early)
+
+
+def _load_the_loop() -> None:
+    from . import loop  # noqa: F401
+
+
+def _end_without_the_loop(early, status_fd: int, crew, grace: float) -> int:
+    """The helper is gone and no connection ever came: zero connections
+    (and the workers', who were never woken, zero too)."""
+    import os
+
+    from .. import status
+    for message in early.warnings:
+        os.write(2, f"vpnw broker: warning: {message}\n".encode("utf-8", "replace"))
+    for handed in early.handed:
+        handed.sock.close()
+    sums = {}
+    if crew is not None:
+        crew.release()
+        sums, _missing = crew.collect(timeout=grace + 5.0)
+    status.write(status_fd, status.Totals(**sums))
+    return 0

@@ -152,7 +152,7 @@ class Connector:
         in_file = self.hosts.lookup(host)
         if in_file:
             # What getaddrinfo would answer from /etc/hosts, without its thread.
-            self.journal.emit("dns.resolve", conn, host=host, addresses=[str(a) for a in in_file],
+            self.journal.emit("dns.resolve", conn, host=host, addresses=self.hosts.texts(host),
                               ms=ms_since(started))
             return in_file
         loop = asyncio.get_running_loop()

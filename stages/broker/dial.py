@@ -143,8 +143,9 @@ async def dial_direct(addresses, port: int, *, timeout: float = CONNECT_TIMEOUT,
         else:
             sock = await make_socket(family)
             sock.setblocking(False)
+        text = str(ip)
         try:
-            await _connect(loop, sock, (str(ip), port), timeout)
+            await _connect(loop, sock, (text, port), timeout)
         except (OSError, asyncio.TimeoutError) as exc:
             sock.close()
             last = exc
@@ -153,7 +154,7 @@ async def dial_direct(addresses, port: int, *, timeout: float = CONNECT_TIMEOUT,
             sock.close()
             raise
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        return sock, str(ip)
+        return sock, text
     code = classify(last)
     what = {"refused": "connection refused", "timeout": "timed out",
             "unreachable": "unreachable"}.get(code, str(last))

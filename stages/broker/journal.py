@@ -26,16 +26,24 @@ class Journal:
         self.numbers = numbers or ConnNumbers()   # shared with the workers, when there are any
         self.totals = {"connections": 0, "denied": 0, "would_deny": 0, "failed": 0}
         self.flush_scheduled = False
+        self.loop = None        # the broker's loop, once it runs (flushes are scheduled on it)
         emitter.hold()
 
     def emit(self, type_: str, conn: int | None = None, **fields) -> None:
         self.emitter.emit(type_, conn, **fields)
         if not self.flush_scheduled:
-            try:
-                asyncio.get_running_loop().call_soon(self.flush_events)
-                self.flush_scheduled = True
-            except RuntimeError:  # no loop (yet or any more): write now
+            loop = self.loop
+            if loop is None:
+                try:
+                    loop = asyncio.get_running_loop()
+                except RuntimeError:  # no loop (yet or any more): write now
+                    self.emitter.flush()
+                    return
+            if not loop.is_running():
                 self.emitter.flush()
+                return
+            loop.call_soon(self.flush_events)
+            self.flush_scheduled = True
 
     def flush_events(self) -> None:
         self.flush_scheduled = False

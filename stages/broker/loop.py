@@ -66,11 +66,14 @@ class Broker:
         self.connector = Connector(self.journal, policy=policy, dialer=self.dialer,
                                    via=getattr(path, "name", "direct"), dry_run=dry_run,
                                    local_addresses=local_addresses)
+        # The running loop, kept: asyncio.get_running_loop() asks the kernel
+        # for the pid on every call (fork detection), several times a connection.
+        self.loop: asyncio.AbstractEventLoop | None = None
         self.tasks: set[asyncio.Task] = set()
         self.relays: set[Relay] = set()
         self.stopping: asyncio.Event | None = None
         self.handshaking: set[socket.socket] = set()   # accepted, no request yet
-        self.listening: list[socket.socket] = []        # the doors, handed over by the helper
+        self.listening: list[tuple[str, socket.socket]] = []   # the doors, handed over by the helper
         self.taken_this_tick = 0                        # for the crew's load check
         self.paused_said = False
         self.doors = {"socks": Socks5Door(self), "http": HttpDoor(self)}
@@ -93,8 +96,8 @@ class Broker:
         self.journal.status(st.PathOk(path=name, type=kind, ms=ms))
         return True
 
-    async def run(self, handoff: socket.socket) -> int:
-        loop = asyncio.get_running_loop()
+    async def run(self, handoff: socket.socket, early=None) -> int:
+        loop = self.loop = self.journal.loop = asyncio.get_running_loop()
         self.stopping = asyncio.Event()
         if threading.current_thread() is threading.main_thread():
             loop.add_signal_handler(signal.SIGTERM, self.stopping.set)
@@ -113,15 +116,28 @@ class Broker:
             self.report_totals()
             return ExitCode.PATH_DOWN
         handoff.setblocking(False)
-        loop.add_reader(handoff.fileno(), self._on_handoff, handoff)
+        if early is not None:
+            # What the link said while the loop loaded (early.py).
+            for message in early.warnings:
+                _warn(message)
+            for handed in early.handed:
+                self._on_handed(handed)
+        if early is not None and early.link_over:
+            self.stopping.set()
+        else:
+            loop.add_reader(handoff.fileno(), self._on_handoff, handoff)
         if self.crew is not None:
             loop.call_later(LOAD_TICK, self._check_load)
         try:
             await self.stopping.wait()
         finally:
             loop.remove_reader(handoff.fileno())
-            for listener in self.listening:
+            for door, listener in self.listening:
                 loop.remove_reader(listener.fileno())
+                # A connection the program made just before it ended waits
+                # complete in the backlog: it is taken and served (within the
+                # grace) so that it reaches the record, never dropped unseen.
+                self._drain(door, listener)
                 listener.close()
             if self.crew is not None:
                 self.crew.release()     # the workers wind down alongside
@@ -157,16 +173,17 @@ class Broker:
             if handed is None:
                 self.stopping.set()
                 return
-            if handed.kind == "door":
-                if self.crew is not None:
-                    self.crew.pass_door(handed.door, handed.sock)
-                handed.sock.setblocking(False)
-                self.listening.append(handed.sock)
-                asyncio.get_running_loop().add_reader(handed.sock.fileno(), self._on_door,
-                                                      handed.door, handed.sock)
-            else:
-                handed.sock.setblocking(False)
-                self._take(handed.door, handed.sock)
+            self._on_handed(handed)
+
+    def _on_handed(self, handed) -> None:
+        handed.sock.setblocking(False)
+        if handed.kind == "door":
+            if self.crew is not None:
+                self.crew.pass_door(handed.door, handed.sock)
+            self.listening.append((handed.door, handed.sock))
+            self.loop.add_reader(handed.sock.fileno(), self._on_door, handed.door, handed.sock)
+        else:
+            self._take(handed.door, handed.sock)
 
     def _on_door(self, door: str, listener: socket.socket) -> None:
         """Accept what the door holds (a bounded batch: the loop stays fair
@@ -184,11 +201,25 @@ class Broker:
             sock.setblocking(False)
             self._take(door, sock)
 
+    def _drain(self, door: str, listener: socket.socket) -> None:
+        """Take every connection the door's backlog holds (the end of the run)."""
+        while True:
+            try:
+                sock, _peer = listener.accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError as exc:
+                if exc.errno in _OUT_OF_RESOURCES:
+                    return
+                continue
+            sock.setblocking(False)
+            self._take(door, sock)
+
     def _pause_door(self, door: str, listener: socket.socket, exc: OSError) -> None:
         """Out of descriptors or memory: the connections wait in the door's
         backlog and the door is looked at again shortly (a readable door
         left registered would spin the loop)."""
-        loop = asyncio.get_running_loop()
+        loop = self.loop
         loop.remove_reader(listener.fileno())
         if not self.paused_said:
             self.paused_said = True
@@ -208,7 +239,7 @@ class Broker:
             return
         self.taken_this_tick = 0
         if not self.stopping.is_set():
-            asyncio.get_running_loop().call_later(LOAD_TICK, self._check_load)
+            self.loop.call_later(LOAD_TICK, self._check_load)
 
     def _take(self, door: str, sock: socket.socket) -> None:
         self.taken_this_tick += 1
@@ -219,7 +250,7 @@ class Broker:
                               "their request; this one was closed at once")
             return
         self.handshaking.add(sock)
-        task = asyncio.get_running_loop().create_task(self._serve(door, sock))
+        task = self.loop.create_task(self._serve(door, sock))
         self.tasks.add(task)
         task.add_done_callback(self.tasks.discard)
 
@@ -256,7 +287,7 @@ def _raise_fd_limit() -> None:
 
 def run_broker(handoff_fd: int, event_fd: int, status_fd: int, *, run_id: str, policy, path,
                dry_run: bool = False, grace: float = 2.0, path_reported: bool = False,
-               numbers=None, crew: Crew | None = None) -> int:
+               numbers=None, crew: Crew | None = None, early=None) -> int:
     """The broker process body (the lead's, or a worker's: then `crew` is
     None and `numbers` the shared counter); returns its exit code (0,
     PATH_DOWN, INTERNAL)."""
@@ -274,7 +305,7 @@ def run_broker(handoff_fd: int, event_fd: int, status_fd: int, *, run_id: str, p
                         status_fd=status_fd, policy=policy, path=path, path_reported=path_reported,
                         dry_run=dry_run, grace=grace, local_addresses=local_addresses(),
                         numbers=numbers, crew=crew)
-        return _serve_until_the_end(broker, handoff_fd)
+        return _serve_until_the_end(broker, handoff_fd, early)
     except Exception as exc:
         _warn(f"the broker failed: {exc!r}")
         if broker is not None:
@@ -282,10 +313,10 @@ def run_broker(handoff_fd: int, event_fd: int, status_fd: int, *, run_id: str, p
         return ExitCode.INTERNAL
 
 
-def _serve_until_the_end(broker: Broker, link_fd: int) -> int:
+def _serve_until_the_end(broker: Broker, link_fd: int, early=None) -> int:
     link = socket.socket(fileno=link_fd)
     try:
-        return asyncio.run(broker.run(link))
+        return asyncio.run(broker.run(link, early))
     finally:
         broker.journal.flush_events()
         link.detach()

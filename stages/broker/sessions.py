@@ -47,7 +47,7 @@ class _Door:
 
     async def run_relay(self, client: socket.socket, opened: Opened, early: bytes = b"") -> None:
         """Relay until both sides end; always ends with conn.close."""
-        loop = asyncio.get_running_loop()
+        loop = self.run.loop
         relay = None
         try:
             if early:
@@ -70,7 +70,7 @@ class _Door:
             self.journal.close_conn(opened)
 
     async def recv(self, sock: socket.socket, deadline: float | None) -> bytes:
-        loop = asyncio.get_running_loop()
+        loop = self.run.loop
         if deadline is None:
             return await loop.sock_recv(sock, RECV_SIZE)
         if deadline - loop.time() <= 0:
@@ -96,7 +96,7 @@ class _Door:
             return
         try:
             async with asyncio.timeout(5):
-                await asyncio.get_running_loop().sock_sendall(sock, data[sent:])
+                await self.run.loop.sock_sendall(sock, data[sent:])
         except (OSError, asyncio.TimeoutError):
             pass
 
@@ -105,7 +105,7 @@ class Socks5Door(_Door):
     """SOCKS5 (RFC 1928, no authentication, CONNECT only)."""
 
     async def serve(self, client: socket.socket) -> None:
-        loop = asyncio.get_running_loop()
+        loop = self.run.loop
         parser = socks5.Socks5Parser()
         deadline = loop.time() + HANDSHAKE_TIMEOUT
         seen = 0
@@ -177,7 +177,7 @@ class HttpDoor(_Door):
     """HTTP proxy: CONNECT tunnels and absolute-URI requests, kept alive."""
 
     async def serve(self, client: socket.socket) -> None:
-        loop = asyncio.get_running_loop()
+        loop = self.run.loop
         parser = http_proxy.RequestParser()
         upstream: Opened | None = None
         upstream_key = None
@@ -264,7 +264,7 @@ class HttpDoor(_Door):
     async def _exchange(self, client, parser, upstream: Opened, responses, head) -> str:
         """One request and its response. Returns "keep" (both connections
         stay), "close-upstream" (the client stays) or "close" (end)."""
-        loop = asyncio.get_running_loop()
+        loop = self.run.loop
         try:
             data = head.render()
             await loop.sock_sendall(upstream.sock, data)
@@ -311,7 +311,7 @@ class HttpDoor(_Door):
                     pass
 
     async def _pump_body(self, client, parser, upstream: Opened) -> None:
-        loop = asyncio.get_running_loop()
+        loop = self.run.loop
         copier = None
         try:
             while True:
@@ -336,7 +336,7 @@ class HttpDoor(_Door):
                 upstream.bytes_up += copier.bytes
 
     async def _relay_response(self, client, upstream: Opened, responses, request) -> tuple[bool, bool]:
-        loop = asyncio.get_running_loop()
+        loop = self.run.loop
         final = None
         client_keeps = request.keep_alive
         copier = None

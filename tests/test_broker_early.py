@@ -1,0 +1,123 @@
+"""The broker's first moments (stages/broker/early.py): the link is read while
+the loop loads, and a run that never knocks at a door ends without the loop.
+
+Real sockets throughout: the handoff link, listening doors on loopback, and a
+`load` that stands for the loop's import (it blocks until the test lets it go,
+so each test sees which of the three ways out was taken, and when)."""
+from __future__ import annotations
+
+import socket
+import threading
+import time
+
+from stages import handoff
+from stages.broker.early import load_while_watching
+
+
+def door() -> socket.socket:
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(8)
+    return sock
+
+
+class Load:
+    """A loop import that takes as long as the test says."""
+
+    def __init__(self):
+        self.started = threading.Event()
+        self.release = threading.Event()
+        self.finished = threading.Event()
+
+    def __call__(self):
+        self.started.set()
+        self.release.wait(10)
+        self.finished.set()
+
+
+def watch_in_background(link_fd: int, load: Load):
+    out = {}
+    thread = threading.Thread(target=lambda: out.setdefault("early", load_while_watching(link_fd, load)))
+    thread.start()
+    return thread, out
+
+
+def test_the_helper_gone_and_no_connection_ends_without_waiting_for_the_loop():
+    helper_end, broker_end = handoff.link()
+    doors = {"http": door(), "socks": door()}
+    for name, sock in doors.items():
+        handoff.send_door(helper_end, name, sock.fileno())
+    helper_end.close()
+    load = Load()
+    started = time.monotonic()
+    early = load_while_watching(broker_end.fileno(), load)
+    assert time.monotonic() - started < 5
+    assert early.quiet_end and early.link_over
+    assert not load.finished.is_set()           # the import was never waited for
+    assert [(h.kind, h.door) for h in early.handed] == [("door", "http"), ("door", "socks")]
+    assert broker_end.fileno() != -1            # the link is the caller's still
+    load.release.set()
+
+
+def test_a_connection_waiting_at_a_door_when_the_helper_ends_waits_for_the_loop():
+    helper_end, broker_end = handoff.link()
+    http = door()
+    handoff.send_door(helper_end, "http", http.fileno())
+    program = socket.create_connection(http.getsockname())   # complete, in the backlog
+    program.sendall(b"GET http://evil.example/ HTTP/1.1\r\n\r\n")
+    program.close()
+    helper_end.close()
+    load = Load()
+    thread, out = watch_in_background(broker_end.fileno(), load)
+    assert load.started.wait(5)
+    time.sleep(0.2)
+    assert thread.is_alive()                    # waiting for the loop, not ending
+    load.release.set()
+    thread.join(5)
+    early = out["early"]
+    assert load.finished.is_set() and early.link_over and not early.quiet_end
+    # The handed door still holds the connection for the loop to take.
+    conn, _ = early.handed[0].sock.accept()
+    assert conn.recv(100).startswith(b"GET http://evil.example/")
+
+
+def test_a_connection_arriving_while_the_loop_loads_waits_for_it():
+    helper_end, broker_end = handoff.link()
+    http = door()
+    handoff.send_door(helper_end, "http", http.fileno())
+    load = Load()
+    thread, out = watch_in_background(broker_end.fileno(), load)
+    assert load.started.wait(5)
+    socket.create_connection(http.getsockname()).close()
+    time.sleep(0.2)
+    assert thread.is_alive()
+    load.release.set()
+    thread.join(5)
+    early = out["early"]
+    assert not early.link_over and not early.quiet_end
+    helper_end.close()
+
+
+def test_once_the_loop_has_loaded_the_link_is_left_to_it():
+    helper_end, broker_end = handoff.link()
+    socks = door()
+    handoff.send_door(helper_end, "socks", socks.fileno())
+    load = Load()
+    load.release.set()
+    early = load_while_watching(broker_end.fileno(), load)
+    assert load.finished.is_set() and not early.link_over and not early.quiet_end
+    helper_end.close()
+
+
+def test_a_bad_message_is_dropped_with_a_warning_and_the_watch_goes_on():
+    helper_end, broker_end = handoff.link()
+    helper_end.send(b"X" * handoff.MESSAGE_SIZE)
+    http = door()
+    handoff.send_door(helper_end, "http", http.fileno())
+    helper_end.close()
+    load = Load()
+    early = load_while_watching(broker_end.fileno(), load)
+    load.release.set()
+    assert early.quiet_end
+    assert len(early.warnings) == 1 and "bad handoff message" in early.warnings[0]
+    assert [h.door for h in early.handed] == ["http"]
