@@ -8,6 +8,7 @@ parallel and the orchestrator stays light.
 from __future__ import annotations
 
 import ctypes
+import gc
 import os
 import selectors
 import signal
@@ -70,6 +71,11 @@ def _fork_stage(keep: list[int], body, *, die_with_parent: bool = False,
     """Fork a child that keeps only fds 0-2 and `keep`, runs body() and exits with its code.
 
     `stdio`: the fds that become the child's 0, 1 and 2 (default: the orchestrator's)."""
+    # What exists now (every module, the policy's index) lives for the whole
+    # run: out of the collector's sight, its pages stay shared with the
+    # stages (a collection writes to every object it looks at, and a page
+    # written after the fork is copied, in each stage that writes it).
+    gc.freeze()
     pid = os.fork()
     if pid:
         return pid

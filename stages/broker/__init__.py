@@ -28,17 +28,30 @@ def main_from_fds(handoff_fd: int, event_fd: int, status_fd: int, *, run_id: str
                                                        ok=True, ms=0)
         status.write(status_fd, status.PathOk(path="direct", type="direct", ms=0))
         path_reported = True
+    early = None
+    if path_reported:
+        # The loop loads while the link is watched (early.py): a run that
+        # never knocks at a door ends without waiting for it, or for workers.
+        from .early import load_while_watching
+        early = load_while_watching(handoff_fd, _load_the_loop)
+        if early.quiet_end:
+            return _end_without_the_loop(early, status_fd)
     from .workers import Crew, SharedConnNumbers, worker_count
     count, at_once = (workers, False) if workers else worker_count(path)
     crew = numbers = None
     if count > 1:
-        # The workers are forked here, before the loop's imports: every page
-        # the lead writes after a fork that its workers still share is
-        # copied, so the fewer pages there are then, the less the fork costs
-        # a short run. A woken worker imports the loop for itself.
+        # The workers are forked now: the loop's modules are loaded (their
+        # pages stay shared with the lead) and no loop exists yet (its epoll
+        # descriptor must never be shared). Single-threaded again: the
+        # loader thread has ended.
         numbers, crew = SharedConnNumbers(), Crew()
 
         def worker(link_fd: int, worker_status_fd: int) -> int:
+            # The lead's copies of what the link handed early are closed in
+            # this process (only `keep` survives the fork): forget them
+            # unclosed, so that no later close hits a descriptor of ours.
+            for handed in (early.handed if early is not None else ()):
+                handed.sock.detach()
             from .loop import run_broker
             return run_broker(link_fd, event_fd, worker_status_fd, run_id=run_id, policy=policy,
                               path=path, dry_run=dry_run, grace=grace, path_reported=True,
@@ -46,14 +59,6 @@ def main_from_fds(handoff_fd: int, event_fd: int, status_fd: int, *, run_id: str
         crew.start(count - 1, worker, keep=(event_fd, numbers.fd))
         if at_once:
             crew.wake()
-    early = None
-    if path_reported:
-        # The loop loads while the link is watched (early.py): a run that
-        # never knocks at a door ends without waiting for it.
-        from .early import load_while_watching
-        early = load_while_watching(handoff_fd, _load_the_loop)
-        if early.quiet_end:
-            return _end_without_the_loop(early, status_fd, crew, grace)
     from .loop import run_broker
     return run_broker(handoff_fd, event_fd, status_fd, run_id=run_id, policy=policy,
                       path=path, dry_run=dry_run, grace=grace, path_reported=path_reported,
@@ -64,9 +69,8 @@ def _load_the_loop() -> None:
     from . import loop  # noqa: F401
 
 
-def _end_without_the_loop(early, status_fd: int, crew, grace: float) -> int:
-    """The helper is gone and no connection ever came: zero connections
-    (and the workers', who were never woken, zero too)."""
+def _end_without_the_loop(early, status_fd: int) -> int:
+    """The helper is gone and no connection ever came: zero connections."""
     import os
 
     from .. import status
@@ -74,9 +78,5 @@ def _end_without_the_loop(early, status_fd: int, crew, grace: float) -> int:
         os.write(2, f"vpnw broker: warning: {message}\n".encode("utf-8", "replace"))
     for handed in early.handed:
         handed.sock.close()
-    sums = {}
-    if crew is not None:
-        crew.release()
-        sums, _missing = crew.collect(timeout=grace + 5.0)
-    status.write(status_fd, status.Totals(**sums))
+    status.write(status_fd, status.Totals())
     return 0

@@ -10,8 +10,10 @@ hands it on to every worker, over a handoff link of the worker's own, in the
 same protocol (handoff.py). Whichever process is free takes the next
 connection.
 
-Workers are forked before the lead's loop starts (a loop's epoll descriptor
-must never be shared with a child) but wait, idle, until the lead sees load
+Workers are forked once the lead has loaded its loop's modules (their pages
+stay shared) and before its loop starts (a loop's epoll descriptor must never
+be shared with a child); a run that ends before anything knocks at a door
+forks none (early.py). They wait, idle, until the lead sees load
 (LOAD_PER_TICK connections within one LOAD_TICK): a run that makes a few
 connections, which is most runs, never pays for a second loop, and
 `vpnw run -- true` ends as fast as with one process. A worker never woken
