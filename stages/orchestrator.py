@@ -7,7 +7,6 @@ parallel and the orchestrator stays light.
 """
 from __future__ import annotations
 
-import ctypes
 import gc
 import os
 import selectors
@@ -62,6 +61,7 @@ def say(message: str) -> None:
 
 
 def _set_pdeathsig(sig: int) -> None:
+    import ctypes    # in the forked stage, which loads it anyway (not on the way to the fork)
     libc = ctypes.CDLL(None, use_errno=True)
     libc.prctl(PR_SET_PDEATHSIG, sig, 0, 0, 0)
 

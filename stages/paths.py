@@ -24,8 +24,6 @@ from __future__ import annotations
 import ipaddress
 import os
 import re
-import tomllib
-import urllib.parse
 from dataclasses import dataclass, field, replace
 
 from .toml_lines import key_lines, line_of
@@ -124,6 +122,7 @@ class _Reader:
 def _parse_proxy_url(url: str, reader: _Reader, where: tuple[str, ...]):
     """-> scheme, host, port, username|None, password|None (percent-decoded)."""
     # Never echo the URL itself: it may hold a password.
+    import urllib.parse    # only with a config: not on every run's start-up
     try:
         parts = urllib.parse.urlsplit(url)
         port = parts.port
@@ -343,6 +342,7 @@ def load_config(path: str, env=os.environ) -> Config:
         text = read_text(path, "config")
     except InputProblem as exc:
         raise ConfigError(exc.problem, exc.fix, file=path, line=exc.line) from None
+    import tomllib    # only with a config: not on every run's start-up
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:

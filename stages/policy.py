@@ -31,10 +31,8 @@ line of each key and array item, for the paths config as well.
 """
 from __future__ import annotations
 
-import difflib
 import os
 import re
-import tomllib
 from dataclasses import dataclass, field
 from ipaddress import IPv4Address, IPv4Network, IPv6Address, IPv6Network, ip_network
 
@@ -409,6 +407,7 @@ class _Problems:
 
 
 def _unknown(key: str, known: tuple) -> str:
+    import difflib    # only for a mistake: not on every run's start-up
     near = difflib.get_close_matches(key, known, n=1)
     if near:
         return f'did you mean "{near[0]}"?'
@@ -433,6 +432,7 @@ def _unclosed_array_line(text: str) -> int | None:
 
 def parse_policy(text: str, source: str = "<policy>") -> Policy:
     """Policy text -> Policy, or PolicyError naming source and line."""
+    import tomllib    # only with a policy file: not on every run's start-up
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:

@@ -8,7 +8,6 @@ array item; `line_of` gives the most precise line known for a key path.
 from __future__ import annotations
 
 import re
-import tomllib
 
 _TOKEN = re.compile(r"""
     (?P<nl>\r?\n)
@@ -49,6 +48,7 @@ def _tokens(text: str):
 def _unquote(literal: str) -> str:
     if "\\" not in literal:
         return literal[1:-1]
+    import tomllib    # an escaped key is rare: not on every run's start-up
     try:
         return tomllib.loads("k = " + literal)["k"]
     except tomllib.TOMLDecodeError:
