@@ -171,9 +171,10 @@ def _claude(world, user, vpnw_args, *, until, keys=True):
         if keys:
             term.wait_for("Choose the text style")
             screen = term.press_until("Down", "❯ 2. Dark mode", "❯ 3. Light mode")
-        # Its window closed (SIGHUP: vpnw exits 129): under vpnw's pty, Claude
-        # Code 2.1.197 at its first screen does not always take the second
-        # Ctrl-C of "Press Ctrl-C again to exit".
+        # Its window closed (SIGHUP: vpnw exits 129). Claude Code 2.1.197 at
+        # its first screen does not exit on a second Ctrl-C ("Press Ctrl-C
+        # again to exit"), with or without vpnw: the same two keys, 0.3 s or
+        # 1 s apart, leave the control outside vpnw in this world running too.
         if keys:
             status = term.hang_up()
         else:       # it stops by itself, saying why
