@@ -5,6 +5,7 @@
     netload.py conns --to HOST:PORT [--http P | --socks P] --clients 50 --seconds S [--get /path]
     netload.py lat   --to HOST:PORT [--http P | --socks P] --count N
     netload.py get   --to HOST:PORT [--http P] --path /payload   plain http:// GET
+    netload.py post  --to HOST:PORT [--http P] --file F          plain http:// POST of F
     netload.py hold  --to HOST:PORT --socks P --http P --get /path --warm W --held N --count M
 
 Every client command prints one JSON object on stdout. The bulk client sends
@@ -15,7 +16,9 @@ one selectors loop (no thread per client, no GIL contention).
 
 Protocol: a connection whose first byte is b"R" gets a 64-byte answer and is
 closed; b"B" + an 8-byte length is a bulk upload: the server counts that many
-bytes (or to end of stream) and answers with the count as 8 bytes.
+bytes (or to end of stream) and answers with the count as 8 bytes. An HTTP
+POST (its head in the first read) is an upload too: the server counts its
+Content-Length body and only then answers 204, with the count in a header.
 
 `conns --get /path` speaks HTTP/1.0 to a real web server instead: one GET
 (absolute-form to the HTTP proxy on --http, which forwards it; origin-form
@@ -57,6 +60,8 @@ def serve(port: int) -> None:
     view = memoryview(buf)
     counts: dict[socket.socket, int] = {}
     expect: dict[socket.socket, int] = {}
+    posts: set[socket.socket] = set()
+    heads: dict[socket.socket, bytes] = {}    # a POST's head so far (a proxy may send it in pieces)
     sys.stdout.write("ready\n")
     sys.stdout.flush()
     while True:
@@ -86,6 +91,25 @@ def serve(port: int) -> None:
                     pass
                 _drop(sel, counts, sock, expect)
                 continue
+            if seen < 0 and n and (sock in heads or bytes(buf[:5]) == b"POST "):
+                got = heads.pop(sock, b"") + bytes(buf[:n])
+                head_end = got.find(b"\r\n\r\n") + 4
+                if head_end < 4:
+                    if len(got) > 65536:
+                        _drop(sel, counts, sock, expect)
+                    else:
+                        heads[sock] = got
+                    continue
+                length = _content_length(got[:head_end])
+                if length is None:
+                    _drop(sel, counts, sock, expect)
+                    continue
+                posts.add(sock)
+                expect[sock] = length
+                counts[sock] = seen = 0
+                n = len(got) - head_end
+                if not n and length:
+                    continue
             if seen < 0 and n:
                 # b"B" + 8-byte length: answer once that many bytes arrived,
                 # since some proxies (squid) end both ways on a half-close.
@@ -98,12 +122,26 @@ def serve(port: int) -> None:
                 counts[sock] = seen = seen + n
                 if seen < expect[sock]:
                     continue
+            heads.pop(sock, None)
             try:
                 sock.setblocking(True)
-                sock.sendall(struct.pack("!Q", max(seen, 0)))
+                if sock in posts:
+                    posts.discard(sock)
+                    sock.sendall(b"HTTP/1.1 204 No Content\r\nX-Received: %d\r\n"
+                                 b"Connection: close\r\n\r\n" % max(seen, 0))
+                else:
+                    sock.sendall(struct.pack("!Q", max(seen, 0)))
             except OSError:
                 pass
             _drop(sel, counts, sock, expect)
+
+
+def _content_length(head: bytes) -> int | None:
+    for line in head.split(b"\r\n")[1:]:
+        name, _, value = line.partition(b":")
+        if name.strip().lower() == b"content-length" and value.strip().isdigit():
+            return int(value)
+    return None
 
 
 def _drop(sel, counts, sock, expect={}) -> None:
@@ -274,6 +312,34 @@ def get(args) -> dict:
     elapsed = time.perf_counter() - started
     sock.close()
     return {"bytes": received, "length": length, "seconds": elapsed, "gbps": received / elapsed / 1e9}
+
+
+def post(args) -> dict:
+    """One plain http:// POST of --file (absolute URI through the HTTP proxy
+    on --http, origin-form direct) to the sink, the body sent with
+    os.sendfile; timed from the request to the sink's answer, which comes
+    only once the whole body has arrived (and says how much did)."""
+    host, port = args.to.rsplit(":", 1)
+    sock = socket.create_connection(("127.0.0.1", args.http) if args.http else (host, int(port)))
+    target = f"http://{args.to}{args.path}" if args.http else args.path
+    size = os.path.getsize(args.file)
+    started = time.perf_counter()
+    sock.sendall(f"POST {target} HTTP/1.1\r\nHost: {args.to}\r\nContent-Length: {size}\r\nConnection: close\r\n"
+                 f"Content-Type: application/octet-stream\r\n\r\n".encode())
+    with open(args.file, "rb") as f:
+        sent = 0
+        while sent < size:
+            n = os.sendfile(sock.fileno(), f.fileno(), sent, size - sent)
+            if n == 0:
+                break
+            sent += n
+    answer = _read_to_end(sock)
+    elapsed = time.perf_counter() - started
+    sock.close()
+    if not answer.startswith(b"HTTP/1.1 204"):
+        raise OSError(f"answer: {answer[:60]!r}")
+    received = int(answer.lower().split(b"x-received:")[1].split(b"\r\n")[0])
+    return {"bytes": received, "sent": sent, "seconds": elapsed, "gbps": received / elapsed / 1e9}
 
 
 def conns(args) -> dict:
@@ -484,7 +550,7 @@ def main(argv=None) -> None:
     sub = ap.add_subparsers(dest="cmd", required=True)
     s = sub.add_parser("serve")
     s.add_argument("port", type=int)
-    for name in ("bulk", "conns", "lat", "get", "hold"):
+    for name in ("bulk", "conns", "lat", "get", "post", "hold"):
         p = sub.add_parser(name)
         p.add_argument("--to", required=True)
         p.add_argument("--http", type=int)
@@ -502,7 +568,8 @@ def main(argv=None) -> None:
     if args.cmd == "serve":
         serve(args.port)
         return
-    result = {"bulk": bulk, "conns": conns, "lat": lat, "get": get, "hold": hold}[args.cmd](args)
+    result = {"bulk": bulk, "conns": conns, "lat": lat, "get": get, "post": post,
+              "hold": hold}[args.cmd](args)
     sys.stdout.write(json.dumps(result) + "\n")
 
 

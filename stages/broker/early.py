@@ -77,18 +77,25 @@ def _watch(link: socket.socket, loaded_r: int, early: Early) -> None:
     """Read the link until the loop has loaded, is needed (a connection),
     or never will be (early.quiet_end)."""
     while True:
-        doors = [h.sock for h in early.handed if h.kind == "door"]
-        waiting = [link] if not early.link_over else []
-        ready, _, _ = select.select([loaded_r, *waiting, *doors], [], [])
-        if loaded_r in ready or any(sock in ready for sock in doors):
+        doors = {h.sock.fileno() for h in early.handed if h.kind == "door"}
+        waiting = {loaded_r, *doors} | ({link.fileno()} if not early.link_over else set())
+        ready = _readable(waiting)
+        if loaded_r in ready or ready & doors:
             return                  # loaded, or a connection at a door
-        if link in ready and not _read_link(link, early):
+        if link.fileno() in ready and not _read_link(link, early):
             return                  # a connection handed over
         if early.link_over:
-            doors = [h.sock for h in early.handed if h.kind == "door"]
-            pending, _, _ = select.select(doors, [], [], 0)
-            early.quiet_end = not pending
+            doors = {h.sock.fileno() for h in early.handed if h.kind == "door"}
+            early.quiet_end = not _readable(doors, timeout_ms=0)
             return
+
+
+def _readable(fds: set[int], timeout_ms: int | None = None) -> set[int]:
+    # poll, not select: no limit on the descriptors' numbers.
+    poller = select.poll()
+    for fd in fds:
+        poller.register(fd, select.POLLIN)
+    return {fd for fd, _ in poller.poll(timeout_ms)}
 
 
 def _read_link(link: socket.socket, early: Early) -> bool:
