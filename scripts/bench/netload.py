@@ -213,6 +213,18 @@ def _target(args):
     return mode, host, int(port), proxy
 
 
+def _send_file(sock: socket.socket, path: str, size: int) -> int:
+    """The file's bytes with os.sendfile (no copy into Python); how many went."""
+    with open(path, "rb") as f:
+        sent = 0
+        while sent < size:
+            n = os.sendfile(sock.fileno(), f.fileno(), sent, size - sent)
+            if n == 0:
+                break
+            sent += n
+    return sent
+
+
 def bulk(args) -> dict:
     mode, host, port, proxy = _target(args)
     size = os.path.getsize(args.file)
@@ -220,13 +232,7 @@ def bulk(args) -> dict:
     sock = socket.create_connection(proxy or (host, port))
     _blocking_handshake(sock, _handshake_bytes(mode, host, port))
     sock.sendall(b"B" + struct.pack("!Q", size))
-    with open(args.file, "rb") as f:
-        sent = 0
-        while sent < size:
-            n = os.sendfile(sock.fileno(), f.fileno(), sent, size - sent)
-            if n == 0:
-                break
-            sent += n
+    sent = _send_file(sock, args.file, size)
     reply = b""
     while len(reply) < 8:
         chunk = sock.recv(8)
@@ -326,13 +332,7 @@ def post(args) -> dict:
     started = time.perf_counter()
     sock.sendall(f"POST {target} HTTP/1.1\r\nHost: {args.to}\r\nContent-Length: {size}\r\nConnection: close\r\n"
                  f"Content-Type: application/octet-stream\r\n\r\n".encode())
-    with open(args.file, "rb") as f:
-        sent = 0
-        while sent < size:
-            n = os.sendfile(sock.fileno(), f.fileno(), sent, size - sent)
-            if n == 0:
-                break
-            sent += n
+    sent = _send_file(sock, args.file, size)
     answer = _read_to_end(sock)
     elapsed = time.perf_counter() - started
     sock.close()

@@ -188,32 +188,31 @@ class Broker:
     def _on_door(self, door: str, listener: socket.socket) -> None:
         """Accept what the door holds (a bounded batch: the loop stays fair
         to the connections already open)."""
-        for _ in range(64):
-            try:
-                sock, _peer = listener.accept()
-            except (BlockingIOError, InterruptedError):
-                return
-            except OSError as exc:
-                if exc.errno in _OUT_OF_RESOURCES:
-                    self._pause_door(door, listener, exc)
-                    return
-                continue    # that one connection is gone (ECONNABORTED)
-            sock.setblocking(False)
-            self._take(door, sock)
+        problem = self._accept(door, listener, 64)
+        if problem is not None:
+            self._pause_door(door, listener, problem)
 
     def _drain(self, door: str, listener: socket.socket) -> None:
         """Take every connection the door's backlog holds (the end of the run)."""
-        while True:
+        self._accept(door, listener, None)
+
+    def _accept(self, door: str, listener: socket.socket, most: int | None) -> OSError | None:
+        """Take up to `most` (None: all) waiting connections; the error that
+        stopped it when the process is out of descriptors or memory."""
+        taken = 0
+        while most is None or taken < most:
+            taken += 1
             try:
                 sock, _peer = listener.accept()
             except (BlockingIOError, InterruptedError):
-                return
+                return None
             except OSError as exc:
                 if exc.errno in _OUT_OF_RESOURCES:
-                    return
-                continue
+                    return exc
+                continue    # that one connection is gone (ECONNABORTED)
             sock.setblocking(False)
             self._take(door, sock)
+        return None
 
     def _pause_door(self, door: str, listener: socket.socket, exc: OSError) -> None:
         """Out of descriptors or memory: the connections wait in the door's
