@@ -102,6 +102,33 @@ def receive(sock: socket.socket) -> Handed | None:
             os.close(fd)
 
 
+class Pending(NamedTuple):
+    handed: list[Handed]    # in the order they came
+    problems: list[str]     # messages dropped, or the link failing, in words
+    ended: bool             # the helper's end closed (or the link failed)
+
+
+def take_pending(sock: socket.socket, most: int | None = None) -> Pending:
+    """What the (non-blocking) link holds now, at most `most` messages: the
+    good ones handed, the bad ones dropped and said, and whether it ended."""
+    handed, problems = [], []
+    while most is None or len(handed) + len(problems) < most:
+        try:
+            got = receive(sock)
+        except (BlockingIOError, InterruptedError):
+            break
+        except HandoffError as exc:
+            problems.append(f"dropped a bad handoff message: {exc}")
+            continue
+        except OSError as exc:
+            problems.append(f"handoff socket failed: {exc}")
+            return Pending(handed, problems, True)
+        if got is None:
+            return Pending(handed, problems, True)
+        handed.append(got)
+    return Pending(handed, problems, False)
+
+
 def _problem(sock: socket.socket, kind: str) -> str | None:
     if sock.type != socket.SOCK_STREAM or sock.family not in (socket.AF_INET, socket.AF_INET6):
         return "descriptor is not a TCP stream socket"

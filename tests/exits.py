@@ -149,21 +149,28 @@ def _squid(workdir: str, port: int, username, password, listen: str = "127.0.0.1
                   "acl authed proxy_auth REQUIRED\nhttp_access allow authed\nhttp_access deny all\n")
     else:
         access = "http_access allow all\n"
-    _write(f"{workdir}/squid.conf", f"""\
+    _write(f"{workdir}/squid.conf", squid_conf(workdir, listen, port, access))
+    # A service name of its own (-n): squids started side by side must not
+    # share their shared memory segments, and stop() removes exactly its own.
+    return [_BINARIES["squid"], "-N", "-n", _squid_service(workdir), "-f", f"{workdir}/squid.conf"]
+
+
+def squid_conf(workdir: str, listen: str, port: int, access: str, *, access_log: str = "none",
+               extra: str = "") -> str:
+    """A squid.conf that relays only (never caches) and keeps its files in
+    workdir; `access`: its http_access lines (the benchmarks use it too)."""
+    return f"""\
 http_port {listen}:{port}
 pid_filename {workdir}/squid.pid
 cache_log {workdir}/cache.log
-access_log none
-cache deny all
+access_log {access_log}
+{extra}cache deny all
 icp_port 0
 htcp_port 0
 pinger_enable off
 coredump_dir {workdir}
 shutdown_lifetime 0 seconds
-{access}""")
-    # A service name of its own (-n): squids started side by side must not
-    # share their shared memory segments, and stop() removes exactly its own.
-    return [_BINARIES["squid"], "-N", "-n", _squid_service(workdir), "-f", f"{workdir}/squid.conf"]
+{access}"""
 
 
 def _squid_service(workdir: str) -> str:

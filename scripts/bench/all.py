@@ -87,7 +87,7 @@ from datetime import datetime, timezone
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, os.path.join(ROOT, "tests"))
-import exits  # noqa: E402  (tests/exits.py: wait_listening and Exit, to stop a proxy)
+import exits  # noqa: E402  (tests/exits.py: wait_listening, Exit to stop a proxy, squid_conf)
 
 VENV = os.environ.get("VPNW_VENV", "/opt/vpnw-venv")     # scripts/bench/run honours it too
 PYTHON = f"{VENV}/bin/python"
@@ -286,20 +286,10 @@ PidFile "{workdir}/tinyproxy.pid"
 ViaProxyName "tinyproxy"
 """}, ["/usr/bin/tinyproxy", "-d", "-c", f"{workdir}/tinyproxy.conf"]
     if kind == "squid":
-        return {"squid.conf": f"""\
-http_port 127.0.0.1:{port}
-pid_filename {workdir}/squid.pid
-cache_log {workdir}/cache.log
-access_log daemon:{workdir}/access.log squid
-max_filedescriptors 16384
-cache deny all
-icp_port 0
-htcp_port 0
-pinger_enable off
-coredump_dir {workdir}
-shutdown_lifetime 0 seconds
-http_access allow all
-"""}, ["/usr/sbin/squid", "-N", "-n", SQUID_SERVICE, "-f", f"{workdir}/squid.conf"]
+        conf = exits.squid_conf(workdir, "127.0.0.1", port, "http_access allow all\n",
+                                access_log=f"daemon:{workdir}/access.log squid",
+                                extra="max_filedescriptors 16384\n")
+        return {"squid.conf": conf}, ["/usr/sbin/squid", "-N", "-n", SQUID_SERVICE, "-f", f"{workdir}/squid.conf"]
     if kind == "danted":
         return {"danted.conf": f"""\
 logoutput: {workdir}/danted.log

@@ -6,6 +6,16 @@ before forking the broker.
 """
 from __future__ import annotations
 
+import os
+
+
+def warn(message: str) -> None:
+    """A warning line on the broker's fd 2 (vpnw's human lines)."""
+    try:
+        os.write(2, f"vpnw broker: warning: {message}\n".encode("utf-8", "replace"))
+    except OSError:
+        pass
+
 
 def main_from_fds(handoff_fd: int, event_fd: int, status_fd: int, *, run_id: str,
                   policy, path, dry_run: bool = False, grace: float = 2.0,
@@ -71,11 +81,9 @@ def _load_the_loop() -> None:
 
 def _end_without_the_loop(early, status_fd: int) -> int:
     """The helper is gone and no connection ever came: zero connections."""
-    import os
-
     from .. import status
     for message in early.warnings:
-        os.write(2, f"vpnw broker: warning: {message}\n".encode("utf-8", "replace"))
+        warn(message)
     for handed in early.handed:
         handed.sock.close()
     status.write(status_fd, status.Totals())

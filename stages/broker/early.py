@@ -28,7 +28,7 @@ import socket
 import threading
 from dataclasses import dataclass, field
 
-from ..handoff import Handed, HandoffError, receive
+from ..handoff import Handed, take_pending
 
 
 @dataclass
@@ -77,17 +77,22 @@ def _watch(link: socket.socket, loaded_r: int, early: Early) -> None:
     """Read the link until the loop has loaded, is needed (a connection),
     or never will be (early.quiet_end)."""
     while True:
-        doors = {h.sock.fileno() for h in early.handed if h.kind == "door"}
-        waiting = {loaded_r, *doors} | ({link.fileno()} if not early.link_over else set())
-        ready = _readable(waiting)
-        if loaded_r in ready or ready & doors:
+        ready = _readable({loaded_r, *_doors(early), link.fileno()})
+        if loaded_r in ready or ready & _doors(early):
             return                  # loaded, or a connection at a door
-        if link.fileno() in ready and not _read_link(link, early):
+        pending = take_pending(link)
+        early.handed += pending.handed
+        early.warnings += pending.problems
+        if any(h.kind != "door" for h in pending.handed):
             return                  # a connection handed over
-        if early.link_over:
-            doors = {h.sock.fileno() for h in early.handed if h.kind == "door"}
-            early.quiet_end = not _readable(doors, timeout_ms=0)
+        if pending.ended:
+            early.link_over = True
+            early.quiet_end = not _readable(_doors(early), timeout_ms=0)
             return
+
+
+def _doors(early: Early) -> set[int]:
+    return {h.sock.fileno() for h in early.handed if h.kind == "door"}
 
 
 def _readable(fds: set[int], timeout_ms: int | None = None) -> set[int]:
@@ -96,25 +101,3 @@ def _readable(fds: set[int], timeout_ms: int | None = None) -> set[int]:
     for fd in fds:
         poller.register(fd, select.POLLIN)
     return {fd for fd, _ in poller.poll(timeout_ms)}
-
-
-def _read_link(link: socket.socket, early: Early) -> bool:
-    """Take what the link holds; False when a connection came with it."""
-    while True:
-        try:
-            handed = receive(link)
-        except (BlockingIOError, InterruptedError):
-            return True
-        except HandoffError as exc:
-            early.warnings.append(f"dropped a bad handoff message: {exc}")
-            continue
-        except OSError as exc:
-            early.warnings.append(f"handoff socket failed: {exc}")
-            early.link_over = True
-            return True
-        if handed is None:
-            early.link_over = True
-            return True
-        early.handed.append(handed)
-        if handed.kind != "door":
-            return False

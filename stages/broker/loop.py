@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import errno
-import os
 import resource
 import signal
 import socket
@@ -25,9 +24,10 @@ import time
 
 from .. import status as st
 from ..exits import ExitCode
-from ..handoff import HandoffError, receive
+from ..handoff import take_pending
 from ..record import Emitter
 from .connector import Connector
+from . import warn
 from .dial import PathDown, dialer_for
 from .journal import Journal, ms_since
 from .limits import MAX_PENDING_HANDSHAKES
@@ -37,13 +37,6 @@ from .workers import LOAD_PER_TICK, LOAD_TICK, Crew
 
 
 _OUT_OF_RESOURCES = (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM)
-
-
-def _warn(message: str) -> None:
-    try:
-        os.write(2, f"vpnw broker: warning: {message}\n".encode("utf-8", "replace"))
-    except OSError:
-        pass
 
 
 class Broker:
@@ -119,7 +112,7 @@ class Broker:
         if early is not None:
             # What the link said while the loop loaded (early.py).
             for message in early.warnings:
-                _warn(message)
+                warn(message)
             for handed in early.handed:
                 self._on_handed(handed)
         if early is not None and early.link_over:
@@ -153,27 +146,18 @@ class Broker:
             for key, value in sums.items():
                 self.journal.totals[key] += value
             if missing:
-                _warn(f"{missing} broker worker(s) ended without reporting their totals; "
+                warn(f"{missing} broker worker(s) ended without reporting their totals; "
                       "their connections are in the record but not in these counts")
         self.journal.report_totals()
 
     def _on_handoff(self, handoff: socket.socket) -> None:
-        for _ in range(64):
-            try:
-                handed = receive(handoff)
-            except (BlockingIOError, InterruptedError):
-                return
-            except HandoffError as exc:
-                _warn(f"dropped a bad handoff message: {exc}")
-                continue
-            except OSError as exc:
-                _warn(f"handoff socket failed: {exc}")
-                self.stopping.set()
-                return
-            if handed is None:
-                self.stopping.set()
-                return
+        pending = take_pending(handoff, 64)
+        for problem in pending.problems:
+            warn(problem)
+        for handed in pending.handed:
             self._on_handed(handed)
+        if pending.ended:
+            self.stopping.set()
 
     def _on_handed(self, handed) -> None:
         handed.sock.setblocking(False)
@@ -222,7 +206,7 @@ class Broker:
         loop.remove_reader(listener.fileno())
         if not self.paused_said:
             self.paused_said = True
-            _warn(f"cannot accept on the {door} door ({exc.strerror or exc}); "
+            warn(f"cannot accept on the {door} door ({exc.strerror or exc}); "
                   "new connections wait until connections close")
 
         def resume() -> None:
@@ -269,7 +253,7 @@ class Broker:
         except asyncio.CancelledError:
             pass
         except Exception as exc:  # one connection's bug must not end the run
-            _warn(f"internal error on a {door} connection: {exc!r}")
+            warn(f"internal error on a {door} connection: {exc!r}")
         finally:
             self.handshaking.discard(sock)
             sock.close()
@@ -306,7 +290,7 @@ def run_broker(handoff_fd: int, event_fd: int, status_fd: int, *, run_id: str, p
                         numbers=numbers, crew=crew)
         return _serve_until_the_end(broker, handoff_fd, early)
     except Exception as exc:
-        _warn(f"the broker failed: {exc!r}")
+        warn(f"the broker failed: {exc!r}")
         if broker is not None:
             broker.report_totals()
         return ExitCode.INTERNAL

@@ -278,12 +278,9 @@ class HttpDoor(_Door):
             # is to wait for, in this task (no second task, no asyncio.wait).
             parser.next_event()     # its END
             try:
-                client_keeps, origin_keeps = await self._relay_response(client, upstream, responses, head)
+                return _after(*await self._relay_response(client, upstream, responses, head))
             except (OSError, http_proxy.ProtocolError):
                 return "close"
-            if not client_keeps:
-                return "close"
-            return "keep" if origin_keeps else "close-upstream"
         body = loop.create_task(self._pump_body(client, parser, upstream))
         answer = loop.create_task(self._relay_response(client, upstream, responses, head))
         try:
@@ -295,9 +292,7 @@ class HttpDoor(_Door):
                 # The origin answered before the request body ended: neither
                 # side can be trusted to be at a message boundary now.
                 return "close"
-            if not client_keeps:
-                return "close"
-            return "keep" if origin_keeps else "close-upstream"
+            return _after(client_keeps, origin_keeps)
         except (OSError, http_proxy.ProtocolError):
             return "close"
         finally:
@@ -391,6 +386,13 @@ class HttpDoor(_Door):
                 copier.close()
                 upstream.bytes_down += copier.bytes
         return client_keeps, final.keep_alive and responses.buffered == 0
+
+
+def _after(client_keeps: bool, origin_keeps: bool) -> str:
+    """What an exchange leaves open: "keep", "close-upstream" or "close"."""
+    if not client_keeps:
+        return "close"
+    return "keep" if origin_keeps else "close-upstream"
 
 
 def _feed(parser, data: bytes) -> None:
