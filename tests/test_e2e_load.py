@@ -226,3 +226,35 @@ def test_broker_workers_wait_for_load(world, user):
     events = run_events(flood)
     assert sorted(assert_every_connection_accounted(events)) == list(range(1, 601))
     assert len({e["pid"] for e in events if e["conn"] is not None}) >= 2
+
+
+# Fills the SOCKS door's backlog with whole requests (greeting, CONNECT and a
+# GET at once, no answer read) and exits at once: at the end of the run the
+# broker finds them all waiting.
+LEAVE_AGENT = r'''
+import os, socket, sys
+name = b"api.github.com"
+REQUEST = (b"\x05\x01\x00" + b"\x05\x01\x00\x03" + bytes([len(name)]) + name + (80).to_bytes(2, "big")
+           + b"GET / HTTP/1.0\r\nHost: api.github.com\r\n\r\n")
+left = []
+for _ in range(int(sys.argv[1])):
+    s = socket.create_connection(("127.0.0.1", 1080), timeout=30)
+    s.sendall(REQUEST)
+    left.append(s)
+os._exit(0)
+'''
+
+
+def test_a_backlog_full_of_requests_left_at_exit_is_all_recorded(world, user):
+    # The program may leave as many requests as the door's backlog holds and
+    # exit: each is taken at the end, reaches the record and ends there, and
+    # the run ends (within the broker's grace, not by the test's timeout).
+    from e2e_support import assert_every_connection_accounted, describe, run_events
+    agent = world.file(f"leave_agent_{user}.py", LEAVE_AGENT)
+    r = world.vpnw(["run", "--", sys.executable, str(agent), "300"], user=user, timeout=120)
+    assert r.returncode == 0, describe(r)
+    events = run_events(r)
+    assert sorted(assert_every_connection_accounted(events)) == list(range(1, 301))
+    requests = [e for e in events if e["type"] == "conn.request"]
+    assert len(requests) == 300 and {e["fields"]["host"] for e in requests} == {"api.github.com"}
+    assert events[-1]["fields"]["connections"] == 300
