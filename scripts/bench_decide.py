@@ -17,7 +17,7 @@ from ipaddress import ip_address
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 from stages.broker.decide import decide, parse_target  # noqa: E402
-from stages.policy import parse_policy  # noqa: E402
+from stages.config.policy import parse_policy  # noqa: E402
 
 
 def make_policy(n_rules: int):

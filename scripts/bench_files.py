@@ -64,8 +64,8 @@ def make_tree(top: str, entries: int) -> str:
 
 
 def steps(policy_file: str, cwd: str, rounds: int) -> tuple[float, float]:
-    from stages.file_limits import resolve
-    from stages.policy import load_policy
+    from stages.config.file_limits import resolve
+    from stages.config.policy import load_policy
     parse, mount = [], []
     for _ in range(rounds):
         t0 = time.perf_counter()
@@ -78,7 +78,7 @@ def steps(policy_file: str, cwd: str, rounds: int) -> tuple[float, float]:
         if pid == 0:
             try:
                 from stages.helper import file_mounts
-                from stages.helper import privileges as priv
+                from stages.kernel import privileges as priv
                 uid, gid = os.getuid(), os.getgid()
                 priv.unshare(priv.CLONE_NEWUSER | priv.CLONE_NEWNS)
                 priv.write_id_maps(uid, gid)

@@ -19,7 +19,7 @@ import tracemalloc
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 from stages.learner.draft import draft_policy  # noqa: E402
-from stages.record import encode, read_events  # noqa: E402
+from stages.record.events import encode, read_events  # noqa: E402
 
 T0 = 1_790_682_276_000_000_000
 

@@ -13,8 +13,8 @@ import time
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests"))
 
 import exits  # noqa: E402
-from stages.broker.dial import dialer_for  # noqa: E402
-from stages.paths import DIRECT, PathSpec  # noqa: E402
+from stages.broker.dialers import dialer_for  # noqa: E402
+from stages.config.paths import DIRECT, PathSpec  # noqa: E402
 
 
 def main() -> None:

@@ -19,7 +19,7 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from stages.record import DIGEST_SUFFIX_LEN, encode  # noqa: E402
+from stages.record.events import DIGEST_SUFFIX_LEN, encode  # noqa: E402
 
 
 def connection_lines(n_conns: int) -> list[bytes]:
@@ -46,7 +46,7 @@ def run_once(lines: list[bytes], human: str, record: str) -> float:
         os.close(w)
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, 2)
-        from stages.recorder import main_from_fds
+        from stages.recorder.main import main_from_fds
         os._exit(main_from_fds(r, record=record, human=human, color=False))
     os.close(r)
     started = time.perf_counter()

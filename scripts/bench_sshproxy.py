@@ -1,4 +1,4 @@
-"""Start-up cost of the ssh relay (stages/sshproxy.py), which runs once per ssh
+"""Start-up cost of the ssh relay (stages/inside/ssh_proxy.py), which runs once per ssh
 connection inside the sandbox: the interpreter alone, against the relay up to
 the point where it would dial the door (a usage error exits right there).
 
@@ -24,9 +24,9 @@ def median_ms(argv: list[str], rounds: int) -> float:
 def main() -> None:
     rounds = int(sys.argv[1]) if len(sys.argv) > 1 else 40
     bare = median_ms([sys.executable, "-I", "-c", "pass"], rounds)
-    relay = median_ms([sys.executable, "-I", "-m", "stages.sshproxy"], rounds)
+    relay = median_ms([sys.executable, "-I", "-m", "stages.inside.ssh_proxy"], rounds)
     print(f"python -I -c pass            {bare:6.1f} ms")
-    print(f"python -I -m stages.sshproxy {relay:6.1f} ms  (+{relay - bare:.1f} ms of imports)")
+    print(f"python -I -m stages.inside.ssh_proxy {relay:6.1f} ms  (+{relay - bare:.1f} ms of imports)")
 
 
 if __name__ == "__main__":

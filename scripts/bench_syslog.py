@@ -34,7 +34,7 @@ sys.path.insert(0, os.path.join(HERE, "..", "tests"))
 from rsyslog_support import Rsyslog  # noqa: E402
 from world import World  # noqa: E402
 
-from stages.record import encode  # noqa: E402
+from stages.record.events import encode  # noqa: E402
 
 sys.path.insert(0, HERE)
 from bench_record_cost import CLIENT  # noqa: E402

@@ -8,7 +8,7 @@ namespace, and a plain TCP source on the tunnel's far side (10.66.0.1:9000).
   * "vpnw" rows: the client (bench_exits.py's) runs under
     `vpnw run --config --via office` and speaks SOCKS5 to vpnw's door; vpnw
     carries it through its own wireguard-go in its path namespace (with the
-    UDP relay, stages/wgpath.py).
+    UDP relay, stages/broker/wireguard/path_process.py).
   * "tunnel" rows: the same client, no vpnw, in a namespace routed through a
     second wireguard-go client of the same peer (kernel UDP socket, no relay):
     the tunnel's own cost.

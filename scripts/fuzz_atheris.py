@@ -21,12 +21,13 @@ import sys
 import atheris
 
 with atheris.instrument_imports():
-    from stages import handoff, record
-    from stages import exit_clients
+    from stages.wire import handoff
+    from stages.record import events as record
+    from stages.wire import proxy_clients as exit_clients
     from stages.broker import http_proxy, socks5
-    from stages.paths import ConfigError, load_config
-    from stages.policy import PolicyError, parse_policy
-    from stages.recorder.check import check_run
+    from stages.config.paths import ConfigError, load_config
+    from stages.config.policy import PolicyError, parse_policy
+    from stages.record.check import check_run
 
 
 def _split(fdp: atheris.FuzzedDataProvider) -> list[bytes]:

@@ -1,4 +1,4 @@
-"""vpnw: run one program with a network of its own (DESIGN.md, docs/architecture.md)."""
+"""vpnw: run one program with a network of its own (docs/architecture.md)."""
 
 # The one place the version is written. pyproject.toml reads it at build time
 # (the package metadata says the same), and vpnw reads this constant, not the

@@ -1,3 +1,3 @@
-from .cli import main
+from stages.orchestrator.cli import main
 
 main()

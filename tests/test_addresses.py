@@ -16,7 +16,7 @@ import ipaddress
 
 import pytest
 
-from stages.addresses import IPV4_SPECIAL, IPV6_SPECIAL, BadHost, classify, parse_host
+from stages.config.addresses import IPV4_SPECIAL, IPV6_SPECIAL, BadHost, classify, parse_host
 
 VECTORS: list[tuple[str, str]] = []
 

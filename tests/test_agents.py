@@ -30,7 +30,7 @@ from agents_support import (AGENT_NAMES, AIDER, CHROMIUM, CHROMIUM_FLAGS, CLAUDE
                             DOOR_HTTP, PAGE, PAGE_HOST, CHROMIUM_PHONES_HOME, PROGS, VPNW, Terminal,
                             prepare_world, record_so_far, restore_world,
                             stop_codex_daemons)
-from stages.recorder.check import check_run
+from stages.record.check import check_run
 from world import DEFAULT_NAMES
 
 pytestmark = pytest.mark.world

@@ -20,11 +20,11 @@ from collections import Counter, defaultdict
 import pytest
 import requests
 
-from stages import handoff
-from stages.broker import main_from_fds
-from stages.policy import Policy, parse_policy
-from stages.record import parse_line
-from stages.recorder.check import schema_problems
+from stages.wire import handoff
+from stages.broker.main import main_from_fds
+from stages.config.policy import Policy, parse_policy
+from stages.record.events import parse_line
+from stages.record.check import schema_problems
 
 # --- destinations ------------------------------------------------------------
 

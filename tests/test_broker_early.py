@@ -1,4 +1,4 @@
-"""The broker's first moments (stages/broker/early.py): the link is read while
+"""The broker's first moments (stages/broker/startup.py): the link is read while
 the loop loads, and a run that never knocks at a door ends without the loop.
 
 Real sockets throughout: the handoff link, listening doors on loopback, and a
@@ -10,8 +10,8 @@ import socket
 import threading
 import time
 
-from stages import handoff
-from stages.broker.early import load_while_watching
+from stages.wire import handoff
+from stages.broker.startup import load_while_watching
 
 
 def door() -> socket.socket:

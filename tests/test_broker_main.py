@@ -9,8 +9,8 @@ import subprocess
 import sys
 import tempfile
 
-from stages import handoff
-from stages.record import parse_line
+from stages.wire import handoff
+from stages.record.events import parse_line
 
 
 def test_standalone_broker_relays_and_stops_on_sigterm(tmp_path):

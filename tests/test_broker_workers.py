@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 
 from stages.broker.workers import MAX_WORKERS, SharedConnNumbers, worker_count
-from stages.paths import DIRECT
+from stages.config.paths import DIRECT
 
 
 class _Proxy:

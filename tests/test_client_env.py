@@ -1,4 +1,4 @@
-"""The program's environment (stages/client_env.py): the doors always; each
+"""The program's environment (stages/config/client_env.py): the doors always; each
 client's own setting unless the user set it, and then its name is reported."""
 from __future__ import annotations
 
@@ -7,8 +7,10 @@ import subprocess
 
 import pytest
 
-from stages.client_env import (DOOR_HTTP, DOOR_SOCKS, JVM_PROXY_OPTIONS, apply, config_sets_ssh_command,
-                               env_sets_ssh_command, git_config_files, program_env, ssh_command)
+from stages.config.client_env import (
+    DOOR_HTTP, DOOR_SOCKS, JVM_PROXY_OPTIONS, apply, config_sets_ssh_command, env_sets_ssh_command,
+    git_config_files, program_env, ssh_command,
+)
 
 PY = "/opt/vpnw venv/bin/python3"   # a space on purpose: the command is run by a shell
 
@@ -31,7 +33,7 @@ def test_the_ssh_command_survives_two_shells():
     assert argv[:2] == ["ssh", "-o"]
     option = argv[2]
     assert option.startswith("ProxyCommand=")
-    assert shlex.split(option[len("ProxyCommand="):]) == [PY, "-I", "-m", "stages.sshproxy", "%h", "%p"]
+    assert shlex.split(option[len("ProxyCommand="):]) == [PY, "-I", "-m", "stages.inside.ssh_proxy", "%h", "%p"]
     out = subprocess.run(["sh", "-c", f"set -- {ssh_command(PY)}; printf '%s\\n' \"$@\""],
                          capture_output=True, text=True, check=True).stdout.splitlines()
     assert out == argv

@@ -12,8 +12,8 @@ import pytest
 from stages.broker.connector import Connector, Denied, Failed, Opened
 from stages.broker.dial import DialError, DirectDialer
 from stages.broker.journal import Journal
-from stages.policy import Policy, parse_policy
-from stages.record import Emitter, read_events
+from stages.config.policy import Policy, parse_policy
+from stages.record.events import Emitter, read_events
 
 POLICY = 'version = 1\nname = "t"\n[policy]\ndefault = "deny"\ndeny_private = false\nallow = ["127.0.0.1"]\n'
 

@@ -5,9 +5,10 @@ from ipaddress import ip_address
 
 import pytest
 
-from stages.broker.decide import (BadTarget, Decision, LookUp, Target, check_policy_for_path,
-                                  decide, parse_target)
-from stages.policy import Policy, needs_addresses, parse_policy
+from stages.broker.decide import (
+    BadTarget, Decision, LookUp, Target, check_policy_for_path, decide, parse_target,
+)
+from stages.config.policy import Policy, needs_addresses, parse_policy
 
 A = ip_address
 

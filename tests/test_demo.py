@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from stages.policy import parse_policy
-from stages.recorder.check import check_run
+from stages.config.policy import parse_policy
+from stages.record.check import check_run
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "scripts"))

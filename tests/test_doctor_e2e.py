@@ -17,9 +17,9 @@ from pathlib import Path
 import pytest
 
 from e2e_support import describe
-from stages.doctor import run_checks
-from stages.record import read_events
-from stages.recorder.check import check_run
+from stages.orchestrator.doctor import run_checks
+from stages.record.events import read_events
+from stages.record.check import check_run
 
 pytestmark = pytest.mark.world
 

@@ -188,7 +188,7 @@ def test_doctor_lists_the_variables_vpnw_sets(world, user):
     assert r.returncode == 0, describe(r)
     for line in ("HTTPS_PROXY=http://127.0.0.1:3128", "ALL_PROXY=socks5h://127.0.0.1:1080",
                  "npm_config_https_proxy=http://127.0.0.1:3128", "CARGO_HTTP_PROXY=http://127.0.0.1:3128",
-                 f"GIT_SSH_COMMAND=ssh -o 'ProxyCommand={sys.executable} -I -m stages.sshproxy %h %p'"):
+                 f"GIT_SSH_COMMAND=ssh -o 'ProxyCommand={sys.executable} -I -m stages.inside.ssh_proxy %h %p'"):
         assert line in r.stdout, describe(r)
     j = world.vpnw(["doctor", "--json"], user=user)
     checks = {c["name"]: c for c in map(json.loads, j.stdout.splitlines())}
@@ -233,6 +233,6 @@ def test_daily_use_install_from_a_fresh_clone(world, user):
     lines = r.stdout.strip().splitlines()
     # The ssh relay runs on the python of the user's own venv.
     assert lines[-2].startswith(f"ssh -o 'ProxyCommand={venv}/bin/python"), r.stdout
-    assert lines[-2].endswith(" -I -m stages.sshproxy %h %p'"), r.stdout
+    assert lines[-2].endswith(" -I -m stages.inside.ssh_proxy %h %p'"), r.stdout
     assert json.loads(lines[-1])["host"] == "api.github.com"
     assert opened(run_events(r)) == [("api.github.com", 80, "http-forward")]

@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from e2e_support import describe
-from stages.recorder.check import check_run, schema_problems
+from stages.record.check import check_run, schema_problems
 
 pytestmark = pytest.mark.world
 

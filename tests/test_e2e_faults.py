@@ -21,8 +21,8 @@ from pathlib import Path
 import pytest
 
 from e2e_support import describe
-from stages.record import read_events
-from stages.recorder.check import check_run
+from stages.record.events import read_events
+from stages.record.check import check_run
 
 pytestmark = pytest.mark.world
 

@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from e2e_support import describe, run_events
-from stages.recorder.check import check_run
+from stages.record.check import check_run
 from world import DEMO_PACKAGE, DEMO_VALUE, UNPRIVILEGED_USER
 
 pytestmark = pytest.mark.world

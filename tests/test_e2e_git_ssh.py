@@ -3,7 +3,7 @@ and as an unprivileged user.
 
 Debian's sshd runs in the internet namespace on git.world:22 with a bare
 repository. Inside vpnw, git runs the GIT_SSH_COMMAND vpnw set: ssh with the
-shipped relay (stages/sshproxy.py) as its ProxyCommand, which asks the SOCKS5
+shipped relay (stages/inside/ssh_proxy.py) as its ProxyCommand, which asks the SOCKS5
 door for git.world:22 with the name unresolved. ssh checks the host key
 against the known_hosts entry for git.world; the broker decides git.world:22
 with the policy and records it like any other connection.

@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 
 from e2e_support import assert_every_connection_accounted, connections, describe, run_events
-from stages.recorder.check import check_run
+from stages.record.check import check_run
 
 pytestmark = pytest.mark.world
 

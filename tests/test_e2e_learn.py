@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from e2e_support import assert_every_connection_accounted, describe, opened, run_events
-from stages.policy import Policy, Rule, parse_policy
-from stages.recorder.check import check_run
+from stages.config.policy import Policy, Rule, parse_policy
+from stages.record.check import check_run
 from world import DEMO_PACKAGE, DEMO_VALUE, GIT_README
 
 pytestmark = pytest.mark.world

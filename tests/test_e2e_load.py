@@ -18,9 +18,9 @@ from pathlib import Path
 
 import pytest
 
-from stages.record import read_events
-from stages.recorder import check
-from stages.recorder.check import check_run, schema_problems
+from stages.record.events import read_events
+from stages.record import check
+from stages.record.check import check_run, schema_problems
 from test_e2e_faults import Running, children, stages_of, wait_until  # noqa: F401
 
 pytestmark = [pytest.mark.world, pytest.mark.slow]

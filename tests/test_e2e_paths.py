@@ -27,7 +27,7 @@ import pytest
 
 import exits
 from e2e_support import assert_every_connection_accounted, describe, run_events
-from stages.recorder.check import check_run
+from stages.record.check import check_run
 from world import DNS_ADDR, GIT_README, WORLD_V4
 
 pytestmark = pytest.mark.world

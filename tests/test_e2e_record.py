@@ -28,7 +28,7 @@ import pytest
 
 from e2e_support import describe
 from exits import _BUILDERS as EXIT_COMMANDS
-from stages.recorder.check import check_run, schema_problems
+from stages.record.check import check_run, schema_problems
 
 pytestmark = pytest.mark.world
 

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from e2e_support import assert_every_connection_accounted, describe
-from stages.recorder.check import check_run, schema_problems
+from stages.record.check import check_run, schema_problems
 
 pytestmark = pytest.mark.world
 

@@ -31,7 +31,7 @@ import pytest
 
 from e2e_support import describe
 from rsyslog_support import Rsyslog
-from stages.shipping.syslog import severity
+from stages.recorder.shipping.outcomes import severity
 
 pytestmark = pytest.mark.world
 

@@ -23,7 +23,7 @@ import time
 import pytest
 
 from e2e_support import describe
-from stages.recorder.check import check_run
+from stages.record.check import check_run
 from tmux_support import PROMPT, Screen, wait_file
 
 pytestmark = pytest.mark.world

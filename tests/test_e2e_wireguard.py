@@ -19,7 +19,7 @@ import time
 import pytest
 
 from e2e_support import assert_every_connection_accounted, describe, run_events
-from stages.recorder.check import check_run
+from stages.record.check import check_run
 from wg_support import CORP, INTERNAL, OUR_TUNNEL, PEER_TUNNEL, SITE, WEB, WEB_PORT, Office
 from world import DEMO_PACKAGE, DEMO_VALUE, GIT_README, WORLD_V4
 
@@ -130,7 +130,7 @@ def test_every_process_of_the_path_ends_with_the_run(world, office, user, ending
         assert started.exists(), proc.communicate(timeout=30)
         ours = {p: open(f"/proc/{p}/cmdline", "rb").read() for p in _descendants(proc.pid)}
         path_pids = [p for p, cmd in ours.items()
-                     if cmd.startswith(b"wireguard-go\0") or b"stages.wgpath" in cmd]
+                     if cmd.startswith(b"wireguard-go\0") or b"stages.broker.wireguard.path_process" in cmd]
         assert len(path_pids) == 2, ours
         for pid in path_pids:      # the keys go over a socket and UAPI, never argv or environment
             with open(f"/proc/{pid}/environ", "rb") as f:

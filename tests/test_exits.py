@@ -10,7 +10,7 @@ import textwrap
 from pathlib import Path
 
 import stages
-from stages.exits import ExitCode, killed_by
+from stages.wire.exits import ExitCode, killed_by
 
 STAGES = Path(stages.__file__).parent
 

@@ -1,5 +1,5 @@
-"""The [files] table: the words (stages/policy.py), what they mean for one run
-(stages/file_limits.py), and the Landlock layer on its own in a forked child."""
+"""The [files] table: the words (stages/config/policy.py), what they mean for one run
+(stages/config/file_limits.py), and the Landlock layer on its own in a forked child."""
 from __future__ import annotations
 
 import errno
@@ -9,10 +9,10 @@ import re
 
 import pytest
 
-from stages.file_limits import FileLimits, Limit, expand, invoker_homes, resolve
-from stages.policy import FileEntry, FileRules, PolicyError, parse_policy
-from stages.record import MAX_LINE, encode, parse_line
-from stages.recorder.check import schema_problems
+from stages.config.file_limits import FileLimits, Limit, expand, invoker_homes, resolve
+from stages.config.policy import FileEntry, FileRules, PolicyError, parse_policy
+from stages.record.events import MAX_LINE, encode, parse_line
+from stages.record.check import schema_problems
 
 HEAD = 'version = 1\n[policy]\ndefault = "allow"\n'
 WHERE = re.compile(r"^agent\.toml:(\d+): .+; fix: .+")
@@ -262,7 +262,7 @@ def test_landlock_limits_writes_to_the_writable_paths(tmp_path):
 
 def test_the_learned_draft_suggests_files_limits_that_parse_once_uncommented():
     from stages.learner.draft import SECRET_LOCATIONS, draft_policy
-    from stages.record import read_events
+    from stages.record.events import read_events
     golden = os.path.join(os.path.dirname(os.path.abspath(__file__)), "golden", "pip_guard.jsonl")
     with open(golden, "rb") as f:
         draft = draft_policy(list(read_events(f, strict=True)), "agent")

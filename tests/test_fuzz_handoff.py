@@ -18,7 +18,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from stages import handoff
+from stages.wire import handoff
 from test_broker import EchoServer, run_broker, socks_connect  # noqa: F401  (fixture)
 
 FD_KINDS = ["pipe", "unix", "file", "udp", "tcp-unconnected", "tcp-connected", "tcp-listening"]

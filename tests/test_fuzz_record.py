@@ -10,9 +10,9 @@ import json
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from stages.paths import ConfigError, load_config
-from stages.record import EVENT_TYPES, RecordError, parse_line, read_events
-from stages.recorder.check import check_run
+from stages.config.paths import ConfigError, load_config
+from stages.record.events import EVENT_TYPES, RecordError, parse_line, read_events
+from stages.record.check import check_run
 
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers(-2**70, 2**70) | st.floats(allow_nan=False)

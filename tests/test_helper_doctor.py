@@ -7,9 +7,9 @@ import sys
 
 import pytest
 
-from stages.doctor import guard_can_work, run_checks
+from stages.orchestrator.doctor import guard_can_work, run_checks
 
-DOCTOR = "from stages.doctor import doctor_command; doctor_command(['--json'])"
+DOCTOR = "from stages.orchestrator.doctor import doctor_command; doctor_command(['--json'])"
 
 
 def test_checks_have_known_statuses_and_guard_works_here():

@@ -9,8 +9,9 @@ import pytest
 from hypothesis import given, strategies as st
 
 from stages.helper import netlink
-from stages.helper.seccomp_rules import (AF_INET, AF_INET6, AF_NETLINK, AF_UNIX, SOCK_STREAM,
-                                         complement_patterns, filter_rules)
+from stages.helper.seccomp_rules import (
+    AF_INET, AF_INET6, AF_NETLINK, AF_UNIX, SOCK_STREAM, complement_patterns, filter_rules,
+)
 
 
 def refused(patterns, v):

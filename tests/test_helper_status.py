@@ -12,8 +12,8 @@ import tempfile
 
 import pytest
 
-from stages import handoff
-from stages.client_env import ssh_command
+from stages.wire import handoff
+from stages.config.client_env import ssh_command
 from stages.helper.sandbox import program_env
 
 PY = sys.executable
@@ -35,7 +35,7 @@ class Helper:
             self.broker_end.close()
             os.close(status_r)
             os.close(self.go_w)
-            from stages.helper import run_helper
+            from stages.helper.main import run_helper
             run_helper(argv, handoff_fd=self.helper_end.fileno(), status_fd=status_w,
                        go_fd=go_r, **kw)
         self.helper_end.close()
@@ -121,7 +121,7 @@ def test_environment_is_the_callers_plus_proxy_settings(tmp_path):
         "NO_PROXY": "localhost,127.0.0.1,::1", "no_proxy": "localhost,127.0.0.1,::1",
         "NODE_USE_ENV_PROXY": "1"}
     assert out["KEEP"] == "1" and out["PATH"] == os.environ["PATH"]
-    # Each client's own settings too (stages/client_env.py; tests/test_client_env.py).
+    # Each client's own settings too (stages/config/client_env.py; tests/test_client_env.py).
     assert out["GIT_SSH_COMMAND"] == ssh_command(sys.executable)
     assert out["npm_config_proxy"] == "http://127.0.0.1:3128"
 
@@ -203,7 +203,7 @@ def test_a_failure_of_the_helper_itself_is_reported_as_125(tmp_path):
     if pid == 0:
         os.close(status_r)
         os.close(go_w)
-        from stages.helper import run_helper
+        from stages.helper.main import run_helper
         run_helper(["sleep", "30"], handoff_fd=closed_fd, status_fd=status_w, go_fd=go_r)
     os.close(status_w)
     os.close(go_r)

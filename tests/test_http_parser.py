@@ -6,8 +6,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from stages.broker import http_proxy as hp
-from stages.broker.http_proxy import (CLOSED, END, NEED_DATA, Body, ConnectHead, ForwardHead,
-                                      ProtocolError, RequestParser, ResponseHead, ResponseParser)
+from stages.broker.http_proxy import (
+    CLOSED, END, NEED_DATA, Body, ConnectHead, ForwardHead, ProtocolError, RequestParser,
+    ResponseHead, ResponseParser,
+)
 
 
 def drain(parser, data: bytes, splits=(), eof=False):

@@ -13,8 +13,8 @@ from click.testing import CliRunner
 
 from stages.learner.commands import learn_command
 from stages.learner.draft import NoRuns, draft_policy, looks_generated, shannon_entropy
-from stages.policy import parse_policy
-from stages.record import encode, parse_line
+from stages.config.policy import parse_policy
+from stages.record.events import encode, parse_line
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)

@@ -10,8 +10,8 @@ import os
 import pytest
 
 from stages.learner.draft import draft_policy
-from stages.policy import parse_policy
-from stages.record import read_events
+from stages.config.policy import parse_policy
+from stages.record.events import read_events
 
 GOLDEN = os.path.join(os.path.dirname(os.path.abspath(__file__)), "golden")
 CASES = {

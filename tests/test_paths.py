@@ -4,7 +4,7 @@ import textwrap
 
 import pytest
 
-from stages.paths import DIRECT, ConfigError, PathSpec, choose_path, load_config
+from stages.config.paths import DIRECT, ConfigError, PathSpec, choose_path, load_config
 
 SECRET = "hunter2-Zq9"
 

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from stages.policy import Policy, PolicyError, load_policy, parse_policy
+from stages.config.policy import Policy, PolicyError, load_policy, parse_policy
 
 WHERE = re.compile(r"^agent\.toml:(\d+)(:\d+)?: ")
 

@@ -9,11 +9,12 @@ from ipaddress import ip_address
 
 import pytest
 
-from stages.addresses import BadHost, classify_name, parse_host
+from stages.config.addresses import BadHost, classify_name, parse_host
 from stages.broker.decide import BadTarget, Decision, LookUp, decide, parse_target
-from stages.inputs import MAX_INPUT
-from stages.policy import (PolicyError, check_policy_for_path, deny_private_scope, load_policy,
-                           parse_policy)
+from stages.config.inputs import MAX_INPUT
+from stages.config.policy import (
+    PolicyError, check_policy_for_path, deny_private_scope, load_policy, parse_policy,
+)
 
 
 def policy(body: str, source: str = "agent.toml"):

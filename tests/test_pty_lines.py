@@ -1,9 +1,9 @@
-"""The line-boundary merger (stages/pty_lines.py): pure, fed bytes and a clock."""
+"""The line-boundary merger (stages/orchestrator/line_merger.py): pure, fed bytes and a clock."""
 from __future__ import annotations
 
 import random
 
-from stages.pty_lines import LineMerger, display_width
+from stages.orchestrator.line_merger import LineMerger, display_width
 
 
 def merger(**kw) -> LineMerger:

@@ -10,8 +10,8 @@ import re
 import jsonschema
 import pytest
 
-from stages.record import EVENT_TYPES, encode, parse_line, read_events
-from stages.recorder.check import load_schema, schema_problems
+from stages.record.events import EVENT_TYPES, encode, parse_line, read_events
+from stages.record.check import load_schema, schema_problems
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 GOLDEN = sorted(glob.glob(os.path.join(ROOT, "tests", "golden", "*.jsonl")))
@@ -120,7 +120,7 @@ def test_the_schema_ships_as_package_data():
 
 
 def test_deny_private_scope_values_agree_in_record_py_the_schema_and_the_doc():
-    from stages.record import DENY_PRIVATE_SCOPES
+    from stages.record.events import DENY_PRIVATE_SCOPES
     prop = SCHEMA["$defs"]["run.start"]["properties"]["deny_private_scope"]
     assert prop["enum"] == list(DENY_PRIVATE_SCOPES)
     assert "deny_private_scope" not in SCHEMA["$defs"]["run.start"]["required"]

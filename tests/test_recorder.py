@@ -12,9 +12,9 @@ import time
 
 import pytest
 
-from stages.record import parse_line, read_events
-from stages.recorder import main_from_fds
-from stages.recorder.chain import verify
+from stages.record.events import parse_line, read_events
+from stages.recorder.main import main_from_fds
+from stages.record.chain import verify
 from stages.recorder.human import HumanState, format_event
 
 HERE = os.path.dirname(os.path.abspath(__file__))

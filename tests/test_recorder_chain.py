@@ -10,9 +10,9 @@ import os
 import pytest
 from click.testing import CliRunner
 
-from stages.record import DIGEST_SUFFIX_LEN, split_digest
-from stages.recorder import main_from_fds
-from stages.recorder.chain import UNCHAINED, Chain, verify
+from stages.record.events import DIGEST_SUFFIX_LEN, split_digest
+from stages.recorder.main import main_from_fds
+from stages.record.chain import UNCHAINED, Chain, verify
 from stages.recorder.commands import show_command
 
 HERE = os.path.dirname(os.path.abspath(__file__))

@@ -4,8 +4,8 @@ from __future__ import annotations
 import copy
 import os
 
-from stages.record import read_events
-from stages.recorder.check import check_run
+from stages.record.events import read_events
+from stages.record.check import check_run
 
 GOLDEN = os.path.join(os.path.dirname(os.path.abspath(__file__)), "golden")
 

@@ -1,4 +1,4 @@
-"""`vpnw runs`, `vpnw show` and "the last trace" (stages/recorder/runs.py)."""
+"""`vpnw runs`, `vpnw show` and "the last trace" (stages/record/runs.py)."""
 from __future__ import annotations
 
 import json
@@ -8,9 +8,9 @@ import shutil
 import pytest
 from click.testing import CliRunner
 
-from stages.destinations import destinations
-from stages.record import read_events
-from stages.recorder import runs
+from stages.record.destinations import destinations
+from stages.record.events import read_events
+from stages.record import runs
 from stages.recorder.commands import runs_command, show_command
 
 GOLDEN = os.path.join(os.path.dirname(os.path.abspath(__file__)), "golden")

@@ -27,9 +27,9 @@ from functools import lru_cache
 
 import pytest
 
-from stages.record import encode, parse_line, read_events
-from stages.shipping import ecs, ocsf
-from stages.shipping.outcomes import Outcomes
+from stages.record.events import encode, parse_line, read_events
+from stages.recorder.shipping import ecs, ocsf
+from stages.recorder.shipping.outcomes import Outcomes
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 GOLDEN = sorted(glob.glob(os.path.join(ROOT, "tests", "golden", "*.jsonl")))

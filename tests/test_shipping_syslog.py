@@ -9,11 +9,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from stages.record import MAX_LINE, encode, parse_line
-from stages.shipping import stream_renderer
-from stages.shipping.syslog import (CEE, SyslogMessages, octet_counted, rfc5424_timestamp,
-                                    severity, shrink)
-from stages.shipping.transports import Target, TargetError, parse_target
+from stages.record.events import MAX_LINE, encode, parse_line
+from stages.recorder.shipping import stream_renderer
+from stages.recorder.shipping.syslog import (
+    CEE, SyslogMessages, octet_counted, rfc5424_timestamp, shrink,
+)
+from stages.recorder.shipping.outcomes import severity
+from stages.recorder.shipping.transports import Target, TargetError, parse_target
 
 # RFC 5424 §6: HEADER = PRI VERSION SP TIMESTAMP SP HOSTNAME SP APP-NAME SP PROCID SP MSGID
 HEADER = re.compile(rb"^<(\d{1,3})>1 (\S+) (\S{1,255}) (\S{1,48}) (\S{1,128}) (\S{1,32}) (-|\[.*?\]) ")
@@ -187,7 +189,7 @@ def test_bad_targets_say_what_to_write(text):
 def test_the_command_line_takes_syslog_with_or_without_a_target(monkeypatch):
     from click.testing import CliRunner
 
-    from stages import cli
+    from stages.orchestrator import cli
     seen = []
     monkeypatch.setattr(cli, "_execute", lambda mode, program, **opts: seen.append(opts) or 0)
     runner = CliRunner()
@@ -202,7 +204,7 @@ def test_the_command_line_takes_syslog_with_or_without_a_target(monkeypatch):
 
 
 def test_a_bad_syslog_target_is_a_usage_error():
-    from stages.cli import UsageProblem, _check_syslog_target
+    from stages.orchestrator.cli import UsageProblem, _check_syslog_target
     with pytest.raises(UsageProblem) as info:
         _check_syslog_target("udp://collector")
     assert info.value.exit_code == 121 and "--syslog" in info.value.message and ":514" in info.value.message

@@ -8,8 +8,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from stages.broker import socks5
-from stages.broker.socks5 import (NEED_DATA, ConnectRequest, Greeted, NoAcceptableMethod,
-                                  ProtocolError, Refused, Socks5Parser)
+from stages.broker.socks5 import (
+    NEED_DATA, ConnectRequest, Greeted, NoAcceptableMethod, ProtocolError, Refused, Socks5Parser,
+)
 
 
 def run(raw: bytes, splits=()):

@@ -1,4 +1,4 @@
-"""Status messages (stages/status.py) and how the orchestrator takes them.
+"""Status messages (stages/wire/status.py) and how the orchestrator takes them.
 
 The codec: every kind round-trips, and anything that is not a message the
 channel carries (junk, unknown kinds, a key too many, a field of the wrong
@@ -20,10 +20,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as hs
 
-from stages import status as st
-from stages.exits import ExitCode
-from stages.orchestrator import _Run
-from stages.record import Emitter, read_events
+from stages.wire import status as st
+from stages.wire.exits import ExitCode
+from stages.orchestrator.run import _Run
+from stages.record.events import Emitter, read_events
 
 SAMPLES = [
     st.Ready(namespaces=("user", "net", "pid", "ipc", "mnt"), seccomp=True, unix_sockets=False,

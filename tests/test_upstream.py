@@ -4,8 +4,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from stages.broker.dial import DIAL_ERRORS, DialError
-from stages.exit_clients import (Answered, Authenticated, AuthRefused, Connected, ConnectFailed,
-                                 ExitProtocolError, HttpConnectClient, Send, Socks5Client)
+from stages.wire.proxy_clients import (
+    Answered, Authenticated, AuthRefused, Connected, ConnectFailed, ExitProtocolError,
+    HttpConnectClient, Send, Socks5Client,
+)
 
 
 def feed_bytewise(client, data: bytes) -> list:

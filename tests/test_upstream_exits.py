@@ -13,9 +13,10 @@ import threading
 import pytest
 
 import exits
-from stages.broker.dial import DialError, PathDown, dialer_for
+from stages.broker.dial import DialError, PathDown
+from stages.broker.dialers import dialer_for
 from stages.broker.upstream import check_path, dial_via
-from stages.paths import DIRECT, PathSpec
+from stages.config.paths import DIRECT, PathSpec
 
 SECRET = "s3cret-Qx7"
 INTERNAL = "tracker.office.internal"

@@ -3,8 +3,8 @@ import textwrap
 
 import pytest
 
-from stages.paths import ConfigError, choose_path, load_config
-from stages.wgconf import decode_key, parse_wg_quick
+from stages.config.paths import ConfigError, choose_path, load_config
+from stages.config.wg_quick import decode_key, parse_wg_quick
 
 PRIVATE = "YIqMZ5pRdm1cq3ogWAt8jTPYcd3Bo3L0NdTmlvDzFUg="   # test-only key, made with wg genkey
 PUBLIC = "2m6ohp0K7H4IW9s2S6YFJmeT/YTkX7/GY4TF3Taflz4="

@@ -24,10 +24,10 @@ def main(argv=None) -> int:
     parser.add_argument("--grace", type=float, default=2.0, help="seconds open relays get at the end")
     args = parser.parse_args(argv)
 
-    from ..exits import ExitCode
-    from ..paths import ConfigError, choose_path, load_config
-    from ..policy import Policy, PolicyError, check_policy_for_path, load_policy
-    from ..record import new_run_id
+    from stages.wire.exits import ExitCode
+    from stages.config.paths import ConfigError, choose_path, load_config
+    from stages.config.policy import Policy, PolicyError, check_policy_for_path, load_policy
+    from stages.record.events import new_run_id
     try:
         policy = load_policy(args.policy) if args.policy else Policy.allow_all()
         config = load_config(args.config) if args.config else None
@@ -39,7 +39,7 @@ def main(argv=None) -> int:
     if problem:
         print(f"vpnw broker: {problem}", file=sys.stderr)
         return ExitCode.USAGE
-    from . import main_from_fds
+    from stages.broker.main import main_from_fds
     return main_from_fds(args.handoff_fd, 1, args.status_fd, run_id=args.run_id or new_run_id(),
                          policy=policy, path=path, dry_run=args.dry_run, grace=args.grace)
 

@@ -13,9 +13,9 @@ import socket
 import time
 from dataclasses import dataclass
 
-from .dial import DialError
-from .hosts_file import HostsFile
-from .journal import Journal, ms_since
+from stages.broker.dial import DialError
+from stages.broker.hosts_file import HostsFile
+from stages.broker.journal import Journal, ms_since
 
 DNS_TIMEOUT = 15.0
 
@@ -56,7 +56,7 @@ class _Allowed:
 class Connector:
     def __init__(self, journal: Journal, *, policy, dialer, via: str, dry_run: bool,
                  local_addresses: frozenset):
-        from . import decide
+        from stages.broker import decide
         self.decide = decide
         self.journal = journal
         self.policy = policy

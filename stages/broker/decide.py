@@ -42,9 +42,10 @@ from dataclasses import dataclass
 from functools import lru_cache
 from ipaddress import IPv4Address, IPv6Address, ip_address
 
-from ..addresses import (SPECIAL_LAST_LABELS, BadHost, classify, classify_name, embedded_ipv4,
-                         parse_host)
-from ..policy import Policy, Rule, check_policy_for_path  # noqa: F401  (re-exported for the broker)
+from stages.config.addresses import (
+    SPECIAL_LAST_LABELS, BadHost, classify, classify_name, embedded_ipv4, parse_host,
+)
+from stages.config.policy import Policy, Rule, check_policy_for_path  # noqa: F401  (re-exported for the broker)
 
 
 class BadTarget(Exception):

@@ -1,6 +1,6 @@
 """The dial contract: one interface per kind of path, one error type.
 
-Every kind of path (direct here; proxy in upstream.py; WireGuard next) is a
+Every kind of path (direct here; proxy in upstream.py; WireGuard in wireguard/) is a
 `Dialer`: `check()` proves the path answers before the program starts
 (raises PathDown: exit 123), `dial(host, port, addresses)` returns a
 connected non-blocking socket and the address reached, or raises DialError,
@@ -54,17 +54,6 @@ class DirectDialer:
 
     async def dial(self, host: str, port: int, addresses: tuple) -> tuple[socket.socket, str]:
         return await dial_direct(addresses, port)
-
-
-def dialer_for(path):
-    """The Dialer for a paths.PathSpec (None: direct)."""
-    if path is None or path.type == "direct":
-        return DirectDialer()
-    if path.type == "wireguard":
-        from .wireguard import WireGuardDialer
-        return WireGuardDialer(path)
-    from .upstream import ProxyDialer
-    return ProxyDialer(path)
 
 
 def classify(exc: BaseException) -> str:

@@ -23,7 +23,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from .sans_io import NEED_DATA, Sentinel  # noqa: F401 - NEED_DATA is one of this parser's events
+from stages.broker.sans_io import NEED_DATA, Sentinel  # noqa: F401 - NEED_DATA is one of this parser's events
 
 MAX_REQUEST_LINE = 8 * 1024
 MAX_HEADERS_BYTES = 64 * 1024

@@ -10,8 +10,8 @@ from __future__ import annotations
 import asyncio
 import time
 
-from .. import status as st
-from ..record import Emitter
+from stages.wire import status as st
+from stages.record.events import Emitter
 
 
 def ms_since(since: float) -> int:
@@ -20,7 +20,7 @@ def ms_since(since: float) -> int:
 
 class Journal:
     def __init__(self, emitter: Emitter, status_fd: int, numbers=None):
-        from .workers import ConnNumbers
+        from stages.broker.workers import ConnNumbers
         self.emitter = emitter
         self.status_fd = status_fd
         self.numbers = numbers or ConnNumbers()   # shared with the workers, when there are any

@@ -22,18 +22,19 @@ import socket
 import threading
 import time
 
-from .. import status as st
-from ..exits import ExitCode
-from ..handoff import take_pending
-from ..record import Emitter
-from .connector import Connector
-from . import warn
-from .dial import PathDown, dialer_for
-from .journal import Journal, ms_since
-from .limits import MAX_PENDING_HANDSHAKES
-from .relay import Relay
-from .sessions import HttpDoor, Socks5Door
-from .workers import LOAD_PER_TICK, LOAD_TICK, Crew
+from stages.wire import status as st
+from stages.wire.exits import ExitCode
+from stages.wire.handoff import take_pending
+from stages.record.events import Emitter
+from stages.broker.connector import Connector
+from stages.broker.warn import warn
+from stages.broker.dial import PathDown
+from stages.broker.dialers import dialer_for
+from stages.broker.journal import Journal, ms_since
+from stages.broker.handshake_cap import MAX_PENDING_HANDSHAKES
+from stages.broker.relay import Relay
+from stages.broker.sessions import HttpDoor, Socks5Door
+from stages.broker.workers import LOAD_PER_TICK, LOAD_TICK, Crew
 
 
 _OUT_OF_RESOURCES = (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM)
@@ -274,15 +275,15 @@ def run_broker(handoff_fd: int, event_fd: int, status_fd: int, *, run_id: str, p
     """The broker process body (the lead's, or a worker's: then `crew` is
     None and `numbers` the shared counter); returns its exit code (0,
     PATH_DOWN, INTERNAL)."""
-    from .local_addresses import local_addresses
+    from stages.broker.local_addresses import local_addresses
     broker = None
     try:
         _raise_fd_limit()
         if policy is None:
-            from ..policy import Policy
+            from stages.config.policy import Policy
             policy = Policy.allow_all()
         if path is None:
-            from ..paths import DIRECT
+            from stages.config.paths import DIRECT
             path = DIRECT
         broker = Broker(emitter=Emitter(event_fd, run_id, path=getattr(path, "name", "direct")),
                         status_fd=status_fd, policy=policy, path=path, path_reported=path_reported,

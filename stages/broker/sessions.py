@@ -21,9 +21,9 @@ from __future__ import annotations
 import asyncio
 import socket
 
-from . import http_proxy, socks5
-from .connector import Denied, Failed, Opened
-from .relay import BodyCopy, Relay
+from stages.broker import http_proxy, socks5
+from stages.broker.connector import Denied, Failed, Opened
+from stages.broker.relay import BodyCopy, Relay
 
 HANDSHAKE_TIMEOUT = 30.0    # the first request head must arrive within this (slowloris)
 IDLE_TIMEOUT = 120.0        # between requests on a kept-alive client connection

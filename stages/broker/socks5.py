@@ -19,7 +19,7 @@ import ipaddress
 import struct
 from dataclasses import dataclass
 
-from .sans_io import NEED_DATA  # noqa: F401 - one sentinel for both doors' parsers
+from stages.broker.sans_io import NEED_DATA  # noqa: F401 - one sentinel for both doors' parsers
 
 VERSION = 5
 NO_AUTH = 0x00

@@ -43,10 +43,10 @@ import socket
 import struct
 import time
 
-from .. import status as st
-from ..descriptors import close_all_but
-from ..exits import ExitCode
-from ..handoff import link, send_door
+from stages.wire import status as st
+from stages.kernel.descriptors import close_all_but
+from stages.wire.exits import ExitCode
+from stages.wire.handoff import link, send_door
 
 MAX_WORKERS = 4
 LOAD_TICK = 0.05           # seconds between the lead's looks at its load

@@ -45,7 +45,7 @@ def main(args: list[str]) -> int:
                   f"[--status-fd N] -- PROG ARGS (unknown {opt!r})", file=sys.stderr)
             return 2
     argv = args[1:]
-    from stages import handoff
+    from stages.wire import handoff
     helper_end, broker_end = handoff.link()
     status_r, status_w = os.pipe()
     go_r, go_w = os.pipe()
@@ -54,14 +54,14 @@ def main(args: list[str]) -> int:
         broker_end.close()
         os.close(status_r)
         os.close(go_w)
-        from stages.helper import run_helper
+        from stages.helper.main import run_helper
         run_helper(argv, handoff_fd=helper_end.fileno(), status_fd=status_w, go_fd=go_r,
                    allow_unix_sockets=allow_unix)
     helper_end.close()
     os.close(status_w)
     os.close(go_r)
-    from stages import status as st
-    from stages.exits import ExitCode
+    from stages.wire import status as st
+    from stages.wire.exits import ExitCode
     status = os.fdopen(status_r, "rb")
     result = ExitCode.INTERNAL
     import selectors

@@ -1,5 +1,5 @@
 """The mount layer of file limits, applied by init in the sandbox's own mount
-namespace before the program exists (stages/file_limits.py says what the
+namespace before the program exists (stages/config/file_limits.py says what the
 paths mean; this module only mounts).
 
     1. allow_write: every mount read-only (a bind remount that keeps the flags
@@ -26,9 +26,11 @@ from __future__ import annotations
 import errno
 import os
 
-from stages.helper import privileges as priv
-from stages.helper.sandbox import (_KEPT_FLAGS, _MS_BIND, _MS_RDONLY, _MS_REMOUNT,
-                                   _mount_points_under)
+from stages.kernel import privileges as priv
+from stages.kernel.mounts import (
+    KEPT_FLAGS as _KEPT_FLAGS, MS_BIND as _MS_BIND, MS_RDONLY as _MS_RDONLY, MS_REMOUNT as
+    _MS_REMOUNT, mount_points_under as _mount_points_under,
+)
 
 _ST_RDONLY = 1
 _HIDDEN = priv.MS_NOSUID | priv.MS_NODEV | priv.MS_NOEXEC

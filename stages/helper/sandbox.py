@@ -7,7 +7,7 @@
           └─ G  the program: fds closed, setsid, privileges dropped,
                 seccomp, exec
 
-P and C talk over one pipe (C -> P, stages/status.py's INIT_REPORT): first
+P and C talk over one pipe (C -> P, stages/wire/status.py's INIT_REPORT): first
 InitOk or InitFailed, at the end Exited, ExecFailed or SandboxFailed (G's
 seal failed before exec, or init could not give G its terminal); with a
 terminal, Stopped whenever the program stops (P passes it on, so the
@@ -21,16 +21,16 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
-import re
 import signal
 import socket
 import sys
 
-from stages import handoff
-from stages.descriptors import close_all_but
-from stages import status as st
-from stages.exits import ExitCode, killed_by
-from stages.helper import privileges as priv
+from stages.wire import handoff
+from stages.kernel.descriptors import close_all_but
+from stages.wire import status as st
+from stages.wire.exits import ExitCode, killed_by
+from stages.kernel import mounts
+from stages.kernel import privileges as priv
 
 FORWARDED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP,
                      signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2)
@@ -43,9 +43,9 @@ class SealError(Exception):
 
 def program_env(env: dict[str, str]) -> dict[str, str]:
     """DESIGN §3.5: the caller's env with the doors' settings and each client's
-    own (stages/client_env.py). The orchestrator has usually applied it already;
+    own (stages/config/client_env.py). The orchestrator has usually applied it already;
     applying it again changes nothing."""
-    from stages.client_env import apply
+    from stages.config.client_env import apply
     return apply(env, python=sys.executable)[0]
 
 
@@ -270,14 +270,8 @@ _TIOCGPTN, _TIOCSPTLCK = 0x80045430, 0x40045431
 
 
 def _fresh_devpts() -> None:
-    """A devpts instance of the sandbox's own over /dev/pts: the user's
-    terminals (/dev/pts/N, owned by the user, so otherwise open to a program
-    running as the user: its keys to read, its screen to write) are not
-    there to open by name; /dev/ptmx makes new ptys in this instance (tmux,
-    script, node-pty inside work)."""
     try:
-        priv.mount("devpts", "/dev/pts", "devpts", priv.MS_NOSUID | priv.MS_NOEXEC,
-                   "newinstance,mode=0620,ptmxmode=0666")
+        mounts.mount_fresh_devpts()
     except OSError as e:
         raise SealError(f"cannot mount a devpts of the sandbox's own over /dev/pts: {e}; "
                         f"{DOCTOR_HINT}")
@@ -416,30 +410,6 @@ def _init(argv, penv, seccomp_filter, report_w: int, go_r: int, keep: set[int],
     return code
 
 
-_MS_RDONLY, _MS_REMOUNT, _MS_BIND = 1, 32, 4096
-# statvfs f_flag bit -> the mount flag that keeps it (a remount must keep the
-# flags the kernel locked on mounts inherited from the caller's namespace).
-_KEPT_FLAGS = ((2, priv.MS_NOSUID), (4, priv.MS_NODEV), (8, priv.MS_NOEXEC), (16, 16),
-               (1024, 1024), (2048, 2048), (4096, 1 << 21))
-
-
-def _mount_points_under(top: str) -> list[str]:
-    points = []
-    with open("/proc/self/mountinfo") as f:
-        for line in f:
-            point = line.split()[4]
-            point = re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), point)
-            if point == top or point.startswith(top.rstrip("/") + "/"):
-                points.append(point)
-    return points
-
-
-def _read_only(point: str) -> None:
-    flags = os.statvfs(point).f_flag
-    keep = sum(ms for st, ms in _KEPT_FLAGS if flags & st)
-    priv.mount(None, point, None, _MS_BIND | _MS_REMOUNT | _MS_RDONLY | keep)
-
-
 def _read_only_kernel_knobs() -> None:
     """Sysctls, sysrq and sysfs check the uid (0 = the machine's root), not
     capabilities: a program run as root would keep writing them after the
@@ -447,10 +417,10 @@ def _read_only_kernel_knobs() -> None:
     root outside every namespace. Read-only bind mounts close that."""
     for knob in ("/proc/sys", "/proc/sysrq-trigger"):
         if os.path.exists(knob):
-            priv.mount(knob, knob, None, _MS_BIND | priv.MS_REC)
-    for point in ["/proc/sys", "/proc/sysrq-trigger", *_mount_points_under("/sys")]:
+            priv.mount(knob, knob, None, mounts.MS_BIND | priv.MS_REC)
+    for point in ["/proc/sys", "/proc/sysrq-trigger", *mounts.mount_points_under("/sys")]:
         if os.path.exists(point):
-            _read_only(point)
+            mounts.read_only(point)
     _docker_default_proc_masks()
 
 
@@ -470,16 +440,16 @@ DOCKER_MASKED = ("/proc/asound", "/proc/acpi", "/proc/kcore", "/proc/keys", "/pr
 def _docker_default_proc_masks() -> None:
     for top in DOCKER_READ_ONLY:
         if os.path.exists(top):
-            priv.mount(top, top, None, _MS_BIND | priv.MS_REC)
-            for point in _mount_points_under(top):
-                _read_only(point)
+            priv.mount(top, top, None, mounts.MS_BIND | priv.MS_REC)
+            for point in mounts.mount_points_under(top):
+                mounts.read_only(point)
     for point in DOCKER_MASKED:
         if os.path.isdir(point):
             # An empty read-only tmpfs, as runc masks a directory.
             priv.mount("tmpfs", point, "tmpfs",
-                       _MS_RDONLY | priv.MS_NOSUID | priv.MS_NODEV | priv.MS_NOEXEC)
+                       mounts.MS_RDONLY | priv.MS_NOSUID | priv.MS_NODEV | priv.MS_NOEXEC)
         elif os.path.exists(point):
-            priv.mount("/dev/null", point, None, _MS_BIND)
+            priv.mount("/dev/null", point, None, mounts.MS_BIND)
 
 
 def _out_of_program_reach(paths: list[str]) -> str | None:
@@ -498,9 +468,9 @@ def _out_of_program_reach(paths: list[str]) -> str | None:
                 real = os.path.realpath(path, strict=True)
             except FileNotFoundError:
                 continue   # hidden by a deny_read limit: out of reach already
-            priv.mount(real, real, None, _MS_BIND | priv.MS_REC)
-            for point in dict.fromkeys(_mount_points_under(real)):
-                _read_only(point)
+            priv.mount(real, real, None, mounts.MS_BIND | priv.MS_REC)
+            for point in dict.fromkeys(mounts.mount_points_under(real)):
+                mounts.read_only(point)
         # A cwd inside a protected directory still points at the mount below.
         os.chdir(cwd)
         for path in paths:

@@ -7,8 +7,8 @@ from typing import Iterator
 
 import click
 
-from ..exits import ExitCode
-from ..record import read_events, state_dir
+from stages.wire.exits import ExitCode
+from stages.record.events import read_events, state_dir
 
 
 def _events(sources: list[str], stdin_first: bytes | None) -> Iterator[dict]:
@@ -22,9 +22,10 @@ def _events(sources: list[str], stdin_first: bytes | None) -> Iterator[dict]:
 
 def learn(name: str | None, sources: tuple[str, ...], directory: str | None = None) -> int:
     """The command's body, callable without click: writes the draft to stdout."""
-    from ..recorder.runs import (RUN_FILE_EXPECTED, NotARunFile, check_run_file, first_line,
-                                 first_line_problem, last_run)
-    from .draft import NoRuns, draft_policy
+    from stages.record.runs import (
+        RUN_FILE_EXPECTED, NotARunFile, check_run_file, first_line, first_line_problem, last_run,
+    )
+    from stages.learner.draft import NoRuns, draft_policy
 
     files = list(sources)
     if not files:

@@ -18,8 +18,8 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Iterable
 
-from ..destinations import Destination, Tally
-from ..text import human_bytes, printable
+from stages.record.destinations import Destination, Tally
+from stages.record.text import human_bytes, printable
 
 PLAIN_PORTS = (80, 443)
 WILDCARD_MIN_NAMES = 3
@@ -83,7 +83,7 @@ def _classify(address: str) -> str | None:
     except ValueError:
         return None
     try:
-        from ..addresses import classify
+        from stages.config.addresses import classify
     except ImportError:  # pragma: no cover - the classifier ships with vpnw
         return None if ip.is_global else f"{ip}: not a public address"
     return classify(ip)
@@ -132,7 +132,7 @@ def toml_string(text: str) -> str:
 def _canonical(host: str):
     """(kind, canonical text, sort key) or None when the host cannot be a rule."""
     try:
-        from ..addresses import BadHost, parse_host
+        from stages.config.addresses import BadHost, parse_host
     except ImportError:  # pragma: no cover
         parse_host, BadHost = None, ValueError
     try:
@@ -265,7 +265,7 @@ def render(learner: _Learner, name: str) -> str:
             review["special"].append((sort, port, f"{target}: reached at {printable(special)}; "
                                       "deny_private = true refuses it"))
         if kind == "name":
-            from ..addresses import classify_name
+            from stages.config.addresses import classify_name
             why = classify_name(chost)
             if why:
                 review["special"].append((sort, port, f"{target}: {why}; deny_private = true "

@@ -8,8 +8,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from . import main_from_fds
-from .human import HUMAN_MODES
+from stages.recorder.main import main_from_fds
+from stages.recorder.human import HUMAN_MODES
 
 
 def main(argv=None) -> int:

@@ -6,11 +6,12 @@ import sys
 import click
 import orjson
 
-from ..destinations import destinations
-from ..exits import ExitCode
-from ..record import read_events, state_dir
-from . import runs as runs_mod
-from ..text import human_bytes, printable
+from stages.record.destinations import destinations
+from stages.wire.exits import ExitCode
+from stages.record.events import read_events, state_dir
+from stages.record import runs as runs_mod
+from stages.record.text import human_bytes, printable
+from stages.recorder.human import human_lines
 
 
 def _emit_json(value) -> None:
@@ -22,7 +23,7 @@ def _runs_dir(directory: str | None) -> str:
 
 
 def _begins_chained(path: str) -> bool:
-    from ..record import split_digest
+    from stages.record.events import split_digest
     with open(path, "rb") as stream:
         first = stream.readline(1 << 16)
     return split_digest(first.rstrip(b"\n")) is not None
@@ -99,7 +100,7 @@ def show_command(run: str | None, summary: bool, as_json: bool, fmt: str | None,
         sys.exit(ExitCode.USAGE)
 
     if verify:
-        from .chain import verify as verify_chain
+        from stages.record.chain import verify as verify_chain
         with open(path, "rb") as stream:
             verdict = verify_chain(stream)
         text = f"{path}: {verdict.message}"
@@ -109,7 +110,7 @@ def show_command(run: str | None, summary: bool, as_json: bool, fmt: str | None,
         sys.exit(verdict.exit_code)
 
     if fmt:
-        from ..shipping import stream_renderer
+        from stages.recorder.shipping import stream_renderer
         render = stream_renderer(fmt)
         out = sys.stdout.buffer
         with open(path, "rb") as stream:
@@ -138,5 +139,5 @@ def show_command(run: str | None, summary: bool, as_json: bool, fmt: str | None,
             click.echo(line)
         return
     with open(path, "rb") as stream:
-        for line in runs_mod.human_lines(read_events(stream), record=path):
+        for line in human_lines(read_events(stream), record=path):
             click.echo(line)

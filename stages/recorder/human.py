@@ -21,9 +21,9 @@ import calendar
 import os
 import time
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Callable, Iterable, Iterator
 
-from ..text import human_bytes, printable  # noqa: F401 - shared with the learner (stages/text.py)
+from stages.record.text import human_bytes, printable  # noqa: F401 - shared with the learner (stages/record/text.py)
 
 TRACE = "trace"
 RUN = "run"
@@ -243,3 +243,14 @@ def format_event(event: dict, state: HumanState) -> str | None:
         return head() + summary_text(event, state)
 
     return None
+
+
+def human_lines(events: Iterable[dict], record: str | None = None) -> Iterator[str]:
+    """A recorded run's human lines, as `vpnw trace` printed them."""
+    state = HumanState(mode=TRACE, record=record)
+    for event in events:
+        text = format_event(event, state)
+        if text is not None:
+            yield text
+
+

@@ -1,6 +1,6 @@
 """`--syslog [TARGET]`: the recorder's syslog copy of the events.
 
-A side output like `--events-to`: rendered (stages/shipping/syslog.py), then
+A side output like `--events-to`: rendered (stages/recorder/shipping/syslog.py), then
 handed to a BoundedFeeder on a non-blocking socket, so a target that is
 slow, stuck or gone never holds the recorder and so never holds the
 program. What it cannot take is dropped and counted (`run.end`'s
@@ -20,9 +20,9 @@ import errno
 import os
 import time
 
-from ..shipping.syslog import SyslogMessages, octet_counted
-from ..shipping.transports import open_socket, parse_target
-from .feeder import BoundedFeeder
+from stages.recorder.shipping.syslog import SyslogMessages, octet_counted
+from stages.recorder.shipping.transports import open_socket, parse_target
+from stages.recorder.feeder import BoundedFeeder
 
 
 class _DatagramFeeder(BoundedFeeder):

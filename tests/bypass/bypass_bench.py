@@ -21,7 +21,7 @@ from typing import NamedTuple
 
 import pytest
 
-from stages.recorder.check import check_run
+from stages.record.check import check_run
 from world import WorldError
 
 PROGS = Path(__file__).resolve().parent.parent / "progs"

@@ -11,7 +11,7 @@ import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
 
-from stages.record import encode  # noqa: E402
+from stages.record.events import encode  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 T0 = 1_790_682_276_000_000_000  # 2026-09-29T11:44:36Z

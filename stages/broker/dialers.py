@@ -1,0 +1,16 @@
+"""The Dialer for a path: the one place that knows every kind of path, so
+the dial contract (dial.py) imports none of them."""
+from __future__ import annotations
+
+from stages.broker.dial import DirectDialer
+
+
+def dialer_for(path):
+    """The Dialer for a paths.PathSpec (None: direct)."""
+    if path is None or path.type == "direct":
+        return DirectDialer()
+    if path.type == "wireguard":
+        from stages.broker.wireguard.dialer import WireGuardDialer
+        return WireGuardDialer(path)
+    from stages.broker.upstream import ProxyDialer
+    return ProxyDialer(path)

@@ -1,0 +1,83 @@
+"""The broker: takes connections handed over by the helper, decides each with
+the policy, dials through the path, relays the bytes and records every step.
+
+Imports stay light here: the orchestrator imports this in its own process
+before forking the broker.
+"""
+from __future__ import annotations
+
+
+from stages.broker.warn import warn
+
+
+def main_from_fds(handoff_fd: int, event_fd: int, status_fd: int, *, run_id: str,
+                  policy, path, dry_run: bool = False, grace: float = 2.0,
+                  workers: int | None = None) -> int:
+    """Run the broker until the helper is gone (or SIGTERM); returns the exit
+    code: 0, 123 when the path check failed, 125 when the broker itself failed.
+
+    Writes events to `event_fd` and its status (stages/wire/status.py: PathOk or
+    PathDown first, Totals last) to `status_fd`. `policy=None` allows everything; `path=None`
+    is the direct path. `workers`: broker processes in all (None: one per core,
+    broker/workers.py)."""
+    path_reported = False
+    if path is None or getattr(path, "type", "direct") == "direct":
+        # The direct path has nothing to check: say so before loading the
+        # loop (asyncio alone costs ~25 ms), so the program starts while the
+        # broker loads. Connections handed over meanwhile wait in the link.
+        from stages.wire import status
+        from stages.record.events import Emitter
+        Emitter(event_fd, run_id, path="direct").emit("path.check", path="direct", type="direct",
+                                                       ok=True, ms=0)
+        status.write(status_fd, status.PathOk(path="direct", type="direct", ms=0))
+        path_reported = True
+    early = None
+    if path_reported:
+        # The loop loads while the link is watched (early.py): a run that
+        # never knocks at a door ends without waiting for it, or for workers.
+        from stages.broker.startup import load_while_watching
+        early = load_while_watching(handoff_fd, _load_the_loop)
+        if early.quiet_end:
+            return _end_without_the_loop(early, status_fd)
+    from stages.broker.workers import Crew, SharedConnNumbers, worker_count
+    count, at_once = (workers, False) if workers else worker_count(path)
+    crew = numbers = None
+    if count > 1:
+        # The workers are forked now: the loop's modules are loaded (their
+        # pages stay shared with the lead) and no loop exists yet (its epoll
+        # descriptor must never be shared). Single-threaded again: the
+        # loader thread has ended.
+        numbers, crew = SharedConnNumbers(), Crew()
+
+        def worker(link_fd: int, worker_status_fd: int) -> int:
+            # The lead's copies of what the link handed early are closed in
+            # this process (only `keep` survives the fork): forget them
+            # unclosed, so that no later close hits a descriptor of ours.
+            for handed in (early.handed if early is not None else ()):
+                handed.sock.detach()
+            from stages.broker.loop import run_broker
+            return run_broker(link_fd, event_fd, worker_status_fd, run_id=run_id, policy=policy,
+                              path=path, dry_run=dry_run, grace=grace, path_reported=True,
+                              numbers=numbers)
+        crew.start(count - 1, worker, keep=(event_fd, numbers.fd))
+        if at_once:
+            crew.wake()
+    from stages.broker.loop import run_broker
+    return run_broker(handoff_fd, event_fd, status_fd, run_id=run_id, policy=policy,
+                      path=path, dry_run=dry_run, grace=grace, path_reported=path_reported,
+                      numbers=numbers, crew=crew, early=early)
+
+
+def _load_the_loop() -> None:
+    from stages.broker import loop  # noqa: F401
+
+
+def _end_without_the_loop(early, status_fd: int) -> int:
+    """The helper is gone and no connection ever came: zero connections."""
+    from stages.wire import status
+    for message in early.warnings:
+        warn(message)
+    for handed in early.handed:
+        handed.sock.close()
+    status.write(status_fd, status.Totals())
+    return 0

@@ -1,0 +1,213 @@
+"""The WireGuard path's dialer: the tunnel lives in a namespace of vpnw's own
+(stages/broker/wireguard/path_process.py, started here by `check()`); every dial uses a socket made
+in that namespace and handed over by fd, so the connection can only leave
+through the tunnel, and the machine's routes never change.
+
+Fail closed: `check()` raises PathDown (exit 123) unless wireguard-go
+completed a handshake in time; once the path process or wireguard-go is
+gone, each new dial fails with path-down, never a direct connection.
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import socket
+import subprocess
+import sys
+
+from stages.broker.dial import DialError, PathDown, dial_direct
+
+START_TIMEOUT = 20.0    # the path process's own handshake bound is shorter
+
+
+class WireGuardDialer:
+    kind = "wireguard"
+    resolves_at_exit = False
+
+    def __init__(self, path):
+        self.path = path
+        self.ctl: socket.socket | None = None
+        self.process: subprocess.Popen | None = None
+        self.lock = asyncio.Lock()
+        self.down: str | None = None
+        self.spare: dict[int, list[socket.socket]] = {}
+        # With DNS = in the .conf, names are looked up by the office's server,
+        # through the tunnel (connector.py asks `resolve` when it is set).
+        self.resolve = self._resolve_in_tunnel if path.wireguard.dns else None
+        self.own_addresses = frozenset(a.ip for a in path.wireguard.addresses)
+
+    async def check(self) -> None:
+        from stages.broker.wireguard.path_process import tunnel_message
+        wg = self.path.wireguard
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        try:
+            # The tunnel's keys go over the socket, never in argv or the environment.
+            ours.send(json.dumps(tunnel_message(wg, wg.private_key)).encode())
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", "stages.broker.wireguard.path_process", str(os.getpid()), str(theirs.fileno())],
+                pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL, close_fds=True)
+        except OSError as exc:
+            ours.close()
+            raise PathDown(f"{self.path.describe()}: cannot start the path process ({exc})") from None
+        finally:
+            theirs.close()
+        ours.setblocking(False)
+        self.ctl = ours
+        loop = asyncio.get_running_loop()
+        try:
+            async with asyncio.timeout(START_TIMEOUT):
+                answer = await loop.sock_recv(ours, 4096)
+        except asyncio.TimeoutError:
+            answer = b"down the tunnel did not come up in time"
+        if answer != b"ok":
+            self.close()
+            reason = answer[5:].decode("utf-8", "replace") if answer.startswith(b"down ") else \
+                "the path process stopped before it opened the tunnel"
+            raise PathDown(f"{self.path.describe()}: {reason}")
+
+    async def _socket(self, family: int, kind: str = "t") -> socket.socket:
+        """A socket made in the path namespace (DialError path-down when gone).
+        TCP sockets come in batches (one round trip to the path process per
+        SOCKET_BATCH dials), kept unconnected until a dial takes one."""
+        if self.ctl is None or self.down:
+            raise DialError("path-down", self.down or "the WireGuard path is not open")
+        loop = asyncio.get_running_loop()
+        request = (kind + ("6" if family == socket.AF_INET6 else "4")).encode()
+        if kind == "t":
+            spare = self.spare.setdefault(family, [])
+            if spare:
+                return spare.pop()
+            request = request.replace(b"t", b"T", 1)
+        async with self.lock:
+            if kind == "t" and self.spare[family]:
+                return self.spare[family].pop()       # another dial fetched a batch meanwhile
+            try:
+                await loop.sock_sendall(self.ctl, request)
+                got = await _recv_fd(loop, self.ctl)
+                if isinstance(got, list):
+                    got, self.spare[family][:0] = got[0], got[1:]
+            except (OSError, EOFError) as exc:
+                self.down = (f"the WireGuard tunnel to {self.path.wireguard.endpoint} is gone "
+                             f"(its process stopped: {exc or 'closed'})")
+                raise DialError("path-down", self.down) from None
+        if isinstance(got, str) and got.startswith("down "):
+            self.down = f"the WireGuard tunnel to {self.path.wireguard.endpoint} is gone ({got[5:]})"
+            raise DialError("path-down", self.down)
+        if isinstance(got, str):
+            raise DialError("internal", f"the path namespace made no socket: {got}")
+        return got
+
+    async def dial(self, host: str, port: int, addresses: tuple) -> tuple[socket.socket, str]:
+        try:
+            return await dial_direct(addresses, port, make_socket=self._socket)
+        except DialError as exc:
+            # Unreachable or silent: the destination's fault, or the tunnel's?
+            if exc.error in ("unreachable", "timeout"):
+                await self._ask_health()
+            raise
+
+    async def _ask_health(self) -> None:
+        """Raise DialError path-down when the path process says the tunnel is down."""
+        loop = asyncio.get_running_loop()
+        async with self.lock:
+            try:
+                await loop.sock_sendall(self.ctl, b"h")
+                got = await _recv_fd(loop, self.ctl)
+            except (OSError, EOFError):
+                got = "down its process stopped"
+        if isinstance(got, str) and got.startswith("down"):
+            self.down = f"the WireGuard tunnel to {self.path.wireguard.endpoint} is gone ({got[5:]})"
+            raise DialError("path-down", self.down)
+
+    async def _resolve_in_tunnel(self, host: str) -> tuple[tuple, str]:
+        """-> (addresses, the server that answered); DialError("dns") when no
+        server answered, path-down when the tunnel is gone."""
+        from stages.broker.wireguard import dns as dns_wire
+        wg = self.path.wireguard
+        want_v6 = any(a.version == 6 for a in wg.addresses)
+        loop = asyncio.get_running_loop()
+        problem = "no DNS server answered"
+        for server in wg.dns:
+            family = socket.AF_INET6 if server.version == 6 else socket.AF_INET
+            sock = await self._socket(family, "u")
+            with sock:
+                sock.setblocking(False)
+                try:
+                    sock.connect((str(server), 53))
+                    found = []
+                    for qtype in (dns_wire.A, dns_wire.AAAA) if want_v6 else (dns_wire.A,):
+                        found += await _ask(loop, sock, host, qtype)
+                    return tuple(found), str(server)
+                except (OSError, asyncio.TimeoutError, dns_wire.DnsAnswerError) as exc:
+                    problem = f"{server}: " + ("timed out" if isinstance(exc, asyncio.TimeoutError)
+                                               else str(exc))
+        await self._ask_health()
+        raise DialError("dns", f"{host}: the name was not resolved through the tunnel ({problem})")
+
+    def close(self) -> None:
+        for spare in self.spare.values():
+            for sock in spare:
+                sock.close()
+        if self.ctl is not None:
+            self.ctl.close()
+        if self.process is not None and self.process.poll() is None:
+            self.process.kill()
+            self.process.wait()
+
+
+async def _recv_fd(loop, ctl: socket.socket):
+    """One reply: a socket, or the path process's reason (str)."""
+    future = loop.create_future()
+
+    def readable():
+        if future.done():
+            return
+        try:
+            message, fds, _, _ = socket.recv_fds(ctl, 4096, 64)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError as exc:
+            future.set_exception(exc)
+            return
+        future.set_result((message, fds))
+
+    loop.add_reader(ctl.fileno(), readable)
+    try:
+        message, fds = await future
+    finally:
+        loop.remove_reader(ctl.fileno())
+    if not message and not fds:
+        raise EOFError("closed")
+    if message == b"s" and len(fds) == 1:
+        return socket.socket(fileno=fds[0])
+    if message == b"s" and fds:
+        return [socket.socket(fileno=fd) for fd in fds]
+    for fd in fds:
+        os.close(fd)
+    return message[2:].decode("utf-8", "replace")
+
+
+DNS_TRY_TIMEOUT = 2.0
+
+
+async def _ask(loop, sock: socket.socket, host: str, qtype: int) -> list:
+    """One question to the tunnel's DNS server, asked up to twice."""
+    from stages.broker.wireguard import dns as dns_wire
+    query_id = int.from_bytes(os.urandom(2), "big")
+    query = dns_wire.build_query(query_id, host, qtype)
+    for attempt in range(2):
+        await loop.sock_sendall(sock, query)
+        try:
+            async with asyncio.timeout(DNS_TRY_TIMEOUT):
+                while True:
+                    data = await loop.sock_recv(sock, 4096)
+                    try:
+                        return dns_wire.parse_answer(data, query_id, qtype)
+                    except dns_wire.DnsAnswerError as exc:
+                        if "does not match" not in str(exc):
+                            raise
+        except asyncio.TimeoutError:
+            if attempt:
+                raise
+    return []

@@ -1,0 +1,371 @@
+"""The WireGuard path's namespace: a process of vpnw's own that holds the
+tunnel (run by the broker as `python -m stages.broker.wireguard.path_process PARENT_PID CONTROL_FD`).
+
+    machine's network                 | path namespace (user + net + mount, made here)
+    outer UDP socket  <-- relay -->   | inner UDP socket 127.0.0.1:R  <->  wireguard-go :51820
+    (connected to the one endpoint)   | tun "vpnw0": the .conf's addresses, AllowedIPs routes
+                                      | broker's sockets, made here and handed over by fd
+
+Why a relay of ours: wireguard-go binds its own UDP socket, and in a network
+namespace with only lo and the tunnel that socket reaches nothing. The outer
+socket is created before the namespace is (a socket stays in the namespace it
+was made in) and connected to the endpoint, so the path namespace has exactly
+one way out: datagrams to that endpoint, from this process. No route,
+interface or socket file of the machine changes, and no helper package
+(pasta, slirp4netns) is needed. wireguard-go's peer endpoint is the inner
+socket; the relay copies datagrams both ways.
+
+Control protocol (SOCK_SEQPACKET, one message each way per request):
+  broker -> here: the first message is the tunnel as JSON (keys in hex);
+  here -> broker: b"ok" once the handshake completed, or b"down " + reason;
+  broker -> here: b"t4" | b"t6" | b"u4" | b"u6" -> here: b"s" with the new
+  socket (TCP/UDP, made in the path namespace) as SCM_RIGHTS, or b"e " + reason;
+  b"T4" | b"T6": the same with up to SOCKET_BATCH TCP sockets in one message;
+  b"h" -> b"e up" or b"e down " + why (asked after a dial failed).
+EOF on the control socket ends the path: wireguard-go is killed, and with
+this process go the namespaces, the tun device and the tmpfs.
+"""
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import selectors
+import shutil
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import time
+
+TUN_NAME = "vpnw0"
+LISTEN_PORT = 51820
+HANDSHAKE_TIMEOUT = 8.0
+SOCKET_BATCH = 32
+_TUNSETIFF = 0x400454CA
+_IFF_TUN = 0x0001           # without IFF_NO_PI: what Debian's wireguard-go 0.0.20220316 expects
+_UAPI = f"/run/wireguard/{TUN_NAME}.sock"
+
+
+class PathSetupError(Exception):
+    """Why the tunnel could not be opened (a sentence, never a key)."""
+
+
+def _uapi(request: str, timeout: float = 3.0) -> dict[str, list[str]]:
+    """One UAPI exchange with wireguard-go; -> its answer's keys and values."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+        s.settimeout(timeout)
+        s.connect(_UAPI)
+        s.sendall(request.encode())
+        data = b""
+        while not data.endswith(b"\n\n"):
+            chunk = s.recv(65536)
+            if not chunk:
+                break
+            data += chunk
+    answer: dict[str, list[str]] = {}
+    for line in data.decode().splitlines():
+        if "=" in line:
+            key, value = line.split("=", 1)
+            answer.setdefault(key, []).append(value)
+    return answer
+
+
+def uapi_set_lines(tunnel: dict, relay_port: int, keepalive: int) -> str:
+    """The UAPI `set=1` request for the tunnel (pure; the keys are hex)."""
+    lines = ["set=1", f"private_key={tunnel['private_key']}", f"listen_port={LISTEN_PORT}",
+             "replace_peers=true", f"public_key={tunnel['public_key']}"]
+    if tunnel.get("preshared_key"):
+        lines.append(f"preshared_key={tunnel['preshared_key']}")
+    lines += [f"endpoint=127.0.0.1:{relay_port}", "replace_allowed_ips=true"]
+    lines += [f"allowed_ip={net}" for net in tunnel["allowed_ips"]]
+    lines.append(f"persistent_keepalive_interval={keepalive}")
+    return "\n".join(lines) + "\n\n"
+
+
+# A user's PATH often lacks /usr/sbin, where Debian puts ip.
+_IP = shutil.which("ip", path="/usr/sbin:/usr/bin:/sbin:/bin") or "ip"
+
+
+def _ip(*args: str) -> None:
+    done = subprocess.run([_IP, *args], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                          stderr=subprocess.PIPE, text=True)
+    if done.returncode != 0:
+        raise PathSetupError(f"ip {' '.join(args)}: {done.stderr.strip()[:200]}")
+
+
+def _outer_socket(host: str, port: int) -> socket.socket:
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_DGRAM)
+    except OSError as exc:
+        raise PathSetupError(f"the endpoint {host} was not resolved ({exc})") from None
+    family, kind, proto, _, address = infos[0]
+    outer = socket.socket(family, kind | socket.SOCK_CLOEXEC, proto)
+    outer.connect(address)
+    outer.setblocking(False)
+    return outer
+
+
+def _enter_namespace() -> None:
+    from stages.kernel import privileges as priv
+    uid, gid = os.getuid(), os.getgid()
+    try:
+        priv.unshare(priv.CLONE_NEWUSER | priv.CLONE_NEWNET | priv.CLONE_NEWNS)
+        # root inside (mapped to the caller): wireguard-go and ip keep
+        # CAP_NET_ADMIN over this namespace across execve, and only over it.
+        priv.write_id_maps(uid, gid, root_inside=True)
+        priv.mount(None, "/", None, priv.MS_REC | priv.MS_PRIVATE)
+        # wireguard-go watches /var/run/wireguard/<name>.sock even when handed
+        # its UAPI socket: a private tmpfs keeps that file out of the machine.
+        priv.mount("tmpfs", "/run", "tmpfs", priv.MS_NOSUID | priv.MS_NODEV, "mode=0700")
+        os.mkdir("/run/wireguard", 0o700)
+    except OSError as exc:
+        raise PathSetupError(f"cannot create the path's namespaces ({exc.strerror}); "
+                             "run vpnw doctor") from None
+
+
+def _open_tun() -> int:
+    try:
+        fd = os.open("/dev/net/tun", os.O_RDWR)
+    except OSError as exc:
+        raise PathSetupError(f"/dev/net/tun is not usable by this user ({exc.strerror}); "
+                             "run vpnw doctor") from None
+    try:
+        fcntl.ioctl(fd, _TUNSETIFF, struct.pack("16sH22x", TUN_NAME.encode(), _IFF_TUN))
+    except OSError as exc:
+        os.close(fd)
+        raise PathSetupError(f"cannot create the tun device ({exc.strerror})") from None
+    return fd
+
+
+def _start_wireguard_go(tun_fd: int, uapi: socket.socket) -> subprocess.Popen:
+    env = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "WG_TUN_FD": str(tun_fd),
+           "WG_UAPI_FD": str(uapi.fileno()), "WG_PROCESS_FOREGROUND": "1", "LOG_LEVEL": "error"}
+
+    def die_with_us():
+        from stages.kernel import privileges as priv
+        priv.prctl(priv.PR_SET_PDEATHSIG, signal.SIGKILL)
+
+    try:
+        return subprocess.Popen(["wireguard-go", TUN_NAME], env=env, pass_fds=(tun_fd, uapi.fileno()),
+                                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                stderr=subprocess.PIPE, preexec_fn=die_with_us)
+    except FileNotFoundError:
+        raise PathSetupError("wireguard-go is not installed (apt-get install wireguard-go)") from None
+
+
+def _wait_uapi(wg: subprocess.Popen, deadline: float) -> None:
+    while True:
+        if wg.poll() is not None:
+            err = wg.stderr.read().decode("utf-8", "replace").strip().splitlines()
+            raise PathSetupError("wireguard-go stopped: " + (err[-1][:200] if err else f"exit {wg.returncode}"))
+        try:
+            _uapi("get=1\n\n", timeout=1.0)
+            return
+        except OSError:
+            if time.monotonic() > deadline:
+                raise PathSetupError("wireguard-go did not answer on its UAPI socket") from None
+            time.sleep(0.02)
+
+
+class PathNamespace:
+    """The running path: the relay, the control socket, wireguard-go."""
+
+    def __init__(self, ctl: socket.socket, tunnel: dict):
+        self.ctl = ctl
+        self.tunnel = tunnel
+        self.wg: subprocess.Popen | None = None
+        self.outer = _outer_socket(tunnel["endpoint_host"], tunnel["endpoint_port"])
+        _enter_namespace()
+        tun_fd = _open_tun()
+        self.inner = socket.socket(socket.AF_INET, socket.SOCK_DGRAM | socket.SOCK_CLOEXEC)
+        uapi = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        uapi.bind(_UAPI)
+        uapi.listen(8)
+        _ip("link", "set", "lo", "up")
+        self.inner.bind(("127.0.0.1", 0))
+        self.inner.setblocking(False)
+        self.wg = _start_wireguard_go(tun_fd, uapi)
+        os.close(tun_fd)
+        uapi.close()
+
+    def configure(self, deadline: float) -> None:
+        _wait_uapi(self.wg, deadline)
+        tunnel = self.tunnel
+        # A keepalive now starts the handshake (wireguard-go sends one when
+        # the interval goes from 0 to non-zero); the user's own interval is
+        # set back once the handshake is done.
+        answer = _uapi(uapi_set_lines(tunnel, self.inner.getsockname()[1], 1))
+        if answer.get("errno") != ["0"]:
+            raise PathSetupError(f"wireguard-go refused the configuration (errno {answer.get('errno')})")
+        if tunnel.get("mtu"):
+            _ip("link", "set", TUN_NAME, "mtu", str(tunnel["mtu"]))
+        for address in tunnel["addresses"]:
+            _ip("-6" if ":" in address else "-4", "address", "add", address, "dev", TUN_NAME)
+        _ip("link", "set", TUN_NAME, "up")
+        for net in tunnel["allowed_ips"]:
+            _ip("-6" if ":" in net else "-4", "route", "add", net, "dev", TUN_NAME)
+
+    def handshake_done(self) -> bool:
+        try:
+            answer = _uapi("get=1\n\n", timeout=1.0)
+        except OSError:
+            return False
+        return any(v != "0" for v in answer.get("last_handshake_time_sec", []))
+
+    def health(self) -> str:
+        """'up', or 'down ' + why: asked by the broker after a dial failed,
+        so that a dead tunnel is path-down, not the destination's fault."""
+        if self.wg.poll() is not None:
+            return "down wireguard-go stopped"
+        try:
+            socket.if_nametoindex(TUN_NAME)
+        except OSError:
+            return "down the tun device is gone"
+        try:
+            answer = _uapi("get=1\n\n", timeout=1.0)
+        except OSError:
+            return "down wireguard-go does not answer"
+        last = max((int(v) for v in answer.get("last_handshake_time_sec", ["0"])), default=0)
+        # WireGuard drops a session 180 s after its handshake (REJECT_AFTER_TIME);
+        # older than that with the peer silent, nothing gets through.
+        if last and time.time() - last > 180 + 15:
+            return f"down no handshake with {self.tunnel['endpoint']} for {int(time.time() - last)} s"
+        return "up"
+
+    def relay(self, sock: socket.socket) -> None:
+        """Move the datagrams waiting on one side to the other."""
+        for _ in range(256):
+            try:
+                if sock is self.inner:
+                    data, source = self.inner.recvfrom(65535)
+                    if source == ("127.0.0.1", LISTEN_PORT):
+                        self.outer.send(data)
+                else:
+                    data = self.outer.recv(65535)
+                    self.inner.sendto(data, ("127.0.0.1", LISTEN_PORT))
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError:
+                # ICMP errors surface on the connected outer socket: the peer
+                # is retried by wireguard-go itself.
+                continue
+
+    def serve(self, request: bytes) -> None:
+        kinds = {b"t4": (socket.AF_INET, socket.SOCK_STREAM), b"t6": (socket.AF_INET6, socket.SOCK_STREAM),
+                 b"u4": (socket.AF_INET, socket.SOCK_DGRAM), b"u6": (socket.AF_INET6, socket.SOCK_DGRAM)}
+        if request == b"h":
+            self.ctl.send(b"e " + self.health().encode())
+            return
+        count = 1
+        if request[:1] == b"T":
+            # A batch of TCP sockets: one round trip for many dials.
+            request, count = b"t" + request[1:], SOCKET_BATCH
+        if request not in kinds:
+            self.ctl.send(b"e unknown request")
+            return
+        if self.wg.poll() is not None:
+            # Its tun is gone with it; say so rather than hand out a socket
+            # that can only fail.
+            self.ctl.send(b"e down wireguard-go stopped")
+            return
+        made = []
+        try:
+            for _ in range(count):
+                made.append(socket.socket(*kinds[request]))
+        except OSError as exc:
+            if not made:
+                self.ctl.send(f"e {exc.strerror}".encode())
+                return
+        try:
+            socket.send_fds(self.ctl, [b"s"], [m.fileno() for m in made])
+        finally:
+            for m in made:
+                m.close()
+
+    def run(self, handshake_timeout: float) -> int:
+        sel = selectors.DefaultSelector()
+        sel.register(self.inner, selectors.EVENT_READ)
+        sel.register(self.outer, selectors.EVENT_READ)
+        sel.register(self.ctl, selectors.EVENT_READ)
+        sel.register(self.wg.stderr, selectors.EVENT_READ)
+        deadline = time.monotonic() + handshake_timeout
+        up = False
+        next_poll = 0.0
+        while True:
+            now = time.monotonic()
+            if not up and now >= next_poll:
+                if self.handshake_done():
+                    up = True
+                    if self.tunnel["keepalive"] != 1:
+                        _uapi(f"set=1\npublic_key={self.tunnel['public_key']}\n"
+                              f"persistent_keepalive_interval={self.tunnel['keepalive']}\n\n")
+                    self.ctl.send(b"ok")
+                elif now > deadline:
+                    self.ctl.send(f"down no handshake with {self.tunnel['endpoint']} within "
+                                  f"{handshake_timeout:g} s (a wrong key, or the endpoint unreachable "
+                                  "or not a WireGuard server)".encode())
+                    return 1
+                next_poll = now + 0.05
+            for key, _ in sel.select(0.05 if not up else None):
+                if key.fileobj is self.ctl:
+                    try:
+                        request = self.ctl.recv(64)
+                    except OSError:
+                        request = b""
+                    if not request:
+                        return 0
+                    self.serve(request)
+                    if self.wg.poll() is not None:
+                        return 1
+                elif key.fileobj is self.wg.stderr:
+                    if not os.read(self.wg.stderr.fileno(), 4096) and self.wg.poll() is not None:
+                        return 1
+                    if self.wg.poll() is not None:
+                        return 1
+                else:
+                    self.relay(key.fileobj)
+
+    def close(self) -> None:
+        if self.wg is not None and self.wg.poll() is None:
+            self.wg.kill()
+            self.wg.wait()
+
+
+def tunnel_message(wg, private_key: bytes) -> dict:
+    """The tunnel as the control socket's first message (pure)."""
+    return {"private_key": private_key.hex(), "public_key": wg.public_key.hex(),
+            "preshared_key": wg.preshared_key.hex() if wg.preshared_key else None,
+            "endpoint_host": wg.endpoint_host, "endpoint_port": wg.endpoint_port,
+            "endpoint": wg.endpoint, "addresses": [str(a) for a in wg.addresses],
+            "allowed_ips": [str(n) for n in wg.allowed_ips], "mtu": wg.mtu,
+            "keepalive": wg.keepalive}
+
+
+def main(argv: list[str]) -> int:
+    from stages.kernel import privileges as priv
+    priv.prctl(priv.PR_SET_PDEATHSIG, signal.SIGKILL)
+    if len(argv) != 3 or os.getppid() != int(argv[1]):
+        return 1      # the broker is already gone
+    ctl = socket.socket(fileno=int(argv[2]))
+    timeout = float(os.environ.get("VPNW_WG_HANDSHAKE_TIMEOUT", HANDSHAKE_TIMEOUT))
+    path = None
+    try:
+        tunnel = json.loads(ctl.recv(65536))
+        path = PathNamespace(ctl, tunnel)
+        path.configure(time.monotonic() + 5.0)
+        return path.run(timeout)
+    except PathSetupError as exc:
+        try:
+            ctl.send(f"down {exc}".encode("utf-8", "replace")[:4000])
+        except OSError:
+            pass
+        return 1
+    finally:
+        if path is not None:
+            path.close()
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

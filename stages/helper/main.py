@@ -1,0 +1,39 @@
+"""The helper stage: the sandbox the program runs in (DESIGN.md §3).
+
+Kept light: the orchestrator imports this module; everything heavy is
+imported inside the forked helper process.
+"""
+from __future__ import annotations
+
+import os
+from typing import NoReturn
+
+
+def run_helper(argv: list[str], *, handoff_fd: int, status_fd: int, go_fd: int,
+               allow_unix_sockets: bool = False, env: dict[str, str] | None = None,
+               files: dict | None = None, tty: dict | None = None,
+               read_only: list[str] = ()) -> NoReturn:
+    """Seal, report on status_fd, wait for go, run argv, report its end; never returns.
+
+    Call it in a freshly forked, single-threaded child. Status lines are
+    stages/wire/status.py's HELPER_STATUS messages. With `tty`
+    ({"fd": socket, "stderr": bool}) the program gets a pty of its own, made
+    in the sandbox: its master goes to the orchestrator over that socket, its
+    slave becomes the controlling terminal of the program's session, and the
+    program's stops are reported.
+    """
+    from stages.wire.exits import ExitCode
+    code = ExitCode.INTERNAL
+    try:
+        from stages.helper.sandbox import run
+        code = run(argv, handoff_fd, status_fd, go_fd, allow_unix_sockets, env, files, tty=tty,
+                   read_only=read_only)
+    except BaseException as e:  # never return into the orchestrator's code
+        try:
+            from stages.wire import status
+            status.write(status_fd, status.SandboxFailed(f"the sandbox helper failed: {e!r}",
+                                                         ExitCode.INTERNAL))
+        except BaseException:
+            pass
+    finally:
+        os._exit(code & 0xFF if code >= 0 else ExitCode.INTERNAL)

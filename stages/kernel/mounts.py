@@ -1,0 +1,42 @@
+"""Mount primitives the helper's seal, its [files] mounts and `vpnw doctor`
+share: bind read-only keeping the flags the kernel locked, the mount points
+under a directory, a devpts of the sandbox's own."""
+from __future__ import annotations
+
+import os
+import re
+
+from stages.kernel import privileges as priv
+
+MS_RDONLY, MS_REMOUNT, MS_BIND = 1, 32, 4096
+# statvfs f_flag bit -> the mount flag that keeps it (a remount must keep the
+# flags the kernel locked on mounts inherited from the caller's namespace).
+KEPT_FLAGS = ((2, priv.MS_NOSUID), (4, priv.MS_NODEV), (8, priv.MS_NOEXEC), (16, 16),
+              (1024, 1024), (2048, 2048), (4096, 1 << 21))
+
+
+def mount_points_under(top: str) -> list[str]:
+    points = []
+    with open("/proc/self/mountinfo") as f:
+        for line in f:
+            point = line.split()[4]
+            point = re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), point)
+            if point == top or point.startswith(top.rstrip("/") + "/"):
+                points.append(point)
+    return points
+
+
+def read_only(point: str) -> None:
+    flags = os.statvfs(point).f_flag
+    keep = sum(ms for st, ms in KEPT_FLAGS if flags & st)
+    priv.mount(None, point, None, MS_BIND | MS_REMOUNT | MS_RDONLY | keep)
+
+
+def mount_fresh_devpts() -> None:
+    """A devpts instance of the sandbox's own over /dev/pts: the user's
+    terminals (/dev/pts/N, owned by the user, so otherwise open to a program
+    running as the user: its keys to read, its screen to write) are not
+    there to open by name; /dev/ptmx makes new ptys in this instance (tmux,
+    script, node-pty inside work). Raises OSError."""
+    priv.mount("devpts", "/dev/pts", "devpts", priv.MS_NOSUID | priv.MS_NOEXEC,
+               "newinstance,mode=0620,ptmxmode=0666")

@@ -1,0 +1,209 @@
+"""`vpnw`: the command line. Thin: it parses, loads the policy and the paths, and
+hands a RunRequest to the orchestrator. Every bad command line, policy or config
+exits 121 with a message that says what to fix; nothing is started before that."""
+from __future__ import annotations
+
+import importlib
+import os
+import signal
+import sys
+
+import click
+
+from stages import __version__
+from stages.wire.exits import ExitCode, killed_by
+_ran_sandbox = False    # set once a run/trace/guard started: main may skip the teardown
+
+# Subcommands that live with their stage; imported only when used, to keep start-up light.
+LAZY_COMMANDS = {
+    "learn": ("stages.learner.commands", "learn_command"),
+    "doctor": ("stages.orchestrator.doctor", "doctor_command"),
+    "runs": ("stages.recorder.commands", "runs_command"),
+    "show": ("stages.recorder.commands", "show_command"),
+}
+
+
+class UsageProblem(click.ClickException):
+    exit_code = ExitCode.USAGE
+
+    def format_message(self):
+        return self.message
+
+    def show(self, file=None):
+        click.echo(f"vpnw: {self.message}", err=True)
+
+
+class VpnwGroup(click.Group):
+    def list_commands(self, ctx):
+        return sorted(set(super().list_commands(ctx)) | set(LAZY_COMMANDS))
+
+    def get_command(self, ctx, name):
+        if name in LAZY_COMMANDS:
+            module, attr = LAZY_COMMANDS[name]
+            return getattr(importlib.import_module(module), attr)
+        return super().get_command(ctx, name)
+
+
+@click.group(cls=VpnwGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="vpnw")
+def cli():
+    """Run one program with a network of its own: a path, a policy and a record."""
+
+
+def _load_policy(policy_file):
+    from stages.config.policy import Policy, PolicyError, load_policy
+    if not policy_file:
+        return Policy.allow_all()
+    try:
+        return load_policy(policy_file)
+    except PolicyError as exc:
+        raise UsageProblem(str(exc)) from None
+
+
+def _load_path(config_file, via):
+    from stages.config.paths import ConfigError, choose_path, load_config
+    try:
+        config = load_config(config_file) if config_file else None
+        return choose_path(config, via)
+    except ConfigError as exc:
+        raise UsageProblem(str(exc)) from None
+
+
+def _resolve_files(policy):
+    """The policy's [files] table, resolved once for this run (stages/config/file_limits.py)."""
+    if getattr(policy, "files", None) is None:
+        return None
+    from stages.config.file_limits import invoker_homes, resolve
+    from stages.config.policy import PolicyError
+    home, other_homes = invoker_homes(dict(os.environ))
+    try:
+        return resolve(policy.files, policy.source, home=home, cwd=os.getcwd(),
+                       other_homes=other_homes)
+    except PolicyError as exc:
+        raise UsageProblem(str(exc)) from None
+
+
+def _sandboxed(mode: str, *, require_policy: bool):
+    def decorate(fn):
+        options = [
+            # Plain strings: the loaders word every problem with a file the same way.
+            click.option("--policy", "policy_file", metavar="FILE", required=require_policy,
+                         help="Policy file (TOML) to enforce; '-' reads stdin."),
+            click.option("--config", "config_file", metavar="FILE",
+                         help="Paths file (TOML) naming the ways out."),
+            click.option("--via", help="Name of the path to use (default: the config's default, else direct)."),
+            click.option("--record", help="Write the record to FILE instead of the state directory; "
+                                          "'-' writes it to stdout and moves the program's stdout to stderr."),
+            click.option("--log", type=click.Path(dir_okay=False),
+                         help="Write vpnw's human lines to FILE (appended) instead of stderr."),
+            click.option("--quiet", is_flag=True,
+                         help="Human lines: only denials and the summary."),
+            click.option("--events-to", help="Also feed the event stream (JSON Lines) to COMMAND's stdin."),
+            click.option("--syslog", is_flag=False, flag_value="/dev/log", default=None, metavar="[TARGET]",
+                         help="Also send every event to syslog: /dev/log (the default), another socket "
+                              "path, udp://HOST:PORT or tcp://HOST:PORT (RFC 5424, JSON behind @cee:)."),
+            click.option("--events-format", type=click.Choice(["jsonl", "ocsf", "ecs"]), default="jsonl",
+                         show_default=True,
+                         help="What --events-to and --syslog carry: the record's events, or each "
+                              "connection outcome as OCSF Network Activity or ECS."),
+            click.option("--allow-unix-sockets", is_flag=True,
+                         help="Let the program open Unix sockets (lifts only that part of the filter; recorded)."),
+        ]
+        if mode == "guard":
+            options.append(click.option("--dry-run", is_flag=True,
+                                        help="Decide and record what would be denied, but let it through."))
+        for option in reversed(options):
+            fn = option(fn)
+        fn = click.argument("program", nargs=-1, required=True, type=click.UNPROCESSED)(fn)
+        return cli.command(mode, context_settings={"ignore_unknown_options": False})(fn)
+    return decorate
+
+
+def _check_syslog_target(target):
+    if target is None:
+        return None
+    from stages.recorder.shipping.transports import TargetError, parse_target
+    try:
+        return str(parse_target(target))
+    except TargetError as exc:
+        raise UsageProblem(f"--syslog: {exc}") from None
+
+
+def _execute(mode, program, policy_file, config_file, via, record, events_to,
+             allow_unix_sockets, log=None, quiet=False, dry_run=False, syslog=None,
+             events_format="jsonl"):
+    from stages.orchestrator.run import RunRequest, execute
+    from stages.config.policy import check_policy_for_path
+    if policy_file == "-" and config_file == "-":
+        raise UsageProblem("--policy - and --config - both read stdin; fix: read one of them from a file")
+    syslog = _check_syslog_target(syslog)
+    policy = _load_policy(policy_file)
+    path = _load_path(config_file, via)
+    problem = check_policy_for_path(policy, path.resolves_at_exit) if policy_file else None
+    if problem:
+        raise UsageProblem(f"{policy.source}: {problem}")
+    files = _resolve_files(policy)
+    global _ran_sandbox
+    _ran_sandbox = True
+    request = RunRequest(mode=mode, argv=list(program), policy=policy, path=path, record=record,
+                         events_to=events_to, allow_unix_sockets=allow_unix_sockets,
+                         dry_run=dry_run, files=files, log=log, quiet=quiet,
+                         syslog=syslog, events_format=events_format,
+                         config_file=config_file)
+    return execute(request)
+
+
+@_sandboxed("run", require_policy=False)
+def run(program, **opts):
+    """Run PROGRAM sealed, through the chosen path; print failures and a summary."""
+    return _execute("run", program, **opts)
+
+
+@_sandboxed("trace", require_policy=False)
+def trace(program, **opts):
+    """Run PROGRAM sealed and print every connection as it happens."""
+    return _execute("trace", program, **opts)
+
+
+@_sandboxed("guard", require_policy=True)
+def guard(program, **opts):
+    """Run PROGRAM sealed under a policy; any denial makes vpnw exit 120."""
+    return _execute("guard", program, **opts)
+
+
+def main(argv=None) -> None:
+    try:
+        code = cli.main(args=argv, prog_name="vpnw", standalone_mode=False)
+    except click.exceptions.NoSuchOption as exc:
+        click.echo(f"vpnw: {exc.format_message()} (put the program after `--`: vpnw run -- PROG ARGS)", err=True)
+        sys.exit(ExitCode.USAGE)
+    except click.ClickException as exc:
+        exc.show()
+        sys.exit(exc.exit_code if isinstance(exc, UsageProblem) else ExitCode.USAGE)
+    except click.exceptions.Abort:
+        sys.exit(killed_by(signal.SIGINT))
+    except click.exceptions.Exit as exc:
+        sys.exit(exc.exit_code)
+    code = code if isinstance(code, int) else 0
+    if _ran_sandbox:
+        _exit_now(code)
+    sys.exit(code)
+
+
+def _exit_now(code: int) -> None:
+    """Exit without the interpreter's teardown (module and GC clean-up costs
+    ~10-20 ms of every `vpnw run`). Only after run/trace/guard, whose stages
+    have all ended and whose record the recorder has closed; other commands
+    may hold buffered files. Output is flushed first; if that fails, the
+    ordinary exit reports it."""
+    try:
+        for stream in (sys.stdout, sys.stderr):
+            if stream is not None:    # None: vpnw was started with that fd closed
+                stream.flush()
+    except (OSError, ValueError):
+        sys.exit(code)
+    os._exit(code)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,324 @@
+"""`vpnw doctor`: what this machine supports, and what to change when it doesn't.
+
+Each check reads a file or tries one thing in a forked child; none changes
+the machine. `run_checks()` returns the list; `doctor_command` prints it.
+
+It lives in the command layer, beside cli.py and the orchestrator, because it
+asks more than one stage: the helper's pieces (namespaces, seccomp, mounts,
+Landlock) and the broker's path check.
+"""
+from __future__ import annotations
+
+import json
+import os
+from typing import NamedTuple
+
+import click
+
+
+class Check(NamedTuple):
+    name: str
+    status: str  # 'ok' | 'warn' | 'fail'
+    detail: str
+    fix: str = ""
+
+
+def _read(path: str) -> str | None:
+    try:
+        with open(path) as f:
+            return f.read().strip()
+    except OSError:
+        return None
+
+
+def check_kernel() -> Check:
+    release = os.uname().release
+    try:
+        major, minor = (int(x) for x in release.split(".")[:2])
+    except ValueError:
+        return Check("kernel", "warn", f"cannot read the version in {release!r}")
+    if (major, minor) < (5, 4):
+        return Check("kernel", "fail", f"Linux {release}; vpnw needs 5.4 or newer",
+                     "upgrade the kernel")
+    return Check("kernel", "ok", f"Linux {release}")
+
+
+def check_userns_sysctls() -> list[Check]:
+    out = []
+    maxns = _read("/proc/sys/user/max_user_namespaces")
+    if maxns is not None and maxns.isdigit() and int(maxns) == 0:
+        out.append(Check("max_user_namespaces", "fail", "user.max_user_namespaces = 0",
+                         "sysctl -w user.max_user_namespaces=10000"))
+    else:
+        out.append(Check("max_user_namespaces", "ok", f"user.max_user_namespaces = {maxns}"))
+    clone = _read("/proc/sys/kernel/unprivileged_userns_clone")
+    if clone is not None:
+        if clone == "0" and os.getuid() != 0:
+            out.append(Check("unprivileged_userns_clone", "fail", "kernel.unprivileged_userns_clone = 0",
+                             "sysctl -w kernel.unprivileged_userns_clone=1"))
+        else:
+            out.append(Check("unprivileged_userns_clone", "ok", f"kernel.unprivileged_userns_clone = {clone}"))
+    apparmor = _read("/proc/sys/kernel/apparmor_restrict_unprivileged_userns")
+    if apparmor == "1":
+        out.append(Check("apparmor_userns", "warn",
+                         "kernel.apparmor_restrict_unprivileged_userns = 1 (Ubuntu): "
+                         "unconfined programs get a user namespace without capabilities",
+                         "add an AppArmor profile allowing userns for vpnw's python, or "
+                         "sysctl -w kernel.apparmor_restrict_unprivileged_userns=0"))
+    return out
+
+
+def _try_in_child(fn) -> str | None:
+    """Run fn in a forked child; None if it worked, else its error text."""
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(r)
+        try:
+            fn()
+            os._exit(0)
+        except BaseException as e:  # report anything, never return into the parent's code
+            os.write(w, str(e).encode()[:500])
+            os._exit(1)
+    os.close(w)
+    msg = b""
+    while chunk := os.read(r, 512):
+        msg += chunk
+    os.close(r)
+    _, status = os.waitpid(pid, 0)
+    if os.waitstatus_to_exitcode(status) == 0:
+        return None
+    return msg.decode(errors="replace") or f"child ended with status {status}"
+
+
+def check_namespaces() -> Check:
+    from stages.kernel import privileges as priv
+
+    def attempt():
+        uid, gid = os.getuid(), os.getgid()
+        priv.unshare(priv.SANDBOX_NAMESPACES)
+        priv.write_id_maps(uid, gid)
+
+    err = _try_in_child(attempt)
+    if err is None:
+        return Check("namespaces", "ok", "can create user+net+pid+ipc+mnt namespaces")
+    return Check("namespaces", "fail", f"cannot create user+net+pid+ipc+mnt namespaces: {err}",
+                 "enable unprivileged user namespaces (see the checks above)")
+
+
+def check_devpts() -> Check:
+    """Every sandbox mounts a devpts of its own (the user's terminals are not
+    there to open by name; the program's pty is made in it)."""
+    from stages.kernel import privileges as priv
+    from stages.kernel.mounts import mount_fresh_devpts as _fresh_devpts
+
+    def attempt():
+        uid, gid = os.getuid(), os.getgid()
+        priv.unshare(priv.CLONE_NEWUSER | priv.CLONE_NEWNS)
+        priv.write_id_maps(uid, gid)
+        priv.mount(None, "/", None, priv.MS_REC | priv.MS_PRIVATE)
+        _fresh_devpts()
+        os.close(os.open("/dev/pts/ptmx", os.O_RDWR | os.O_NOCTTY))
+
+    err = _try_in_child(attempt)
+    if err is None:
+        return Check("devpts", "ok", "the sandbox can have a devpts of its own (the program's terminal)")
+    return Check("devpts", "fail", f"cannot mount a devpts in a user namespace: {err}; "
+                 "every run exits 122 here", "use Linux 4.7 or newer with CONFIG_DEVPTS_FS")
+
+
+def check_seccomp() -> list[Check]:
+    out = []
+    actions = _read("/proc/sys/kernel/seccomp/actions_avail")
+    if actions is None:
+        out.append(Check("seccomp", "fail", "the kernel has no seccomp filter support",
+                         "use a kernel built with CONFIG_SECCOMP_FILTER"))
+    elif "errno" not in actions.split():
+        out.append(Check("seccomp", "fail", f"seccomp actions lack errno: {actions}",
+                         "use a newer kernel"))
+    else:
+        out.append(Check("seccomp", "ok", f"actions: {actions}"))
+    try:
+        from stages.helper.seccomp_rules import build_filter
+        build_filter(False)
+        out.append(Check("libseccomp", "ok", "libseccomp loads through pyseccomp"))
+    except Exception as e:
+        out.append(Check("libseccomp", "fail", f"cannot use libseccomp: {e}",
+                         "apt-get install libseccomp2 (and pip install pyseccomp)"))
+    return out
+
+
+def check_file_limits() -> list[Check]:
+    """The two layers of a policy's [files] table: read-only and empty mounts in
+    the sandbox's mount namespace (needed), Landlock for writes (when present)."""
+    from stages.kernel import privileges as priv
+    from stages.kernel.mounts import read_only as _read_only
+
+    def attempt():
+        uid, gid = os.getuid(), os.getgid()
+        priv.unshare(priv.CLONE_NEWUSER | priv.CLONE_NEWNS)
+        priv.write_id_maps(uid, gid)
+        priv.mount(None, "/", None, priv.MS_REC | priv.MS_PRIVATE)
+        priv.mount("tmpfs", "/tmp", "tmpfs", 1 | priv.MS_NOSUID | priv.MS_NODEV, "size=4k")
+        priv.mount("/tmp", "/tmp", None, 4096 | priv.MS_REC)    # a recursive bind
+        _read_only("/")                                          # / remounted read-only
+
+    err = _try_in_child(attempt)
+    out = []
+    if err is None:
+        out.append(Check("files_mounts", "ok", "[files] limits: read-only binds and empty mounts work"))
+    else:
+        out.append(Check("files_mounts", "fail", f"[files] limits cannot be mounted: {err}; "
+                         "a policy with a [files] table exits 122 here (policies without one still work)",
+                         "enable unprivileged user and mount namespaces"))
+    from stages.helper.landlock import abi_version
+    abi = abi_version()
+    if abi:
+        out.append(Check("landlock", "ok", f"Landlock ABI {abi}: a second layer for allow_write"))
+    else:
+        out.append(Check("landlock", "warn", "no Landlock (ENOSYS or not in lsm=): allow_write is "
+                         "enforced by read-only mounts alone",
+                         "boot with landlock in the lsm= list (Linux 5.13 or newer)"))
+    return out
+
+
+def check_io_uring() -> Check:
+    value = _read("/proc/sys/kernel/io_uring_disabled")
+    detail = {None: "no io_uring_disabled sysctl", "0": "io_uring enabled for all",
+              "1": "io_uring limited to a group", "2": "io_uring disabled"}.get(value, value)
+    return Check("io_uring", "ok", f"{detail}; the sandbox's filter refuses it either way")
+
+
+def check_paths(config_file: str) -> list[Check]:
+    """Each configured path, checked the way a run checks it before the program starts."""
+    import asyncio
+
+    from stages.broker.dial import PathDown
+    from stages.broker.dialers import dialer_for
+    from stages.config.paths import ConfigError, load_config, with_secret
+    try:
+        config = load_config(config_file)
+    except (ConfigError, OSError) as e:
+        return [Check("config", "fail", str(e), "fix the config file")]
+    checks = []
+    if any(path.type == "wireguard" for path in config.paths.values()):
+        checks += check_wireguard_support()
+    for name, path in sorted(config.paths.items()):
+        try:
+            path = with_secret(path)
+        except ConfigError as e:
+            checks.append(Check(f"path {name}", "warn", str(e),
+                                "runs via this path need its password; others do not"))
+            continue
+        dialer = dialer_for(path)
+        try:
+            asyncio.run(dialer.check())
+            checks.append(Check(f"path {name}", "ok", f"{path.describe()} answers"))
+        except PathDown as e:
+            checks.append(Check(f"path {name}", "warn", str(e),
+                                "start the exit or fix its url/credentials; runs via it exit 123"))
+        finally:
+            if hasattr(dialer, "close"):
+                dialer.close()      # a WireGuard path's tunnel ends with the check
+    return checks
+
+
+def check_wireguard_support() -> list[Check]:
+    """What a WireGuard path needs here: wireguard-go, and /dev/net/tun
+    usable by this user (the tun is made in a namespace of vpnw's own, but
+    opening the device is checked against the machine's file mode)."""
+    import shutil
+    import stat
+    checks = []
+    if shutil.which("wireguard-go"):
+        checks.append(Check("wireguard-go", "ok", f"{shutil.which('wireguard-go')} is installed"))
+    else:
+        checks.append(Check("wireguard-go", "fail", "wireguard-go is not installed: WireGuard paths "
+                            "exit 123", "apt-get install wireguard-go (no kernel module needed)"))
+    try:
+        mode = stat.S_IMODE(os.stat("/dev/net/tun").st_mode)
+    except OSError:
+        checks.append(Check("tun", "fail", "/dev/net/tun does not exist: WireGuard paths exit 123",
+                            "load the tun module (modprobe tun) or give the container /dev/net/tun"))
+        return checks
+    if os.access("/dev/net/tun", os.R_OK | os.W_OK):
+        checks.append(Check("tun", "ok", f"/dev/net/tun (mode {mode:04o}) is usable by this user"))
+    else:
+        checks.append(Check("tun", "fail", f"/dev/net/tun is mode {mode:04o}, not usable by this user: "
+                            "WireGuard paths exit 123. Opening it gives no power over the machine's "
+                            "network (a tun device is created in vpnw's own namespace); Debian's udev "
+                            "makes it 0666, some machines and containers keep it 0600",
+                            "as root: chmod 0666 /dev/net/tun (and a udev rule "
+                            'KERNEL=="tun", MODE="0666" to keep it)'))
+    return checks
+
+
+def check_state_dir() -> Check:
+    from stages.record.events import state_dir
+    runs = state_dir()
+    probe = runs
+    while not os.path.exists(probe):
+        probe = os.path.dirname(probe)
+    if os.access(probe, os.W_OK | os.X_OK):
+        return Check("state_dir", "ok", f"{runs} is writable")
+    return Check("state_dir", "fail", f"cannot write under {probe}",
+                 "set XDG_STATE_HOME to a writable directory or use --record FILE")
+
+
+def program_variables() -> dict[str, str]:
+    """What vpnw puts in the program's environment when the user set nothing."""
+    import sys
+
+    from stages.config.client_env import settings_for_doctor
+    return dict(settings_for_doctor(sys.executable))
+
+
+def check_program_env() -> Check:
+    import sys
+
+    from stages.config.client_env import apply
+    names = " ".join(program_variables())
+    detail = (f"vpnw sets {names} for the program "
+              "(a client's own setting that you set is kept, and the record says so)")
+    _, kept = apply(dict(os.environ), python=sys.executable)
+    if not kept:
+        return Check("program_env", "ok", detail)
+    return Check("program_env", "warn",
+                 f"{detail}; here your own {', '.join(kept)} would be kept, so that client "
+                 f"does not go through the doors unless your setting does",
+                 "see \"Clients\" in the README for what to add (e.g. ProxyCommand=vpnw-ssh-proxy %h %p)")
+
+
+def run_checks(config_file: str | None = None) -> list[Check]:
+    checks = [check_kernel(), *check_userns_sysctls(), check_namespaces(), check_devpts(),
+              *check_seccomp(),
+              check_io_uring(), *check_file_limits(), check_state_dir(), check_program_env()]
+    if config_file:
+        checks += check_paths(config_file)
+    return checks
+
+
+def guard_can_work(checks: list[Check]) -> bool:
+    return all(c.status != "fail" for c in checks if c.name in
+               ("kernel", "max_user_namespaces", "unprivileged_userns_clone", "namespaces",
+                "seccomp", "libseccomp"))
+
+
+@click.command("doctor")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per check.")
+@click.option("--config", "config_file", type=click.Path(dir_okay=False),
+              help="Also check that each path in this paths file answers.")
+def doctor_command(as_json: bool, config_file: str | None) -> None:
+    """Say what this machine supports; exit 0 if guard can work here."""
+    checks = run_checks(config_file)
+    variables = program_variables()
+    for c in checks:
+        if as_json:
+            extra = {"variables": variables} if c.name == "program_env" else {}
+            click.echo(json.dumps({**c._asdict(), **extra}))
+        else:
+            click.echo(f"{c.status:<5} {c.name}  {c.detail}" + (f"  (fix: {c.fix})" if c.fix else ""))
+            if c.name == "program_env":
+                for name, value in variables.items():
+                    click.echo(f"        {name}={value}")
+    raise SystemExit(0 if guard_can_work(checks) else 1)

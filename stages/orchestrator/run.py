@@ -1,0 +1,659 @@
+"""The orchestrator: starts the stages, wires their pipes, waits, decides the exit code.
+
+It is the only process that decides vpnw's exit code (docs/architecture.md, "Exit codes"). Each stage
+is forked from this single-threaded process and runs its own `main_from_fds`;
+the stages import their heavy modules only after the fork, so they load in
+parallel and the orchestrator stays light.
+"""
+from __future__ import annotations
+
+import gc
+import os
+import selectors
+import signal
+import sys
+import time
+from dataclasses import dataclass, field
+
+from stages import __version__
+from stages.wire import handoff
+from stages.wire import status as st
+from stages.kernel.descriptors import close_all_but
+from stages.wire.exits import ExitCode, killed_by
+from stages.record.events import (
+    Emitter, RecordUnwritable, new_run_id, open_run_file, vpnw_state_dir,
+)
+
+FORWARDED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT,
+                     signal.SIGUSR1, signal.SIGUSR2)
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
+HURRY_SIGNAL = signal.SIGURG
+PR_SET_PDEATHSIG = 1
+
+
+@dataclass
+class RunRequest:
+    mode: str                      # run | trace | guard
+    argv: list[str]
+    policy: object                 # stages.config.policy.Policy
+    path: object                   # stages.config.paths.PathSpec
+    record: str | None = None      # file, "-" for stdout, None for the state directory
+    events_to: str | None = None
+    allow_unix_sockets: bool = False
+    dry_run: bool = False
+    files: object = None           # stages.config.file_limits.FileLimits, when the policy has [files]
+    log: str | None = None         # human lines to this file instead of stderr
+    quiet: bool = False            # human lines: only denials and the summary
+    syslog: str | None = None      # --syslog TARGET
+    events_format: str = "jsonl"   # what --events-to and --syslog carry
+    config_file: str | None = None # the paths file of this run (read-only to the program)
+    env: dict = field(default_factory=lambda: dict(os.environ))
+
+
+# While the program's terminal is relayed, vpnw's own messages join its output
+# at line boundaries (terminal.Relay.say) instead of cutting into it.
+_relay_say = None
+
+
+def say(message: str) -> None:
+    if _relay_say is not None:
+        _relay_say(f"vpnw: {message}")
+        return
+    sys.stderr.write(f"vpnw: {message}\n")
+    sys.stderr.flush()
+
+
+def _set_pdeathsig(sig: int) -> None:
+    import ctypes    # in the forked stage, which loads it anyway (not on the way to the fork)
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(PR_SET_PDEATHSIG, sig, 0, 0, 0)
+
+
+def _fork_stage(keep: list[int], body, *, die_with_parent: bool = False,
+                stdin_null: bool = True, stdio: tuple[int, int, int] | None = None) -> int:
+    """Fork a child that keeps only fds 0-2 and `keep`, runs body() and exits with its code.
+
+    `stdio`: the fds that become the child's 0, 1 and 2 (default: the orchestrator's)."""
+    # What exists now (every module, the policy's index) lives for the whole
+    # run: out of the collector's sight, its pages stay shared with the
+    # stages (a collection writes to every object it looks at, and a page
+    # written after the fork is copied, in each stage that writes it).
+    gc.freeze()
+    pid = os.fork()
+    if pid:
+        return pid
+    code = ExitCode.INTERNAL
+    try:
+        # Terminal signals go to the orchestrator only; it forwards what it must.
+        os.setpgid(0, 0)
+        for sig in FORWARDED_SIGNALS:
+            signal.signal(sig, signal.SIG_DFL)
+        if die_with_parent:
+            _set_pdeathsig(signal.SIGKILL)
+        if stdio is not None:
+            _become_stdio(stdio)
+        if stdin_null:
+            null = os.open(os.devnull, os.O_RDONLY)
+            os.dup2(null, 0)
+            os.close(null)
+        close_all_but(keep)
+        code = body()
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else ExitCode.INTERNAL
+    except BaseException as exc:  # noqa: BLE001 - a stage must never return into the parent's code
+        try:
+            sys.stderr.write(f"vpnw: internal error in stage: {exc!r}\n")
+            sys.stderr.flush()
+        except Exception:
+            pass
+    finally:
+        os._exit(code if isinstance(code, int) else ExitCode.INTERNAL)
+
+
+def _become_stdio(stdio: tuple[int, int, int]) -> None:
+    # Through fresh duplicates first, so that (a, b, c) = (1, 0, 2) cannot clobber itself.
+    copies = [os.dup(fd) for fd in stdio]
+    for target, fd in enumerate(copies):
+        os.dup2(fd, target)
+    for fd in copies:
+        os.close(fd)
+
+
+def _program_env(env: dict) -> tuple[dict, list[str]]:
+    """The program's environment and the client settings kept as the user set
+    them (names only: the record never holds values)."""
+    from stages.config.client_env import apply
+    return apply(env, python=sys.executable)
+
+
+NO_CONNECTION_HINT = ("hint: the program exited {code} without one connection through vpnw's doors; "
+                      "it may ignore the proxy settings (see \"Clients\" in vpnw's README for what "
+                      "vpnw sets for each client)")
+
+
+def _program_never_got_out(run: "_Run", totals: st.Totals) -> bool:
+    """The program ran, failed, and never asked a door for anything: most
+    likely it tried to connect directly and found no way out."""
+    if run.program_exit is None or run.exec_error or run.seal_error or run.fatal:
+        return False
+    return (bool(run.program_exit.code) or bool(run.program_exit.signal)) \
+        and totals.connections == 0
+
+
+@dataclass
+class _Terminal:
+    """Where the program's fds 0-2 and vpnw's human lines go (DESIGN §10 "The terminal")."""
+    program_stdio: tuple[int, int, int]
+    human_fd: int                    # the recorder's and the broker's fd 2
+    color: bool | None = None        # None: the recorder looks at its fd 2
+    pty: bool = False                # the program gets a pty of its own
+    program_out: int = 1             # the user's fd the program's stdout goes to
+    human_r: int | None = None       # vpnw's lines, to merge into the program's output
+    pty_socket: object = None        # (ours, the helper's): the pty master comes over it
+    relay: object = None             # terminal.Relay once the master is here
+    own_fds: list = field(default_factory=list)   # closed by the orchestrator after the forks
+
+
+def _open_log(path: str) -> int:
+    try:
+        return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
+    except OSError as exc:
+        raise RunRefused(f"--log {path}: cannot open it for writing: {exc.strerror}") from None
+
+
+class RunRefused(Exception):
+    """A run that cannot start as asked (exit 121); nothing was started."""
+
+
+def _plan_terminal(request: RunRequest) -> _Terminal:
+    # `--record -` puts the record on stdout, so the program's stdout goes to
+    # stderr: the two streams never mix.
+    program_out = 2 if request.record == "-" else 1
+    human_fd = _open_log(request.log) if request.log else 2
+    own = [human_fd] if request.log else []
+    # A pty when the user's stdin and where the program's stdout goes are
+    # terminals (the relay's modules are loaded only then).
+    if not (os.isatty(0) and os.isatty(program_out)):
+        return _Terminal(program_stdio=(0, program_out, 2), human_fd=human_fd, own_fds=own)
+    import socket
+    human_r = None
+    color = None
+    if not request.log and os.isatty(2):
+        # vpnw's lines are on the same screen as the program's: merge them.
+        human_r, human_fd = os.pipe()
+        own.append(human_fd)
+        color = "NO_COLOR" not in request.env
+    ours, helpers = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    # The helper replaces fds 0 and 1 (and 2 when stderr is a terminal) with
+    # the pty's slave before anything of the program's runs.
+    return _Terminal(program_stdio=(0, program_out, 2), human_fd=human_fd, color=color,
+                     pty=True, program_out=program_out, human_r=human_r,
+                     pty_socket=(ours, helpers), own_fds=own)
+
+
+def _start_relay(terminal: _Terminal):
+    """The relay, waiting for the pty's master: the helper makes the pty in
+    the sandbox's own devpts and sends the master over the socket. Until it
+    comes (or if it never does: the helper failed first) vpnw's lines still
+    flow through the relay."""
+    from stages.orchestrator.terminal import Relay
+    ours, helpers = terminal.pty_socket
+    helpers.close()
+    terminal.pty_socket = None
+    global _relay_say
+    terminal.relay = Relay(0, terminal.program_out, None, terminal.human_r, master_from=ours)
+    _relay_say = terminal.relay.say
+    return terminal.relay
+
+
+def execute(request: RunRequest) -> int:
+    try:
+        terminal = _plan_terminal(request)
+    except RunRefused as exc:
+        say(str(exc))
+        return ExitCode.USAGE
+    global _relay_say
+    try:
+        return _execute(request, terminal)
+    finally:
+        _relay_say = None
+        if terminal.relay is not None:
+            terminal.relay.close()
+        elif terminal.pty_socket is not None:
+            for end in terminal.pty_socket:
+                end.close()
+
+
+def _execute(request: RunRequest, terminal: _Terminal) -> int:
+    started = time.monotonic()
+    run_id = new_run_id()
+    path_name = request.path.name
+    relay = None
+    # The record is opened before anything starts: a run that cannot be
+    # recorded is not run at all (DESIGN §10, "the record is evidence").
+    try:
+        record, record_fd = open_run_file(request.record or None, run_id)
+    except RecordUnwritable as exc:
+        say(str(exc))
+        return ExitCode.INTERNAL
+
+    # The recorder first: nothing happens that it does not see.
+    events_r, events_w = os.pipe()
+    recorded_r, recorded_w = os.pipe()
+    human = "denials" if request.quiet else {"trace": "trace"}.get(request.mode, "run")
+
+    def recorder_body():
+        from stages.recorder.main import main_from_fds
+        return main_from_fds(events_r, record=record, record_fd=record_fd, ready_fd=recorded_w,
+                             human=human, tee_command=request.events_to, color=terminal.color,
+                             syslog_target=request.syslog, events_format=request.events_format)
+
+    stage_stdio = (0, 1, terminal.human_fd)
+    recorder_pid = _fork_stage([events_r, record_fd, recorded_w], recorder_body, stdio=stage_stdio)
+    for fd in (events_r, record_fd, recorded_w):
+        os.close(fd)
+    emitter = Emitter(events_w, run_id, path=path_name)
+    policy_name = getattr(request.policy, "name", None)
+    files_plan, files_record = _file_limits(request.files)
+    program_env, env_kept = _program_env(request.env)
+    emitter.emit("run.start", mode=request.mode, program=os.path.basename(request.argv[0]),
+                 policy=policy_name if getattr(request.policy, "source", None) else None,
+                 policy_file=getattr(request.policy, "source", None), via=path_name,
+                 dry_run=request.dry_run, allow_unix_sockets=request.allow_unix_sockets,
+                 version=__version__, record=record, **files_record,
+                 env_kept=env_kept, **_deny_private_scope(request))
+
+    helper_end, broker_end = handoff.link()
+    broker_status_r, broker_status_w = os.pipe()
+    helper_status_r, helper_status_w = os.pipe()
+    go_r, go_w = os.pipe()
+
+    def broker_body():
+        from stages.broker.main import main_from_fds
+        return main_from_fds(broker_end.fileno(), events_w, broker_status_w, run_id=run_id,
+                             policy=request.policy, path=request.path,
+                             dry_run=request.dry_run)
+
+    broker_pid = _fork_stage([broker_end.fileno(), events_w, broker_status_w], broker_body,
+                             stdio=stage_stdio)
+
+    def helper_body():
+        from stages.helper.main import run_helper
+        run_helper(request.argv, handoff_fd=helper_end.fileno(), status_fd=helper_status_w,
+                   go_fd=go_r, allow_unix_sockets=request.allow_unix_sockets, env=program_env,
+                   files=files_plan,
+                   tty={"fd": terminal.pty_socket[1].fileno(), "stderr": os.isatty(2)}
+                   if terminal.pty else None,
+                   read_only=_out_of_program_reach(request, record))
+        return ExitCode.INTERNAL
+
+    # The helper, its init and the program get the program's fds 0-2: with a
+    # pty, nothing inside the sandbox holds the user's terminal.
+    helper_keep = [helper_end.fileno(), helper_status_w, go_r]
+    if terminal.pty:
+        helper_keep.append(terminal.pty_socket[1].fileno())
+    helper_pid = _fork_stage(helper_keep, helper_body, die_with_parent=True, stdin_null=False,
+                             stdio=terminal.program_stdio)
+    for fd in (broker_status_w, helper_status_w, go_r, *terminal.own_fds):
+        os.close(fd)
+    helper_end.close()
+    broker_end.close()
+    if terminal.pty:
+        relay = _start_relay(terminal)
+
+    run = _Run(request, emitter, helper_pid, broker_pid, recorder_pid,
+               helper_status_r, broker_status_r, go_w, recorded_r, relay)
+    code, error = run.wait()
+    if relay is not None:
+        relay.finish_program()
+
+    totals = run.totals or st.Totals()
+    emitter.emit("run.end", exit_code=int(code), connections=totals.connections,
+                 denied=totals.denied, would_deny=totals.would_deny, failed=totals.failed,
+                 ms=round((time.monotonic() - started) * 1000, 3),
+                 **({"error": error} if error else {}))
+    os.close(events_w)
+    if relay is not None:
+        recorder_fd = os.pidfd_open(recorder_pid)
+        try:
+            relay.finish_human(recorder_fd)
+        finally:
+            os.close(recorder_fd)
+    _, status = os.waitpid(recorder_pid, 0)
+    if os.waitstatus_to_exitcode(status) != 0 and code != ExitCode.INTERNAL:
+        say(f"the recorder failed; the record {record} may be incomplete")
+        return ExitCode.INTERNAL
+    if _program_never_got_out(run, totals):
+        say(NO_CONNECTION_HINT.format(code=code))   # last, after the recorder's summary
+    return int(code)
+
+
+def _out_of_program_reach(request: RunRequest, record: str) -> list[str]:
+    """What the sandbox makes read-only for the program (DESIGN §10, "the
+    record is evidence"): vpnw's state directory (made if missing, so the
+    program cannot make it and plant runs there), the record, the policy and
+    the config (and the --log of its human lines). A path that cannot be made
+    or does not exist is left out: the program, the same user without
+    capabilities, cannot make it either."""
+    state = vpnw_state_dir()
+    try:
+        os.makedirs(os.path.join(state, "runs"), mode=0o700, exist_ok=True)
+    except OSError:
+        pass
+    paths = [state, record, getattr(request.policy, "source", None), request.config_file,
+             request.log]
+    return [p for p in dict.fromkeys(paths) if p and p != "-" and os.path.lexists(p)]
+
+
+def _deny_private_scope(request) -> dict:
+    """run.start's deny_private_scope, present only when the policy sets deny_private."""
+    from stages.config.policy import Policy, deny_private_scope
+    if not isinstance(request.policy, Policy):
+        return {}
+    scope = deny_private_scope(request.policy, bool(getattr(request.path, "resolves_at_exit", False)))
+    return {"deny_private_scope": scope} if scope else {}
+
+
+def _file_limits(files) -> tuple[dict | None, dict]:
+    """(what the helper enforces, run.start's "files") for a policy's [files]
+    table. Landlock's ABI is asked here, once: what the record says is the
+    layer set the program then gets (a layer that fails is exit 122)."""
+    if files is None:
+        return None, {}
+    abi = 0
+    if files.limits_writes:
+        from stages.helper.landlock import abi_version
+        abi = abi_version()
+    return files.to_helper(abi), {"files": files.to_record(abi)}
+
+
+class _Run:
+    """Waits for the stages and turns what they report into vpnw's exit code."""
+
+    def __init__(self, request, emitter, helper_pid, broker_pid, recorder_pid,
+                 helper_status_r, broker_status_r, go_w, recorded_r, relay=None):
+        self.request = request
+        self.relay = relay
+        self.emitter = emitter
+        self.pids = {"helper": helper_pid, "broker": broker_pid, "recorder": recorder_pid}
+        self.helper = st.StatusReader(helper_status_r, st.HELPER_STATUS)
+        self.broker = st.StatusReader(broker_status_r, st.BROKER_STATUS)
+        self.go_w = go_w
+        self.path_ok = None          # None until the broker has checked the path
+        self.path_down = None        # st.PathDown, or a message when the broker said nothing
+        self.ready = None            # the helper's seal report (st.Ready)
+        self.started = False
+        self.program_exit = None     # st.Exited
+        self.exec_error = None       # st.ExecFailed
+        self.seal_error = None       # message: the sandbox could not be built (122)
+        self.helper_over = False     # the helper sent its last message
+        self.totals = None           # st.Totals
+        self.fatal = None            # a stage died or broke the protocol: message (125)
+        self.refused = None          # a stage's message was refused: message (125, first of all)
+        self.recorded_r = recorded_r  # one byte once run.start is in the record
+        self.recorded = False
+        self.pending_signals: list[int] = []
+        self.interrupted = None      # a signal that came before the program started
+
+    def _on_signal(self, signum, _frame):
+        self.pending_signals.append(signum)
+
+    def _forward_signals(self):
+        while self.pending_signals:
+            sig = self.pending_signals.pop(0)
+            if sig == signal.SIGWINCH:
+                self.relay.resize()
+                continue
+            if sig == signal.SIGCONT:
+                self.relay.resumed()
+                continue
+            if sig in STOP_SIGNALS and (self.request.events_to or self.request.syslog):
+                # Told to stop: side outputs (--events-to) get no grace at the
+                # end. SIGURG because its default action is to be ignored: a
+                # recorder that has not set its handler yet is not killed.
+                try:
+                    os.kill(self.pids["recorder"], HURRY_SIGNAL)
+                except ProcessLookupError:
+                    pass
+            if self.started and self.program_exit is None:
+                try:
+                    os.kill(self.pids["helper"], sig)
+                except ProcessLookupError:
+                    pass
+            elif not self.started:
+                self.interrupted = self.interrupted or sig
+                self.fatal = self.fatal or f"interrupted by signal {sig} before the program started"
+
+    def wait(self) -> tuple[int, str | None]:
+        caught = FORWARDED_SIGNALS + ((signal.SIGWINCH, signal.SIGCONT) if self.relay else ())
+        old = {sig: signal.signal(sig, self._on_signal) for sig in caught}
+        sel = selectors.DefaultSelector()
+        wake_r, wake_w = os.pipe()
+        os.set_blocking(wake_w, False)
+        old_wakeup = signal.set_wakeup_fd(wake_w)
+        try:
+            if self.relay is not None:
+                self.relay.start(sel)
+            sel.register(self.helper.fd, selectors.EVENT_READ, "helper")
+            sel.register(self.broker.fd, selectors.EVENT_READ, "broker")
+            sel.register(wake_r, selectors.EVENT_READ, "signal")
+            sel.register(self.recorded_r, selectors.EVENT_READ, "recorded")
+            recorder_fd = os.pidfd_open(self.pids["recorder"])
+            sel.register(recorder_fd, selectors.EVENT_READ, "recorder")
+            while True:
+                timeout = self.relay.timeout(time.monotonic(), 1.0) if self.relay else 1.0
+                for key, events in sel.select(timeout=timeout):
+                    if key.data.startswith("pty:"):
+                        self.relay.handle(key.data, events)
+                    elif key.data == "signal":
+                        os.read(wake_r, 512)
+                    elif key.data == "recorded":
+                        self.recorded = os.read(self.recorded_r, 1) == b"r" or self.recorded
+                        sel.unregister(self.recorded_r)
+                    elif key.data == "recorder":
+                        sel.unregister(recorder_fd)
+                        if self.totals is None:
+                            self.fatal = self.fatal or "the recorder stopped; vpnw stops the program rather than run it unrecorded"
+                    else:
+                        reader = getattr(self, key.data)
+                        self._read(key.data, reader)
+                        if reader.eof:
+                            sel.unregister(reader.fd)
+                            self._on_eof(key.data)
+                if self.relay is not None:
+                    self.relay.tick()
+                self._forward_signals()
+                self._advance()
+                if self._done():
+                    break
+        finally:
+            if self.relay is not None:
+                self.relay.detach()
+            signal.set_wakeup_fd(old_wakeup)
+            for sig, handler in old.items():
+                signal.signal(sig, handler)
+            sel.close()
+            os.close(wake_r)
+            os.close(wake_w)
+            os.close(self.recorded_r)
+            os.close(recorder_fd)
+        self._reap()
+        return self._exit_code()
+
+    def _read(self, stage: str, reader: st.StatusReader) -> None:
+        """Every message the stage sent, each checked against what may come now."""
+        try:
+            for message in reader.messages():
+                handlers = self._HELPER if stage == "helper" else self._BROKER
+                problem = handlers[type(message)](self, message)
+                if problem:
+                    raise st.StatusError(problem)
+        except st.StatusError as exc:
+            # Nothing more from this stage is believed: stop it and the run (fail closed).
+            reader.eof = True
+            self.refused = self.refused or (f"the {stage} sent a status message vpnw does not "
+                                            f"accept ({exc}); vpnw stopped the run")
+            self.fatal = self.fatal or self.refused
+            try:
+                os.kill(self.pids[stage], signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+    # helper (HELPER_STATUS): Ready once; Stopped while the program runs on a
+    # terminal; then at most one last message: SandboxFailed, ExecFailed, or
+    # Exited once the program was let go.
+    def _on_ready(self, message: st.Ready) -> str | None:
+        if self.helper_over:
+            return "a message after its last one"
+        if self.ready is not None:
+            return "a second seal report"
+        self.ready = message
+        self.emitter.emit("sandbox.ready", namespaces=list(message.namespaces),
+                          seccomp=message.seccomp, unix_sockets=message.unix_sockets,
+                          doors=dict(message.doors))
+        return None
+
+    def _on_stopped(self, message: st.Stopped) -> str | None:
+        if not self.started or self.helper_over:
+            return "a stop report while no program runs"
+        if self.relay is None:
+            return "a stop report without a terminal"
+        self.relay.program_stopped(message.signal)
+        return None
+
+    def _on_sandbox_failed(self, message: st.SandboxFailed) -> str | None:
+        if self.helper_over:
+            return "a message after its last one"
+        self.helper_over = True
+        if message.code == ExitCode.NO_SANDBOX:
+            self.seal_error = message.error
+        else:   # the helper itself failed: vpnw's fault, not the machine's
+            self.fatal = self.fatal or message.error
+        return None
+
+    def _on_exec_failed(self, message: st.ExecFailed) -> str | None:
+        if self.helper_over:
+            return "a message after its last one"
+        self.helper_over = True
+        self.exec_error = message
+        return None
+
+    def _on_exited(self, message: st.Exited) -> str | None:
+        if not self.started:
+            return "a program exit before the program was let go"
+        if self.helper_over:
+            return "a message after its last one"
+        self.helper_over = True
+        self.program_exit = message
+        self.emitter.emit("program.exit", code=message.code, signal=message.signal)
+        return None
+
+    # broker (BROKER_STATUS): PathOk or PathDown first (unless it failed
+    # first), Totals last.
+    def _on_path_ok(self, message: st.PathOk) -> str | None:
+        if self.path_ok is not None or self.totals is not None:
+            return "a second path report"
+        self.path_ok = True
+        return None
+
+    def _on_path_down(self, message: st.PathDown) -> str | None:
+        if self.path_ok is not None or self.totals is not None:
+            return "a second path report"
+        self.path_ok = False
+        self.path_down = message
+        return None
+
+    def _on_totals(self, message: st.Totals) -> str | None:
+        if self.totals is not None:
+            return "a second set of totals"
+        self.totals = message
+        return None
+
+    _HELPER = {st.Ready: _on_ready, st.Stopped: _on_stopped, st.SandboxFailed: _on_sandbox_failed,
+               st.ExecFailed: _on_exec_failed, st.Exited: _on_exited}
+    _BROKER = {st.PathOk: _on_path_ok, st.PathDown: _on_path_down, st.Totals: _on_totals}
+
+    def _on_eof(self, stage):
+        if stage == "helper" and not self.helper_over and not self.fatal:
+            if not self.started and self.ready is None:
+                self.seal_error = ("the sandbox helper stopped before the seal was ready; the program was not run "
+                                   "(run `vpnw doctor` to see what this machine supports)")
+            elif self.started:
+                self.fatal = "the helper died during the run; the program is gone with it"
+        if stage == "broker" and self.totals is None:
+            self.fatal = self.fatal or "the broker stopped during the run; its connections failed"
+            if self.path_ok is None:
+                self.path_ok = False
+                self.path_down = "the broker stopped before it checked the path"
+
+    def _advance(self):
+        """Start the program once the path is up and the seal holds; stop it on a fatal error."""
+        if not self.started and self.go_w is not None:
+            if self.path_ok is False or self.seal_error or self.fatal:
+                os.close(self.go_w)  # EOF: the helper gives up without running anything
+                self.go_w = None
+            elif self.path_ok and self.ready is not None and self.recorded and \
+                    (self.relay is None or not self.relay.awaiting_master()):
+                os.write(self.go_w, b"g")
+                os.close(self.go_w)
+                self.go_w = None
+                self.started = True
+        if self.fatal and self.started and self.program_exit is None:
+            try:
+                os.kill(self.pids["helper"], signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+    def _done(self) -> bool:
+        helper_over = self.helper.eof
+        broker_over = self.broker.eof
+        if not self.started:
+            # Interrupted: do not wait for a path check to finish; _reap stops the broker.
+            return helper_over and (broker_over or self.path_ok is not None or bool(self.interrupted))
+        return helper_over and broker_over
+
+    def _reap(self):
+        if not self.broker.eof:
+            try:
+                os.kill(self.pids["broker"], signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+        for name in ("helper", "broker"):
+            os.waitpid(self.pids[name], 0)
+
+    def _exit_code(self) -> tuple[int, str | None]:
+        if self.interrupted and not self.started:
+            # Like a shell: 128 + the signal. The program was never run.
+            message = (f"interrupted by {signal.Signals(self.interrupted).name} before the program "
+                       f"started; the program was not run")
+            say(message)
+            return killed_by(self.interrupted), message
+        if self.refused:
+            say(self.refused)
+            return ExitCode.INTERNAL, self.refused
+        if self.path_ok is False and not self.started:
+            down = self.path_down
+            why = down.error if isinstance(down, st.PathDown) else (down or "no answer")
+            message = (f"the path {self.request.path.name!r} is down: {why}; "
+                       f"the program was not started (vpnw never falls back to a direct connection)")
+            say(message)
+            return ExitCode.PATH_DOWN, message
+        if self.seal_error:
+            say(self.seal_error)
+            return ExitCode.NO_SANDBOX, self.seal_error
+        if self.fatal:
+            say(self.fatal)
+            return ExitCode.INTERNAL, self.fatal
+        if self.exec_error:
+            say(self.exec_error.error)
+            return self.exec_error.code, self.exec_error.error
+        if self.program_exit is None:
+            message = "the sandbox ended without reporting the program's exit"
+            say(message)
+            return ExitCode.INTERNAL, message
+        totals = self.totals or st.Totals()
+        if totals.denied or totals.would_deny:
+            return ExitCode.DENIED, None
+        if self.program_exit.signal:
+            return killed_by(self.program_exit.signal), None
+        return self.program_exit.code, None

@@ -1,0 +1,214 @@
+"""Reading run files back: `vpnw runs`, `vpnw show`, and "the last trace".
+
+Run files are read as streams: a summary reads the first line (run.start) and
+the tail of the file (run.end); only a run cut short (no run.end) is read to
+the end, one line at a time, to count what it holds. Nothing here loads a
+whole file into memory.
+
+"The last run" is the run file whose run.start has the newest timestamp (RFC
+3339 UTC with a fixed width, so text order is time order); two runs started in
+the same nanosecond are told apart by the file's mtime. "The last trace" is
+the same, among runs whose run.start says mode "trace". A file with no
+readable run.start has no start time: it is listed (by its mtime) but is
+never "the last trace".
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import asdict, dataclass
+
+
+from stages.record.events import RecordError, parse_line, read_events, rfc3339_ns
+
+_TAIL_BYTES = 16384
+
+
+@dataclass(frozen=True)
+class RunSummary:
+    id: str
+    file: str
+    start: str | None          # run.start ts (RFC 3339 UTC), None if the file has none
+    program: str | None
+    mode: str | None
+    connections: int
+    denied: int
+    would_deny: int
+    failed: int
+    exit_code: int | None      # None: the run has no run.end (killed, or still running)
+    complete: bool
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def _first_event(path: str) -> dict | None:
+    with open(path, "rb") as stream:
+        for raw in stream:
+            if raw.strip():
+                try:
+                    return parse_line(raw)
+                except RecordError:
+                    return None
+    return None
+
+
+def _last_event(path: str) -> dict | None:
+    with open(path, "rb") as stream:
+        stream.seek(0, os.SEEK_END)
+        size = stream.tell()
+        stream.seek(max(0, size - _TAIL_BYTES))
+        tail = stream.read()
+    for raw in reversed(tail.split(b"\n")):
+        if raw.strip():
+            try:
+                return parse_line(raw)
+            except RecordError:
+                continue  # a torn last line, or the cut start of the tail
+    return None
+
+
+def start_event(path: str) -> dict | None:
+    """The run.start of a run file, or None."""
+    try:
+        event = _first_event(path)
+    except OSError:
+        return None
+    return event if event and event.get("type") == "run.start" else None
+
+
+def summarize(path: str) -> RunSummary:
+    start = start_event(path)
+    end = _last_event(path)
+    run_id = (start or end or {}).get("run") or os.path.basename(path).removesuffix(".jsonl")
+    start_fields = (start or {}).get("fields") or {}
+    if end is not None and end.get("type") == "run.end" and "truncated" not in end["fields"]:
+        f = end["fields"]
+        counts = (f.get("connections", 0), f.get("denied", 0), f.get("would_deny", 0),
+                  f.get("failed", 0))
+        exit_code, complete = f.get("exit_code"), True
+    else:
+        connections = denied = would_deny = failed = 0
+        with open(path, "rb") as stream:
+            for event in read_events(stream):
+                type_ = event["type"]
+                if type_ == "conn.request":
+                    connections += 1
+                elif type_ == "policy.deny":
+                    if event["fields"].get("enforced", True) is False:
+                        would_deny += 1
+                    else:
+                        denied += 1
+                elif type_ == "conn.fail":
+                    failed += 1
+        counts = (connections, denied, would_deny, failed)
+        exit_code, complete = None, False
+    return RunSummary(id=run_id, file=path, start=start["ts"] if start else None,
+                      program=start_fields.get("program"), mode=start_fields.get("mode"),
+                      connections=counts[0], denied=counts[1], would_deny=counts[2],
+                      failed=counts[3], exit_code=exit_code, complete=complete)
+
+
+def _run_files(directory: str) -> list[str]:
+    try:
+        names = os.listdir(directory)
+    except FileNotFoundError:
+        return []
+    return [os.path.join(directory, n) for n in names
+            if n.endswith(".jsonl") and os.path.isfile(os.path.join(directory, n))]
+
+
+def _newest_first_key(path: str, start_ts: str | None):
+    try:
+        mtime_ns = os.stat(path).st_mtime_ns
+    except OSError:
+        mtime_ns = 0
+    return (start_ts or rfc3339_ns(mtime_ns), mtime_ns, path)
+
+
+def list_runs(directory: str) -> list[RunSummary]:
+    """Every run file in `directory`, newest first."""
+    summaries = []
+    for path in _run_files(directory):
+        try:
+            summaries.append(summarize(path))
+        except OSError:
+            continue
+    summaries.sort(key=lambda s: _newest_first_key(s.file, s.start), reverse=True)
+    return summaries
+
+
+def last_run(directory: str, mode: str | None = None) -> str | None:
+    """The newest run file (by run.start ts; tie: mtime), optionally only
+    runs of that mode ("trace": the last trace). None if there is none."""
+    best = None
+    for path in _run_files(directory):
+        start = start_event(path)
+        if mode is not None and (start is None or start["fields"].get("mode") != mode):
+            continue
+        key = _newest_first_key(path, start["ts"] if start else None)
+        if best is None or key > best[0]:
+            best = (key, path)
+    return best[1] if best else None
+
+
+class RunNotFound(LookupError):
+    pass
+
+
+class NotARunFile(ValueError):
+    """A file given as a run file that is not one; the message names it."""
+
+
+RUN_FILE_EXPECTED = ("expected a vpnw run file: JSON Lines whose first line is a run.start event "
+                     "of record version 1 (docs/record.md; `vpnw runs` lists the run files)")
+
+
+def first_line_problem(raw: bytes | None) -> str | None:
+    """Why the first non-empty line of a file does not begin a run, or None."""
+    if raw is None:
+        return "it is empty"
+    try:
+        event = parse_line(raw)
+    except RecordError as exc:
+        text = str(exc)
+        if text.startswith("not JSON"):
+            return "its first line is not JSON"
+        if text.startswith("unsupported record version"):
+            return f"its first line has {text.replace('unsupported ', '')}; this vpnw reads version 1"
+        return f"its first line is not an event ({text})"
+    if event["type"] != "run.start":
+        return f"its first event is {event['type']}, not run.start"
+    return None
+
+
+def first_line(stream) -> bytes | None:
+    for raw in stream:
+        if raw.strip():
+            return raw
+    return None
+
+
+def check_run_file(path: str) -> None:
+    """NotARunFile unless `path` begins like a run file (the rest is read as
+    a stream later; a run cut short is still a run)."""
+    with open(path, "rb") as stream:
+        problem = first_line_problem(first_line(stream))
+    if problem:
+        raise NotARunFile(f"{path} is not a vpnw run file: {problem}; {RUN_FILE_EXPECTED}")
+
+
+def resolve_run(run: str | None, directory: str) -> str:
+    """RUN as given to `vpnw show`: a file, a run id (r-36e0ba, or 36e0ba),
+    or None for the newest run."""
+    if run is None:
+        path = last_run(directory)
+        if path is None:
+            raise RunNotFound(f"no runs recorded in {directory}")
+        return path
+    if os.path.isfile(run):
+        return run
+    for candidate in (run, "r-" + run):
+        path = os.path.join(directory, candidate + ".jsonl")
+        if os.path.isfile(path):
+            return path
+    raise RunNotFound(f"no run {run!r}: not a file, and not a run id in {directory}")

@@ -1,0 +1,354 @@
+"""The recorder: events in (JSON Lines on a pipe), the run file and human lines out.
+
+Forked by the orchestrator, which calls `main_from_fds`; `python -m
+stages.recorder` runs it alone (replaying a run file reproduces its human
+lines). Imports stay light: this runs in a fork of the orchestrator, and the
+tee's `subprocess` is loaded only when asked for.
+"""
+from __future__ import annotations
+
+import os
+
+import orjson
+
+from stages.record.events import RecordError, RecordUnwritable, open_run_file, parse_line
+from stages.record.chain import Chain, unchained
+from stages.recorder.feeder import BoundedFeeder
+from stages.recorder.human import HUMAN_MODES, QUIET, HumanState, format_event
+
+# A line longer than this with no newline is not an event; drop it rather
+# than let a broken writer grow our buffer without end.
+_MAX_PENDING = 1 << 20
+
+
+def _say(text: str) -> None:
+    try:
+        os.write(2, f"vpnw: {text}\n".encode("utf-8", "replace"))
+    except OSError:
+        pass
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        written = os.write(fd, view)
+        view = view[written:]
+
+
+class _RunFile:
+    """The run file: every line whole, or the run stops.
+
+    A write that fails (disk full, `--record -` reader gone) is undone back to
+    the last whole line where the file allows it (ftruncate; a pipe takes a
+    line of at most PIPE_BUF in one piece or not at all). The lines of one
+    read go to a file in one write: a busy run's recorder makes one system
+    call per batch, not one per event."""
+
+    def __init__(self, fd: int, name: str):
+        self.fd = fd
+        self.name = name
+        try:
+            self.offset = os.lseek(fd, 0, os.SEEK_CUR)
+        except OSError:
+            self.offset = None    # a pipe or a terminal
+
+    def write_lines(self, lines: list[bytes]) -> None:
+        """A file takes the lines read together in one write (undone to the
+        last whole line if it fails); a pipe or a terminal, one write per
+        line, each at most PIPE_BUF and so whole or absent."""
+        if self.offset is None:
+            for line in lines:
+                _write_all(self.fd, line)
+            return
+        data = b"".join(lines)
+        try:
+            _write_all(self.fd, data)
+        except OSError:
+            try:
+                os.ftruncate(self.fd, self.offset)
+            except OSError:
+                pass
+            raise
+        self.offset += len(data)
+
+
+class _Tee:
+    """The same lines to a command's stdin (`--events-to 'jq -c .'`), through
+    a BoundedFeeder: a consumer that is slow or stuck loses lines (counted),
+    never holds the recorder and so never holds the program."""
+
+    # At the end of the run, the backlog gets this long to go out (less if the
+    # consumer takes nothing for IDLE), then the command gets EXIT_GRACE to
+    # finish on its own before it is stopped. Interrupted runs (SIGTERM to
+    # the recorder) give neither.
+    DRAIN_GRACE = 1.0
+    IDLE = 0.25
+    EXIT_GRACE = 2.0
+
+    def __init__(self, command: str):
+        import signal
+        import subprocess
+        # A dead reader must give EPIPE here, not kill the recorder.
+        signal.signal(signal.SIGPIPE, signal.SIG_IGN)
+        self._subprocess = subprocess
+        # Its own process group: a `sh -c` whose child never reads is stopped whole.
+        self.proc = subprocess.Popen(["/bin/sh", "-c", command], stdin=subprocess.PIPE,
+                                     stdout=None, stderr=None, close_fds=True, process_group=0)
+        self.feeder = BoundedFeeder(self.proc.stdin.fileno())
+        self.command = command
+        self.hurry = False
+        self._said_lost = False
+
+    @property
+    def fd(self) -> int:
+        return self.feeder.fd
+
+    def wants_write(self) -> bool:
+        return self.feeder.wants_write()
+
+    def write(self, data: bytes) -> None:
+        was_open = not self.feeder.closed
+        self.feeder.offer(data)
+        self.feeder.pump()
+        self._notice(was_open)
+
+    def pump(self) -> None:
+        was_open = not self.feeder.closed
+        self.feeder.pump()
+        self._notice(was_open)
+
+    def _notice(self, was_open: bool) -> None:
+        if was_open and self.feeder.closed:
+            exc = self.feeder.error
+            _say(f"--events-to command {self.command!r} stopped reading "
+                 f"({(exc.strerror if exc else None) or exc}); the run is still recorded to its file")
+        elif self.feeder.lost and not self._said_lost and not self.feeder.closed:
+            self._said_lost = True
+            _say(f"--events-to command {self.command!r} is not keeping up; events it cannot take "
+                 "are dropped from its copy (counted in run.end), never from the record")
+
+    def lost_before_end(self) -> int:
+        """Before run.end: a last bounded chance for the backlog, then what
+        the copy lost so far (run.end's events_to_lost)."""
+        import time
+        if not self.hurry:
+            was_open = not self.feeder.closed
+            self.feeder.drain(time.monotonic() + self.DRAIN_GRACE, self.IDLE)
+            self._notice(was_open)
+        self.feeder.drop_pending()
+        return self.feeder.lost
+
+    def close(self) -> None:
+        import signal
+        import time
+        if self.feeder.wants_write() and not self.hurry:
+            self.feeder.drain(time.monotonic() + self.IDLE, self.IDLE)
+        undelivered = self.feeder.drop_pending() if not self.feeder.closed else 0
+        self.feeder.close()
+        self.proc.stdin = None   # closed through the feeder
+        try:
+            self.proc.wait(timeout=0 if self.hurry else self.EXIT_GRACE)
+            stopped = False
+        except self._subprocess.TimeoutExpired:
+            # It had its end of stream; a command that will not finish is ours to stop.
+            stopped = True
+            try:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            self.proc.wait()
+        if undelivered or stopped:
+            _say(f"--events-to command {self.command!r} "
+                 + (f"did not take its last {undelivered} events; " if undelivered else "")
+                 + ("was stopped: it had not finished after the run ended" if stopped
+                    else "the run file is complete"))
+
+
+def _with_fields(raw: bytes, **extra) -> bytes:
+    """The event re-encoded with `extra` in its fields and no digest (the
+    chain seals it again)."""
+    event = orjson.loads(raw)
+    event.pop("d", None)
+    event["fields"].update(extra)
+    return orjson.dumps(event)
+
+
+def _open_syslog(target: str | None, events_format: str):
+    if target is None:
+        return None
+    from stages.recorder.shipping.transports import TargetError
+    from stages.recorder.syslog_out import SyslogOut
+    try:
+        return SyslogOut(target, events_format)
+    except TargetError as exc:
+        _say(f"--syslog: {exc}; nothing is sent to syslog")
+        return None
+
+
+def main_from_fds(in_fd: int, *, record: str | None, record_fd: int | None = None,
+                  ready_fd: int | None = None, human: str = "trace",
+                  tee_command: str | None = None, color: bool | None = None,
+                  syslog_target: str | None = None, events_format: str = "jsonl") -> int:
+    """Record events from `in_fd` until end of stream. Returns an exit code:
+    0, or 1 when the record file could not be opened or written (then it stops
+    at once: the orchestrator stops the program rather than run it unrecorded).
+
+    `record_fd` is the record already opened by the orchestrator (`record`
+    then only names it); `ready_fd` gets one byte once the first line is in
+    the record, and is closed: the program starts only after that.
+
+    The side outputs (`tee_command`, `syslog_target`) carry `events_format`:
+    the record's lines ("jsonl"), or OCSF/ECS documents."""
+    if human not in HUMAN_MODES:
+        raise ValueError(f"human must be one of {HUMAN_MODES}, not {human!r}")
+    if color is None:
+        color = "NO_COLOR" not in os.environ and os.isatty(2)
+    state = HumanState(mode=human, color=color, record=record)
+
+    if record_fd is None and record is not None:
+        try:
+            record, record_fd = open_run_file(record)
+        except RecordUnwritable as exc:
+            _say(str(exc).replace("the program was not run", "nothing was recorded"))
+            return 1
+    run_file = _RunFile(record_fd, record) if record_fd is not None else None
+    tee = None
+    if tee_command:
+        try:
+            tee = _Tee(tee_command)
+        except OSError as exc:
+            _say(f"cannot start --events-to command {tee_command!r}: {exc.strerror or exc}")
+    tee_render = None
+    if tee is not None and events_format != "jsonl":
+        from stages.recorder.shipping import stream_renderer
+        tee_render = stream_renderer(events_format)
+    syslog = _open_syslog(syslog_target, events_format)
+    sides = [side for side in (tee, syslog) if side is not None]
+    if sides:
+        import signal
+
+        def hurry(_signum, _frame):
+            for side in sides:
+                side.hurry = True
+        # The orchestrator was told to stop: the copy gets no grace at the end
+        # (SIGURG: ignored by default, so harmless before this handler is set).
+        signal.signal(signal.SIGURG, hurry)
+
+    chain = Chain()
+    status = 0
+    bad_lines = 0
+    pending = b""
+    try:
+        while status == 0:
+            if any(side.wants_write() for side in sides):
+                _wait_readable(in_fd, sides)
+            chunk = os.read(in_fd, 65536)
+            if not chunk:
+                if not pending.strip():
+                    break
+                # A last line with no newline (a hand-written file); a torn
+                # line from a killed writer fails to parse and is skipped.
+                lines, pending = [pending], b""
+            else:
+                pending += chunk
+                if b"\n" not in chunk:
+                    if len(pending) > _MAX_PENDING:
+                        pending = b""
+                        bad_lines += 1
+                    continue
+                *lines, pending = pending.split(b"\n")
+            sealed = []
+            for raw in lines:
+                if not raw.strip():
+                    continue
+                try:
+                    event = parse_line(raw)
+                except RecordError as exc:
+                    bad_lines += 1
+                    if bad_lines == 1:
+                        _say(f"skipping a line that is not a version-1 event ({exc})")
+                    continue
+                if sides and event["type"] == "run.end":
+                    losses = {}
+                    if tee is not None:
+                        losses["events_to_lost"] = tee.lost_before_end()
+                    if syslog is not None:
+                        losses["syslog_lost"] = syslog.lost_before_end()
+                    event["fields"].update(losses)
+                    raw = _with_fields(raw, **losses)
+                elif "d" in event:
+                    raw = unchained(raw)
+                sealed.append((event, chain.seal(raw.rstrip()) + b"\n"))
+            if not sealed:
+                continue
+            # Into the record first, then the copies: a copy never holds a
+            # line the record lacks.
+            if run_file is not None:
+                try:
+                    run_file.write_lines([line for _, line in sealed])
+                except OSError as exc:
+                    _say(f"cannot write the record {record}: {exc.strerror or exc}; "
+                         "vpnw stops the run rather than run the program unrecorded "
+                         "(the lines written are whole)")
+                    status = 1
+                    break
+            if ready_fd is not None:
+                _signal_ready(ready_fd)
+                ready_fd = None
+            for event, line in sealed:
+                # Side outputs carry the line as recorded, digest included:
+                # a copy kept elsewhere anchors the chain (docs/record.md).
+                if tee is not None:
+                    if tee_render is None:
+                        tee.write(line)
+                    else:
+                        for doc in tee_render(event, line):
+                            tee.write(doc + b"\n")
+                if syslog is not None:
+                    # The record's own line, digest included: a copy that can be checked.
+                    syslog.write(event, line[:-1])
+                if human != QUIET:
+                    text = format_event(event, state)
+                    if text is not None:
+                        try:
+                            _write_all(2, (text + "\n").encode("utf-8", "replace"))
+                        except OSError:
+                            pass
+    finally:
+        if run_file is not None:
+            os.close(run_file.fd)
+        if ready_fd is not None:
+            os.close(ready_fd)
+        if tee is not None:
+            tee.close()
+        if syslog is not None:
+            syslog.close()
+    if bad_lines > 1:
+        _say(f"{bad_lines} lines were not version-1 events and were not recorded")
+    return status
+
+
+def _signal_ready(fd: int) -> None:
+    try:
+        os.write(fd, b"r")
+    except OSError:
+        pass
+    os.close(fd)
+
+
+def _wait_readable(in_fd: int, sides: list) -> None:
+    """Until events arrive, feed the side outputs whenever they can take more."""
+    import select
+    while True:
+        waiting = [side for side in sides if side.wants_write()]
+        if not waiting:
+            return
+        try:
+            readable, writable, _ = select.select([in_fd], [side.fd for side in waiting], [])
+        except InterruptedError:
+            continue
+        for side in waiting:
+            if side.fd in writable:
+                side.pump()
+        if readable:
+            return
