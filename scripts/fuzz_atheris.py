@@ -62,7 +62,7 @@ def target_http(data: bytes) -> None:
     eof = fdp.ConsumeBool()
     try:
         _drain_http(http_proxy.RequestParser(), _split(fdp), eof)
-    except http_proxy.ProtocolError:
+    except http_proxy.HttpProxyError:
         pass
 
 
@@ -74,7 +74,7 @@ def target_http_response(data: bytes) -> None:
     try:
         parser.expect(method)
         _drain_http(parser, _split(fdp), eof)
-    except http_proxy.ProtocolError:
+    except http_proxy.HttpProxyError:
         pass
 
 
@@ -92,7 +92,7 @@ def target_socks5(data: bytes) -> None:
                     continue
                 parser.early_data()
                 return
-    except socks5.ProtocolError:
+    except socks5.Socks5Error:
         pass
 
 

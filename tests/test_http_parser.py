@@ -7,7 +7,7 @@ from hypothesis import strategies as st
 
 from stages.broker import http_proxy as hp
 from stages.broker.http_proxy import (
-    CLOSED, END, NEED_DATA, Body, ConnectHead, ForwardHead, ProtocolError, RequestParser,
+    CLOSED, END, NEED_DATA, Body, ConnectHead, ForwardHead, HttpProxyError, RequestParser,
     ResponseHead, ResponseParser,
 )
 
@@ -129,26 +129,26 @@ def test_kept_alive_requests_are_parsed_one_by_one():
     (b"GET  http://x/ HTTP/1.1\r\n\r\n", 400),
 ])
 def test_malformed_requests_raise_protocol_error(raw, status):
-    with pytest.raises(ProtocolError) as info:
+    with pytest.raises(HttpProxyError) as info:
         drain(RequestParser(), raw, eof=True)
     assert info.value.status == status
 
 
 def test_caps_on_request_line_and_headers():
-    with pytest.raises(ProtocolError) as info:
+    with pytest.raises(HttpProxyError) as info:
         drain(RequestParser(), b"GET http://x/" + b"a" * (9 * 1024))
     assert info.value.status == 414
     many = b"".join(b"H%d: v\r\n" % i for i in range(101))
-    with pytest.raises(ProtocolError) as info:
+    with pytest.raises(HttpProxyError) as info:
         drain(RequestParser(), b"GET http://x/ HTTP/1.1\r\n" + many + b"\r\n")
     assert info.value.status == 431
-    with pytest.raises(ProtocolError) as info:
+    with pytest.raises(HttpProxyError) as info:
         drain(RequestParser(), b"GET http://x/ HTTP/1.1\r\nBig: " + b"v" * (80 * 1024))
     assert info.value.status == 431
 
 
 def test_stream_ending_inside_a_body_is_an_error():
-    with pytest.raises(ProtocolError):
+    with pytest.raises(HttpProxyError):
         drain(RequestParser(), b"POST http://x/ HTTP/1.1\r\nContent-Length: 9\r\n\r\nabc", eof=True)
 
 
@@ -217,11 +217,11 @@ def test_close_delimited_and_chunked_responses():
 
 
 def test_origin_closing_early_is_an_error():
-    with pytest.raises(ProtocolError):
+    with pytest.raises(HttpProxyError):
         responses(b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nabc", eof=True)
-    with pytest.raises(ProtocolError):
+    with pytest.raises(HttpProxyError):
         responses(b"", eof=True)
-    with pytest.raises(ProtocolError):
+    with pytest.raises(HttpProxyError):
         responses(b"SSH-2.0-OpenSSH\r\n\r\n")
 
 
@@ -232,7 +232,7 @@ def test_error_response_carries_the_deny_header():
     assert b"\r\nX: y" not in head
 
 
-# --- fuzzing: only success or ProtocolError ----------------------------------
+# --- fuzzing: only success or HttpProxyError ----------------------------------
 
 _pieces = st.sampled_from([
     b"GET ", b"CONNECT ", b"POST ", b"http://", b"[::1]", b"h.example", b":80", b":0", b"/p", b"?q",
@@ -250,7 +250,7 @@ def test_fuzzed_requests_only_raise_protocol_error(parts, data):
     p = RequestParser()
     try:
         drain(p, raw, splits, eof=True)
-    except ProtocolError:
+    except HttpProxyError:
         pass
 
 
@@ -262,7 +262,7 @@ def test_fuzzed_requests_only_raise_protocol_error(parts, data):
 def test_fuzzed_responses_only_raise_protocol_error(parts, method):
     try:
         responses(b"".join(parts), method=method, eof=True)
-    except ProtocolError:
+    except HttpProxyError:
         pass
 
 

@@ -15,7 +15,7 @@ from stages.recorder.shipping.syslog import (
     CEE, SyslogMessages, octet_counted, rfc5424_timestamp, shrink,
 )
 from stages.recorder.shipping.outcomes import severity
-from stages.recorder.shipping.transports import Target, TargetError, parse_target
+from stages.recorder.shipping.transports import SyslogTarget, TargetError, parse_target
 
 # RFC 5424 §6: HEADER = PRI VERSION SP TIMESTAMP SP HOSTNAME SP APP-NAME SP PROCID SP MSGID
 HEADER = re.compile(rb"^<(\d{1,3})>1 (\S+) (\S{1,255}) (\S{1,48}) (\S{1,128}) (\S{1,32}) (-|\[.*?\]) ")
@@ -167,11 +167,11 @@ def test_only_connection_outcomes_render_in_the_security_schemas():
 
 
 @pytest.mark.parametrize("text,target", [
-    (None, Target("unix", path="/dev/log")),
-    ("/run/vpnw-test/log.sock", Target("unix", path="/run/vpnw-test/log.sock")),
-    ("udp://127.0.0.1:514", Target("udp", host="127.0.0.1", port=514)),
-    ("tcp://[::1]:6514", Target("tcp", host="::1", port=6514)),
-    ("tcp://logs.example:10514", Target("tcp", host="logs.example", port=10514)),
+    (None, SyslogTarget("unix", path="/dev/log")),
+    ("/run/vpnw-test/log.sock", SyslogTarget("unix", path="/run/vpnw-test/log.sock")),
+    ("udp://127.0.0.1:514", SyslogTarget("udp", host="127.0.0.1", port=514)),
+    ("tcp://[::1]:6514", SyslogTarget("tcp", host="::1", port=6514)),
+    ("tcp://logs.example:10514", SyslogTarget("tcp", host="logs.example", port=10514)),
 ])
 def test_targets(text, target):
     assert parse_target(text) == target

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from stages.broker import socks5
 from stages.broker.socks5 import (
-    NEED_DATA, ConnectRequest, Greeted, NoAcceptableMethod, ProtocolError, Refused, Socks5Parser,
+    NEED_DATA, ConnectRequest, Greeted, NoAcceptableMethod, Socks5Error, Refused, Socks5Parser,
 )
 
 
@@ -77,7 +77,7 @@ def test_unknown_address_type_is_answered_08():
     GREETING + b"\x05\x01\x00\x03\x02\xff\xfe\x00\x50",  # not UTF-8
 ])
 def test_malformed_input_raises_protocol_error(raw):
-    with pytest.raises(ProtocolError):
+    with pytest.raises(Socks5Error):
         run(raw)
 
 
@@ -97,7 +97,7 @@ def test_fuzzed_input_only_raises_protocol_error(parts, data):
     splits = data.draw(st.lists(st.integers(0, len(raw)), max_size=4))
     try:
         p, events = run(raw, splits)
-    except ProtocolError:
+    except Socks5Error:
         return
     for ev in events:
         if isinstance(ev, ConnectRequest):

@@ -211,7 +211,7 @@ def test_dial_error_codes_are_the_records():
             return next(filter(None, map(conn_fail, node.values())), None)
         return None
 
-    schema = json.loads((Path(stages.__file__).parent / "record_schema.json").read_text())
+    schema = json.loads((Path(stages.__file__).parent / "record" / "schema.json").read_text())
     record_errors = set(conn_fail(schema)["properties"]["error"]["enum"])
     assert set(DIAL_ERRORS) == record_errors - {"bad-request"}   # bad-request: a handshake's
     assert DialError("path-down", "x").error == "path-down" and str(DialError("dns", "y")) == "y"

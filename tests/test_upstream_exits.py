@@ -13,7 +13,7 @@ import threading
 import pytest
 
 import exits
-from stages.broker.dial import DialError, PathDown
+from stages.broker.dial import DialError, PathDownError
 from stages.broker.dialers import dialer_for
 from stages.broker.upstream import check_path, dial_via
 from stages.config.paths import DIRECT, PathSpec
@@ -208,7 +208,7 @@ def test_wrong_password_is_path_down_without_the_password(exit_world, label):
     ns, echo, _ = exit_world
     wrong = "WRONG-pw-" + SECRET
     path = spec(get_exit(exit_world, label), password=wrong)
-    with pytest.raises(PathDown) as caught:
+    with pytest.raises(PathDownError) as caught:
         run(ns, check_path(path))
     message = str(caught.value)
     assert "refused the username/password" in message and "office (" in message
@@ -224,7 +224,7 @@ def test_squid_bad_password_is_seen_by_the_check(exit_world):
     ns, echo, _ = exit_world
     wrong = "WRONG-pw-" + SECRET
     path = spec(get_exit(exit_world, "squid-auth"), password=wrong)
-    with pytest.raises(PathDown) as caught:
+    with pytest.raises(PathDownError) as caught:
         run(ns, check_path(path))
     assert "refused the username/password" in str(caught.value) and wrong not in str(caught.value)
     with pytest.raises(DialError) as dial_caught:
@@ -249,7 +249,7 @@ def test_nothing_listening_is_path_down(exit_world):
     for scheme in ("socks5h", "socks5", "http"):
         path = PathSpec(name="office", type="proxy", scheme=scheme, host="127.0.0.1", port=port,
                         resolves_at_exit=scheme != "socks5")
-        with pytest.raises(PathDown) as caught:
+        with pytest.raises(PathDownError) as caught:
             run(ns, check_path(path, timeout=3))
         assert "office (" in str(caught.value) and "is down" in str(caught.value)
         before = echo.accepted
@@ -305,7 +305,7 @@ def test_hostile_exit_fails_the_check(exit_world):
     fake = FakeExit(listen(ns), [b"\x04\x5a"])
     path = PathSpec(name="evil", type="proxy", scheme="socks5h", host="127.0.0.1", port=fake.port,
                     resolves_at_exit=True)
-    with pytest.raises(PathDown, match="does not answer as a SOCKS5 proxy"):
+    with pytest.raises(PathDownError, match="does not answer as a SOCKS5 proxy"):
         run(ns, check_path(path, timeout=5))
     fake.listener.close()
 
@@ -338,7 +338,7 @@ def test_a_one_letter_password_leaves_messages_whole(exit_world):
     fake.listener.close()
     down = PathSpec(name="office", type="proxy", scheme="socks5h", host="127.0.0.1", port=1,
                     username="e", password="e", resolves_at_exit=True)
-    with pytest.raises(PathDown) as caught:
+    with pytest.raises(PathDownError) as caught:
         run(ns, check_path(down, timeout=5))
     assert str(caught.value).startswith("path office (socks5h://127.0.0.1:1) is down: cannot connect "
                                         "to the exit (127.0.0.1:1: ")
@@ -350,7 +350,7 @@ def test_silent_exit_times_out(exit_world):
     listener = listen(ns)     # accepts (backlog) but never answers
     path = PathSpec(name="mute", type="proxy", scheme="socks5h", host="127.0.0.1",
                     port=listener.getsockname()[1], resolves_at_exit=True)
-    with pytest.raises(PathDown, match="no answer"):
+    with pytest.raises(PathDownError, match="no answer"):
         run(ns, check_path(path, timeout=0.5))
     with pytest.raises(DialError) as caught:
         run(ns, dial_via(path, "example.org", 443, (), timeout=0.5))

@@ -2,7 +2,7 @@
 
 Every kind of path (direct here; proxy in upstream.py; WireGuard in wireguard/) is a
 `Dialer`: `check()` proves the path answers before the program starts
-(raises PathDown: exit 123), `dial(host, port, addresses)` returns a
+(raises PathDownError: exit 123), `dial(host, port, addresses)` returns a
 connected non-blocking socket and the address reached, or raises DialError,
 whose `error` is already the record's conn.fail code. `dialer_for(path)`
 picks the one for a path.
@@ -21,7 +21,7 @@ import socket
 CONNECT_TIMEOUT = 10.0
 _IP_TYPES = (ipaddress.IPv4Address, ipaddress.IPv6Address)
 
-# conn.fail's "error" (docs/architecture.md, record_schema.json) for a dial.
+# conn.fail's "error" (docs/architecture.md, stages/record/schema.json) for a dial.
 DIAL_ERRORS = ("refused", "unreachable", "timeout", "dns", "path-down", "internal")
 
 
@@ -40,7 +40,7 @@ class DialError(Exception):
         return self.reason
 
 
-class PathDown(Exception):
+class PathDownError(Exception):
     """The chosen path does not answer; the program must not start (exit 123)."""
 
 

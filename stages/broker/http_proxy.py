@@ -14,7 +14,7 @@ Two parsers share one framing core:
 
 Events: a head (`ConnectHead`, `ForwardHead`, `ResponseHead`), `Body(data)`
 (raw bytes to pass on, chunk framing included), `END` (message complete),
-`CLOSED` (the client closed cleanly between requests) and `NEED_DATA`. Malformed input raises `ProtocolError`, and nothing else.
+`CLOSED` (the client closed cleanly between requests) and `NEED_DATA`. Malformed input raises `HttpProxyError`, and nothing else.
 
 The heads never go to the record: the record keeps host and port only.
 """
@@ -53,7 +53,7 @@ _IPV6_CHARS = re.compile(rb"[0-9A-Fa-f:.%A-Za-z_-]+\Z")
 _HEX = re.compile(rb"[0-9A-Fa-f]{1,16}\Z")
 
 
-class ProtocolError(Exception):
+class HttpProxyError(Exception):
     """Malformed or unsupported HTTP; `status` is the answer to give."""
 
     def __init__(self, reason: str, status: int = 400):
@@ -146,7 +146,7 @@ def _split_lines(head: bytes) -> list[bytes]:
     if text.endswith(b"\r"):
         text = text[:-1]
     if b"\r" in text:
-        raise ProtocolError("bare CR in the head")
+        raise HttpProxyError("bare CR in the head")
     return text.split(b"\n")
 
 
@@ -159,20 +159,20 @@ _WELL_FORMED_HEADERS = re.compile(
 
 def _parse_headers(lines: list[bytes], max_headers: int) -> list[tuple[bytes, bytes]]:
     if len(lines) > max_headers:
-        raise ProtocolError("too many headers", 431)
+        raise HttpProxyError("too many headers", 431)
     if b"" not in lines and _WELL_FORMED_HEADERS.match(b"\n".join(lines)):
         return [(name, value.strip(b" \t"))
                 for name, _, value in (line.partition(b":") for line in lines)]
     headers = []
     for line in lines:
         if line[:1] in (b" ", b"\t"):
-            raise ProtocolError("folded header lines are not accepted")
+            raise HttpProxyError("folded header lines are not accepted")
         name, sep, value = line.partition(b":")
         if not sep or not _TOKEN.match(name):
-            raise ProtocolError("malformed header line")
+            raise HttpProxyError("malformed header line")
         value = value.strip(b" \t")
         if _BAD_VALUE.search(value):
-            raise ProtocolError("control character in a header value")
+            raise HttpProxyError("control character in a header value")
         headers.append((name, value))
     return headers
 
@@ -207,20 +207,20 @@ def _body_framing(headers, names: list[bytes], *, is_request: bool) -> tuple[str
     if te:
         if cl:
             # Both at once is how requests are smuggled past a proxy.
-            raise ProtocolError("both Transfer-Encoding and Content-Length")
+            raise HttpProxyError("both Transfer-Encoding and Content-Length")
         codings = [c.strip().lower() for v in te for c in v.split(b",")]
         if codings[-1:] != [b"chunked"] or codings.count(b"chunked") != 1:
             if is_request:
-                raise ProtocolError("unsupported Transfer-Encoding", 501)
+                raise HttpProxyError("unsupported Transfer-Encoding", 501)
             return "close", 0
         return "chunked", 0
     if cl:
         values = {c.strip() for v in cl for c in v.split(b",")}
         if len(values) != 1:
-            raise ProtocolError("conflicting Content-Length values")
+            raise HttpProxyError("conflicting Content-Length values")
         value = values.pop()
         if not value.isdigit() or len(value) > 18:
-            raise ProtocolError("malformed Content-Length")
+            raise HttpProxyError("malformed Content-Length")
         length = int(value)
         return ("length", length) if length else ("none", 0)
     return ("none", 0) if is_request else ("close", 0)
@@ -232,33 +232,33 @@ def split_authority(authority: bytes) -> tuple[str, int]:
     if authority.startswith(b"["):
         end = authority.find(b"]")
         if end < 0:
-            raise ProtocolError("unclosed [ in the authority")
+            raise HttpProxyError("unclosed [ in the authority")
         host, rest = authority[1:end], authority[end + 1:]
         if not host or not _IPV6_CHARS.match(host):
-            raise ProtocolError("malformed IPv6 literal")
+            raise HttpProxyError("malformed IPv6 literal")
         if not rest.startswith(b":"):
-            raise ProtocolError("missing port")
+            raise HttpProxyError("missing port")
         port = rest[1:]
     else:
         host, sep, port = authority.rpartition(b":")
         if not sep:
-            raise ProtocolError("missing port")
+            raise HttpProxyError("missing port")
         if not host or not _HOST_CHARS.match(host):
-            raise ProtocolError("malformed host")
+            raise HttpProxyError("malformed host")
     if not _PORT.match(port) or int(port) > 65535:
-        raise ProtocolError("malformed port")
+        raise HttpProxyError("malformed port")
     try:
         return host.decode("utf-8"), int(port)
     except UnicodeDecodeError:
-        raise ProtocolError("the host is not UTF-8") from None
+        raise HttpProxyError("the host is not UTF-8") from None
 
 
 def _parse_absolute_uri(target: bytes) -> tuple[str, int, bytes, bytes]:
     """b"http://host[:port]/path?q" -> (host, port, authority, origin-form)."""
     if target[:7].lower() != b"http://":
         if target.startswith(b"/"):
-            raise ProtocolError("this is a proxy: the request needs an absolute http:// URI")
-        raise ProtocolError("only http:// URIs are forwarded (use CONNECT for https)")
+            raise HttpProxyError("this is a proxy: the request needs an absolute http:// URI")
+        raise HttpProxyError("only http:// URIs are forwarded (use CONNECT for https)")
     rest = target[7:]
     cut = len(rest)
     for sep in (b"/", b"?", b"#"):
@@ -267,9 +267,9 @@ def _parse_absolute_uri(target: bytes) -> tuple[str, int, bytes, bytes]:
             cut = i
     authority, tail = rest[:cut], rest[cut:]
     if b"@" in authority:
-        raise ProtocolError("credentials in the URI are not forwarded")
+        raise HttpProxyError("credentials in the URI are not forwarded")
     if not authority:
-        raise ProtocolError("empty host in the URI")
+        raise HttpProxyError("empty host in the URI")
     tail = tail.split(b"#", 1)[0]
     if not tail.startswith(b"/"):
         tail = b"/" + tail
@@ -291,7 +291,7 @@ class _Framer:
 
     def feed(self, data: bytes) -> None:
         if self._eof:
-            raise ProtocolError("data after end of stream")
+            raise HttpProxyError("data after end of stream")
         self._buf += data
 
     def feed_eof(self) -> None:
@@ -343,18 +343,18 @@ class _Framer:
         if not ends:
             first_nl = self._buf.find(b"\n")
             if first_nl < 0 and len(self._buf) > first_line_cap:
-                raise ProtocolError("first line too long", 414)
+                raise HttpProxyError("first line too long", 414)
             if first_nl > first_line_cap:
-                raise ProtocolError("first line too long", 414)
+                raise HttpProxyError("first line too long", 414)
             if len(self._buf) > first_line_cap + MAX_HEADERS_BYTES:
-                raise ProtocolError("headers too large", 431)
+                raise HttpProxyError("headers too large", 431)
             if self._eof and self._buf:
-                raise ProtocolError("stream ended inside a head")
+                raise HttpProxyError("stream ended inside a head")
             return None
         pos, width = min(ends)
         head = bytes(self._buf[:pos])
         if len(head) > first_line_cap + MAX_HEADERS_BYTES:
-            raise ProtocolError("headers too large", 431)
+            raise HttpProxyError("headers too large", 431)
         del self._buf[:pos + width]
         return head
 
@@ -362,7 +362,7 @@ class _Framer:
         if self._mode is LENGTH:
             if not self._buf:
                 if self._eof:
-                    raise ProtocolError("stream ended inside a body")
+                    raise HttpProxyError("stream ended inside a body")
                 return NEED_DATA
             n = min(self._left, len(self._buf), MAX_BODY_EVENT)
             data = bytes(self._buf[:n])
@@ -391,15 +391,15 @@ class _Framer:
                 nl = self._buf.find(b"\n")
                 if nl < 0:
                     if len(self._buf) > MAX_CHUNK_LINE:
-                        raise ProtocolError("chunk size line too long")
+                        raise HttpProxyError("chunk size line too long")
                     break
                 if nl > MAX_CHUNK_LINE:
-                    raise ProtocolError("chunk size line too long")
+                    raise HttpProxyError("chunk size line too long")
                 line = bytes(self._buf[:nl])
                 stripped = line[:-1] if line.endswith(b"\r") else line
                 size = stripped.split(b";", 1)[0].strip(b" \t")
                 if not _HEX.match(size) or _BAD_VALUE.search(stripped):
-                    raise ProtocolError("malformed chunk size")
+                    raise HttpProxyError("malformed chunk size")
                 out += self._buf[:nl + 1]
                 del self._buf[:nl + 1]
                 self._left = int(size, 16)
@@ -424,7 +424,7 @@ class _Framer:
                     out += b"\n"
                     del self._buf[:1]
                 elif len(self._buf) >= 2 or (self._buf and self._buf[:1] != b"\r"):
-                    raise ProtocolError("chunk not followed by a line end")
+                    raise HttpProxyError("chunk not followed by a line end")
                 else:
                     break
                 self._chunk_state = CHUNK_SIZE
@@ -432,18 +432,18 @@ class _Framer:
                 nl = self._buf.find(b"\n")
                 if nl < 0:
                     if self._trailer_bytes + len(self._buf) > MAX_HEADERS_BYTES:
-                        raise ProtocolError("trailers too large", 431)
+                        raise HttpProxyError("trailers too large", 431)
                     break
                 line = bytes(self._buf[:nl + 1])
                 del self._buf[:nl + 1]
                 out += line
                 self._trailer_bytes += len(line)
                 if self._trailer_bytes > MAX_HEADERS_BYTES:
-                    raise ProtocolError("trailers too large", 431)
+                    raise HttpProxyError("trailers too large", 431)
                 body = line.rstrip(b"\n")
                 body = body[:-1] if body.endswith(b"\r") else body
                 if b"\r" in body:
-                    raise ProtocolError("bare CR in a trailer")
+                    raise HttpProxyError("bare CR in a trailer")
                 if not body:
                     self._mode = DONE
                     break
@@ -453,7 +453,7 @@ class _Framer:
         if self._mode is DONE:
             return END
         if self._eof:
-            raise ProtocolError("stream ended inside a chunked body")
+            raise HttpProxyError("stream ended inside a chunked body")
         return NEED_DATA
 
 
@@ -467,7 +467,7 @@ class RequestParser(_Framer):
 
     def next_event(self):
         if self._mode is TUNNEL:
-            raise ProtocolError("the stream is a tunnel now")
+            raise HttpProxyError("the stream is a tunnel now")
         if self._mode is STREAM_CLOSED:
             return CLOSED
         if self._mode is DONE:
@@ -504,17 +504,17 @@ class RequestParser(_Framer):
         lines = _split_lines(head)
         request_line, header_lines = lines[0], lines[1:]
         if len(request_line) > MAX_REQUEST_LINE:
-            raise ProtocolError("request line too long", 414)
+            raise HttpProxyError("request line too long", 414)
         parts = request_line.split(b" ")
         if len(parts) != 3:
-            raise ProtocolError("malformed request line")
+            raise HttpProxyError("malformed request line")
         method, target, version = parts
         if not _METHOD.match(method):
-            raise ProtocolError("malformed method")
+            raise HttpProxyError("malformed method")
         if not _VERSION.match(version):
-            raise ProtocolError("unsupported HTTP version", 505)
+            raise HttpProxyError("unsupported HTTP version", 505)
         if not target or _BAD_VALUE.search(target) or b"\t" in target:
-            raise ProtocolError("malformed request target")
+            raise HttpProxyError("malformed request target")
         headers = _parse_headers(header_lines, MAX_HEADERS)
         names = [name.lower() for name, _ in headers]
         if method == b"CONNECT":
@@ -528,7 +528,7 @@ class RequestParser(_Framer):
         kept = _strip_hop_by_hop(headers, names, tokens, also=_HOST)
         if b"upgrade" in tokens:
             # An upgraded stream would no longer be HTTP we can frame.
-            raise ProtocolError("protocol upgrades are not forwarded (use CONNECT)", 501)
+            raise HttpProxyError("protocol upgrades are not forwarded (use CONNECT)", 501)
         kept.insert(0, (b"Host", authority))
         self._mode = _BODY_START[framing]
         self._left = length
@@ -549,14 +549,14 @@ class ResponseParser(_Framer):
 
     def expect(self, method: bytes) -> None:
         if self._mode is not IDLE:
-            raise ProtocolError("previous response not finished")
+            raise HttpProxyError("previous response not finished")
         self._method = method
         self._mode = HEAD
 
     def next_event(self):
         if self._mode is IDLE:
             if self._buf:
-                raise ProtocolError("origin sent data nobody asked for")
+                raise HttpProxyError("origin sent data nobody asked for")
             return NEED_DATA if not self._eof else END
         if self._mode is STREAM_CLOSED:
             return END
@@ -571,7 +571,7 @@ class ResponseParser(_Framer):
         head = self._take_head(MAX_REQUEST_LINE)
         if head is None:
             if self._eof:
-                raise ProtocolError("origin closed before answering")
+                raise HttpProxyError("origin closed before answering")
             return NEED_DATA
         return self._parse_response_head(head)
 
@@ -579,7 +579,7 @@ class ResponseParser(_Framer):
         lines = _split_lines(head)
         match = _STATUS_LINE.match(lines[0])
         if not match:
-            raise ProtocolError("malformed status line", 502)
+            raise HttpProxyError("malformed status line", 502)
         version, status, reason = match.group(1), int(match.group(2)), match.group(3) or b""
         headers = _parse_headers(lines[1:], MAX_RESPONSE_HEADERS)
         names = [name.lower() for name, _ in headers]
@@ -588,7 +588,7 @@ class ResponseParser(_Framer):
         kept = tuple(_strip_hop_by_hop(headers, names, tokens))
         if status < 200:
             if status == 101:
-                raise ProtocolError("origin switched protocols", 502)
+                raise HttpProxyError("origin switched protocols", 502)
             self._mode = HEAD  # the real answer follows
             return ResponseHead(status, version, reason, kept, True, False)
         if self._method == b"HEAD" or status in (204, 304):

@@ -28,7 +28,7 @@ from stages.wire.handoff import take_pending
 from stages.record.events import Emitter
 from stages.broker.connector import Connector
 from stages.broker.warn import warn
-from stages.broker.dial import PathDown
+from stages.broker.dial import PathDownError
 from stages.broker.dialers import dialer_for
 from stages.broker.journal import Journal, ms_since
 from stages.broker.handshake_cap import MAX_PENDING_HANDSHAKES
@@ -80,7 +80,7 @@ class Broker:
         kind = self.dialer.kind
         try:
             await self.dialer.check()
-        except PathDown as exc:
+        except PathDownError as exc:
             ms = ms_since(started)
             self.journal.emit("path.check", path=name, type=kind, ok=False, ms=ms, error=str(exc))
             self.journal.status(st.PathDown(path=name, error=str(exc)))

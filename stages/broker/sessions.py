@@ -137,7 +137,7 @@ class Socks5Door(_Door):
                 else:
                     request = event
                     break
-        except socks5.ProtocolError as exc:
+        except socks5.Socks5Error as exc:
             if greeted and exc.reply_code is not None:
                 await self.send_quietly(client, socks5.reply(exc.reply_code))
             self.journal.fail(self.journal.new_conn(), "handshake", "bad-request", f"SOCKS5: {exc.reason}")
@@ -188,7 +188,7 @@ class HttpDoor(_Door):
                 limit = HANDSHAKE_TIMEOUT if first else IDLE_TIMEOUT
                 try:
                     head = await self._next_head(parser, client, loop.time() + limit)
-                except http_proxy.ProtocolError as exc:
+                except http_proxy.HttpProxyError as exc:
                     await self.send_quietly(client, http_proxy.error_response(exc.status, exc.reason))
                     self.journal.fail(self.journal.new_conn(), "handshake", "bad-request", f"HTTP: {exc.reason}")
                     return
@@ -259,7 +259,7 @@ class HttpDoor(_Door):
             elif isinstance(event, (http_proxy.ConnectHead, http_proxy.ForwardHead)):
                 return event
             else:
-                raise http_proxy.ProtocolError("unexpected data between requests")
+                raise http_proxy.HttpProxyError("unexpected data between requests")
 
     async def _exchange(self, client, parser, upstream: Opened, responses, head) -> str:
         """One request and its response. Returns "keep" (both connections
@@ -270,7 +270,7 @@ class HttpDoor(_Door):
             await loop.sock_sendall(upstream.sock, data)
             upstream.bytes_up += len(data)
             responses.expect(head.method)
-        except (OSError, http_proxy.ProtocolError):
+        except (OSError, http_proxy.HttpProxyError):
             await self.send_quietly(client, http_proxy.error_response(502, "the origin closed the connection"))
             return "close"
         if not parser.body_follows():
@@ -279,7 +279,7 @@ class HttpDoor(_Door):
             parser.next_event()     # its END
             try:
                 return _after(*await self._relay_response(client, upstream, responses, head))
-            except (OSError, http_proxy.ProtocolError):
+            except (OSError, http_proxy.HttpProxyError):
                 return "close"
         body = loop.create_task(self._pump_body(client, parser, upstream))
         answer = loop.create_task(self._relay_response(client, upstream, responses, head))
@@ -293,7 +293,7 @@ class HttpDoor(_Door):
                 # side can be trusted to be at a message boundary now.
                 return "close"
             return _after(client_keeps, origin_keeps)
-        except (OSError, http_proxy.ProtocolError):
+        except (OSError, http_proxy.HttpProxyError):
             return "close"
         finally:
             for task in (body, answer):
@@ -324,7 +324,7 @@ class HttpDoor(_Door):
                 elif event is http_proxy.END:
                     return
                 else:
-                    raise http_proxy.ProtocolError("unexpected event in a request body")
+                    raise http_proxy.HttpProxyError("unexpected event in a request body")
         finally:
             if copier is not None:
                 copier.close()
@@ -366,11 +366,11 @@ class HttpDoor(_Door):
                     out.append(event.data)
                 elif event is http_proxy.END:
                     if final is None:
-                        raise http_proxy.ProtocolError("origin closed before answering", 502)
+                        raise http_proxy.HttpProxyError("origin closed before answering", 502)
                     if out:
                         await send_out()
                     break
-        except http_proxy.ProtocolError as exc:
+        except http_proxy.HttpProxyError as exc:
             if final is None:
                 out.clear()
                 await self.send_quietly(client, http_proxy.error_response(502, f"bad answer from the origin: {exc.reason}"))

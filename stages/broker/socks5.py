@@ -10,7 +10,7 @@ Feed the client's bytes; `next_event()` returns one of:
 * `Refused(reply, reason)`: a request we answer with an error (BIND and UDP
   ASSOCIATE: 0x07; unknown address type: 0x08), then close.
 
-Anything else malformed raises `ProtocolError` and nothing else. Only version
+Anything else malformed raises `Socks5Error` and nothing else. Only version
 5 is spoken: SOCKS4/4a clients get the connection closed.
 """
 from __future__ import annotations
@@ -39,7 +39,7 @@ COMMAND_NOT_SUPPORTED = 0x07
 ADDRESS_TYPE_NOT_SUPPORTED = 0x08
 
 
-class ProtocolError(Exception):
+class Socks5Error(Exception):
     """Malformed SOCKS5; `reply_code` is the answer to give when we are past
     the greeting (None: just close)."""
 
@@ -98,7 +98,7 @@ class Socks5Parser:
             return
         self._buf += data
         if len(self._buf) > 1024 * 1024:
-            raise ProtocolError("too much data before the request was answered")
+            raise Socks5Error("too much data before the request was answered")
 
     def early_data(self) -> bytes:
         data = bytes(self._buf)
@@ -110,14 +110,14 @@ class Socks5Parser:
             return self._greeting()
         if self._state == "request":
             return self._request()
-        raise ProtocolError("the handshake is over")
+        raise Socks5Error("the handshake is over")
 
     def _greeting(self):
         buf = self._buf
         if not buf:
             return NEED_DATA
         if buf[0] != VERSION:
-            raise ProtocolError(f"not SOCKS version 5 (first byte {buf[0]:#04x})")
+            raise Socks5Error(f"not SOCKS version 5 (first byte {buf[0]:#04x})")
         if len(buf) < 2:
             return NEED_DATA
         count = buf[1]
@@ -134,14 +134,14 @@ class Socks5Parser:
     def _request(self):
         buf = self._buf
         if buf[:1] and buf[0] != VERSION:
-            raise ProtocolError("request is not SOCKS version 5", GENERAL_FAILURE)
+            raise Socks5Error("request is not SOCKS version 5", GENERAL_FAILURE)
         if len(buf) < 4 or (len(buf) < 5 and buf[3] == ATYP_DOMAIN):
             return NEED_DATA
         version, command, reserved, atyp = buf[0], buf[1], buf[2], buf[3]
         if version != VERSION:
-            raise ProtocolError("request is not SOCKS version 5", GENERAL_FAILURE)
+            raise Socks5Error("request is not SOCKS version 5", GENERAL_FAILURE)
         if reserved != 0:
-            raise ProtocolError("reserved byte is not zero", GENERAL_FAILURE)
+            raise Socks5Error("reserved byte is not zero", GENERAL_FAILURE)
         if atyp == ATYP_IPV4:
             need = 4 + 4 + 2
         elif atyp == ATYP_IPV6:
@@ -168,9 +168,9 @@ class Socks5Parser:
         else:
             name = raw[1:]
             if not name:
-                raise ProtocolError("empty domain name", GENERAL_FAILURE)
+                raise Socks5Error("empty domain name", GENERAL_FAILURE)
             try:
                 host = name.decode("utf-8")
             except UnicodeDecodeError:
-                raise ProtocolError("domain name is not UTF-8", GENERAL_FAILURE) from None
+                raise Socks5Error("domain name is not UTF-8", GENERAL_FAILURE) from None
         return ConnectRequest(host, port, atyp)

@@ -42,7 +42,7 @@ from stages.wire.proxy_clients import (  # noqa: F401
 )
 from stages.config.paths import PathSpec
 
-from stages.broker.dial import DialError, PathDown
+from stages.broker.dial import DialError, PathDownError
 
 
 # ===================== asyncio shell ==========================================
@@ -147,7 +147,7 @@ class _Refused(Exception):
 
 
 async def check_path(path: PathSpec, timeout: float = 5.0) -> None:
-    """Prove the proxy path answers before the program starts; raises PathDown."""
+    """Prove the proxy path answers before the program starts; raises PathDownError."""
     loop = asyncio.get_running_loop()
     sock = None
     try:
@@ -170,16 +170,16 @@ async def check_path(path: PathSpec, timeout: float = 5.0) -> None:
                 if isinstance(events[0], AuthRefused):
                     raise _Refused(events[0].message)
     except TimeoutError:
-        raise PathDown(f"path {path.describe()} is down: no answer within {timeout:g} s") from None
+        raise PathDownError(f"path {path.describe()} is down: no answer within {timeout:g} s") from None
     except _ExitGone as exc:
-        raise PathDown(f"path {path.describe()} is down: {exc}") from None
+        raise PathDownError(f"path {path.describe()} is down: {exc}") from None
     except _Refused as exc:
-        raise PathDown(f"path {path.describe()}: {exc}") from None
+        raise PathDownError(f"path {path.describe()}: {exc}") from None
     except ExitProtocolError as exc:
         kind = "a SOCKS5 proxy" if path.scheme.startswith("socks") else "an HTTP proxy"
-        raise PathDown(f"path {path.describe()}: the exit does not answer as {kind} ({exc})") from None
+        raise PathDownError(f"path {path.describe()}: the exit does not answer as {kind} ({exc})") from None
     except OSError as exc:
-        raise PathDown(f"path {path.describe()} is down: {exc.strerror or type(exc).__name__}") from None
+        raise PathDownError(f"path {path.describe()} is down: {exc.strerror or type(exc).__name__}") from None
     finally:
         if sock is not None:
             sock.close()

@@ -1,6 +1,6 @@
 """The seccomp filter the program runs under: rules as data, then libseccomp.
 
-`filter_rules()` is pure (a list of Rule records) so tests can read exactly
+`filter_rules()` is pure (a list of SyscallRule records) so tests can read exactly
 what is refused; `build_filter()` turns them into a libseccomp context
 (through pyseccomp) that the program's process loads just before exec.
 
@@ -41,7 +41,7 @@ TIOCSTI, TIOCLINUX = 0x5412, 0x541C
 REFUSED_FAMILY_ERRNO = errno.EAFNOSUPPORT
 
 
-class Rule(NamedTuple):
+class SyscallRule(NamedTuple):
     """Refuse `syscall` with `errno_` when every (arg, mask, value) matches."""
     syscall: str
     errno_: int
@@ -80,36 +80,36 @@ def allowed_families(allow_unix_sockets: bool) -> set[int]:
     return fams
 
 
-def filter_rules(allow_unix_sockets: bool) -> list[Rule]:
-    rules = [Rule(name, errno.ENOSYS) for name in
+def filter_rules(allow_unix_sockets: bool) -> list[SyscallRule]:
+    rules = [SyscallRule(name, errno.ENOSYS) for name in
              ("io_uring_setup", "io_uring_enter", "io_uring_register")]
     # socket(int family, ...): the kernel reads only the low 32 bits, so the
     # patterns look only at those (a 64-bit compare would let 0x1_00000001
     # through as AF_UNIX).
     for mask, value in complement_patterns(allowed_families(allow_unix_sockets), 32):
-        rules.append(Rule("socket", REFUSED_FAMILY_ERRNO, ((0, mask, value),)))
+        rules.append(SyscallRule("socket", REFUSED_FAMILY_ERRNO, ((0, mask, value),)))
     # socketpair(int family, ...) makes sockets of its family too (TIPC can):
     # the same family rule as socket(), plus AF_UNIX, whose pairs the type
     # rule below narrows.
     for mask, value in complement_patterns(allowed_families(allow_unix_sockets) | {AF_UNIX}, 32):
-        rules.append(Rule("socketpair", REFUSED_FAMILY_ERRNO, ((0, mask, value),)))
+        rules.append(SyscallRule("socketpair", REFUSED_FAMILY_ERRNO, ((0, mask, value),)))
     if not allow_unix_sockets:
         # A stream or seqpacket socketpair is a private channel between two
         # fds of this process tree (asyncio, libuv and Node use stream pairs
         # for child stdio; Codex CLI and Chromium's crashpad use seqpacket
         # ones): the kernel keeps each end connected to the other for life.
         for mask, value in complement_patterns(set(CONNECTED_PAIR_TYPES), SOCK_TYPE_BITS):
-            rules.append(Rule("socketpair", errno.EPERM,
+            rules.append(SyscallRule("socketpair", errno.EPERM,
                               ((0, 0xFFFFFFFF, AF_UNIX), (1, mask, value))))
     for cmd in (TIOCSTI, TIOCLINUX):
-        rules.append(Rule("ioctl", errno.EPERM, ((1, 0xFFFFFFFF, cmd),)))
+        rules.append(SyscallRule("ioctl", errno.EPERM, ((1, 0xFFFFFFFF, cmd),)))
     for name in ("add_key", "request_key", "keyctl"):
-        rules.append(Rule(name, errno.EPERM))
-    rules.append(Rule("unshare", errno.EPERM, ((0, CLONE_NEWUSER, CLONE_NEWUSER),)))
-    rules.append(Rule("clone", errno.EPERM, ((0, CLONE_NEWUSER, CLONE_NEWUSER),)))
+        rules.append(SyscallRule(name, errno.EPERM))
+    rules.append(SyscallRule("unshare", errno.EPERM, ((0, CLONE_NEWUSER, CLONE_NEWUSER),)))
+    rules.append(SyscallRule("clone", errno.EPERM, ((0, CLONE_NEWUSER, CLONE_NEWUSER),)))
     # clone3 passes its flags in a struct seccomp cannot read; ENOSYS makes
     # glibc fall back to clone(), whose flags the rule above can check.
-    rules.append(Rule("clone3", errno.ENOSYS))
+    rules.append(SyscallRule("clone3", errno.ENOSYS))
     return rules
 
 

@@ -193,7 +193,7 @@ def check_paths(config_file: str) -> list[Check]:
     """Each configured path, checked the way a run checks it before the program starts."""
     import asyncio
 
-    from stages.broker.dial import PathDown
+    from stages.broker.dial import PathDownError
     from stages.broker.dialers import dialer_for
     from stages.config.paths import ConfigError, load_config, with_secret
     try:
@@ -214,7 +214,7 @@ def check_paths(config_file: str) -> list[Check]:
         try:
             asyncio.run(dialer.check())
             checks.append(Check(f"path {name}", "ok", f"{path.describe()} answers"))
-        except PathDown as e:
+        except PathDownError as e:
             checks.append(Check(f"path {name}", "warn", str(e),
                                 "start the exit or fix its url/credentials; runs via it exit 123"))
         finally:

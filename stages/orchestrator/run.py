@@ -51,7 +51,7 @@ class RunRequest:
 
 
 # While the program's terminal is relayed, vpnw's own messages join its output
-# at line boundaries (terminal.Relay.say) instead of cutting into it.
+# at line boundaries (terminal.TerminalRelay.say) instead of cutting into it.
 _relay_say = None
 
 
@@ -150,7 +150,7 @@ class _Terminal:
     program_out: int = 1             # the user's fd the program's stdout goes to
     human_r: int | None = None       # vpnw's lines, to merge into the program's output
     pty_socket: object = None        # (ours, the helper's): the pty master comes over it
-    relay: object = None             # terminal.Relay once the master is here
+    relay: object = None             # terminal.TerminalRelay once the master is here
     own_fds: list = field(default_factory=list)   # closed by the orchestrator after the forks
 
 
@@ -196,12 +196,12 @@ def _start_relay(terminal: _Terminal):
     the sandbox's own devpts and sends the master over the socket. Until it
     comes (or if it never does: the helper failed first) vpnw's lines still
     flow through the relay."""
-    from stages.orchestrator.terminal import Relay
+    from stages.orchestrator.terminal import TerminalRelay
     ours, helpers = terminal.pty_socket
     helpers.close()
     terminal.pty_socket = None
     global _relay_say
-    terminal.relay = Relay(0, terminal.program_out, None, terminal.human_r, master_from=ours)
+    terminal.relay = TerminalRelay(0, terminal.program_out, None, terminal.human_r, master_from=ours)
     _relay_say = terminal.relay.say
     return terminal.relay
 

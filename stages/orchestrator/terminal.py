@@ -68,7 +68,7 @@ def _columns_rows(winsize: bytes | None) -> tuple[int, int]:
     return cols or 80, rows or 24
 
 
-class Relay:
+class TerminalRelay:
     """Relays between the user's terminal (user_in/user_out) and the pty master.
 
     `human_r` is the read end of the pipe that carries vpnw's human lines

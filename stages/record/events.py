@@ -2,7 +2,7 @@
 
 Every stage that writes events uses `Emitter`; every stage that reads them uses
 `read_events`. The human-readable description is docs/record.md and the
-machine-readable one is record_schema.json beside this file; tests check that
+machine-readable one is schema.json beside this file; tests check that
 all three agree.
 """
 from __future__ import annotations

@@ -3,7 +3,7 @@
 in that namespace and handed over by fd, so the connection can only leave
 through the tunnel, and the machine's routes never change.
 
-Fail closed: `check()` raises PathDown (exit 123) unless wireguard-go
+Fail closed: `check()` raises PathDownError (exit 123) unless wireguard-go
 completed a handshake in time; once the path process or wireguard-go is
 gone, each new dial fails with path-down, never a direct connection.
 """
@@ -16,7 +16,7 @@ import socket
 import subprocess
 import sys
 
-from stages.broker.dial import DialError, PathDown, dial_direct
+from stages.broker.dial import DialError, PathDownError, dial_direct
 
 START_TIMEOUT = 20.0    # the path process's own handshake bound is shorter
 
@@ -49,7 +49,7 @@ class WireGuardDialer:
                 pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL, close_fds=True)
         except OSError as exc:
             ours.close()
-            raise PathDown(f"{self.path.describe()}: cannot start the path process ({exc})") from None
+            raise PathDownError(f"{self.path.describe()}: cannot start the path process ({exc})") from None
         finally:
             theirs.close()
         ours.setblocking(False)
@@ -64,7 +64,7 @@ class WireGuardDialer:
             self.close()
             reason = answer[5:].decode("utf-8", "replace") if answer.startswith(b"down ") else \
                 "the path process stopped before it opened the tunnel"
-            raise PathDown(f"{self.path.describe()}: {reason}")
+            raise PathDownError(f"{self.path.describe()}: {reason}")
 
     async def _socket(self, family: int, kind: str = "t") -> socket.socket:
         """A socket made in the path namespace (DialError path-down when gone).

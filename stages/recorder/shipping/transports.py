@@ -23,7 +23,7 @@ class TargetError(ValueError):
 
 
 @dataclass(frozen=True)
-class Target:
+class SyslogTarget:
     kind: str            # unix | udp | tcp
     path: str | None = None
     host: str | None = None
@@ -45,13 +45,13 @@ class Target:
         return f"{self.kind}://{host}:{self.port}"
 
 
-def parse_target(text: str | None) -> Target:
+def parse_target(text: str | None) -> SyslogTarget:
     if text is None or text == "":
         text = DEFAULT_TARGET
     if text.startswith("/"):
         if "\0" in text:
             raise TargetError("a socket path cannot hold a NUL byte")
-        return Target("unix", path=text)
+        return SyslogTarget("unix", path=text)
     scheme, sep, rest = text.partition("://")
     if not sep or scheme not in ("udp", "tcp"):
         raise TargetError(f"{text!r} is not a syslog target; use /dev/log (or another "
@@ -70,10 +70,10 @@ def parse_target(text: str | None) -> Target:
         raise TargetError(f"{text!r}: give a host and a port, as in {scheme}://127.0.0.1:514")
     if not port_text.isdigit() or not 0 < int(port_text) < 65536:
         raise TargetError(f"{text!r}: the port must be a number from 1 to 65535")
-    return Target(scheme, host=host, port=int(port_text))
+    return SyslogTarget(scheme, host=host, port=int(port_text))
 
 
-def open_socket(target: Target) -> socket.socket:
+def open_socket(target: SyslogTarget) -> socket.socket:
     """A non-blocking socket connected (or, for TCP, connecting) to `target`.
     OSError if the target cannot be reached at all (no such socket, no such
     host): the caller says so and the run goes on without the copy."""
