@@ -17,9 +17,10 @@ from dataclasses import dataclass, field
 
 from stages import __version__
 from stages.wire import handoff
+from stages.orchestrator import outcome
 from stages.wire import status as st
 from stages.kernel.descriptors import close_all_but
-from stages.wire.exits import ExitCode, killed_by
+from stages.wire.exits import ExitCode
 from stages.record.events import (
     Emitter, RecordUnwritable, new_run_id, open_run_file, vpnw_state_dir,
 )
@@ -622,38 +623,11 @@ class _Run:
             os.waitpid(self.pids[name], 0)
 
     def _exit_code(self) -> tuple[int, str | None]:
-        if self.interrupted and not self.started:
-            # Like a shell: 128 + the signal. The program was never run.
-            message = (f"interrupted by {signal.Signals(self.interrupted).name} before the program "
-                       f"started; the program was not run")
+        code, message = outcome.exit_code(outcome.Reports(
+            path_name=self.request.path.name, started=self.started, path_ok=self.path_ok,
+            path_down=self.path_down, seal_error=self.seal_error, fatal=self.fatal,
+            refused=self.refused, interrupted=self.interrupted, exec_error=self.exec_error,
+            program_exit=self.program_exit, totals=self.totals))
+        if message is not None:
             say(message)
-            return killed_by(self.interrupted), message
-        if self.refused:
-            say(self.refused)
-            return ExitCode.INTERNAL, self.refused
-        if self.path_ok is False and not self.started:
-            down = self.path_down
-            why = down.error if isinstance(down, st.PathDown) else (down or "no answer")
-            message = (f"the path {self.request.path.name!r} is down: {why}; "
-                       f"the program was not started (vpnw never falls back to a direct connection)")
-            say(message)
-            return ExitCode.PATH_DOWN, message
-        if self.seal_error:
-            say(self.seal_error)
-            return ExitCode.NO_SANDBOX, self.seal_error
-        if self.fatal:
-            say(self.fatal)
-            return ExitCode.INTERNAL, self.fatal
-        if self.exec_error:
-            say(self.exec_error.error)
-            return self.exec_error.code, self.exec_error.error
-        if self.program_exit is None:
-            message = "the sandbox ended without reporting the program's exit"
-            say(message)
-            return ExitCode.INTERNAL, message
-        totals = self.totals or st.Totals()
-        if totals.denied or totals.would_deny:
-            return ExitCode.DENIED, None
-        if self.program_exit.signal:
-            return killed_by(self.program_exit.signal), None
-        return self.program_exit.code, None
+        return code, message
