@@ -46,3 +46,13 @@ def test_the_order_when_several_reports_came():
     assert exit_code(Reports(**{**RAN, "interrupted": signal.SIGINT}))[0] == 0
     assert exit_code(Reports(**{**RAN, "program_exit": st.Exited(-1, signal.SIGTERM),
                                 "totals": st.Totals(denied=1)}))[0] == ExitCode.DENIED
+
+
+def test_every_status_message_has_its_phases_in_the_table():
+    from stages.orchestrator.run import ACCEPTED, PHASE_WORDS
+    assert set(ACCEPTED["helper"]) == set(st.HELPER_STATUS)
+    assert set(ACCEPTED["broker"]) == set(st.BROKER_STATUS)
+    phases = {p for channel in ACCEPTED.values() for allowed in channel.values() for p in allowed}
+    assert phases <= set(PHASE_WORDS)
+    # Nothing is accepted from a stage after its last message.
+    assert all("over" not in allowed for channel in ACCEPTED.values() for allowed in channel.values())

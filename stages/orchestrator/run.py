@@ -368,6 +368,30 @@ def _file_limits(files) -> tuple[dict | None, dict]:
     return files.to_helper(abi), {"files": files.to_record(abi)}
 
 
+# Which status message each channel may send in which phase (the discipline of
+# OpenSSH's monitor dispatch tables): anything else is refused, the stage is
+# stopped and the run ends 125. The helper: sealing -> sealed (Ready) ->
+# running (go sent) -> over (its last message); the broker: checking -> checked
+# (its path report) -> over (Totals).
+ACCEPTED = {
+    "helper": {
+        st.Ready: {"sealing"},
+        st.Stopped: {"running"},                       # only on a terminal
+        st.SandboxFailed: {"sealing", "sealed", "running"},
+        st.ExecFailed: {"sealing", "sealed", "running"},
+        st.Exited: {"running"},
+    },
+    "broker": {
+        st.PathOk: {"checking"},
+        st.PathDown: {"checking"},
+        st.Totals: {"checking", "checked"},            # a broker that fails first sends only Totals
+    },
+}
+PHASE_WORDS = {"sealing": "the sandbox was being sealed", "sealed": "the program waited to start",
+               "running": "the program ran", "over": "the stage had sent its last message",
+               "checking": "the path was being checked", "checked": "the path had been reported"}
+
+
 class _Run:
     """Waits for the stages and turns what they report into vpnw's exit code."""
 
@@ -485,8 +509,10 @@ class _Run:
         """Every message the stage sent, each checked against what may come now."""
         try:
             for message in reader.messages():
-                handlers = self._HELPER if stage == "helper" else self._BROKER
-                problem = handlers[type(message)](self, message)
+                phase = self._phase(stage)
+                if phase not in ACCEPTED[stage][type(message)]:
+                    raise st.StatusError(f"{type(message).__name__} while {PHASE_WORDS[phase]}")
+                problem = self._HANDLERS[type(message)](self, message)
                 if problem:
                     raise st.StatusError(problem)
         except st.StatusError as exc:
@@ -500,79 +526,55 @@ class _Run:
             except ProcessLookupError:
                 pass
 
-    # helper (HELPER_STATUS): Ready once; Stopped while the program runs on a
-    # terminal; then at most one last message: SandboxFailed, ExecFailed, or
-    # Exited once the program was let go.
-    def _on_ready(self, message: st.Ready) -> str | None:
-        if self.helper_over:
-            return "a message after its last one"
-        if self.ready is not None:
-            return "a second seal report"
+    def _phase(self, stage: str) -> str:
+        if stage == "helper":
+            if self.helper_over:
+                return "over"
+            return "running" if self.started else "sealed" if self.ready is not None else "sealing"
+        if self.totals is not None:
+            return "over"
+        return "checking" if self.path_ok is None else "checked"
+
+    # Each handler runs only in a phase ACCEPTED allows; it records the report.
+    def _on_ready(self, message: st.Ready) -> None:
         self.ready = message
         self.emitter.emit("sandbox.ready", namespaces=list(message.namespaces),
                           seccomp=message.seccomp, unix_sockets=message.unix_sockets,
                           doors=dict(message.doors))
-        return None
 
     def _on_stopped(self, message: st.Stopped) -> str | None:
-        if not self.started or self.helper_over:
-            return "a stop report while no program runs"
         if self.relay is None:
             return "a stop report without a terminal"
         self.relay.program_stopped(message.signal)
         return None
 
-    def _on_sandbox_failed(self, message: st.SandboxFailed) -> str | None:
-        if self.helper_over:
-            return "a message after its last one"
+    def _on_sandbox_failed(self, message: st.SandboxFailed) -> None:
         self.helper_over = True
         if message.code == ExitCode.NO_SANDBOX:
             self.seal_error = message.error
         else:   # the helper itself failed: vpnw's fault, not the machine's
             self.fatal = self.fatal or message.error
-        return None
 
-    def _on_exec_failed(self, message: st.ExecFailed) -> str | None:
-        if self.helper_over:
-            return "a message after its last one"
+    def _on_exec_failed(self, message: st.ExecFailed) -> None:
         self.helper_over = True
         self.exec_error = message
-        return None
 
-    def _on_exited(self, message: st.Exited) -> str | None:
-        if not self.started:
-            return "a program exit before the program was let go"
-        if self.helper_over:
-            return "a message after its last one"
+    def _on_exited(self, message: st.Exited) -> None:
         self.helper_over = True
         self.program_exit = message
         self.emitter.emit("program.exit", code=message.code, signal=message.signal)
-        return None
 
-    # broker (BROKER_STATUS): PathOk or PathDown first (unless it failed
-    # first), Totals last.
-    def _on_path_ok(self, message: st.PathOk) -> str | None:
-        if self.path_ok is not None or self.totals is not None:
-            return "a second path report"
-        self.path_ok = True
-        return None
+    def _on_path_report(self, message: st.PathOk | st.PathDown) -> None:
+        self.path_ok = isinstance(message, st.PathOk)
+        if not self.path_ok:
+            self.path_down = message
 
-    def _on_path_down(self, message: st.PathDown) -> str | None:
-        if self.path_ok is not None or self.totals is not None:
-            return "a second path report"
-        self.path_ok = False
-        self.path_down = message
-        return None
-
-    def _on_totals(self, message: st.Totals) -> str | None:
-        if self.totals is not None:
-            return "a second set of totals"
+    def _on_totals(self, message: st.Totals) -> None:
         self.totals = message
-        return None
 
-    _HELPER = {st.Ready: _on_ready, st.Stopped: _on_stopped, st.SandboxFailed: _on_sandbox_failed,
-               st.ExecFailed: _on_exec_failed, st.Exited: _on_exited}
-    _BROKER = {st.PathOk: _on_path_ok, st.PathDown: _on_path_down, st.Totals: _on_totals}
+    _HANDLERS = {st.Ready: _on_ready, st.Stopped: _on_stopped, st.SandboxFailed: _on_sandbox_failed,
+                 st.ExecFailed: _on_exec_failed, st.Exited: _on_exited,
+                 st.PathOk: _on_path_report, st.PathDown: _on_path_report, st.Totals: _on_totals}
 
     def _on_eof(self, stage):
         if stage == "helper" and not self.helper_over and not self.fatal:
