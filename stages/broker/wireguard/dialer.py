@@ -17,6 +17,7 @@ import subprocess
 import sys
 
 from stages.broker.dial import DialError, PathDownError, dial_direct
+from stages.broker.wireguard import control
 
 START_TIMEOUT = 20.0    # the path process's own handshake bound is shorter
 
@@ -57,14 +58,14 @@ class WireGuardDialer:
         loop = asyncio.get_running_loop()
         try:
             async with asyncio.timeout(START_TIMEOUT):
-                answer = await loop.sock_recv(ours, 4096)
+                answer = control.decode_start(await loop.sock_recv(ours, 4096))
         except asyncio.TimeoutError:
-            answer = b"down the tunnel did not come up in time"
-        if answer != b"ok":
+            answer = control.Down("the tunnel did not come up in time")
+        except (OSError, control.ControlError):
+            answer = control.Down("the path process stopped before it opened the tunnel")
+        if not isinstance(answer, control.Up):
             self.close()
-            reason = answer[5:].decode("utf-8", "replace") if answer.startswith(b"down ") else \
-                "the path process stopped before it opened the tunnel"
-            raise PathDownError(f"{self.path.describe()}: {reason}")
+            raise PathDownError(f"{self.path.describe()}: {answer.reason}")
 
     async def _socket(self, family: int, kind: str = "t") -> socket.socket:
         """A socket made in the path namespace (DialError path-down when gone).
@@ -73,30 +74,32 @@ class WireGuardDialer:
         if self.ctl is None or self.down:
             raise DialError("path-down", self.down or "the WireGuard path is not open")
         loop = asyncio.get_running_loop()
-        request = (kind + ("6" if family == socket.AF_INET6 else "4")).encode()
-        if kind == "t":
+        stream = kind == "t"
+        if stream:
             spare = self.spare.setdefault(family, [])
             if spare:
                 return spare.pop()
-            request = request.replace(b"t", b"T", 1)
         async with self.lock:
-            if kind == "t" and self.spare[family]:
+            if stream and self.spare[family]:
                 return self.spare[family].pop()       # another dial fetched a batch meanwhile
             try:
-                await loop.sock_sendall(self.ctl, request)
-                got = await _recv_fd(loop, self.ctl)
-                if isinstance(got, list):
-                    got, self.spare[family][:0] = got[0], got[1:]
-            except (OSError, EOFError) as exc:
+                await loop.sock_sendall(self.ctl, control.encode_request(
+                    control.SocketRequest(family, stream=stream, batch=stream)))
+                got = await _reply(loop, self.ctl)
+            except (OSError, EOFError, control.ControlError) as exc:
                 self.down = (f"the WireGuard tunnel to {self.path.wireguard.endpoint} is gone "
                              f"(its process stopped: {exc or 'closed'})")
                 raise DialError("path-down", self.down) from None
-        if isinstance(got, str) and got.startswith("down "):
-            self.down = f"the WireGuard tunnel to {self.path.wireguard.endpoint} is gone ({got[5:]})"
+        if isinstance(got, control.Down):
+            self.down = f"the WireGuard tunnel to {self.path.wireguard.endpoint} is gone ({got.reason})"
             raise DialError("path-down", self.down)
-        if isinstance(got, str):
-            raise DialError("internal", f"the path namespace made no socket: {got}")
-        return got
+        if not isinstance(got, control.Sockets):
+            reason = got.reason if isinstance(got, control.Refused) else "an answer to another question"
+            raise DialError("internal", f"the path namespace made no socket: {reason}")
+        first, *rest = (socket.socket(fileno=fd) for fd in got.fds)
+        if stream:
+            self.spare[family][:0] = rest
+        return first
 
     async def dial(self, host: str, port: int, addresses: tuple) -> tuple[socket.socket, str]:
         try:
@@ -112,12 +115,12 @@ class WireGuardDialer:
         loop = asyncio.get_running_loop()
         async with self.lock:
             try:
-                await loop.sock_sendall(self.ctl, b"h")
-                got = await _recv_fd(loop, self.ctl)
-            except (OSError, EOFError):
-                got = "down its process stopped"
-        if isinstance(got, str) and got.startswith("down"):
-            self.down = f"the WireGuard tunnel to {self.path.wireguard.endpoint} is gone ({got[5:]})"
+                await loop.sock_sendall(self.ctl, control.encode_request(control.HealthQuestion()))
+                got = await _reply(loop, self.ctl)
+            except (OSError, EOFError, control.ControlError):
+                got = control.Down("its process stopped")
+        if isinstance(got, control.Down):
+            self.down = f"the WireGuard tunnel to {self.path.wireguard.endpoint} is gone ({got.reason})"
             raise DialError("path-down", self.down)
 
     async def _resolve_in_tunnel(self, host: str) -> tuple[tuple, str]:
@@ -156,8 +159,8 @@ class WireGuardDialer:
             self.process.wait()
 
 
-async def _recv_fd(loop, ctl: socket.socket):
-    """One reply: a socket, or the path process's reason (str)."""
+async def _reply(loop, ctl: socket.socket):
+    """The path process's next reply (control.py), its sockets attached."""
     future = loop.create_future()
 
     def readable():
@@ -179,13 +182,7 @@ async def _recv_fd(loop, ctl: socket.socket):
         loop.remove_reader(ctl.fileno())
     if not message and not fds:
         raise EOFError("closed")
-    if message == b"s" and len(fds) == 1:
-        return socket.socket(fileno=fds[0])
-    if message == b"s" and fds:
-        return [socket.socket(fileno=fd) for fd in fds]
-    for fd in fds:
-        os.close(fd)
-    return message[2:].decode("utf-8", "replace")
+    return control.decode_reply(message, fds)
 
 
 DNS_TRY_TIMEOUT = 2.0

@@ -15,13 +15,7 @@ interface or socket file of the machine changes, and no helper package
 (pasta, slirp4netns) is needed. wireguard-go's peer endpoint is the inner
 socket; the relay copies datagrams both ways.
 
-Control protocol (SOCK_SEQPACKET, one message each way per request):
-  broker -> here: the first message is the tunnel as JSON (keys in hex);
-  here -> broker: b"ok" once the handshake completed, or b"down " + reason;
-  broker -> here: b"t4" | b"t6" | b"u4" | b"u6" -> here: b"s" with the new
-  socket (TCP/UDP, made in the path namespace) as SCM_RIGHTS, or b"e " + reason;
-  b"T4" | b"T6": the same with up to SOCKET_BATCH TCP sockets in one message;
-  b"h" -> b"e up" or b"e down " + why (asked after a dial failed).
+Control protocol: stages/broker/wireguard/control.py (typed messages, both sides).
 EOF on the control socket ends the path: wireguard-go is killed, and with
 this process go the namespaces, the tun device and the tmpfs.
 """
@@ -38,6 +32,8 @@ import struct
 import subprocess
 import sys
 import time
+
+from stages.broker.wireguard import control
 
 TUN_NAME = "vpnw0"
 LISTEN_PORT = 51820
@@ -214,25 +210,25 @@ class PathNamespace:
             return False
         return any(v != "0" for v in answer.get("last_handshake_time_sec", []))
 
-    def health(self) -> str:
-        """'up', or 'down ' + why: asked by the broker after a dial failed,
+    def health(self) -> control.Up | control.Down:
+        """Up, or Down with why: asked by the broker after a dial failed,
         so that a dead tunnel is path-down, not the destination's fault."""
         if self.wg.poll() is not None:
-            return "down wireguard-go stopped"
+            return control.Down("wireguard-go stopped")
         try:
             socket.if_nametoindex(TUN_NAME)
         except OSError:
-            return "down the tun device is gone"
+            return control.Down("the tun device is gone")
         try:
             answer = _uapi("get=1\n\n", timeout=1.0)
         except OSError:
-            return "down wireguard-go does not answer"
+            return control.Down("wireguard-go does not answer")
         last = max((int(v) for v in answer.get("last_handshake_time_sec", ["0"])), default=0)
         # WireGuard drops a session 180 s after its handshake (REJECT_AFTER_TIME);
         # older than that with the peer silent, nothing gets through.
         if last and time.time() - last > 180 + 15:
-            return f"down no handshake with {self.tunnel['endpoint']} for {int(time.time() - last)} s"
-        return "up"
+            return control.Down(f"no handshake with {self.tunnel['endpoint']} for {int(time.time() - last)} s")
+        return control.Up()
 
     def relay(self, sock: socket.socket) -> None:
         """Move the datagrams waiting on one side to the other."""
@@ -252,31 +248,30 @@ class PathNamespace:
                 # is retried by wireguard-go itself.
                 continue
 
-    def serve(self, request: bytes) -> None:
-        kinds = {b"t4": (socket.AF_INET, socket.SOCK_STREAM), b"t6": (socket.AF_INET6, socket.SOCK_STREAM),
-                 b"u4": (socket.AF_INET, socket.SOCK_DGRAM), b"u6": (socket.AF_INET6, socket.SOCK_DGRAM)}
-        if request == b"h":
-            self.ctl.send(b"e " + self.health().encode())
+    def serve(self, data: bytes) -> None:
+        try:
+            request = control.decode_request(data)
+        except control.ControlError as exc:
+            self.ctl.send(control.encode_reply(control.Refused(str(exc))))
             return
-        count = 1
-        if request[:1] == b"T":
-            # A batch of TCP sockets: one round trip for many dials.
-            request, count = b"t" + request[1:], SOCKET_BATCH
-        if request not in kinds:
-            self.ctl.send(b"e unknown request")
+        if isinstance(request, control.HealthQuestion):
+            self.ctl.send(control.encode_reply(self.health()))
             return
         if self.wg.poll() is not None:
             # Its tun is gone with it; say so rather than hand out a socket
             # that can only fail.
-            self.ctl.send(b"e down wireguard-go stopped")
+            self.ctl.send(control.encode_reply(control.Down("wireguard-go stopped")))
             return
+        # A batch of TCP sockets: one round trip for many dials.
+        count = SOCKET_BATCH if request.batch else 1
+        kind = socket.SOCK_STREAM if request.stream else socket.SOCK_DGRAM
         made = []
         try:
             for _ in range(count):
-                made.append(socket.socket(*kinds[request]))
+                made.append(socket.socket(request.family, kind))
         except OSError as exc:
             if not made:
-                self.ctl.send(f"e {exc.strerror}".encode())
+                self.ctl.send(control.encode_reply(control.Refused(exc.strerror)))
                 return
         try:
             socket.send_fds(self.ctl, [b"s"], [m.fileno() for m in made])
@@ -301,11 +296,11 @@ class PathNamespace:
                     if self.tunnel["keepalive"] != 1:
                         _uapi(f"set=1\npublic_key={self.tunnel['public_key']}\n"
                               f"persistent_keepalive_interval={self.tunnel['keepalive']}\n\n")
-                    self.ctl.send(b"ok")
+                    self.ctl.send(control.encode_start(control.Up()))
                 elif now > deadline:
-                    self.ctl.send(f"down no handshake with {self.tunnel['endpoint']} within "
-                                  f"{handshake_timeout:g} s (a wrong key, or the endpoint unreachable "
-                                  "or not a WireGuard server)".encode())
+                    self.ctl.send(control.encode_start(control.Down(
+                        f"no handshake with {self.tunnel['endpoint']} within {handshake_timeout:g} s "
+                        "(a wrong key, or the endpoint unreachable or not a WireGuard server)")))
                     return 1
                 next_poll = now + 0.05
             for key, _ in sel.select(0.05 if not up else None):
@@ -358,7 +353,7 @@ def main(argv: list[str]) -> int:
         return path.run(timeout)
     except PathSetupError as exc:
         try:
-            ctl.send(f"down {exc}".encode("utf-8", "replace")[:4000])
+            ctl.send(control.encode_start(control.Down(str(exc))))
         except OSError:
             pass
         return 1
