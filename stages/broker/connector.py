@@ -37,6 +37,7 @@ class Opened:
 class Denied:
     reason: str
     rule: str
+    asked: dict | None = None     # guard --ask: {"by": ..., "answer": ...} for the record
 
 
 @dataclass(frozen=True)
@@ -55,7 +56,7 @@ class _Allowed:
 
 class Connector:
     def __init__(self, journal: Journal, *, policy, dialer, via: str, dry_run: bool,
-                 local_addresses: frozenset):
+                 local_addresses: frozenset, hold=None):
         from stages.broker import decide
         self.decide = decide
         self.journal = journal
@@ -66,13 +67,14 @@ class Connector:
         self.local_addresses = local_addresses
         self.resolves_at_exit = dialer.resolves_at_exit
         self.hosts = HostsFile()
+        self.hold = hold              # guard --ask: hold.Hold, asks instead of the default's denial
 
     async def connect(self, conn: int, door: str, kind: str, host: str,
                       port: int) -> Opened | Denied | Failed:
         self.journal.emit("conn.request", conn, door=door, kind=kind, host=host, port=port)
         stage = "resolve"
         try:
-            decided = await self._decide(conn, host, port)
+            decided = await self._decide(conn, host, port, door)
             if isinstance(decided, _Allowed):
                 stage = "dial"
                 outcome = await self._dial(conn, decided, port)
@@ -94,12 +96,13 @@ class Connector:
         elif isinstance(outcome, Denied):
             journal.totals["denied"] += 1
             journal.emit("policy.deny", conn, rule=outcome.rule, reason=outcome.reason,
-                         enforced=True)
+                         enforced=True, **(outcome.asked or {}))
         else:
             journal.fail(conn, outcome.stage, outcome.error, outcome.reason)
         return outcome
 
-    async def _decide(self, conn: int, host: str, port: int) -> _Allowed | Denied | Failed:
+    async def _decide(self, conn: int, host: str, port: int,
+                      door: str = "") -> _Allowed | Denied | Failed:
         d = self.decide
         try:
             target = d.parse_target(host, port)
@@ -114,10 +117,17 @@ class Connector:
                                    resolves_at_exit=self.resolves_at_exit)
                 if isinstance(verdict, d.LookUp):
                     raise RuntimeError("decide asked for a second lookup")
+            asked = None
+            if self.hold is not None and not verdict.allowed and verdict.rule == "default" \
+                    and not self.dry_run:
+                verdict, asked = await self._ask(conn, target, door)
+                if isinstance(verdict, Denied):
+                    return verdict
         except DialError as exc:
             return Failed("resolve", exc.error, exc.reason)
         if verdict.allowed:
-            self.journal.emit("policy.allow", conn, rule=verdict.rule, reason=verdict.reason)
+            self.journal.emit("policy.allow", conn, rule=verdict.rule, reason=verdict.reason,
+                              **(asked or {}))
         elif not self.dry_run:
             return Denied(verdict.reason, verdict.rule)
         else:
@@ -134,6 +144,31 @@ class Connector:
             except DialError as exc:
                 return Failed("resolve", exc.error, exc.reason)
         return _Allowed(target.host, addresses)
+
+    async def _ask(self, conn: int, target, door: str):
+        """No rule allows the target and the default denies it: the person
+        decides (hold.py). Nothing has been looked up yet. An allowed
+        target still meets the address checks (deny rules on addresses,
+        deny_private), which come before the default: decided again with
+        its addresses, anything but the default's denial stands."""
+        d = self.decide
+        answer = await self.hold.ask(target.host, target.port, door)
+        asked = {"by": answer.by, "answer": answer.answer}
+        note = f"; {answer.note}" if answer.note else ""
+        if not answer.allow:
+            why = {"person": f"the person denied it ({answer.answer})",
+                   "timeout": "nobody answered in time",
+                   "no-terminal": "vpnw has no terminal to ask on"}.get(answer.by, "nobody could answer")
+            return Denied(f"no allow rule matches {target}; asked: {why}{note}", "asked", asked), asked
+        addresses = ()
+        if target.ip is None and not self.resolves_at_exit and d.addresses_matter(target, self.policy):
+            addresses = await self.resolve(conn, target.host, target.port)
+            again = d.decide(target, self.policy, addresses, local_addresses=self.local_addresses)
+            if again.rule != "default":
+                return Denied(again.reason, again.rule, asked), asked
+            addresses = again.addresses
+        return d.Decision(True, f"no allow rule matches {target}; asked: the person allowed it "
+                                f"({answer.answer}){note}", "asked", addresses), asked
 
     async def _dial(self, conn: int, allowed: _Allowed, port: int) -> Opened | Failed:
         started = time.monotonic()

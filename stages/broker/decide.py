@@ -210,6 +210,13 @@ def decide(target: Target, policy: Policy, addresses=None, *,
     return _default(target, policy, addresses)
 
 
+def addresses_matter(target: Target, policy: Policy) -> bool:
+    """Whether an address of this name could refuse it (deny rules on
+    addresses, deny_private): what a name the person allowed (--ask) must
+    still be checked against once looked up."""
+    return bool(policy.deny_private or policy.deny_index.address_rules_for_port(target.port))
+
+
 def _address_could_change_answer(target: Target, policy: Policy) -> bool:
     """Step 1 has passed. Would any address move the decision for this name?
     Only a refusal can: address allow rules never apply to names."""

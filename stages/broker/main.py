@@ -12,14 +12,16 @@ from stages.broker.warn import warn
 
 def main_from_fds(handoff_fd: int, event_fd: int, status_fd: int, *, run_id: str,
                   policy, path, dry_run: bool = False, grace: float = 2.0,
-                  workers: int | None = None) -> int:
+                  workers: int | None = None, ask_fd: int | None = None) -> int:
     """Run the broker until the helper is gone (or SIGTERM); returns the exit
     code: 0, 123 when the path check failed, 125 when the broker itself failed.
 
     Writes events to `event_fd` and its status (stages/wire/status.py: PathOk or
     PathDown first, Totals last) to `status_fd`. `policy=None` allows everything; `path=None`
     is the direct path. `workers`: broker processes in all (None: one per core,
-    broker/workers.py)."""
+    broker/workers.py). `ask_fd`: guard --ask's link to the orchestrator
+    (hold.py); the broker then runs as one process, so that each question
+    and its answer live in one place."""
     path_reported = False
     if path is None or getattr(path, "type", "direct") == "direct":
         # The direct path has nothing to check: say so before loading the
@@ -41,6 +43,8 @@ def main_from_fds(handoff_fd: int, event_fd: int, status_fd: int, *, run_id: str
             return _end_without_the_loop(early, status_fd)
     from stages.broker.workers import Crew, SharedConnNumbers, worker_count
     count, at_once = (workers, False) if workers else worker_count(path)
+    if ask_fd is not None:
+        count = 1
     crew = numbers = None
     if count > 1:
         # The workers are forked now: the loop's modules are loaded (their
@@ -65,7 +69,7 @@ def main_from_fds(handoff_fd: int, event_fd: int, status_fd: int, *, run_id: str
     from stages.broker.loop import run_broker
     return run_broker(handoff_fd, event_fd, status_fd, run_id=run_id, policy=policy,
                       path=path, dry_run=dry_run, grace=grace, path_reported=path_reported,
-                      numbers=numbers, crew=crew, early=early)
+                      numbers=numbers, crew=crew, early=early, ask_fd=ask_fd)
 
 
 def _load_the_loop() -> None:

@@ -31,6 +31,7 @@ line of each key and array item, for the paths config as well.
 """
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 from dataclasses import dataclass, field
@@ -42,7 +43,7 @@ from stages.config.toml_lines import key_lines, line_of
 
 VERSION = 1
 TOP_KEYS = ("version", "name", "policy", "files")
-POLICY_KEYS = ("default", "deny_private", "allow", "deny")
+POLICY_KEYS = ("default", "deny_private", "allow", "deny", "ask")
 MAX_PROBLEMS = 20
 
 
@@ -155,6 +156,8 @@ class Policy:
     has_allow_list: bool = False
     no_policy: bool = False        # allow_all(): run/trace without --policy
     files: "FileRules | None" = None   # the [files] table; None when the policy has none
+    ask: bool = False              # `ask = true`: guard asks the person (as with --ask)
+    sha256: str | None = field(default=None, compare=False)   # of the text read (--ask writes back only onto it)
     allow_index: RuleIndex = field(default=None, compare=False, repr=False)
     deny_index: RuleIndex = field(default=None, compare=False, repr=False)
 
@@ -515,6 +518,11 @@ def parse_policy(text: str, source: str = "<policy>") -> Policy:
                 problems.add(path, f"{which}[{index}] {_show(pattern)}: {exc.problem}", exc.fix)
         lists[which] = tuple(rules)
 
+    ask = body.get("ask", False)
+    if type(ask) is not bool:
+        problems.add(("policy", "ask"), f"ask is {_type_name(ask)}, not true or false",
+                     "write ask = true (no quotes)")
+        ask = False
     files = _parse_files(data, problems)
     problems.raise_if_any()
     has_allow_list = "allow" in body
@@ -523,7 +531,8 @@ def parse_policy(text: str, source: str = "<policy>") -> Policy:
         default = "deny" if has_allow_list else "allow"
     return Policy(name=name, default=default, default_explicit=explicit,
                   deny_private=deny_private, allow=lists["allow"], deny=lists["deny"],
-                  source=source, has_allow_list=has_allow_list, files=files)
+                  source=source, has_allow_list=has_allow_list, files=files, ask=ask,
+                  sha256=hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest())
 
 
 def load_policy(path: str, *, stdin=None) -> Policy:

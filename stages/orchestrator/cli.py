@@ -20,6 +20,7 @@ LAZY_COMMANDS = {
     "doctor": ("stages.orchestrator.doctor", "doctor_command"),
     "runs": ("stages.recorder.commands", "runs_command"),
     "show": ("stages.recorder.commands", "show_command"),
+    "ask": ("stages.orchestrator.ask_command", "ask_command"),
 }
 
 
@@ -112,6 +113,12 @@ def _sandboxed(mode: str, *, require_policy: bool):
         if mode == "guard":
             options.append(click.option("--dry-run", is_flag=True,
                                         help="Decide and record what would be denied, but let it through."))
+            options.append(click.option("--ask", is_flag=True,
+                                        help="Ask the person on this terminal about a connection no rule "
+                                             "allows, while it waits (also `ask = true` in the policy)."))
+            options.append(click.option("--ask-timeout", type=click.FloatRange(min=1.0), default=60.0,
+                                        show_default=True, metavar="SECONDS",
+                                        help="An unanswered question is a denial after this long."))
         for option in reversed(options):
             fn = option(fn)
         fn = click.argument("program", nargs=-1, required=True, type=click.UNPROCESSED)(fn)
@@ -131,7 +138,7 @@ def _check_syslog_target(target):
 
 def _execute(mode, program, policy_file, config_file, via, record, events_to,
              allow_unix_sockets, log=None, quiet=False, dry_run=False, syslog=None,
-             events_format="jsonl"):
+             events_format="jsonl", ask=False, ask_timeout=60.0):
     from stages.orchestrator.run import RunRequest, execute
     from stages.config.policy import check_policy_for_path
     if policy_file == "-" and config_file == "-":
@@ -149,7 +156,9 @@ def _execute(mode, program, policy_file, config_file, via, record, events_to,
                          events_to=events_to, allow_unix_sockets=allow_unix_sockets,
                          dry_run=dry_run, files=files, log=log, quiet=quiet,
                          syslog=syslog, events_format=events_format,
-                         config_file=config_file)
+                         config_file=config_file,
+                         ask=bool(mode == "guard" and (ask or getattr(policy, "ask", False))),
+                         ask_timeout=ask_timeout)
     return execute(request)
 
 

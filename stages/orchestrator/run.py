@@ -48,6 +48,8 @@ class RunRequest:
     syslog: str | None = None      # --syslog TARGET
     events_format: str = "jsonl"   # what --events-to and --syslog carry
     config_file: str | None = None # the paths file of this run (read-only to the program)
+    ask: bool = False              # guard --ask: the person decides what the policy does not allow
+    ask_timeout: float = 60.0      # seconds a question waits before it is a denial
     env: dict = field(default_factory=lambda: dict(os.environ))
 
 
@@ -268,14 +270,17 @@ def _execute(request: RunRequest, terminal: _Terminal) -> int:
     broker_status_r, broker_status_w = os.pipe()
     helper_status_r, helper_status_w = os.pipe()
     go_r, go_w = os.pipe()
+    ask_link = _ask_link(request)
 
     def broker_body():
         from stages.broker.main import main_from_fds
         return main_from_fds(broker_end.fileno(), events_w, broker_status_w, run_id=run_id,
                              policy=request.policy, path=request.path,
-                             dry_run=request.dry_run)
+                             dry_run=request.dry_run,
+                             ask_fd=ask_link[1].fileno() if ask_link else None)
 
-    broker_pid = _fork_stage([broker_end.fileno(), events_w, broker_status_w], broker_body,
+    broker_pid = _fork_stage([broker_end.fileno(), events_w, broker_status_w,
+                              *([ask_link[1].fileno()] if ask_link else [])], broker_body,
                              stdio=stage_stdio)
 
     def helper_body():
@@ -301,9 +306,10 @@ def _execute(request: RunRequest, terminal: _Terminal) -> int:
     broker_end.close()
     if terminal.pty:
         relay = _start_relay(terminal)
+    asker = _start_asker(request, ask_link, run_id, relay)
 
     run = _Run(request, emitter, helper_pid, broker_pid, recorder_pid,
-               helper_status_r, broker_status_r, go_w, recorded_r, relay)
+               helper_status_r, broker_status_r, go_w, recorded_r, relay, asker)
     code, error = run.wait()
     if relay is not None:
         relay.finish_program()
@@ -327,6 +333,24 @@ def _execute(request: RunRequest, terminal: _Terminal) -> int:
     if _program_never_got_out(run, totals):
         say(NO_CONNECTION_HINT.format(code=code))   # last, after the recorder's summary
     return int(code)
+
+
+def _ask_link(request: RunRequest):
+    """guard --ask: the broker's link to the one place that asks (asker.py)."""
+    if not request.ask:
+        return None
+    import socket
+    return socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+
+
+def _start_asker(request: RunRequest, ask_link, run_id: str, relay):
+    if ask_link is None:
+        return None
+    ask_link[1].close()
+    from stages.orchestrator.asker import Asker
+    return Asker(run_id=run_id, broker_end=ask_link[0], policy=request.policy, relay=relay,
+                 say=say, timeout=request.ask_timeout, state_dir=vpnw_state_dir(),
+                 program=os.path.basename(request.argv[0]))
 
 
 def _out_of_program_reach(request: RunRequest, record: str) -> list[str]:
@@ -396,9 +420,10 @@ class _Run:
     """Waits for the stages and turns what they report into vpnw's exit code."""
 
     def __init__(self, request, emitter, helper_pid, broker_pid, recorder_pid,
-                 helper_status_r, broker_status_r, go_w, recorded_r, relay=None):
+                 helper_status_r, broker_status_r, go_w, recorded_r, relay=None, asker=None):
         self.request = request
         self.relay = relay
+        self.asker = asker           # guard --ask (asker.py)
         self.emitter = emitter
         self.pids = {"helper": helper_pid, "broker": broker_pid, "recorder": recorder_pid}
         self.helper = st.StatusReader(helper_status_r, st.HELPER_STATUS)
@@ -459,6 +484,8 @@ class _Run:
         try:
             if self.relay is not None:
                 self.relay.start(sel)
+            if self.asker is not None:
+                self.asker.start(sel)
             sel.register(self.helper.fd, selectors.EVENT_READ, "helper")
             sel.register(self.broker.fd, selectors.EVENT_READ, "broker")
             sel.register(wake_r, selectors.EVENT_READ, "signal")
@@ -467,9 +494,13 @@ class _Run:
             sel.register(recorder_fd, selectors.EVENT_READ, "recorder")
             while True:
                 timeout = self.relay.timeout(time.monotonic(), 1.0) if self.relay else 1.0
+                if self.asker is not None:
+                    timeout = self.asker.timeout(time.monotonic(), timeout)
                 for key, events in sel.select(timeout=timeout):
                     if key.data.startswith("pty:"):
                         self.relay.handle(key.data, events)
+                    elif key.data.startswith("ask:"):
+                        self.asker.handle(key, events)
                     elif key.data == "signal":
                         os.read(wake_r, 512)
                     elif key.data == "recorded":
@@ -487,11 +518,15 @@ class _Run:
                             self._on_eof(key.data)
                 if self.relay is not None:
                     self.relay.tick()
+                if self.asker is not None:
+                    self.asker.tick()
                 self._forward_signals()
                 self._advance()
                 if self._done():
                     break
         finally:
+            if self.asker is not None:
+                self.asker.close()
             if self.relay is not None:
                 self.relay.detach()
             signal.set_wakeup_fd(old_wakeup)

@@ -95,6 +95,8 @@ class TerminalRelay:
         self.human_buf = b""
         self.to_program = b""
         self.output_gone = False     # the user's terminal went away: output is dropped
+        self.key_filter = None       # guard --ask: takes its answer keys out (asker.py)
+        self.tail = b""              # the program's last output bytes (see write_control)
         columns, rows = _columns_rows(_winsize(user_out))
         self.merger = LineMerger(hold=HOLD_SECONDS, newline=b"\r\n", columns=columns, rows=rows)
         if master is not None:
@@ -247,6 +249,8 @@ class TerminalRelay:
                 self.reading_keys = False
                 self.raw = False
                 return
+            if self.key_filter is not None:
+                data = self.key_filter(data)
             self.to_program += data
             self._flush_to_program()
         elif what == "pty:master":
@@ -292,7 +296,9 @@ class TerminalRelay:
                 break
             chunks.append(data)
         if chunks:
-            self._write(self.merger.program_output(b"".join(chunks), now))
+            data = b"".join(chunks)
+            self.tail = (self.tail + data[-256:])[-256:]
+            self._write(self.merger.program_output(data, now))
         if not open_:
             self._close_master()
         return open_
@@ -326,6 +332,17 @@ class TerminalRelay:
     def say(self, text: str) -> None:
         """One of vpnw's own lines (the orchestrator's messages)."""
         self._write(self.merger.human_line(text.encode("utf-8", "replace"), time.monotonic()))
+
+    def write_control(self, data: bytes, force: bool = False) -> bool:
+        """Control sequences of vpnw's own (a title, a bell) that draw
+        nothing on the screen: written now unless the program's output
+        stops inside an escape sequence, where they would land in it (then
+        False: try again later)."""
+        from stages.orchestrator.ask import mid_escape
+        if not force and mid_escape(self.tail):
+            return False
+        self._write(data)
+        return True
 
     def _write(self, data: bytes) -> None:
         if not data or self.output_gone:

@@ -1,0 +1,116 @@
+"""Holding a connection while the person is asked (`guard --ask`).
+
+The broker never asks anyone itself: it sends the destination over its ask
+link (a SOCK_SEQPACKET socket pair made by the orchestrator, one message a
+question or an answer) and the connection waits. The orchestrator is the one
+place that asks, on vpnw's own terminal or through `vpnw ask`
+(docs/architecture.md, "Ask"); under --ask the broker runs as one process,
+so every question and every answer of the run goes through that one link.
+
+Within this process a destination is asked once: the other connections to
+it wait on the same future. An answer the person gave holds for the rest of
+the run (the overlay): later connections to that destination are decided
+here without asking again, since the policy object itself is frozen.
+
+Nothing is looked up and nothing is dialed while a connection waits: the
+connector asks before it resolves anything.
+"""
+from __future__ import annotations
+
+import asyncio
+import socket
+from dataclasses import dataclass
+
+import orjson
+
+MAX_MESSAGE = 4096
+
+
+@dataclass(frozen=True)
+class Answer:
+    allow: bool
+    answer: str        # once | always | deny | deny-always
+    by: str            # person | timeout | no-terminal | ended
+    note: str = ""
+
+
+ENDED = Answer(False, "deny", "ended", "vpnw's asking side is gone")
+
+
+class Hold:
+    def __init__(self, fd: int):
+        self.sock = socket.socket(fileno=fd)
+        self.sock.setblocking(False)
+        self.overlay: dict[tuple[str, int], Answer] = {}
+        self.waiting: dict[tuple[str, int], asyncio.Future] = {}
+        self.numbers: dict[int, tuple[str, int]] = {}
+        self.last = 0
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self.closed = False
+
+    async def ask(self, host: str, port: int, door: str) -> Answer:
+        key = (host, port)
+        known = self.overlay.get(key)
+        if known is not None:
+            return known
+        future = self.waiting.get(key)
+        if future is None:
+            future = self._send(key, door)
+        return await asyncio.shield(future)
+
+    def _send(self, key: tuple[str, int], door: str) -> asyncio.Future:
+        if self.loop is None:
+            self.loop = asyncio.get_running_loop()
+            self.loop.add_reader(self.sock.fileno(), self._on_readable)
+        future = self.loop.create_future()
+        if self.closed:
+            future.set_result(ENDED)
+            return future
+        self.last += 1
+        message = orjson.dumps({"n": self.last, "host": key[0], "port": key[1], "door": door})
+        try:
+            self.sock.send(message)
+        except OSError:
+            future.set_result(ENDED)
+            return future
+        self.waiting[key] = future
+        self.numbers[self.last] = key
+        return future
+
+    def _on_readable(self) -> None:
+        while True:
+            try:
+                data = self.sock.recv(MAX_MESSAGE)
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError:
+                data = b""
+            if not data:
+                self._end()
+                return
+            self._on_message(data)
+
+    def _on_message(self, data: bytes) -> None:
+        try:
+            message = orjson.loads(data)
+            key = self.numbers.pop(int(message["n"]))
+            answer = Answer(bool(message["allow"]), str(message["answer"]), str(message["by"]),
+                            str(message.get("note", "")))
+        except (orjson.JSONDecodeError, KeyError, TypeError, ValueError):
+            return     # not an answer to a question of ours: nothing is allowed by it
+        if answer.by == "person":
+            self.overlay[key] = answer
+        future = self.waiting.pop(key, None)
+        if future is not None and not future.done():
+            future.set_result(answer)
+
+    def _end(self) -> None:
+        """The orchestrator's end is closed: every waiting connection is denied."""
+        self.closed = True
+        if self.loop is not None:
+            self.loop.remove_reader(self.sock.fileno())
+        for future in self.waiting.values():
+            if not future.done():
+                future.set_result(ENDED)
+        self.waiting.clear()
+        self.numbers.clear()

@@ -1,0 +1,300 @@
+"""The orchestrator's side of `guard --ask`: the one place that asks the person.
+
+The shell around ask.Questions (docs/architecture.md, "Ask"):
+- the broker's ask link (SOCK_SEQPACKET): a question per destination comes
+  in, an answer goes back for each connection that waited;
+- vpnw's own terminal, through the relay (terminal.py): the question as a
+  line of vpnw's when the program is on the normal screen, and always in
+  the terminal's title (OSC 2) with a bell, so a full-screen program's
+  picture is never drawn over; the answer keys (Ctrl-] then a letter) are
+  taken out of what the person types before it reaches the program;
+- a Unix socket in vpnw's state directory, `ask/<run id>.sock`, for
+  `vpnw ask` in a second terminal: it lists the open questions and takes an
+  answer. Only a process of the same user (or root) in vpnw's own network
+  namespace is served: the sandbox has a network namespace of its own, and
+  the state directory is read-only inside it;
+- the policy file, for "always" and "deny always" (config/policy_edit.py).
+
+Without a terminal there is no one to ask: every question is denied at once,
+as guard would, and vpnw says so once.
+"""
+from __future__ import annotations
+
+import os
+import selectors
+import socket
+import time
+
+import orjson
+
+from stages.orchestrator import ask
+
+MAX_MESSAGE = 4096
+MAX_CLIENTS = 16
+
+
+def socket_dir(state_dir: str) -> str:
+    return os.path.join(state_dir, "ask")
+
+
+class Asker:
+    def __init__(self, *, run_id: str, broker_end: socket.socket, policy, relay, say,
+                 timeout: float, state_dir: str, program: str):
+        self.run_id = run_id
+        self.broker = broker_end
+        self.broker.setblocking(False)
+        self.policy_source = getattr(policy, "source", None)
+        self.policy_sha256 = getattr(policy, "sha256", None)
+        self.relay = relay
+        self.say = say
+        self.program = program
+        self.questions = ask.Questions(timeout)
+        self.keys = ask.KeyFilter()
+        self.said_no_terminal = False
+        self.title_shown: str | None = None     # what the title says now (None: ours is not up)
+        self.sel = None
+        self.clients: set[socket.socket] = set()
+        self.listener, self.socket_path = self._listen(state_dir)
+        if relay is not None:
+            relay.key_filter = self.filter_keys
+
+    # ---- the socket for `vpnw ask`
+
+    def _listen(self, state_dir: str):
+        if self.relay is None:
+            return None, None
+        directory = socket_dir(state_dir)
+        try:
+            os.makedirs(directory, mode=0o700, exist_ok=True)
+            os.chmod(directory, 0o700)
+            path = os.path.join(directory, f"{self.run_id}.sock")
+            listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET | socket.SOCK_CLOEXEC)
+            listener.bind(_short(path))
+            listener.listen(8)
+            listener.setblocking(False)
+            return listener, path
+        except OSError as exc:
+            self.say(f"--ask: `vpnw ask` cannot reach this run ({exc.strerror or exc}); "
+                     "answer on this terminal")
+            return None, None
+
+    def _serve_client(self, client: socket.socket) -> None:
+        try:
+            data = client.recv(MAX_MESSAGE)
+            request = orjson.loads(data) if data else {}
+            reply = self._client_request(request) if isinstance(request, dict) else \
+                {"ok": False, "message": "not a request"}
+            client.send(orjson.dumps(reply))
+        except (OSError, orjson.JSONDecodeError):
+            pass
+        finally:
+            self._drop_client(client)
+
+    def _client_request(self, request: dict) -> dict:
+        listing = {"run": self.run_id, "program": self.program, "pid": os.getpid(),
+                   "questions": [q.describe() for q in self.questions.open.values()]}
+        if "answer" not in request:
+            return {"ok": True, **listing}
+        question = self.questions.find(request.get("number"))
+        answer = request.get("answer")
+        if question is None:
+            return {"ok": False, "message": "that question is no longer open"}
+        if answer not in ask.ANSWERS:
+            return {"ok": False, "message": f"not an answer: {answer!r}"}
+        self.answer(question, answer)
+        return {"ok": True, "message": f"{question.destination}: {answer}"}
+
+    def _drop_client(self, client: socket.socket) -> None:
+        self.clients.discard(client)
+        if self.sel is not None:
+            try:
+                self.sel.unregister(client)
+            except (KeyError, ValueError):
+                pass
+        client.close()
+
+    def _accept(self) -> None:
+        try:
+            client, _ = self.listener.accept()
+        except OSError:
+            return
+        if len(self.clients) >= MAX_CLIENTS or not _same_person_outside(client):
+            client.close()
+            return
+        client.setblocking(False)
+        self.clients.add(client)
+        self.sel.register(client, selectors.EVENT_READ, "ask:client")
+
+    # ---- the selector
+
+    def start(self, sel) -> None:
+        self.sel = sel
+        sel.register(self.broker, selectors.EVENT_READ, "ask:broker")
+        if self.listener is not None:
+            sel.register(self.listener, selectors.EVENT_READ, "ask:listen")
+
+    def handle(self, key, events: int) -> None:
+        if key.data == "ask:broker":
+            self._read_broker()
+        elif key.data == "ask:listen":
+            self._accept()
+        elif key.data == "ask:client":
+            self._serve_client(key.fileobj)
+
+    def timeout(self, now: float, default: float) -> float:
+        deadline = self.questions.next_deadline()
+        if deadline is None:
+            return default
+        return max(0.0, min(default, deadline - now))
+
+    def tick(self) -> None:
+        for question, replies in self.questions.expire(time.monotonic()):
+            self._send(replies)
+            self.say(f"{question.destination}: no answer within "
+                     f"{self.questions.timeout:g} s; denied")
+        self._show()
+
+    # ---- the broker
+
+    def _read_broker(self) -> None:
+        while True:
+            try:
+                data = self.broker.recv(MAX_MESSAGE)
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError:
+                data = b""
+            if not data:
+                if self.sel is not None:
+                    self.sel.unregister(self.broker)
+                self.questions.forget(lambda token: True)
+                return
+            self._on_question(data)
+
+    def _on_question(self, data: bytes) -> None:
+        try:
+            message = orjson.loads(data)
+            token, host, port = int(message["n"]), str(message["host"]), int(message["port"])
+            door = str(message.get("door", ""))
+        except (orjson.JSONDecodeError, KeyError, TypeError, ValueError):
+            return
+        if self.relay is None:
+            if not self.said_no_terminal:
+                self.said_no_terminal = True
+                self.say("--ask: vpnw has no terminal to ask on; connections the policy "
+                         "does not allow are denied, as guard does")
+            self._send([ask.Reply(token, False, "deny", "no-terminal")])
+            return
+        reply, question = self.questions.ask(token, host, port, door, time.monotonic())
+        if reply is not None:
+            self._send([reply])
+        if question is not None:
+            self._announce(question)
+
+    def _send(self, replies) -> None:
+        for reply in replies:
+            message = {"n": reply.token, "allow": reply.allow, "answer": reply.answer,
+                       "by": reply.by, "note": reply.note}
+            try:
+                self.broker.send(orjson.dumps(message))
+            except OSError:
+                pass     # the broker is gone: its connections ended with it
+
+    # ---- the person
+
+    def filter_keys(self, data: bytes) -> bytes:
+        to_program, answers = self.keys.feed(data, bool(self.questions.open))
+        for answer in answers:
+            question = self.questions.first()
+            if question is not None:
+                self.answer(question, answer)
+        return to_program
+
+    def answer(self, question: ask.Question, answer: str) -> None:
+        note = ""
+        if answer in ask.WRITTEN:
+            note = self._write_policy(question, "allow" if answer == "always" else "deny")
+        self._send(self.questions.answer(question, answer, note=note))
+        verb = "allowed" if answer in ask.ALLOWS else "denied"
+        self.say(f"{question.destination}: {verb} ({answer})" + (f"; {note}" if note else ""))
+        self._show()
+
+    def _write_policy(self, question: ask.Question, which: str) -> str:
+        from stages.config.policy_edit import EditRefused, add_rule
+        source = self.policy_source
+        if not source or source == "<stdin>" or not self.policy_sha256:
+            return "the policy was not read from a file: for this run only"
+        try:
+            self.policy_sha256 = add_rule(
+                source, which, question.rule, expected_sha256=self.policy_sha256,
+                run_id=self.run_id, today=time.strftime("%Y-%m-%d", time.gmtime()))
+        except EditRefused as exc:
+            return f"{source} not changed: {exc}; for this run only"
+        return f'"{question.rule}" added to {which} in {source}'
+
+    def _announce(self, question: ask.Question) -> None:
+        if not self.relay.merger.alternate:
+            self.say(f"asks: {question.destination} ({question.door} door) is not allowed by the "
+                     f"policy; allow \"{question.rule}\"? {ask.keys_hint()}; denied in "
+                     f"{self.questions.timeout:g} s (or answer with `vpnw ask` in another terminal)")
+        self.title_shown = None     # a new question: the title and the bell again
+        self._show()
+
+    def _show(self) -> None:
+        """The oldest open question in the title (with a bell when it is new);
+        the title put back once none is open."""
+        question = self.questions.first()
+        if question is None:
+            if self.title_shown is not None and self.relay.write_control(ask.POP_TITLE):
+                self.title_shown = None
+            return
+        more = len(self.questions.open) - 1
+        text = (f"vpnw asks: allow {question.destination}? Ctrl-] y once, a always, n deny, "
+                f"d deny always" + (f" (+{more} more)" if more else ""))
+        if text == self.title_shown:
+            return
+        prefix = ask.PUSH_TITLE if self.title_shown is None else b""
+        bell = ask.BELL if self.title_shown is None else b""
+        if self.relay.write_control(prefix + ask.title(text) + bell):
+            self.title_shown = text
+
+    def close(self) -> None:
+        """The run is over: questions still open are denied (the broker is
+        gone by now), the socket removed, the title put back."""
+        if self.relay is not None:
+            self.relay.key_filter = None
+            if self.title_shown is not None:
+                self.relay.write_control(ask.POP_TITLE, force=True)
+        for client in list(self.clients):
+            self._drop_client(client)
+        if self.listener is not None:
+            self.listener.close()
+            try:
+                os.unlink(self.socket_path)
+            except OSError:
+                pass
+        self.broker.close()
+
+
+def _short(path: str) -> str:
+    """A socket path within the 107 bytes sun_path holds: long ones through
+    the directory's descriptor (/proc/self/fd/N/name). The descriptor stays
+    open for the run (it is closed on exec)."""
+    if len(path.encode()) < 100:
+        return path
+    directory = os.open(os.path.dirname(path), os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    return f"/proc/self/fd/{directory}/{os.path.basename(path)}"
+
+
+def _same_person_outside(client: socket.socket) -> bool:
+    """The peer is the user who runs vpnw (or root), in vpnw's own network
+    namespace: never a process of the sandbox, which has one of its own."""
+    import struct
+    try:
+        creds = client.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+        pid, uid, _gid = struct.unpack("3i", creds)
+        if uid not in (os.geteuid(), 0) or pid <= 0:
+            return False
+        return os.stat(f"/proc/{pid}/ns/net").st_ino == os.stat("/proc/self/ns/net").st_ino
+    except OSError:
+        return False
