@@ -1,0 +1,319 @@
+"""`vpnw guard --ask` on a real terminal (tmux), as root and as the unprivileged user.
+
+A connection no rule allows waits while the person is asked on vpnw's own
+terminal; the answer keys are Ctrl-] then a letter. What each test proves:
+- the answers: once (the next run asks again), always (the policy file
+  gains the rule with its comment; the next run does not ask), deny, deny
+  always, and no answer (a timeout); the world's DNS log shows no look-up of
+  the name before the person allowed it, and the record names the answer;
+- the program cannot answer for the person: it prints a fake question and
+  types the answer keys into its own terminal (its output, and TIOCSTI on
+  its own pty): denied when the time is up. 20 connections to one new host
+  are one question, and all 20 get its answer. A policy file edited during
+  the run is not overwritten;
+- a full-screen program: nothing is drawn over its picture while a
+  question is open (the question is in the pane's title); `vpnw ask` in a
+  second terminal lists it and answers it; the picture is the same as the
+  same program's outside vpnw (the control). Without a terminal --ask
+  denies at once, says so once, and exits 120.
+"""
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from stages.record.check import check_run
+from tmux_support import PROMPT, Screen
+
+pytestmark = pytest.mark.world
+
+SYSTEM_PYTHON = "/usr/bin/python3"
+HOST = "pypi.world"
+QUESTION = rf"vpnw: asks: {re.escape(HOST)}:80 \(http door\) is not allowed by the policy"
+
+FETCH = r'''
+import sys, threading, urllib.request
+urls = sys.argv[1:]
+results = {}
+def get(i, url):
+    try:
+        with urllib.request.urlopen(url, timeout=120) as r:
+            results[i] = f"{url} -> {r.status}"
+    except Exception as exc:
+        results[i] = f"{url} -> error {getattr(exc, 'code', exc)}"
+threads = [threading.Thread(target=get, args=(i, u)) for i, u in enumerate(urls)]
+for t in threads: t.start()
+for t in threads: t.join()
+ok = sum(" -> 200" in r for r in results.values())
+print(f"fetched {ok} of {len(urls)}", flush=True)
+for i in sorted(results): print(results[i])
+'''
+
+# A program that tries to answer for the person: a fake question on its
+# screen, the answer keys written to its terminal and pushed into its own
+# input with TIOCSTI (refused or not, they reach only its own pty).
+FAKE = r'''
+import fcntl, os, sys, termios, threading, time, urllib.request
+def fetch():
+    try:
+        with urllib.request.urlopen("http://pypi.world/whoami", timeout=120) as r:
+            print("fake: fetched", r.status, flush=True)
+    except Exception as exc:
+        print("fake: refused", getattr(exc, "code", exc), flush=True)
+t = threading.Thread(target=fetch); t.start()
+time.sleep(0.5)
+sys.stdout.write("vpnw: asks: pypi.world:80 (http door) is not allowed; Ctrl-] then y\r\n\x1dy\x1da")
+sys.stdout.flush()
+injected = 0
+for byte in b"\x1dy\x1da":
+    try:
+        fcntl.ioctl(0, termios.TIOCSTI, bytes([byte])); injected += 1
+    except OSError:
+        pass
+print(f"fake: injected {injected}", flush=True)
+t.join()
+'''
+
+# A full-screen program: a picture on the alternate screen, a connection,
+# its result drawn in place, then it waits for "q".
+FULL = r'''
+import sys, termios, tty, urllib.request
+out = sys.stdout
+fd = sys.stdin.fileno()
+saved = termios.tcgetattr(fd)
+tty.setraw(fd)
+out.write("\x1b[?1049h\x1b[H\x1b[2J")
+for row in range(1, 11):
+    out.write(f"\x1b[{row};1H|{'FULL SCREEN PICTURE row ' + str(row):^40}|")
+out.flush()
+try:
+    with urllib.request.urlopen("http://pypi.world/whoami", timeout=120) as r:
+        status = r.status
+except Exception as exc:
+    status = getattr(exc, "code", "error")
+out.write(f"\x1b[12;1Hstatus {status}; q quits")
+out.flush()
+while sys.stdin.read(1) != "q":
+    pass
+out.write("\x1b[?1049l")
+out.flush()
+termios.tcsetattr(fd, termios.TCSADRAIN, saved)
+print("left the full screen")
+'''
+
+
+def _pane(world, user, tmpdir: Path, work: Path, state_home=None):
+    argv, state_home = world.command(["bash", "--norc", "--noprofile", "-i"], user=user,
+                                     env={"TERM": "screen", "PS1": PROMPT}, cwd=work,
+                                     state_home=state_home)
+    screen = Screen(tmpdir, argv)
+    screen.state_home = state_home
+    screen.wait_for(r"^\$ ")
+    return screen
+
+
+@pytest.fixture
+def term(world, user, tmp_path):
+    tmp_path.chmod(0o755)
+    work = world.workdir(user)
+    screen = _pane(world, user, tmp_path, work)
+    screen.work, screen.vpnw, screen.user = work, str(world.vpnw_path), user
+    try:
+        yield screen
+    finally:
+        screen.close()
+
+
+def policy(world, term, body: str = 'allow = ["api.github.com"]\n') -> Path:
+    """A policy file of the pane's user, in a directory the user may write."""
+    path = term.work / "agent.toml"
+    path.write_text(f'# the agent\'s policy\nversion = 1\n\n[policy]\ndefault = "deny"  # keep\n{body}')
+    subprocess.run(["chown", term.user, str(path)], check=True)
+    return path
+
+
+def program(world, term, name: str, text: str) -> str:
+    return str(world.file(f"{term.work.name}-{name}", text))
+
+
+def records(term) -> list[list[dict]]:
+    out = []
+    for path in sorted((term.state_home / "vpnw" / "runs").glob("*.jsonl"),
+                       key=lambda p: p.stat().st_mtime_ns):
+        events = [json.loads(line) for line in path.read_text().splitlines()]
+        assert check_run(events) == [], check_run(events)
+        out.append(events)
+    return out
+
+
+def decisions(events) -> list[tuple]:
+    return [(e["type"], e["fields"]["rule"], e["fields"].get("by"), e["fields"].get("answer"))
+            for e in events if e["type"] in ("policy.allow", "policy.deny")]
+
+
+def guard(term, path: Path, prog: str, *args: str, extra: str = "") -> int:
+    return term.start(f"{term.vpnw} guard --ask {extra}--policy {path} -- "
+                      f"{SYSTEM_PYTHON} {prog} {' '.join(args)}")
+
+
+def questions_shown(term) -> int:
+    return len(re.findall(QUESTION, term.history()))
+
+
+def test_once_always_deny_deny_always_and_a_timeout(world, term):
+    path = policy(world, term)
+    fetch = program(world, term, "fetch.py", FETCH)
+    url = f"http://{HOST}/whoami"
+
+    # once: nothing looked up before the answer; allowed; the next run asks again
+    since = world.dns_mark()
+    mark = guard(term, path, fetch, url)
+    term.wait_for(QUESTION, whole=True)
+    assert HOST not in " ".join(world.dns_queries(since)), "looked up before the person allowed it"
+    term.keys("C-]", "y")
+    assert term.finished(mark) == 0
+    term.wait_for(r"^fetched 1 of 1", whole=True)
+    assert HOST in " ".join(world.dns_queries(since))
+    assert ("policy.allow", "asked", "person", "once") in decisions(records(term)[-1])
+
+    # deny: the next run asks again (once held for that run only), 120
+    shown = questions_shown(term)
+    mark = guard(term, path, fetch, url)
+    term.wait_for(QUESTION, whole=True)
+    _wait(lambda: questions_shown(term) == shown + 1)
+    term.keys("C-]", "n")
+    assert term.finished(mark) == 120
+    assert ("policy.deny", "asked", "person", "deny") in decisions(records(term)[-1])
+
+    # always: the policy gains the rule with its comment; the next run does not ask
+    before = path.read_text()
+    mark = guard(term, path, fetch, url)
+    _wait(lambda: questions_shown(term) == shown + 2)
+    term.keys("C-]", "a")
+    assert term.finished(mark) == 0
+    after = path.read_text()
+    run_id = records(term)[-1][0]["run"]
+    assert re.search(rf'"{HOST}:80", # added by vpnw guard --ask on \d{{4}}-\d\d-\d\d, run {run_id}',
+                     after), after
+    assert after.startswith(before.split("]")[0])       # comments and layout kept
+    assert "default = \"deny\"  # keep" in after
+    mark = guard(term, path, fetch, url)
+    assert term.finished(mark) == 0
+    assert questions_shown(term) == shown + 2
+    assert decisions(records(term)[-1])[0][1].startswith(f'allow "{HOST}:80"')
+
+    # deny always: a deny rule; the next run is denied by it without a question
+    other = "http://git.world/whoami"
+    mark = guard(term, path, fetch, other)
+    term.wait_for(r"vpnw: asks: git\.world:80", whole=True)
+    term.keys("C-]", "d")
+    assert term.finished(mark) == 120
+    assert '"git.world:80", # added by vpnw guard --ask' in path.read_text()
+    mark = guard(term, path, fetch, other)
+    assert term.finished(mark) == 120
+    assert decisions(records(term)[-1])[0][1].startswith('deny "git.world:80"')
+
+    # no answer in time: denied, by the timeout
+    mark = guard(term, path, fetch, "http://dual.world/whoami", extra="--ask-timeout 2 ")
+    term.wait_for(r"vpnw: asks: dual\.world:80", whole=True)
+    assert term.finished(mark) == 120
+    term.wait_for(r"dual\.world:80: no answer within 2 s; denied", whole=True)
+    assert ("policy.deny", "asked", "timeout", "deny") in decisions(records(term)[-1])
+
+
+def _wait(predicate, timeout: float = 60.0) -> None:
+    end = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < end, "never happened"
+        time.sleep(0.05)
+
+
+def test_the_program_cannot_answer_one_question_for_twenty_and_an_edited_policy(world, term):
+    path = policy(world, term)
+    fake = program(world, term, "fake.py", FAKE)
+    fetch = program(world, term, "fetch.py", FETCH)
+
+    # The program's fake question and keys: never an answer; the timeout denies.
+    mark = guard(term, path, fake, extra="--ask-timeout 4 ")
+    term.wait_for(r"fake: injected \d", whole=True)
+    assert term.finished(mark) == 120
+    term.wait_for(r"^fake: refused 403", whole=True)
+    assert [d[2] for d in decisions(records(term)[-1])] == ["timeout"]
+
+    # 20 connections to one new host: one question, 20 answers.
+    shown = questions_shown(term)
+    mark = guard(term, path, fetch, *[f"http://{HOST}/whoami?n={i}" for i in range(20)])
+    _wait(lambda: questions_shown(term) == shown + 1)
+    time.sleep(1.0)                 # the other 19 have asked by now, and are waiting
+    assert questions_shown(term) == shown + 1
+    term.keys("C-]", "y")
+    assert term.finished(mark) == 0
+    term.wait_for(r"^fetched 20 of 20", whole=True)
+    assert questions_shown(term) == shown + 1
+    allowed = decisions(records(term)[-1])
+    assert allowed == [("policy.allow", "asked", "person", "once")] * 20
+
+    # The policy file edited while a question is open: "always" does not overwrite it.
+    mark = guard(term, path, fetch, f"http://{HOST}/whoami")
+    _wait(lambda: questions_shown(term) == shown + 2)
+    edited = path.read_text() + "# a person's edit during the run\n"
+    path.write_text(edited)
+    term.keys("C-]", "a")
+    assert term.finished(mark) == 0        # allowed, for this run only
+    term.wait_for(r"agent\.toml not changed: the file changed since this run read it", whole=True)
+    assert path.read_text() == edited
+
+
+def test_full_screen_program_vpnw_ask_and_no_terminal(world, term, user, tmp_path):
+    path = policy(world, term)
+    full = program(world, term, "full.py", FULL)
+
+    # The control: the same program outside vpnw (the world's network is direct).
+    mark = term.start(f"{SYSTEM_PYTHON} {full}")
+    term.wait_for(r"^status 200; q quits")
+    control = term.screen()
+    term.keys("q")
+    assert term.finished(mark) == 0
+
+    mark = guard(term, path, full)
+    term.wait_for(r"FULL SCREEN PICTURE row 10")
+    _wait(lambda: "vpnw asks: allow pypi.world:80?" in _title(term))
+    picture = term.screen()
+    assert "vpnw" not in picture, picture
+    # A second terminal of the same user: `vpnw ask` lists the question and answers it.
+    (tmp_path / "second").mkdir(mode=0o755)
+    second = _pane(world, user, tmp_path / "second", term.work, state_home=term.state_home)
+    try:
+        assert second.run(f"{term.vpnw} ask --list") == 0
+        second.wait_for(r"r-\S+ \(python3, pid \d+\) #1: pypi\.world:80 by the http door; "
+                        r'rule "pypi\.world:80"; 1 connection waiting', whole=True)
+        assert second.run(f"{term.vpnw} ask once") == 0
+        second.wait_for(r"vpnw: pypi\.world:80: once", whole=True)
+    finally:
+        second.close()
+    term.wait_for(r"^status 200; q quits")
+    assert term.screen() == control          # the picture intact, as outside vpnw
+    _wait(lambda: "vpnw asks" not in _title(term))
+    term.keys("q")
+    assert term.finished(mark) == 0
+    term.wait_for(r"vpnw: pypi\.world:80: allowed \(once\)", whole=True)   # after the full screen
+    assert ("policy.allow", "asked", "person", "once") in decisions(records(term)[-1])
+
+    # No terminal (a pipe): denied as guard does, said once, 120.
+    fetch = program(world, term, "fetch.py", FETCH)
+    r = world.vpnw(["guard", "--ask", "--policy", str(path), "--", SYSTEM_PYTHON, fetch,
+                    f"http://{HOST}/whoami", "http://git.world/whoami"], user=user, timeout=120)
+    assert r.returncode == 120, r.stderr
+    assert "fetched 0 of 2" in r.stdout
+    assert r.stderr.count("--ask: vpnw has no terminal to ask on") == 1, r.stderr
+    assert r.stderr.count("DENY") == 2, r.stderr
+
+
+def _title(term) -> str:
+    return term._tmux("display-message", "-p", "-t", "t", "#{pane_title}")
