@@ -1,6 +1,7 @@
 """vpnw's benchmarks, each side by side with its baseline in the same run.
 
     scripts/bench/run [--quick] [--json] [--only startup,bulk,httpget,conns,paced,lat,leak]
+                      [--against REV]
 
 Needs root. The whole run happens in a private network + mount namespace made
 for it (loopback only; /etc/hosts there names bench.test -> 127.0.0.1), so no
@@ -13,7 +14,10 @@ with the bench's own configuration (see "the Debian proxies" below).
 `startup`: `vpnw run -- true` against `true`, and each stage's share.
 
 `bulk`: one upload of the bulk file to netload's sink: direct, through each
-door (a tunnel) and through dante and squid.
+door (a tunnel) and through dante and squid. Timed by the client from its
+connect to the sink's count (the figure judged); beside it, the connect and
+handshake alone (a vpnw run's first connection waits for the broker's loop if
+the program knocks before it has loaded) and the transfer after it.
 
 `httpget`: a plain http:// GET of the bulk file from nginx (Debian's, sendfile
 on): direct, through vpnw's HTTP door (the client in the sandbox, the door as
@@ -60,6 +64,12 @@ every descendant of the vpnw process but the program). The target is judged
 on their PSS: they are forked from one process, so their RSS summed counts
 the pages they share once per process; the RSS sum is shown beside it.
 
+`--against REV`: REV's vpnw, built from its own tree into a venv of its own
+(against.py), runs beside this one in every section but `leak`: each vpnw row
+gets a twin "... @REV" in the same rounds, interleaved, and a last table sets
+each figure of this tree beside REV's (new / old). The bench, its clients and
+its servers are this tree's for both.
+
 Figures are medians of --rounds runs (5; --quick: 3 rounds, 256 MiB, 1 s),
 the variants interleaved round by round so machine noise hits all alike.
 """
@@ -88,6 +98,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, os.path.join(ROOT, "tests"))
 import exits  # noqa: E402  (tests/exits.py: wait_listening, Exit to stop a proxy, squid_conf)
+import against  # noqa: E402  (scripts/bench/against.py: another revision's vpnw)
 
 VENV = os.environ.get("VPNW_VENV", "/opt/vpnw-venv")     # scripts/bench/run honours it too
 PYTHON = f"{VENV}/bin/python"
@@ -355,10 +366,17 @@ class Way:
     port: int | None = None               # the proxy's port as the client sees it
     vpnw: tuple[str, ...] | None = None   # `vpnw run` arguments; None: the client runs plainly
     rules: int | None = None              # the size of vpnw's policy, if it has one
+    rev: str | None = None                # --against's revision; None: this tree's vpnw
 
     @property
     def kind(self) -> str:
-        return "direct" if self.door is None else "vpnw" if self.vpnw is not None else "debian"
+        if self.vpnw is None:
+            return "direct" if self.door is None else "debian"
+        return "vpnw" if self.rev is None else "against"
+
+    @property
+    def executable(self) -> str:
+        return VPNW if self.rev is None else AGAINST[self.rev]
 
     def door_args(self) -> list[str]:
         """netload's way of naming the proxy."""
@@ -368,10 +386,15 @@ class Way:
 DIRECT = Way("direct")
 
 
-def vpnw_way(door: str, rules: int | None = None) -> Way:
-    label = f"vpnw {DOOR_NAMES[door]}" + (f", {rules:,} rules" if rules else "")
+def vpnw_way(door: str, rules: int | None = None, rev: str | None = None) -> Way:
+    label = f"vpnw {DOOR_NAMES[door]}" + (f", {rules:,} rules" if rules else "") + (f" @{rev}" if rev else "")
     policy = ("--policy", PLACE.policies[rules]) if rules else ()
-    return Way(label, door, VPNW_DOORS[door], policy, rules)
+    return Way(label, door, VPNW_DOORS[door], policy, rules, rev)
+
+
+def vpnw_ways(door: str, rules: int | None = None) -> list[Way]:
+    """This tree's vpnw way and, with --against, REV's twin right after it."""
+    return [vpnw_way(door, rules), *(vpnw_way(door, rules, rev) for rev in AGAINST)]
 
 
 def debian_way(kind: str, proxies: dict) -> Way:
@@ -382,7 +405,7 @@ def debian_way(kind: str, proxies: dict) -> Way:
 def variants(proxies: dict, with_policy: bool = False) -> list[Way]:
     """bulk's and lat's ways: direct, both doors, dante and squid."""
     rules = POLICY_SIZES[0] if with_policy else None
-    return ([DIRECT, vpnw_way("http", rules), vpnw_way("socks", rules)]
+    return ([DIRECT, *vpnw_ways("http", rules), *vpnw_ways("socks", rules)]
             + [debian_way(kind, proxies) for kind in ("danted", "squid") if kind in proxies])
 
 
@@ -392,7 +415,7 @@ def conns_ways(proxies: dict) -> list[Way]:
     for door in ("http", "socks"):
         ways += [debian_way(kind, proxies) for kind in DEBIAN_PROXIES
                  if kind in proxies and proxies[kind][0] == door]
-        ways += [vpnw_way(door, rules) for rules in POLICY_SIZES]
+        ways += [way for rules in POLICY_SIZES for way in vpnw_ways(door, rules)]
     return ways
 
 
@@ -517,7 +540,7 @@ def in_way(argv: list[str], way: Way, record: str = os.devnull) -> list[str]:
     """argv as it runs for this way: inside `vpnw run` for vpnw's doors."""
     if way.vpnw is None:
         return argv
-    return [VPNW, "run", "--record", record, *way.vpnw, "--", *argv]
+    return [way.executable, "run", "--record", record, *way.vpnw, "--", *argv]
 
 
 def run_program(argv: list[str], way: Way, *, record: str = os.devnull,
@@ -590,10 +613,13 @@ def bench_bulk(rounds: int, proxies: dict) -> dict:
                 raise RuntimeError(f"{way.label}: sent {r['bytes']} but the sink counted {r['received']}")
             runs.setdefault(way.label, []).append(r)
     out = {label: {"gbps": median([r["gbps"] for r in rs]),
+                   "handshake_ms": median([r["handshake_s"] * 1e3 for r in rs]),
+                   "tunnel_gbps": median([r["bytes"] / (r["seconds"] - r["handshake_s"]) / 1e9 for r in rs]),
                    "rss_mib": peak_mib(rs, "rss_kb"), "pss_mib": peak_mib(rs, "pss_kb")}
            for label, rs in runs.items()}
     for v in out.values():
         v["x_direct"] = v["gbps"] / out["direct"]["gbps"]
+        v["tunnel_x_direct"] = v["tunnel_gbps"] / out["direct"]["tunnel_gbps"]
     return out
 
 
@@ -612,7 +638,7 @@ def bench_httpget(rounds: int, proxies: dict) -> dict:
     """A plain http:// GET of the bulk file from nginx: direct, vpnw's HTTP
     door, squid, tinyproxy; the rounds interleaved."""
     url = f"http://127.0.0.1:{NGINX_PORT}/payload"
-    ways = [DIRECT, vpnw_way("http")]
+    ways = [DIRECT, *vpnw_ways("http")]
     ways += [debian_way(kind, proxies) for kind in ("squid", "tinyproxy") if kind in proxies]
     runs: dict[str, list[float]] = {}
     for _ in range(rounds):
@@ -851,34 +877,53 @@ def _ts(record_ts: str) -> int:
     return int(secs) * 1_000_000_000 + int(frac.ljust(9, "0")[:9])
 
 
-def bench_startup(rounds: int) -> dict:
-    """`vpnw run -- true` against `true`; each stage's share from the record."""
-    record = os.path.join(PLACE.tmp, "startup.jsonl")
-    walls, plain, stages = [], [], []
-    for _ in range(rounds + 1):          # the first run only warms the page cache
-        t0 = time.time_ns()
-        subprocess.run(["true"], check=True)
-        plain.append((time.time_ns() - t0) / 1e6)
-        t0 = time.time_ns()
-        subprocess.run([VPNW, "run", "--record", record, "--", "true"], check=True,
-                       stderr=subprocess.DEVNULL)
-        t_end = time.time_ns()
-        walls.append((t_end - t0) / 1e6)
-        with open(record) as f:
-            at = {e["type"]: _ts(e["ts"]) for e in map(json.loads, f)}
-        os.unlink(record)
+def startup_once(vpnw: str, record: str) -> tuple[float, dict[str, int]]:
+    """One `vpnw run -- true`: its wall time (ms) and each stage's share (ns)
+    from the record (a share REV's record cannot tell is left out)."""
+    t0 = time.time_ns()
+    subprocess.run([vpnw, "run", "--record", record, "--", "true"], check=True, stderr=subprocess.DEVNULL)
+    t_end = time.time_ns()
+    with open(record) as f:
+        at = {e["type"]: _ts(e["ts"]) for e in map(json.loads, f)}
+    os.unlink(record)
+    shares = {}
+    if {"run.start", "sandbox.ready", "path.check", "program.exit", "run.end"} <= at.keys():
         go = max(at["sandbox.ready"], at["path.check"])
-        stages.append({
+        shares = {
             "start-up to run.start (interpreter, imports, command line)": at["run.start"] - t0,
             "helper: seal ready (after run.start)": at["sandbox.ready"] - at["run.start"],
             "broker: path checked (after run.start)": at["path.check"] - at["run.start"],
             "program: go to program.exit": at["program.exit"] - go,
             "wind-down: program.exit to run.end": at["run.end"] - at["program.exit"],
             "recorder drain + exit after run.end": t_end - at["run.end"],
-        })
-    walls, plain, stages = walls[1:], plain[1:], stages[1:]
-    return {"vpnw_ms": median(walls), "true_ms": median(plain),
-            "stages_ms": {k: median([s[k] for s in stages]) / 1e6 for k in stages[0]}}
+        }
+    return (t_end - t0) / 1e6, shares
+
+
+def bench_startup(rounds: int) -> dict:
+    """`vpnw run -- true` against `true` (and REV's vpnw, with --against), the
+    runs interleaved; each stage's share from the record."""
+    record = os.path.join(PLACE.tmp, "startup.jsonl")
+    builds = {None: VPNW, **AGAINST}
+    walls = {rev: [] for rev in builds}
+    stages = {rev: [] for rev in builds}
+    plain = []
+    for i in range(rounds + 1):          # the first run only warms the page cache
+        t0 = time.time_ns()
+        subprocess.run(["true"], check=True)
+        if i:
+            plain.append((time.time_ns() - t0) / 1e6)
+        for rev, vpnw in builds.items():
+            wall, shares = startup_once(vpnw, record)
+            if i:
+                walls[rev].append(wall)
+                stages[rev].append(shares)
+
+    def figures(rev) -> dict:
+        known = [s for s in stages[rev] if s]
+        return {"vpnw_ms": median(walls[rev]),
+                "stages_ms": {k: median([s[k] for s in known]) / 1e6 for k in (known[0] if known else {})}}
+    return {**figures(None), "true_ms": median(plain), "against": {rev: figures(rev) for rev in AGAINST}}
 
 
 # ------------------------------------------------------------------ the targets
@@ -908,7 +953,7 @@ def judge(res: dict) -> list[dict]:
             f"<= {t['startup_over_true_ms']:.0f} ms over true", over <= t["startup_over_true_ms"])
     if "bulk" in res:
         for label, v in res["bulk"].items():
-            if label.startswith("vpnw"):
+            if label.startswith("vpnw") and "@" not in label:
                 add("bulk", label, f"{v['x_direct']:.2f}x direct", f">= {t['bulk_x_direct']}x direct",
                     v["x_direct"] >= t["bulk_x_direct"])
     for row in ("vpnw http", "vpnw http (POST)"):
@@ -931,9 +976,9 @@ def judge(res: dict) -> list[dict]:
                     f"<= {t['added_p50_ms']} / {t['added_p99_ms']} ms (p50 / p99)",
                     r["added_p50_ms"] <= t["added_p50_ms"] and r["added_p99_ms"] <= t["added_p99_ms"])
     peaks = [(section, v.get("pss_mib"), v.get("rss_mib")) for section in ("bulk",) if section in res
-             for v in res[section].values()]
+             for label, v in res[section].items() if "@" not in label]
     if "conns" in res:
-        peaks += [("conns", r["pss_mib"], r["rss_mib"]) for r in res["conns"]["rows"]]
+        peaks += [("conns", r["pss_mib"], r["rss_mib"]) for r in res["conns"]["rows"] if r["kind"] != "against"]
     if "leak" in res:
         peaks.append(("leak", res["leak"]["vpnw_pss_mib"]["held"], res["leak"]["vpnw_rss_mib"]["held"]))
     peaks = [p for p in peaks if p[1]]
@@ -949,6 +994,61 @@ def judge(res: dict) -> list[dict]:
             f"{record_ends(leak['record']):,} of {leak['made']:,} ended",
             "no fd kept, record complete", not leak["wrong"])
     return out
+
+
+def twin_label(label: str, rev: str) -> str:
+    """The label REV's row of the same figure has: "vpnw http (curl)" ->
+    "vpnw http @REV (curl)" (the way's label, then the client's)."""
+    if label.endswith(")") and " (" in label:
+        way, client = label.rsplit(" (", 1)
+        return f"{way} @{rev} ({client}"
+    return f"{label} @{rev}"
+
+
+def compare_against(res: dict, rev: str) -> list[dict]:
+    """Each of this tree's vpnw figures beside REV's: {section, row, new, old,
+    unit, ratio} (ratio new / old; for a time, lower is better). Pure."""
+    out = []
+
+    def add(section, row, new, old, unit):
+        if new is not None and old is not None:
+            out.append({"section": section, "row": row, "new": new, "old": old, "unit": unit,
+                        "ratio": new / old if old else None})
+
+    if "startup" in res and rev in res["startup"].get("against", {}):
+        s, true = res["startup"], res["startup"]["true_ms"]
+        add("startup", "vpnw run -- true, over true", s["vpnw_ms"] - true,
+            s["against"][rev]["vpnw_ms"] - true, "ms")
+    for section, unit in (("bulk", "GB/s"), ("httpget", "GB/s")):
+        for label, v in res.get(section, {}).items():
+            if label.startswith("vpnw") and "@" not in label:
+                add(section, label, v["gbps"], res[section].get(twin_label(label, rev), {}).get("gbps"), unit)
+    if "conns" in res:
+        rows = {(r["client"], r["label"]): r for r in res["conns"]["rows"]}
+        for (client, label), r in rows.items():
+            if r["kind"] == "vpnw":
+                old = rows.get((client, twin_label(label, rev)))
+                add("conns", f"{label} ({client})", r["rate"], old and old["rate"], "conn/s")
+    if "paced" in res:
+        rows = {r["label"]: r for r in res["paced"]["rows"]}
+        for label, r in rows.items():
+            if r["kind"] == "vpnw":
+                old = rows.get(twin_label(label, rev))
+                add("paced", f"{label}, added p50", r["added_p50_ms"], old and old["added_p50_ms"], "ms")
+                add("paced", f"{label}, added p99", r["added_p99_ms"], old and old["added_p99_ms"], "ms")
+    for label, v in res.get("lat", {}).items():
+        if label.startswith("vpnw") and "@" not in label:
+            old = res["lat"].get(twin_label(label, rev))
+            add("lat", f"{label}, added p50", v["added_p50_ms"], old and old["added_p50_ms"], "ms")
+    return out
+
+
+def print_against(w, rev: str, rows: list[dict]) -> None:
+    w(f"\nthis tree against {rev} (same rounds, interleaved)\n"
+      f"    {'':<8} {'':<40} {'new':>10} {'old':>10}  {'':<6} {'new/old':>7}\n")
+    for r in rows:
+        ratio = f"{r['ratio']:.2f}" if r["ratio"] is not None else ""
+        w(f"    {r['section']:<8} {r['row']:<40} {r['new']:10.3f} {r['old']:10.3f}  {r['unit']:<6} {ratio:>7}\n")
 
 
 # ------------------------------------------------------------------ the table
@@ -982,11 +1082,12 @@ def print_table(res: dict, meta: dict, verdicts: list[dict]) -> None:
         for k, v in s["stages_ms"].items():
             w(f"    {k:<60} {v:7.1f} ms\n")
     if "bulk" in res:
-        w(f"\nbulk, one transfer                GB/s   x direct   peak RSS / PSS of vpnw (MiB)   target\n")
+        w(f"\nbulk, one transfer                GB/s   x direct   connect ms  after it x direct   "
+          f"peak RSS / PSS of vpnw (MiB)   target\n")
         for label, v in res["bulk"].items():
             mem = f"{v['rss_mib']:.1f} / {v['pss_mib']:.1f}" if v.get("rss_mib") else ""
-            w(f"    {label:<26} {v['gbps']:8.2f}   {v['x_direct']:6.2f}     {mem:<29}  "
-              f"{_mark(mark.get(('bulk', label)))}\n")
+            w(f"    {label:<26} {v['gbps']:8.2f}   {v['x_direct']:6.2f}   {v['handshake_ms']:9.1f}  "
+              f"{v['tunnel_x_direct']:17.2f}   {mem:<29}  {_mark(mark.get(('bulk', label)))}\n")
     if "httpget" in res:
         w(f"\nplain http:// GET from nginx;       GB/s   x direct   rounds (GB/s)   target\n"
           f"(POST): to netload's sink\n")
@@ -1037,6 +1138,8 @@ def print_table(res: dict, meta: dict, verdicts: list[dict]) -> None:
         held = leak["broker_fd_kinds_held"]
         w("    the broker's fds while held: " + ", ".join(f"{n:,} {kind}" for kind, n in sorted(held.items())) + "\n")
         w("    record: " + ", ".join(f"{k} {v:,}" for k, v in sorted(leak["record"].items())) + "\n")
+    for rev, rows in meta.get("against", {}).items():
+        print_against(w, rev, rows)
     if verdicts:
         w(f"\ntargets\n")
         for v in verdicts:
@@ -1044,6 +1147,7 @@ def print_table(res: dict, meta: dict, verdicts: list[dict]) -> None:
 
 
 PLACE: Place
+AGAINST: dict[str, str] = {}     # --against: REV -> its vpnw executable
 SECTIONS = ("startup", "bulk", "httpget", "conns", "paced", "lat", "leak")
 
 
@@ -1054,6 +1158,8 @@ def main() -> None:
     ap.add_argument("--json", action="store_true", help="print the figures as JSON")
     ap.add_argument("--rounds", type=int, help="runs per figure (default 5; --quick 3)")
     ap.add_argument("--only", default=",".join(SECTIONS), help="comma-separated: " + ", ".join(SECTIONS))
+    ap.add_argument("--against", action="append", default=[], metavar="REV",
+                    help="also run REV's vpnw (built into a venv of its own) and set each figure beside it")
     args = ap.parse_args()
     which = set(args.only.split(","))
     if which - set(SECTIONS):
@@ -1061,6 +1167,8 @@ def main() -> None:
     if os.geteuid() != 0:
         raise SystemExit("the benchmarks need root (a private network namespace)")
     rounds = args.rounds or (3 if args.quick else 5)
+    for rev in args.against:
+        AGAINST[rev] = against.build(ROOT, rev)
     PLACE = Place(args.quick).start()
     res: dict = {}
     try:
@@ -1085,6 +1193,7 @@ def main() -> None:
         PLACE.stop()
     meta = {"rounds": rounds, "cpus": os.cpu_count(), "load": " ".join(open("/proc/loadavg").read().split()[:3]),
             "size_mib": PLACE.size >> 20, "targets": TARGETS}
+    meta["against"] = {rev: compare_against(res, rev) for rev in AGAINST}
     verdicts = judge(res)
     if args.json:
         print(json.dumps({"meta": meta, "results": res, "verdicts": verdicts}, indent=1))

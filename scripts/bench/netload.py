@@ -231,6 +231,7 @@ def bulk(args) -> dict:
     started = time.perf_counter()
     sock = socket.create_connection(proxy or (host, port))
     _blocking_handshake(sock, _handshake_bytes(mode, host, port))
+    handshake = time.perf_counter() - started
     sock.sendall(b"B" + struct.pack("!Q", size))
     sent = _send_file(sock, args.file, size)
     reply = b""
@@ -242,7 +243,7 @@ def bulk(args) -> dict:
     seconds = time.perf_counter() - started
     sock.close()
     got = struct.unpack("!Q", reply)[0] if len(reply) == 8 else -1
-    return {"bytes": sent, "received": got, "seconds": seconds,
+    return {"bytes": sent, "received": got, "seconds": seconds, "handshake_s": handshake,
             "gbps": sent / seconds / 1e9}
 
 

@@ -4,7 +4,8 @@ Each direction is socket -> pipe -> socket with non-blocking `os.splice`, driven
 by the event loop's readiness callbacks on the raw descriptors (no thread per
 connection, no asyncio streams: those cost ~3x in bulk throughput here); a
 tunnel's first COPY_FIRST bytes each way are copied through Python instead,
-so a short connection never makes a pipe. A
+so a short connection never makes a pipe (and a long one makes it at its
+full size at once). A
 direction stops reading while its pipe still holds data, so a slow reader
 never makes the broker's memory grow. Where the kernel refuses splice for a
 descriptor, that direction falls back to recv_into/send on one buffer.
@@ -103,6 +104,7 @@ class _Direction:
         return self.fallback is None and not self.copy_first
 
     def _start_splicing(self) -> None:
+        bulk = bool(self.copy_first)
         self.copy_first = 0
         try:
             self.pipe_r, self.pipe_w, self.capacity = _new_pipe()
@@ -111,6 +113,10 @@ class _Direction:
             return
         self.fallback = self.fb_view = None
         self.fb_start = 0
+        if bulk:
+            # A tunnel past its first COPY_FIRST bytes is a long transfer:
+            # the large pipe at once, not after a round through a small one.
+            self._grow()
 
     def _use_fallback(self) -> None:
         self.copy_first = 0
