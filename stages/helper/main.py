@@ -8,16 +8,18 @@ from __future__ import annotations
 import os
 from typing import NoReturn
 
+from stages.wire.pty_handoff import ProgramTerminal
+
 
 def run_helper(argv: list[str], *, handoff_fd: int, status_fd: int, go_fd: int,
                allow_unix_sockets: bool = False, env: dict[str, str] | None = None,
-               files: dict | None = None, tty: dict | None = None,
+               files: dict | None = None, tty: ProgramTerminal | None = None,
                read_only: list[str] = ()) -> NoReturn:
     """Seal, report on status_fd, wait for go, run argv, report its end; never returns.
 
     Call it in a freshly forked, single-threaded child. Status lines are
     stages/wire/status.py's HELPER_STATUS messages. With `tty`
-    ({"fd": socket, "stderr": bool}) the program gets a pty of its own, made
+    (stages/wire/pty_handoff.py) the program gets a pty of its own, made
     in the sandbox: its master goes to the orchestrator over that socket, its
     slave becomes the controlling terminal of the program's session, and the
     program's stops are reported.

@@ -31,6 +31,7 @@ from stages.wire import status as st
 from stages.wire.exits import ExitCode, killed_by
 from stages.kernel import mounts
 from stages.kernel import privileges as priv
+from stages.wire.pty_handoff import ProgramTerminal, send_master
 
 FORWARDED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP,
                      signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2)
@@ -171,7 +172,7 @@ _KNOWN_SONAMES = {"c": "libc.so.6", "seccomp": "libseccomp.so.2"}
 
 def run(argv: list[str], handoff_fd: int, status_fd: int, go_fd: int,
         allow_unix_sockets: bool, env: dict[str, str] | None, files: dict | None = None,
-        tty: dict | None = None, read_only: list[str] = ()) -> int:
+        tty: ProgramTerminal | None = None, read_only: list[str] = ()) -> int:
     """P's whole life; returns its exit code (the caller _exits with it)."""
     if not argv:
         st.write(status_fd, st.ExecFailed("no program given", ExitCode.NOT_FOUND))
@@ -200,7 +201,7 @@ def run(argv: list[str], handoff_fd: int, status_fd: int, go_fd: int,
         doors = _open_doors()
         _fresh_devpts()
         if tty is not None:
-            _own_terminal(tty["fd"], tty["stderr"])
+            _own_terminal(tty.socket_fd, tty.stderr_too)
     except SealError as e:
         st.write(status_fd, st.SandboxFailed(str(e), ExitCode.NO_SANDBOX))
         return ExitCode.NO_SANDBOX
@@ -294,7 +295,7 @@ def _own_terminal(pty_sock_fd: int, stderr_too: bool) -> None:
             os.dup2(slave, fd)
         os.close(slave)
         with socket.socket(fileno=pty_sock_fd) as sock:
-            socket.send_fds(sock, [b"m"], [master])
+            send_master(sock, master)
         os.close(master)
     except OSError as e:
         raise SealError(f"cannot open the program's terminal in the sandbox: {e}")

@@ -284,11 +284,12 @@ def _execute(request: RunRequest, terminal: _Terminal) -> int:
                              stdio=stage_stdio)
 
     def helper_body():
+        from stages.wire.pty_handoff import ProgramTerminal
         from stages.helper.main import run_helper
         run_helper(request.argv, handoff_fd=helper_end.fileno(), status_fd=helper_status_w,
                    go_fd=go_r, allow_unix_sockets=request.allow_unix_sockets, env=program_env,
                    files=files_plan,
-                   tty={"fd": terminal.pty_socket[1].fileno(), "stderr": os.isatty(2)}
+                   tty=ProgramTerminal(terminal.pty_socket[1].fileno(), stderr_too=os.isatty(2))
                    if terminal.pty else None,
                    read_only=_out_of_program_reach(request, record))
         return ExitCode.INTERNAL
@@ -626,6 +627,9 @@ class _Run:
 
     def _advance(self):
         """Start the program once the path is up and the seal holds; stop it on a fatal error."""
+        if self.relay is not None and self.relay.master_refused and not self.fatal:
+            self.fatal = (f"the sandbox did not hand over the program's terminal "
+                          f"({self.relay.master_refused}); the program was not run")
         if not self.started and self.go_w is not None:
             if self.path_ok is False or self.seal_error or self.fatal:
                 os.close(self.go_w)  # EOF: the helper gives up without running anything

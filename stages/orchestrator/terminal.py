@@ -82,6 +82,7 @@ class TerminalRelay:
         self.user_out = user_out
         self.master = None
         self.master_from = master_from   # a socket the master will come over
+        self.master_refused: str | None = None   # what came instead of a pty master
         self.human_r = human_r
         if human_r is not None:
             os.set_blocking(human_r, False)
@@ -168,17 +169,15 @@ class TerminalRelay:
         return self.master_from is not None
 
     def _receive_master(self) -> None:
-        import socket
+        from stages.wire.pty_handoff import PtyHandoffError, receive_master
         sock, self.master_from = self.master_from, None
         self._unregister(sock.fileno())
         try:
-            _msg, fds, _flags, _addr = socket.recv_fds(sock, 16, 1)
-        except OSError:
-            fds = []
+            self._attach(receive_master(sock))
+        except PtyHandoffError as exc:
+            self.master_refused = str(exc)
         finally:
             sock.close()
-        if fds:
-            self._attach(fds[0])
 
     # ---- the selector
 
