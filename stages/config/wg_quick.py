@@ -32,6 +32,8 @@ import ipaddress
 import re
 from dataclasses import dataclass, field
 
+from stages.config.errors import ConfigError
+
 _INTERFACE_KEYS = {"privatekey", "address", "dns", "mtu"}
 _PEER_KEYS = {"publickey", "presharedkey", "endpoint", "allowedips", "persistentkeepalive"}
 # Known wg-quick keys vpnw refuses, with why and the fix.
@@ -77,11 +79,16 @@ def decode_key(value: str) -> bytes | None:
 
 
 def parse_wg_quick(text: str, source: str, *, key_from_elsewhere: bool = False) -> WgConf:
-    from stages.config.errors import ConfigError
-
+    """The .conf's text -> WgConf; ConfigError naming the file, the line and the fix."""
     def error(line: int | None, problem: str, fix: str) -> ConfigError:
         return ConfigError(problem, fix, file=source, line=line)
 
+    iface, peer = _sections(text, error)
+    return WgConf(source=source, **_interface(iface, key_from_elsewhere, error), **_peer(peer, error))
+
+
+def _sections(text: str, error) -> tuple[dict, dict]:
+    """{key: (value, line)} of [Interface] and of [Peer], each checked for known keys."""
     section = None
     sections_seen: list[str] = []
     values: dict[str, dict[str, tuple[str, int]]] = {"interface": {}, "peer": {}}
@@ -119,80 +126,77 @@ def parse_wg_quick(text: str, source: str, *, key_from_elsewhere: bool = False) 
         if lower in values[section]:
             raise error(number, f"{_SPELLING[lower]} is given twice", "keep one (comma-separate lists)")
         values[section][lower] = (value, number)
-
-    iface, peer = values["interface"], values["peer"]
     if "interface" not in sections_seen:
         raise error(None, "no [Interface] section", "add [Interface] with PrivateKey and Address")
     if "peer" not in sections_seen:
         raise error(None, "no [Peer] section", "add [Peer] with PublicKey, Endpoint and AllowedIPs")
+    return values["interface"], values["peer"]
 
+
+def _items(table: dict, key: str) -> list[str]:
+    return [part.strip() for part in table[key][0].split(",") if part.strip()]
+
+
+def _key(table: dict, key: str, error, problem: str, fix: str) -> bytes:
+    value = decode_key(table[key][0])
+    if value is None:
+        raise error(table[key][1], problem, fix)
+    return value
+
+
+def _interface(iface: dict, key_from_elsewhere: bool, error) -> dict:
     private_key = None
     private_line = iface.get("privatekey", (None, None))[1]
     if "privatekey" in iface:
         if key_from_elsewhere:
             raise error(private_line, "the private key is given twice (PrivateKey here and "
                         "private_key_file/private_key_env in the config)", "keep one of them")
-        private_key = decode_key(iface["privatekey"][0])
-        if private_key is None:
-            raise error(private_line, "PrivateKey is not a WireGuard key (base64 of 32 bytes)",
-                        "paste the key your VPN gave you (wg genkey makes one)")
+        private_key = _key(iface, "privatekey", error,
+                           "PrivateKey is not a WireGuard key (base64 of 32 bytes)",
+                           "paste the key your VPN gave you (wg genkey makes one)")
     elif not key_from_elsewhere:
         raise error(None, "[Interface] has no PrivateKey",
                     "add PrivateKey = ..., or private_key_file / private_key_env in the vpnw config")
-
-    def items(table, key):
-        return [part.strip() for part in table[key][0].split(",") if part.strip()]
-
     if "address" not in iface:
         raise error(None, "[Interface] has no Address", "add Address = 10.0.0.2/32 (your VPN gives it)")
     addresses = []
-    for item in items(iface, "address"):
+    for item in _items(iface, "address"):
         try:
             addresses.append(ipaddress.ip_interface(item))
         except ValueError:
             raise error(iface["address"][1], f"Address {item[:50]!r} is not an address",
                         "write e.g. Address = 10.0.0.2/32") from None
     dns = []
-    if "dns" in iface:
-        for item in items(iface, "dns"):
-            try:
-                dns.append(ipaddress.ip_address(item))
-            except ValueError:
-                raise error(iface["dns"][1], f"DNS {item[:50]!r} is not an address (search "
-                            "domains are not supported)", "list only server addresses") from None
+    for item in _items(iface, "dns") if "dns" in iface else ():
+        try:
+            dns.append(ipaddress.ip_address(item))
+        except ValueError:
+            raise error(iface["dns"][1], f"DNS {item[:50]!r} is not an address (search "
+                        "domains are not supported)", "list only server addresses") from None
     mtu = None
     if "mtu" in iface:
         value, number = iface["mtu"]
         if not value.isdigit() or not 1280 <= int(value) <= 9000:
             raise error(number, "MTU must be a number from 1280 to 9000", "write e.g. MTU = 1420")
         mtu = int(value)
+    return dict(addresses=tuple(addresses), dns=tuple(dns), mtu=mtu, private_key=private_key,
+                private_key_line=private_line)
 
+
+def _peer(peer: dict, error) -> dict:
     if "publickey" not in peer:
         raise error(None, "[Peer] has no PublicKey", "add the server's PublicKey = ...")
-    public_key = decode_key(peer["publickey"][0])
-    if public_key is None:
-        raise error(peer["publickey"][1], "PublicKey is not a WireGuard key (base64 of 32 bytes)",
-                    "paste the server's public key")
+    public_key = _key(peer, "publickey", error, "PublicKey is not a WireGuard key (base64 of 32 bytes)",
+                      "paste the server's public key")
     preshared = None
     if "presharedkey" in peer:
-        preshared = decode_key(peer["presharedkey"][0])
-        if preshared is None:
-            raise error(peer["presharedkey"][1], "PresharedKey is not a WireGuard key "
-                        "(base64 of 32 bytes)", "paste the preshared key your VPN gave you")
-    if "endpoint" not in peer:
-        raise error(None, "[Peer] has no Endpoint", "add Endpoint = host:port")
-    value, number = peer["endpoint"]
-    match = re.fullmatch(r"\[([0-9A-Fa-f:.]+)\]:(\d{1,5})|([A-Za-z0-9.-]{1,253}):(\d{1,5})", value)
-    if not match:
-        raise error(number, "Endpoint is not host:port", "write Endpoint = vpn.example.com:51820")
-    host = match.group(1) or match.group(3)
-    port = int(match.group(2) or match.group(4))
-    if not 0 < port < 65536:
-        raise error(number, "Endpoint's port is not 1-65535", "write Endpoint = host:51820")
+        preshared = _key(peer, "presharedkey", error, "PresharedKey is not a WireGuard key "
+                         "(base64 of 32 bytes)", "paste the preshared key your VPN gave you")
+    host, port = _endpoint(peer, error)
     if "allowedips" not in peer:
         raise error(None, "[Peer] has no AllowedIPs", "add AllowedIPs = 0.0.0.0/0 (or the office's networks)")
     allowed = []
-    for item in items(peer, "allowedips"):
+    for item in _items(peer, "allowedips"):
         try:
             allowed.append(ipaddress.ip_network(item, strict=False))
         except ValueError:
@@ -209,7 +213,18 @@ def parse_wg_quick(text: str, source: str, *, key_from_elsewhere: bool = False) 
             raise error(number, "PersistentKeepalive must be seconds (0-65535) or off",
                         "write e.g. PersistentKeepalive = 25")
         keepalive = int(value)
-    return WgConf(source=source, addresses=tuple(addresses), dns=tuple(dns), mtu=mtu,
-                  endpoint_host=host, endpoint_port=port, allowed_ips=tuple(allowed),
-                  keepalive=keepalive, public_key=public_key, private_key=private_key,
-                  preshared_key=preshared, private_key_line=private_line)
+    return dict(endpoint_host=host, endpoint_port=port, allowed_ips=tuple(allowed),
+                keepalive=keepalive, public_key=public_key, preshared_key=preshared)
+
+
+def _endpoint(peer: dict, error) -> tuple[str, int]:
+    if "endpoint" not in peer:
+        raise error(None, "[Peer] has no Endpoint", "add Endpoint = host:port")
+    value, number = peer["endpoint"]
+    match = re.fullmatch(r"\[([0-9A-Fa-f:.]+)\]:(\d{1,5})|([A-Za-z0-9.-]{1,253}):(\d{1,5})", value)
+    if not match:
+        raise error(number, "Endpoint is not host:port", "write Endpoint = vpn.example.com:51820")
+    port = int(match.group(2) or match.group(4))
+    if not 0 < port < 65536:
+        raise error(number, "Endpoint's port is not 1-65535", "write Endpoint = host:51820")
+    return match.group(1) or match.group(3), port
