@@ -58,109 +58,121 @@ def _unquote(literal: str) -> str:
 def key_lines(text: str) -> dict[tuple, int]:
     """Key path -> line, for every key, table and array item of a valid TOML
     document: ("policy", "allow", 2) -> 9. Best effort: never raises."""
-    lines: dict[tuple, int] = {}
     try:
         toks = list(_tokens(text))
     except Exception:                              # the locator must never fail a load
-        return lines
-    i, n = 0, len(toks)
-    table: tuple = ()
+        return {}
+    locator = _Locator(toks)
+    try:
+        locator.document()
+    except Exception:
+        pass
+    return locator.lines
 
-    def peek(k=0):
-        return toks[i + k] if i + k < n else ("eof", "", 0)
 
-    def read_key():
-        nonlocal i
+class _Locator:
+    """Walks the tokens once, noting the line where each key path starts."""
+
+    def __init__(self, toks: list):
+        self.toks, self.i, self.n = toks, 0, len(toks)
+        self.lines: dict[tuple, int] = {}
+
+    def peek(self, k: int = 0):
+        return self.toks[self.i + k] if self.i + k < self.n else ("eof", "", 0)
+
+    def read_key(self) -> tuple:
         parts = []
-        while i < n and toks[i][0] == "key":
-            parts.append(toks[i][1])
-            i += 1
-            if i < n and toks[i][0] == ".":
-                i += 1
+        while self.i < self.n and self.toks[self.i][0] == "key":
+            parts.append(self.toks[self.i][1])
+            self.i += 1
+            if self.i < self.n and self.toks[self.i][0] == ".":
+                self.i += 1
             else:
                 break
         return tuple(parts)
 
-    def note(path, line):
+    def note(self, path: tuple, line: int) -> None:
         for k in range(1, len(path) + 1):
-            lines.setdefault(path[:k], line)
+            self.lines.setdefault(path[:k], line)
 
-    def skip_nl():
-        nonlocal i
-        while i < n and toks[i][0] == "nl":
-            i += 1
+    def skip_nl(self) -> None:
+        while self.i < self.n and self.toks[self.i][0] == "nl":
+            self.i += 1
 
-    def value(path):
-        nonlocal i
-        kind, _, line = peek()
-        if kind == "[":
-            i += 1
-            index = 0
-            while i < n:
-                skip_nl()
-                if peek()[0] == "]":
-                    i += 1
-                    return
-                lines.setdefault(path + (index,), peek()[2])
-                value(path + (index,))
-                skip_nl()
-                if peek()[0] == ",":
-                    i += 1
-                    index += 1
-                elif peek()[0] == "]":
-                    i += 1
-                    return
-                else:
-                    i += 1
-            return
-        if kind == "{":
-            i += 1
-            while i < n and peek()[0] not in ("}", "nl"):
-                if peek()[0] == ",":
-                    i += 1
-                    continue
-                key_line = peek()[2]
-                key = read_key()
-                if not key or peek()[0] != "=":
-                    i += 1
-                    continue
-                i += 1
-                note(path + key, key_line)
-                value(path + key)
-            i += 1
-            return
-        # A scalar: one or more tokens up to the end of the value.
-        while i < n and peek()[0] not in (",", "]", "}", "nl"):
-            i += 1
+    def to_line_end(self) -> None:
+        while self.i < self.n and self.toks[self.i][0] != "nl":
+            self.i += 1
 
-    try:
-        while i < n:
-            skip_nl()
-            if i >= n:
+    def document(self) -> None:
+        table: tuple = ()
+        while self.i < self.n:
+            self.skip_nl()
+            if self.i >= self.n:
                 break
-            kind, _, line = toks[i]
+            kind, _, line = self.toks[self.i]
             if kind == "[":
-                i += 1
-                array_table = peek()[0] == "["
-                if array_table:
-                    i += 1
-                table = read_key()
-                note(table, line)
-                while i < n and toks[i][0] != "nl":
-                    i += 1
+                self.i += 1
+                if self.peek()[0] == "[":          # [[array of tables]]
+                    self.i += 1
+                table = self.read_key()
+                self.note(table, line)
+                self.to_line_end()
             elif kind == "key":
-                key = read_key()
-                if peek()[0] == "=":
-                    i += 1
-                    note(table + key, line)
-                    value(table + key)
-                while i < n and toks[i][0] != "nl":
-                    i += 1
+                key = self.read_key()
+                if self.peek()[0] == "=":
+                    self.i += 1
+                    self.note(table + key, line)
+                    self.value(table + key)
+                self.to_line_end()
             else:
-                i += 1
-    except Exception:
-        pass
-    return lines
+                self.i += 1
+
+    def value(self, path: tuple) -> None:
+        kind = self.peek()[0]
+        if kind == "[":
+            self.i += 1
+            self.array(path)
+        elif kind == "{":
+            self.i += 1
+            self.inline_table(path)
+        else:
+            # A scalar: one or more tokens up to the end of the value.
+            while self.i < self.n and self.peek()[0] not in (",", "]", "}", "nl"):
+                self.i += 1
+
+    def array(self, path: tuple) -> None:
+        index = 0
+        while self.i < self.n:
+            self.skip_nl()
+            if self.peek()[0] == "]":
+                self.i += 1
+                return
+            self.lines.setdefault(path + (index,), self.peek()[2])
+            self.value(path + (index,))
+            self.skip_nl()
+            if self.peek()[0] == ",":
+                self.i += 1
+                index += 1
+            elif self.peek()[0] == "]":
+                self.i += 1
+                return
+            else:
+                self.i += 1
+
+    def inline_table(self, path: tuple) -> None:
+        while self.i < self.n and self.peek()[0] not in ("}", "nl"):
+            if self.peek()[0] == ",":
+                self.i += 1
+                continue
+            key_line = self.peek()[2]
+            key = self.read_key()
+            if not key or self.peek()[0] != "=":
+                self.i += 1
+                continue
+            self.i += 1
+            self.note(path + key, key_line)
+            self.value(path + key)
+        self.i += 1
 
 
 def line_of(lines: dict[tuple, int], path: tuple) -> int | None:
