@@ -92,6 +92,18 @@ def test_only_the_prefix_then_a_letter_answers():
     assert keys.feed(b"\x1dd\x1dy", asking=True) == (b"\x1dy", ["deny-always"])
 
 
+def test_nothing_pasted_is_an_answer():
+    keys = KeyFilter()
+    pasted = b"\x1b[200~text \x1dy more\x1b[201~"
+    assert keys.feed(pasted, asking=True) == (pasted, [])
+    # The markers split across reads, the paste started before the question.
+    assert keys.feed(b"\x1b[20", asking=False) == (b"\x1b[20", [])
+    assert keys.feed(b"0~ab", asking=False) == (b"0~ab", [])
+    assert keys.feed(b"\x1dy", asking=True) == (b"\x1dy", [])
+    assert keys.feed(b"\x1b[201~", asking=True) == (b"\x1b[201~", [])
+    assert keys.feed(b"\x1dy", asking=True) == (b"", ["once"])        # typed, after the paste
+
+
 def test_a_held_prefix_is_given_back_when_the_question_closed_meanwhile():
     keys = KeyFilter()
     assert keys.feed(b"\x1d", asking=True) == (b"", [])

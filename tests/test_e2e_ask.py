@@ -80,6 +80,33 @@ print(f"fake: injected {injected}", flush=True)
 t.join()
 '''
 
+# A program that tries `vpnw ask`'s socket from inside (Unix sockets
+# allowed): the run's own socket in the state directory it was given.
+SNEAK = r'''
+import glob, json, socket, sys, threading, time, urllib.request
+def fetch():
+    try:
+        with urllib.request.urlopen("http://pypi.world/whoami", timeout=120) as r:
+            print("sneak: fetched", r.status, flush=True)
+    except Exception as exc:
+        print("sneak: refused", getattr(exc, "code", exc), flush=True)
+t = threading.Thread(target=fetch); t.start()
+time.sleep(0.5)
+found = glob.glob(sys.argv[1] + "/r-*.sock")
+print("sneak: sockets", len(found), flush=True)
+for path in found:
+    for request in ({"list": True}, {"answer": "once", "number": 1}):
+        try:
+            s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+            s.settimeout(5)
+            s.connect(path)
+            s.send(json.dumps(request).encode())
+            print("sneak: answered", repr(s.recv(4096)), flush=True)
+        except OSError as exc:
+            print("sneak: error", exc.errno, flush=True)
+t.join()
+'''
+
 # A full-screen program: a picture on the alternate screen, a connection,
 # its result drawn in place, then it waits for "q".
 FULL = r'''
@@ -157,8 +184,8 @@ def decisions(events) -> list[tuple]:
             for e in events if e["type"] in ("policy.allow", "policy.deny")]
 
 
-def guard(term, path: Path, prog: str, *args: str, extra: str = "") -> int:
-    return term.start(f"{term.vpnw} guard --ask {extra}--policy {path} -- "
+def guard(term, path: Path, prog: str, *args: str, extra: str = "", env: str = "") -> int:
+    return term.start(f"{env}{term.vpnw} guard --ask {extra}--policy {path} -- "
                       f"{SYSTEM_PYTHON} {prog} {' '.join(args)}")
 
 
@@ -246,9 +273,28 @@ def test_the_program_cannot_answer_one_question_for_twenty_and_an_edited_policy(
     term.wait_for(r"^fake: refused 403", whole=True)
     assert [d[2] for d in decisions(records(term)[-1])] == ["timeout"]
 
-    # 20 connections to one new host: one question, 20 answers.
+    # Nor through `vpnw ask`'s socket: closed unanswered (ECONNRESET, EPIPE or
+    # EOF: the peer is in the sandbox's network namespace), or unreachable
+    # (EPERM, ENOENT, EACCES, ECONNREFUSED). The control is `vpnw ask` from a
+    # second terminal, which is answered (test_full_screen_...).
+    sneak = program(world, term, "sneak.py", SNEAK)
+    mark = guard(term, path, sneak, str(term.state_home / "vpnw" / "ask"),
+                 extra="--allow-unix-sockets --ask-timeout 4 ")
+    assert term.finished(mark) == 120
+    shown_text = term.history()
+    answered = re.findall(r"^sneak: (answered|error) (.*)$", shown_text, re.M)
+    assert answered, shown_text
+    for kind, detail in answered:
+        assert (kind, detail) == ("answered", "b''") or (kind == "error" and detail in
+                                                          ("1", "2", "13", "32", "104", "111")), answered
+    term.wait_for(r"^sneak: refused 403", whole=True)
+    assert [d[2] for d in decisions(records(term)[-1])] == ["timeout"]
+
+    # 20 connections to one new host: one question, 20 answers, also when
+    # broker workers take some of them (each asks the one place).
     shown = questions_shown(term)
-    mark = guard(term, path, fetch, *[f"http://{HOST}/whoami?n={i}" for i in range(20)])
+    mark = guard(term, path, fetch, *[f"http://{HOST}/whoami?n={i}" for i in range(20)],
+                 env="VPNW_BROKER_WORKERS=4 ")
     _wait(lambda: questions_shown(term) == shown + 1)
     time.sleep(1.0)                 # the other 19 have asked by now, and are waiting
     assert questions_shown(term) == shown + 1
@@ -258,6 +304,10 @@ def test_the_program_cannot_answer_one_question_for_twenty_and_an_edited_policy(
     assert questions_shown(term) == shown + 1
     allowed = decisions(records(term)[-1])
     assert allowed == [("policy.allow", "asked", "person", "once")] * 20
+    # (Four processes wait on the door at once: in every trial run the
+    # 20 connections were spread over three or four of them.)
+    takers = {e["pid"] for e in records(term)[-1] if e["type"] == "policy.allow"}
+    assert len(takers) >= 2, "the lead took all 20: the workers' links were not exercised"
 
     # The policy file edited while a question is open: "always" does not overwrite it.
     mark = guard(term, path, fetch, f"http://{HOST}/whoami")

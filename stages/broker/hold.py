@@ -4,8 +4,11 @@ The broker never asks anyone itself: it sends the destination over its ask
 link (a SOCK_SEQPACKET socket pair made by the orchestrator, one message a
 question or an answer) and the connection waits. The orchestrator is the one
 place that asks, on vpnw's own terminal or through `vpnw ask`
-(docs/architecture.md, "Ask"); under --ask the broker runs as one process,
-so every question and every answer of the run goes through that one link.
+(docs/architecture.md, "Ask"). A broker worker (workers.py) makes a link of
+its own when it starts and hands the orchestrator its end over the lead's
+link (`for_worker`): each process reads only the answers to its own
+questions, and the orchestrator, holding every question of the run, asks
+the person once per destination whichever process asked.
 
 Within this process a destination is asked once: the other connections to
 it wait on the same future. An answer the person gave holds for the rest of
@@ -47,6 +50,23 @@ class Hold:
         self.last = 0
         self.loop: asyncio.AbstractEventLoop | None = None
         self.closed = False
+
+    @classmethod
+    def for_worker(cls, lead_fd: int) -> "Hold":
+        """A worker's own link: its far end goes to the orchestrator over the
+        lead's link (one message, SCM_RIGHTS); the lead's link is then
+        closed in this process, which never reads it."""
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        lead = socket.socket(fileno=lead_fd)
+        try:
+            socket.send_fds(lead, [b'{"channel": true}'], [theirs.fileno()])
+        except OSError:
+            ours.close()        # the orchestrator is gone: every question is denied (_end)
+            ours, _ = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        finally:
+            theirs.close()
+            lead.close()
+        return cls(ours.detach())
 
     async def ask(self, host: str, port: int, door: str) -> Answer:
         key = (host, port)

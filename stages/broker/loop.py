@@ -48,7 +48,8 @@ class Broker:
     def __init__(self, *, emitter: Emitter, status_fd: int, policy, path,
                  dry_run: bool = False, grace: float = 2.0,
                  local_addresses: frozenset = frozenset(), path_reported: bool = False,
-                 numbers=None, crew: Crew | None = None, ask_fd: int | None = None):
+                 numbers=None, crew: Crew | None = None, ask_fd: int | None = None,
+                 ask_worker: bool = False):
         self.path_reported = path_reported  # main_from_fds already said the direct path is ok
         self.path = path
         self.grace = grace
@@ -59,7 +60,7 @@ class Broker:
         local_addresses = local_addresses | getattr(self.dialer, "own_addresses", frozenset())
         self.connector = Connector(self.journal, policy=policy, dialer=self.dialer,
                                    via=getattr(path, "name", "direct"), dry_run=dry_run,
-                                   local_addresses=local_addresses, hold=_hold(ask_fd))
+                                   local_addresses=local_addresses, hold=_hold(ask_fd, ask_worker))
         # The running loop, kept: asyncio.get_running_loop() asks the kernel
         # for the pid on every call (fork detection), several times a connection.
         self.loop: asyncio.AbstractEventLoop | None = None
@@ -260,12 +261,13 @@ class Broker:
             sock.close()
 
 
-def _hold(ask_fd: int | None):
-    """guard --ask: the link to the orchestrator, which asks the person (hold.py)."""
+def _hold(ask_fd: int | None, worker: bool):
+    """guard --ask: the link to the orchestrator, which asks the person
+    (hold.py); a worker's own, made from the lead's."""
     if ask_fd is None:
         return None
     from stages.broker.hold import Hold
-    return Hold(ask_fd)
+    return Hold.for_worker(ask_fd) if worker else Hold(ask_fd)
 
 
 def _raise_fd_limit() -> None:
@@ -280,7 +282,7 @@ def _raise_fd_limit() -> None:
 def run_broker(handoff_fd: int, event_fd: int, status_fd: int, *, run_id: str, policy, path,
                dry_run: bool = False, grace: float = 2.0, path_reported: bool = False,
                numbers=None, crew: Crew | None = None, early=None,
-               ask_fd: int | None = None) -> int:
+               ask_fd: int | None = None, ask_worker: bool = False) -> int:
     """The broker process body (the lead's, or a worker's: then `crew` is
     None and `numbers` the shared counter); returns its exit code (0,
     PATH_DOWN, INTERNAL)."""
@@ -297,7 +299,7 @@ def run_broker(handoff_fd: int, event_fd: int, status_fd: int, *, run_id: str, p
         broker = Broker(emitter=Emitter(event_fd, run_id, path=getattr(path, "name", "direct")),
                         status_fd=status_fd, policy=policy, path=path, path_reported=path_reported,
                         dry_run=dry_run, grace=grace, local_addresses=local_addresses(),
-                        numbers=numbers, crew=crew, ask_fd=ask_fd)
+                        numbers=numbers, crew=crew, ask_fd=ask_fd, ask_worker=ask_worker)
         return _serve_until_the_end(broker, handoff_fd, early)
     except Exception as exc:
         warn(f"the broker failed: {exc!r}")

@@ -20,8 +20,7 @@ def main_from_fds(handoff_fd: int, event_fd: int, status_fd: int, *, run_id: str
     PathDown first, Totals last) to `status_fd`. `policy=None` allows everything; `path=None`
     is the direct path. `workers`: broker processes in all (None: one per core,
     broker/workers.py). `ask_fd`: guard --ask's link to the orchestrator
-    (hold.py); the broker then runs as one process, so that each question
-    and its answer live in one place."""
+    (hold.py); each worker makes its own from it."""
     path_reported = False
     if path is None or getattr(path, "type", "direct") == "direct":
         # The direct path has nothing to check: say so before loading the
@@ -43,8 +42,6 @@ def main_from_fds(handoff_fd: int, event_fd: int, status_fd: int, *, run_id: str
             return _end_without_the_loop(early, status_fd)
     from stages.broker.workers import Crew, SharedConnNumbers, worker_count
     count, at_once = (workers, False) if workers else worker_count(path)
-    if ask_fd is not None:
-        count = 1
     crew = numbers = None
     if count > 1:
         # The workers are forked now: the loop's modules are loaded (their
@@ -62,8 +59,9 @@ def main_from_fds(handoff_fd: int, event_fd: int, status_fd: int, *, run_id: str
             from stages.broker.loop import run_broker
             return run_broker(link_fd, event_fd, worker_status_fd, run_id=run_id, policy=policy,
                               path=path, dry_run=dry_run, grace=grace, path_reported=True,
-                              numbers=numbers)
-        crew.start(count - 1, worker, keep=(event_fd, numbers.fd))
+                              numbers=numbers, ask_fd=ask_fd, ask_worker=True)
+        crew.start(count - 1, worker,
+                   keep=(event_fd, numbers.fd, *(() if ask_fd is None else (ask_fd,))))
         if at_once:
             crew.wake()
     from stages.broker.loop import run_broker

@@ -15,7 +15,9 @@ time, and carries out what it returns (docs/architecture.md, "Ask").
   open: the prefix Ctrl-] then one letter. Any other key, or the prefix
   followed by anything else, goes to the program unchanged (Ctrl-] twice
   sends one Ctrl-] to the program). With no question open every key goes
-  to the program, Ctrl-] included. The keys are read from vpnw's own
+  to the program, Ctrl-] included. Nothing inside a bracketed paste
+  (ESC [200~ ... ESC [201~) is ever an answer: a pasted text holding the
+  sequence goes to the program whole. The keys are read from vpnw's own
   terminal only: nothing the program writes or types into its own pty ever
   reaches this filter.
 """
@@ -26,6 +28,7 @@ from dataclasses import dataclass, field
 
 PREFIX = b"\x1d"                 # Ctrl-]
 PREFIX_NAME = "Ctrl-]"
+PASTE_START, PASTE_END = b"\x1b[200~", b"\x1b[201~"
 # letter -> answer
 KEYS = {b"y": "once", b"a": "always", b"n": "deny", b"d": "deny-always"}
 ANSWERS = ("once", "always", "deny", "deny-always")
@@ -150,15 +153,31 @@ class KeyFilter:
 
     def __init__(self):
         self.after_prefix = False
+        self.pasting = False
+        self.recent = b""        # the last bytes typed, to see paste markers split across reads
+
+    def _track_paste(self, data: bytes) -> None:
+        seen = self.recent + data
+        start, end = seen.rfind(PASTE_START), seen.rfind(PASTE_END)
+        if start >= 0 or end >= 0:
+            self.pasting = start > end
+        self.recent = seen[-(len(PASTE_START) - 1):]
 
     def feed(self, data: bytes, asking: bool) -> tuple[bytes, list[str]]:
         if not asking and not self.after_prefix:
+            self._track_paste(data)
             return data, []
         out = bytearray()
         answers: list[str] = []
         for i in range(len(data)):
             byte = data[i:i + 1]
-            if self.after_prefix:
+            self._track_paste(byte)
+            if self.pasting:
+                if self.after_prefix:
+                    self.after_prefix = False
+                    out += PREFIX
+                out += byte
+            elif self.after_prefix:
                 self.after_prefix = False
                 answer = KEYS.get(byte.lower()) if asking else None
                 if answer is not None:
@@ -175,6 +194,7 @@ class KeyFilter:
                 # One answer per feed: what follows goes on as typed, and the
                 # next question (if any) needs its own deliberate sequence.
                 out += data[i + 1:]
+                self._track_paste(data[i + 1:])
                 break
         return bytes(out), answers
 

@@ -1,8 +1,11 @@
 """The orchestrator's side of `guard --ask`: the one place that asks the person.
 
 The shell around ask.Questions (docs/architecture.md, "Ask"):
-- the broker's ask link (SOCK_SEQPACKET): a question per destination comes
-  in, an answer goes back for each connection that waited;
+- the broker's ask links (SOCK_SEQPACKET): the lead's, and one per broker
+  worker, handed over on the lead's (broker/hold.py); a question per
+  destination comes in on each, an answer goes back on the link of each
+  connection that waited, and a destination is asked about once whichever
+  process asked;
 - vpnw's own terminal, through the relay (terminal.py): the question as a
   line of vpnw's when the program is on the normal screen, and always in
   the terminal's title (OSC 2) with a bell, so a full-screen program's
@@ -41,8 +44,8 @@ class Asker:
     def __init__(self, *, run_id: str, broker_end: socket.socket, policy, relay, say,
                  timeout: float, state_dir: str, program: str):
         self.run_id = run_id
-        self.broker = broker_end
-        self.broker.setblocking(False)
+        broker_end.setblocking(False)
+        self.links: list[socket.socket] = [broker_end]
         self.policy_source = getattr(policy, "source", None)
         self.policy_sha256 = getattr(policy, "sha256", None)
         self.relay = relay
@@ -129,13 +132,13 @@ class Asker:
 
     def start(self, sel) -> None:
         self.sel = sel
-        sel.register(self.broker, selectors.EVENT_READ, "ask:broker")
+        sel.register(self.links[0], selectors.EVENT_READ, "ask:broker")
         if self.listener is not None:
             sel.register(self.listener, selectors.EVENT_READ, "ask:listen")
 
     def handle(self, key, events: int) -> None:
         if key.data == "ask:broker":
-            self._read_broker()
+            self._read_broker(key.fileobj)
         elif key.data == "ask:listen":
             self._accept()
         elif key.data == "ask:client":
@@ -156,25 +159,41 @@ class Asker:
 
     # ---- the broker
 
-    def _read_broker(self) -> None:
+    def _read_broker(self, link: socket.socket) -> None:
         while True:
             try:
-                data = self.broker.recv(MAX_MESSAGE)
+                data, fds, _flags, _addr = socket.recv_fds(link, MAX_MESSAGE, 1)
             except (BlockingIOError, InterruptedError):
                 return
             except OSError:
-                data = b""
+                data, fds = b"", []
+            if fds:
+                self._new_link(data, fds[0])
+                continue
             if not data:
                 if self.sel is not None:
-                    self.sel.unregister(self.broker)
-                self.questions.forget(lambda token: True)
+                    self.sel.unregister(link)
+                self.questions.forget(lambda token: token[0] is link)
                 return
-            self._on_question(data)
+            self._on_question(link, data)
 
-    def _on_question(self, data: bytes) -> None:
+    def _new_link(self, data: bytes, fd: int) -> None:
+        """A broker worker's own link (hold.Hold.for_worker)."""
+        link = socket.socket(fileno=fd)
+        if data != b'{"channel": true}' or link.type != socket.SOCK_SEQPACKET or \
+                len(self.links) > 64:
+            link.close()
+            return
+        link.setblocking(False)
+        self.links.append(link)
+        if self.sel is not None:
+            self.sel.register(link, selectors.EVENT_READ, "ask:broker")
+
+    def _on_question(self, link: socket.socket, data: bytes) -> None:
         try:
             message = orjson.loads(data)
-            token, host, port = int(message["n"]), str(message["host"]), int(message["port"])
+            token = (link, int(message["n"]))
+            host, port = str(message["host"]), int(message["port"])
             door = str(message.get("door", ""))
         except (orjson.JSONDecodeError, KeyError, TypeError, ValueError):
             return
@@ -193,10 +212,11 @@ class Asker:
 
     def _send(self, replies) -> None:
         for reply in replies:
-            message = {"n": reply.token, "allow": reply.allow, "answer": reply.answer,
+            link, number = reply.token
+            message = {"n": number, "allow": reply.allow, "answer": reply.answer,
                        "by": reply.by, "note": reply.note}
             try:
-                self.broker.send(orjson.dumps(message))
+                link.send(orjson.dumps(message))
             except OSError:
                 pass     # the broker is gone: its connections ended with it
 
@@ -273,7 +293,8 @@ class Asker:
                 os.unlink(self.socket_path)
             except OSError:
                 pass
-        self.broker.close()
+        for link in self.links:
+            link.close()
 
 
 def _short(path: str) -> str:
