@@ -94,6 +94,23 @@ def test_the_alternate_screen_holds_lines_until_it_is_left():
     assert m.program_output(b"$ done\r\n", 11.1) == b"$ done\r\nv1\r\n"
 
 
+def test_a_program_that_ends_in_the_alternate_screen_gets_the_screen_given_back():
+    m = merger()
+    m.program_output(b"\x1b[?1049h\x1b[?25l\x1b[?1000h\x1b[?2004h", 0.0)
+    assert m.human_line(b"v1", 0.1) == b""
+    out = m.program_ended()
+    assert out.startswith(b"\x1b[?1049l\x1b[?25h") and b"\x1b[?1000l" in out and b"\x1b[?2004l" in out
+    assert out.endswith(b"v1\r\n")       # the held line, below, on the user's screen
+    assert m.human_line(b"summary", 0.2) == b"summary\r\n"
+    assert m.program_ended() == b""        # once
+
+
+def test_a_program_that_left_the_alternate_screen_itself_gets_nothing_more():
+    m = merger()
+    m.program_output(b"\x1b[?1049h\x1b[?1049l$ ", 0.0)
+    assert m.program_ended() == b""
+
+
 def test_alternate_screen_sequences_split_across_chunks():
     m = merger()
     for piece in (b"\x1b[?10", b"49h"):

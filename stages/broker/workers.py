@@ -62,9 +62,13 @@ def worker_count(path) -> tuple[int, bool]:
     process may run on, at most MAX_WORKERS, and one for any path but direct."""
     if path is not None and getattr(path, "type", "direct") != "direct":
         return 1, False
-    wanted = os.environ.get("VPNW_BROKER_WORKERS", "")
-    if wanted.isdigit() and int(wanted) > 0:
-        return min(int(wanted), MAX_WORKERS), True
+    from stages.config.environment import EnvironmentProblem, broker_workers
+    try:
+        wanted = broker_workers(dict(os.environ))   # the command line refused a bad one
+    except EnvironmentProblem:
+        wanted = None
+    if wanted is not None:
+        return min(wanted, MAX_WORKERS), True
     return max(1, min(len(os.sched_getaffinity(0)), MAX_WORKERS)), False
 
 

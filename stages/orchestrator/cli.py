@@ -49,6 +49,10 @@ class VpnwGroup(click.Group):
 @click.version_option(__version__, prog_name="vpnw")
 def cli():
     """Run one program with a network of its own: a path, a policy and a record."""
+    from stages.config.environment import check
+    problem = check(dict(os.environ))     # like a bad option: before anything starts
+    if problem:
+        raise UsageProblem(problem)
 
 
 def _load_policy(policy_file):
@@ -122,7 +126,11 @@ def _sandboxed(mode: str, *, require_policy: bool):
         for option in reversed(options):
             fn = option(fn)
         fn = click.argument("program", nargs=-1, required=True, type=click.UNPROCESSED)(fn)
-        return cli.command(mode, context_settings={"ignore_unknown_options": False})(fn)
+        # vpnw's options end at the first word that names the program (like sudo
+        # and docker): `vpnw run echo --quiet` hands --quiet to echo.
+        return cli.command(mode, options_metavar="[OPTIONS] [--]",
+                           context_settings={"ignore_unknown_options": False,
+                                             "allow_interspersed_args": False})(fn)
     return decorate
 
 

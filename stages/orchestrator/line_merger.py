@@ -21,6 +21,7 @@ What the user sees:
   or corrupt the picture; vpnw's lines wait until it leaves the alternate
   screen or the run ends. At most `max_held` lines wait; beyond that the
   oldest are dropped and counted (every line is in the record anyway).
+  A program that ends there (killed) gets the user's screen given back.
 """
 from __future__ import annotations
 
@@ -31,6 +32,10 @@ from collections import deque
 _ALT_ON = (b"\x1b[?1049h", b"\x1b[?1047h", b"\x1b[?47h")
 _ALT_OFF = (b"\x1b[?1049l", b"\x1b[?1047l", b"\x1b[?47l")
 _LONGEST = max(len(s) for s in _ALT_ON + _ALT_OFF)
+# Leave the alternate screen, show the cursor, mouse reporting (every mode and
+# encoding) and bracketed paste off.
+_GIVE_BACK = (b"\x1b[?1049l\x1b[?25h\x1b[?1000l\x1b[?1002l\x1b[?1003l\x1b[?1005l"
+              b"\x1b[?1006l\x1b[?1015l\x1b[?2004l")
 # A half line longer than this is never replayed (nor kept).
 _MAX_PARTIAL = 4096
 
@@ -99,6 +104,16 @@ class LineMerger:
         if not self.held or self.alternate or self.at_boundary or self._waiting_since is None:
             return None
         return self._waiting_since + self.hold
+
+    def program_ended(self) -> bytes:
+        """The program is gone: if it left the screen its own (killed inside
+        the alternate screen), what gives the user's back, as tmux and screen
+        do; vpnw's lines then go out below what was there before."""
+        if not self.alternate:
+            return b""
+        self.alternate = False
+        self.at_boundary, self.partial, self.partial_overflow = True, b"", False
+        return _GIVE_BACK + (self._lines() if self.held or self.dropped else b"")
 
     def finish(self) -> bytes:
         """The program's output is over: everything still held, on lines of its own."""

@@ -640,6 +640,8 @@ class _Run:
                 os.close(self.go_w)
                 self.go_w = None
                 self.started = True
+                if self.relay is not None:
+                    self.relay.program_started()
         if self.fatal and self.started and self.program_exit is None:
             try:
                 os.kill(self.pids["helper"], signal.SIGKILL)

@@ -90,6 +90,9 @@ class TerminalRelay:
         self.raw = False
         self.reading_keys = False
         self.master_open = False
+        # Raw only once the program is let go: until then Ctrl-C is vpnw's (it
+        # stops the run at once) and what the user types stays for the shell.
+        self.program_going = False
         self.sel = None
         self.master_mask = 0
         self.human_open = human_r is not None
@@ -112,7 +115,7 @@ class TerminalRelay:
             return False
 
     def enter_raw(self) -> None:
-        if self.raw or not self.master_open or not self.foreground():
+        if self.raw or not self.program_going or not self.master_open or not self.foreground():
             return
         try:
             termios.tcsetattr(self.user_in, termios.TCSADRAIN, _raw(self.saved))
@@ -164,6 +167,12 @@ class TerminalRelay:
             self.sel.register(master, self.master_mask, "pty:master")
             self.enter_raw()
             self._update_keys()
+
+    def program_started(self) -> None:
+        """The program was let go: the user's keys are its from now on."""
+        self.program_going = True
+        self.enter_raw()
+        self._update_keys()
 
     def awaiting_master(self) -> bool:
         return self.master_from is not None
@@ -421,6 +430,7 @@ class TerminalRelay:
         """The program has ended: the rest of its output."""
         self._drain_program(wait=2.0)
         self._close_master()
+        self._write(self.merger.program_ended())
 
     def finish_human(self, recorder_pidfd: int) -> None:
         """vpnw's remaining lines, until the recorder has exited and its pipe is empty."""

@@ -34,10 +34,10 @@ import sys
 import time
 
 from stages.broker.wireguard import control
+from stages.config.environment import EnvironmentProblem, handshake_timeout
 
 TUN_NAME = "vpnw0"
 LISTEN_PORT = 51820
-HANDSHAKE_TIMEOUT = 8.0
 SOCKET_BATCH = 32
 _TUNSETIFF = 0x400454CA
 _IFF_TUN = 0x0001           # without IFF_NO_PI: what Debian's wireguard-go 0.0.20220316 expects
@@ -344,9 +344,12 @@ def main(argv: list[str]) -> int:
     if len(argv) != 3 or os.getppid() != int(argv[1]):
         return 1      # the broker is already gone
     ctl = socket.socket(fileno=int(argv[2]))
-    timeout = float(os.environ.get("VPNW_WG_HANDSHAKE_TIMEOUT", HANDSHAKE_TIMEOUT))
     path = None
     try:
+        try:    # checked by the command line already (exit 121); here too, closed
+            timeout = handshake_timeout(dict(os.environ))
+        except EnvironmentProblem as exc:
+            raise PathSetupError(str(exc)) from None
         tunnel = json.loads(ctl.recv(65536))
         path = PathNamespace(ctl, tunnel)
         path.configure(time.monotonic() + 5.0)

@@ -1,0 +1,224 @@
+"""Daily use without surprises (issue 28), in the test world, as root and as
+the unprivileged user: vpnw's options end where the program's name starts;
+Ctrl-C during the wait before the program starts stops the run at once and
+leaves the user's terminal and typing to the shell (in tmux, with the same
+keys outside vpnw as the control)."""
+from __future__ import annotations
+
+import base64
+import os
+import re
+import shutil
+import time
+
+import pytest
+
+from e2e_support import describe, run_events
+from tmux_support import PROMPT, Screen, wait_file
+
+pytestmark = pytest.mark.world
+
+SITE = "10.7.0.1"          # an exit site of the world (world.exit_site); nothing listens on UDP 51999
+
+
+# ── vpnw's options end at the program's name ────────────────────────────────
+
+def test_options_after_the_program_name_are_the_programs(world, user):
+    r = world.vpnw(["run", "echo", "--quiet", "hello"], user=user)
+    assert r.returncode == 0, describe(r)
+    assert r.stdout == "--quiet hello\n", describe(r)
+    # Not taken as vpnw's --quiet: the summary line is there.
+    assert "vpnw  run r-" in r.stderr, describe(r)
+    # A --policy after the name is the program's too: no policy, nothing denied.
+    r = world.vpnw(["run", "sh", "-c", 'echo "$@"', "sh", "--policy", "/nonexistent.toml"], user=user)
+    assert r.returncode == 0 and r.stdout == "--policy /nonexistent.toml\n", describe(r)
+    assert run_events(r)[0]["fields"]["policy_file"] is None
+    # vpnw's own options before the name still count, and `--` still ends them.
+    r = world.vpnw(["run", "--quiet", "--", "echo", "--quiet"], user=user)
+    assert r.returncode == 0 and r.stdout == "--quiet\n", describe(r)
+
+
+def test_usage_lines_show_the_double_dash(world):
+    for mode in ("run", "trace", "guard"):
+        r = world.vpnw([mode, "--help"])
+        assert r.returncode == 0, describe(r)
+        assert f"Usage: vpnw {mode} [OPTIONS] [--] PROGRAM..." in r.stdout, describe(r)
+
+
+# ── Ctrl-C while vpnw waits for the WireGuard handshake ─────────────────────
+
+def _key() -> str:
+    return base64.b64encode(os.urandom(32)).decode()
+
+
+@pytest.fixture(scope="module")
+def dead_path(world):
+    """A paths file whose only path is WireGuard to an endpoint nobody answers."""
+    if shutil.which("wireguard-go") is None:
+        pytest.skip("wireguard-go is not installed (scripts/setup installs it)")
+    world.exit_site(SITE)
+    world.file("daily-dead.conf", f"[Interface]\nPrivateKey = {_key()}\nAddress = 10.66.0.2/32\n\n"
+                                  f"[Peer]\nPublicKey = {_key()}\nEndpoint = {SITE}:51999\n"
+                                  "AllowedIPs = 10.66.0.0/24\n")
+    return world.file("daily-dead.toml", 'version = 1\nname = "dead"\n\n[paths.dead]\n'
+                                         'type = "wireguard"\nconf = "daily-dead.conf"\n')
+
+
+@pytest.fixture
+def term(world, user, tmp_path):
+    """A tmux pane with an interactive bash in the test world, as `user`."""
+    tmp_path.chmod(0o755)
+    work = world.workdir(user)
+    argv, state_home = world.command(["bash", "--norc", "--noprofile", "-i"], user=user,
+                                     env={"TERM": "screen", "PS1": PROMPT}, cwd=work)
+    screen = Screen(tmp_path, argv)
+    screen.work = work
+    screen.vpnw = str(world.vpnw_path)
+    try:
+        screen.wait_for(r"^\$ ")
+        yield screen
+    finally:
+        screen.close()
+
+
+def _descendants(pid: int) -> list[int]:
+    found = []
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except FileNotFoundError:     # gone meanwhile
+        return []
+    for task in tasks:
+        try:
+            with open(f"/proc/{pid}/task/{task}/children") as f:
+                found += [int(c) for c in f.read().split()]
+        except FileNotFoundError:
+            pass
+    return found + [d for c in found for d in _descendants(c)]
+
+
+def _cmdline(pid: int) -> bytes:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read()
+    except FileNotFoundError:
+        return b""
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            return "State:\tZ" not in f.read()
+    except FileNotFoundError:
+        return False
+
+
+def _await_wireguard_go(term) -> list[int]:
+    """The wireguard-go under the pane's shell once it runs: vpnw is then in the handshake wait."""
+    shell = int(term._tmux("display-message", "-p", "-t", "t", "#{pane_pid}").strip())
+    end = time.monotonic() + 60
+    while time.monotonic() < end:
+        found = [p for p in _descendants(shell) if _cmdline(p).startswith(b"wireguard-go\0")]
+        if found:
+            return found
+        time.sleep(0.05)
+    raise AssertionError(f"no wireguard-go under the pane's shell:\n{term.history()}")
+
+
+@pytest.mark.parametrize("where", ["vpnw", "outside"])
+def test_ctrl_c_during_the_handshake_wait_stops_at_once(world, term, dead_path, where):
+    stty_before, stty_after = term.work / "before", term.work / "after"
+    assert term.run(f"stty -a > {stty_before}") == 0
+    marker = term.work / "ran"
+    if where == "vpnw":
+        # A wait far longer than the test allows: only Ctrl-C can end it in time.
+        term.line(f"VPNW_WG_HANDSHAKE_TIMEOUT=300 {term.vpnw} run --config {dead_path} --via dead "
+                  f"-- touch {marker}")
+        wg = _await_wireguard_go(term)
+    else:   # the control: the same keys to a command that waits
+        term.line(f"sleep 300; touch {marker}")
+        term.wait_for(r"sleep 300")
+        time.sleep(0.5)
+    started = time.monotonic()
+    term.keys("C-c")
+    assert term.run('echo "status=$?"', timeout=20) == 0
+    term.wait_for(r"^status=130$", whole=True)
+    assert time.monotonic() - started < 10, "Ctrl-C did not stop the wait at once"
+    assert not marker.exists(), "the program ran"
+    if where == "vpnw":
+        term.wait_for(r"vpnw: interrupted by SIGINT before the program started; "
+                      r"the program was not run", whole=True)
+        end = time.monotonic() + 20
+        while any(_alive(p) for p in wg) and time.monotonic() < end:
+            time.sleep(0.05)
+        assert not any(_alive(p) for p in wg), "wireguard-go outlived the run"
+    assert term.run(f"stty -a > {stty_after}") == 0
+    assert wait_file(stty_after) == stty_before.read_text()
+
+
+@pytest.mark.parametrize("where", ["vpnw", "outside"])
+def test_what_the_user_types_during_the_wait_is_left_to_the_shell(world, term, dead_path, where):
+    if where == "vpnw":
+        mark = term.start(f"VPNW_WG_HANDSHAKE_TIMEOUT=4 {term.vpnw} run --config {dead_path} "
+                          "--via dead -- true")
+        _await_wireguard_go(term)
+        expected = 123
+    else:
+        mark = term.start("sleep 4; false")
+        term.wait_for(r"sleep 4")
+        expected = 1
+    term.line("echo typed-ahead-$((6*7))")
+    assert term.finished(mark) == expected
+    term.wait_for(r"^typed-ahead-42$", whole=True)
+
+
+# ── the environment variables vpnw reads are checked like options ──────────
+
+@pytest.mark.parametrize("name,value", [
+    ("VPNW_WG_HANDSHAKE_TIMEOUT", "abc"), ("VPNW_WG_HANDSHAKE_TIMEOUT", "-1"),
+    ("VPNW_BROKER_WORKERS", "two"), ("XDG_STATE_HOME", "relative/state")])
+def test_a_bad_environment_variable_is_121_before_anything_starts(world, user, dead_path, name, value):
+    marker = world.workdir(user) / "ran"
+    r = world.vpnw(["run", "--config", str(dead_path), "--via", "dead", "--", "touch", str(marker)],
+                   user=user, env={name: value}, timeout=60)
+    assert r.returncode == 121, describe(r)
+    assert r.stderr.startswith(f"vpnw: {name}={value!r}: ") and "; fix: " in r.stderr, describe(r)
+    assert len(r.stderr.splitlines()) == 1 and "Traceback" not in r.stderr, describe(r)
+    assert not marker.exists()
+    assert list(r.state_home.iterdir()) == [], list(r.state_home.rglob("*"))
+
+
+# ── a program killed inside the alternate screen ────────────────────────────
+
+FULL_SCREEN_THEN_KILLED = r'''
+import os, signal, sys
+sys.stdout.write("\x1b[?1049h\x1b[?25l\x1b[?1000h\x1b[?1006h\x1b[?2004h\x1b[H\x1b[2JFULLSCREEN\r\n")
+sys.stdout.flush()
+os.kill(os.getpid(), signal.SIGKILL)
+'''
+
+
+def _pane_modes(term) -> dict[str, str]:
+    names = ("alternate_on", "cursor_flag", "mouse_any_flag")
+    shown = term._tmux("display-message", "-p", "-t", "t", " ".join(f"#{{{n}}}" for n in names))
+    return dict(zip(names, shown.split()))
+
+
+@pytest.mark.parametrize("where", ["vpnw", "outside"])
+def test_a_program_killed_in_the_alternate_screen_leaves_the_users_screen(world, term, where):
+    program = world.file(f"{term.work.name}-fullscreen.py", FULL_SCREEN_THEN_KILLED)
+    assert _pane_modes(term) == {"alternate_on": "0", "cursor_flag": "1", "mouse_any_flag": "0"}
+    term.line("echo before-$((6*7))")
+    term.wait_for(r"^before-42$")
+    prefix = f"{term.vpnw} run -- " if where == "vpnw" else ""
+    term.line(f"{prefix}/usr/bin/python3 {program}; echo \"status=$?\"")
+    term.wait_for(r"^status=137$", whole=True)
+    modes = _pane_modes(term)
+    if where == "outside":     # the control: the terminal stays as the program left it
+        assert modes["alternate_on"] == "1" and modes["mouse_any_flag"] == "1", modes
+        term.keys("q")          # (let bash redraw; the session is closed anyway)
+        return
+    assert modes["alternate_on"] == "0" and modes["cursor_flag"] == "1", modes
+    assert modes["mouse_any_flag"] == "0", modes
+    # vpnw's summary is on the user's own screen, below what was there before.
+    screen = term.screen()
+    assert re.search(r"^before-42$[\s\S]*^vpnw  run r-\S+: .*exit 137", screen, re.M), screen
