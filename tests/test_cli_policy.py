@@ -51,7 +51,8 @@ BAD_POLICIES = [
 def policy_path(world, text: str) -> str:
     if text == "@missing":
         return str(world.tmp / "files" / "no-such-policy.toml")
-    if text == "@directory":
+    if text == "@directory":     # made here: the test may run before any other made it
+        (world.tmp / "files").mkdir(mode=0o755, exist_ok=True)
         return str(world.tmp / "files")
     if text.startswith("@/"):
         return text[1:]
