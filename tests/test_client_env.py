@@ -155,3 +155,10 @@ def test_the_starting_repository_core_sshcommand_is_seen(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     assert apply(base, python=PY)[1] == []
     assert apply({**base, "GIT_DIR": str(repo / ".git")}, python=PY)[1] == ["core.sshCommand"]
+
+
+def test_the_program_can_tell_it_runs_in_vpnw_and_in_which_run():
+    env, _ = program_env({"VPNW_RUN": "r-outer"}, python=None, run_id="r-123abc")
+    assert env["VPNW"] == "1" and env["VPNW_RUN"] == "r-123abc"
+    again, _ = program_env(env, python=None)     # the helper applies it again: unchanged
+    assert again == env

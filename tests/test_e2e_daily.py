@@ -222,3 +222,12 @@ def test_a_program_killed_in_the_alternate_screen_leaves_the_users_screen(world,
     # vpnw's summary is on the user's own screen, below what was there before.
     screen = term.screen()
     assert re.search(r"^before-42$[\s\S]*^vpnw  run r-\S+: .*exit 137", screen, re.M), screen
+
+
+# ── inside, the program can tell it is in vpnw ──────────────────────────────
+
+def test_the_program_sees_vpnw_and_its_run_id(world, user):
+    r = world.vpnw(["run", "--", "sh", "-c", 'echo "$VPNW $VPNW_RUN"'], user=user,
+                   env={"VPNW_RUN": "r-outer"})       # a vpnw around this one: the inner run's id
+    assert r.returncode == 0, describe(r)
+    assert r.stdout == f"1 {run_events(r)[0]['run']}\n", describe(r)

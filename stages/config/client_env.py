@@ -179,13 +179,19 @@ def _user_set(env: dict[str, str], name: str) -> str | None:
 
 
 def program_env(env: dict[str, str], *, python: str | None,
-                git_configs: list[str] | None = None) -> tuple[dict[str, str], list[str]]:
+                git_configs: list[str] | None = None,
+                run_id: str | None = None) -> tuple[dict[str, str], list[str]]:
     """(the program's environment, names of client settings kept as the user set them).
 
     `python` is the interpreter that runs vpnw (the ssh relay runs on it inside
     the sandbox); None leaves git's ssh alone. `git_configs` are the texts of
-    the git config files (read_git_configs); None means none were read."""
+    the git config files (read_git_configs); None means none were read.
+    `run_id` becomes VPNW_RUN (None keeps the one `env` has: applied again)."""
     out = {k: v for k, v in env.items() if k.upper() not in DOOR_SETTINGS}
+    # The program can tell it runs in vpnw, and in which run (a prompt, an agent's status line).
+    out["VPNW"] = "1"
+    if run_id is not None:
+        out["VPNW_RUN"] = run_id
     for key in ("HTTP_PROXY", "HTTPS_PROXY"):
         out[key] = out[key.lower()] = DOOR_HTTP
     out["ALL_PROXY"] = out["all_proxy"] = DOOR_SOCKS
@@ -227,13 +233,14 @@ def program_env(env: dict[str, str], *, python: str | None,
     return out, kept
 
 
-def apply(env: dict[str, str], *, python: str | None) -> tuple[dict[str, str], list[str]]:
+def apply(env: dict[str, str], *, python: str | None,
+          run_id: str | None = None) -> tuple[dict[str, str], list[str]]:
     """program_env with the git config files read from this machine: system,
     global, and the repository the program starts in (only when no variable
     has chosen git's ssh command already)."""
     chosen = any(env.get(name) for name in _GIT_SSH_VARIABLES)
     configs = None if chosen else read_git_configs(env, _cwd())
-    return program_env(env, python=python, git_configs=configs)
+    return program_env(env, python=python, git_configs=configs, run_id=run_id)
 
 
 def _cwd() -> str | None:

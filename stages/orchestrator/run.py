@@ -122,11 +122,11 @@ def _become_stdio(stdio: tuple[int, int, int]) -> None:
         os.close(fd)
 
 
-def _program_env(env: dict) -> tuple[dict, list[str]]:
+def _program_env(env: dict, run_id: str) -> tuple[dict, list[str]]:
     """The program's environment and the client settings kept as the user set
     them (names only: the record never holds values)."""
     from stages.config.client_env import apply
-    return apply(env, python=sys.executable)
+    return apply(env, python=sys.executable, run_id=run_id)
 
 
 NO_CONNECTION_HINT = ("hint: the program exited {code} without one connection through vpnw's doors; "
@@ -258,7 +258,7 @@ def _execute(request: RunRequest, terminal: _Terminal) -> int:
     emitter = Emitter(events_w, run_id, path=path_name)
     policy_name = getattr(request.policy, "name", None)
     files_plan, files_record = _file_limits(request.files)
-    program_env, env_kept = _program_env(request.env)
+    program_env, env_kept = _program_env(request.env, run_id)
     emitter.emit("run.start", mode=request.mode, program=os.path.basename(request.argv[0]),
                  policy=policy_name if getattr(request.policy, "source", None) else None,
                  policy_file=getattr(request.policy, "source", None), via=path_name,
