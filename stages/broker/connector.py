@@ -94,9 +94,8 @@ class Connector:
             journal.emit("conn.open", conn, address=outcome.address, port=outcome.port,
                          via=self.via, ms=outcome.dial_ms)
         elif isinstance(outcome, Denied):
-            journal.totals["denied"] += 1
-            journal.emit("policy.deny", conn, rule=outcome.rule, reason=outcome.reason,
-                         enforced=True, **(outcome.asked or {}))
+            journal.deny(conn, rule=outcome.rule, reason=outcome.reason, enforced=True,
+                         **(outcome.asked or {}))
         else:
             journal.fail(conn, outcome.stage, outcome.error, outcome.reason)
         return outcome
@@ -131,9 +130,7 @@ class Connector:
         elif not self.dry_run:
             return Denied(verdict.reason, verdict.rule)
         else:
-            self.journal.emit("policy.deny", conn, rule=verdict.rule, reason=verdict.reason,
-                              enforced=False)
-            self.journal.totals["would_deny"] += 1
+            self.journal.deny(conn, rule=verdict.rule, reason=verdict.reason, enforced=False)
         addresses = tuple(verdict.addresses or ())
         if not addresses and target.ip is not None:
             addresses = (target.ip,)
@@ -181,7 +178,7 @@ class Connector:
         return Opened(conn, sock, address, port, ms_since(started), time.monotonic())
 
     async def resolve(self, conn: int, host: str, port: int) -> tuple:
-        if getattr(self.dialer, "resolve", None) is not None:
+        if self.dialer.resolve is not None:
             return await self._resolve_on_path(conn, host)
         started = time.monotonic()
         in_file = self.hosts.lookup(host)

@@ -17,6 +17,7 @@ import asyncio
 import errno
 import ipaddress
 import socket
+from typing import Awaitable, Callable, Protocol
 
 CONNECT_TIMEOUT = 10.0
 _IP_TYPES = (ipaddress.IPv4Address, ipaddress.IPv6Address)
@@ -44,10 +45,27 @@ class PathDownError(Exception):
     """The chosen path does not answer; the program must not start (exit 123)."""
 
 
+class Dialer(Protocol):
+    """What every kind of path gives the broker (direct here, ProxyDialer in
+    upstream.py, WireGuardDialer in wireguard/dialer.py)."""
+    kind: str                          # the path's type, as the record names it
+    resolves_at_exit: bool             # names go to the exit unresolved (socks5h://, http://)
+    # Looks a name up the path's own way (the office's DNS through a tunnel):
+    # async (host) -> (addresses, server); None: the machine's resolver.
+    resolve: Callable[[str], Awaitable[tuple[tuple, str]]] | None
+    own_addresses: frozenset           # the path's own addresses (a tunnel's), this run's like the machine's
+
+    async def check(self) -> None: ...   # raises PathDownError: exit 123, the program never starts
+
+    async def dial(self, host: str, port: int, addresses: tuple) -> tuple[socket.socket, str]: ...
+
+
 class DirectDialer:
     """The direct path: connect from this machine to the checked addresses."""
     kind = "direct"
     resolves_at_exit = False
+    resolve = None
+    own_addresses: frozenset = frozenset()
 
     async def check(self) -> None:
         """Nothing to check: this machine's own network."""

@@ -2,12 +2,12 @@
 the dial contract (dial.py) imports none of them."""
 from __future__ import annotations
 
-from stages.broker.dial import DirectDialer
+from stages.broker.dial import Dialer, DirectDialer
 
 
-def dialer_for(path):
-    """The Dialer for a paths.PathSpec (None: direct)."""
-    if path is None or path.type == "direct":
+def dialer_for(path) -> Dialer:
+    """The Dialer for a paths.PathSpec."""
+    if path.type == "direct":
         return DirectDialer()
     if path.type == "wireguard":
         from stages.broker.wireguard.dialer import WireGuardDialer

@@ -63,6 +63,16 @@ class Journal:
         self.totals["connections"] += 1
         return self.numbers.next()
 
+    def deny(self, conn: int, *, rule: str, reason: str, enforced: bool, **fields) -> None:
+        """policy.deny, counted: a denial, or (--dry-run) one that would have been."""
+        self.totals["denied" if enforced else "would_deny"] += 1
+        self.emit("policy.deny", conn, rule=rule, reason=reason, enforced=enforced, **fields)
+
+    def add_totals(self, counts: dict) -> None:
+        """A worker's totals, reported at its end, join the run's."""
+        for key, value in counts.items():
+            self.totals[key] += value
+
     def fail(self, conn: int, stage: str, error: str, reason: str) -> None:
         self.totals["failed"] += 1
         self.emit("conn.fail", conn, stage=stage, error=error, reason=reason)

@@ -57,9 +57,9 @@ class Broker:
         self.journal = Journal(emitter, status_fd, numbers)
         self.dialer = dialer_for(path)
         # The path's own addresses (a WireGuard tunnel's) are this run's, like the machine's.
-        local_addresses = local_addresses | getattr(self.dialer, "own_addresses", frozenset())
+        local_addresses = local_addresses | self.dialer.own_addresses
         self.connector = Connector(self.journal, policy=policy, dialer=self.dialer,
-                                   via=getattr(path, "name", "direct"), dry_run=dry_run,
+                                   via=path.name, dry_run=dry_run,
                                    local_addresses=local_addresses, hold=_hold(ask_fd, ask_worker))
         # The running loop, kept: asyncio.get_running_loop() asks the kernel
         # for the pid on every call (fork detection), several times a connection.
@@ -77,7 +77,7 @@ class Broker:
         if self.path_reported:
             return True
         started = time.monotonic()
-        name = getattr(self.path, "name", "direct")
+        name = self.path.name
         kind = self.dialer.kind
         try:
             await self.dialer.check()
@@ -145,8 +145,7 @@ class Broker:
         if self.crew is not None:
             self.crew.release()
             sums, missing = self.crew.collect(timeout=self.grace + 5.0)
-            for key, value in sums.items():
-                self.journal.totals[key] += value
+            self.journal.add_totals(sums)
             if missing:
                 warn(f"{missing} broker worker(s) ended without reporting their totals; "
                       "their connections are in the record but not in these counts")
@@ -293,10 +292,7 @@ def run_broker(handoff_fd: int, event_fd: int, status_fd: int, *, run_id: str, p
         if policy is None:
             from stages.config.policy import Policy
             policy = Policy.allow_all()
-        if path is None:
-            from stages.config.paths import DIRECT
-            path = DIRECT
-        broker = Broker(emitter=Emitter(event_fd, run_id, path=getattr(path, "name", "direct")),
+        broker = Broker(emitter=Emitter(event_fd, run_id, path=path.name),
                         status_fd=status_fd, policy=policy, path=path, path_reported=path_reported,
                         dry_run=dry_run, grace=grace, local_addresses=local_addresses(),
                         numbers=numbers, crew=crew, ask_fd=ask_fd, ask_worker=ask_worker)

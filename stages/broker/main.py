@@ -18,11 +18,14 @@ def main_from_fds(handoff_fd: int, event_fd: int, status_fd: int, *, run_id: str
 
     Writes events to `event_fd` and its status (stages/wire/status.py: PathOk or
     PathDown first, Totals last) to `status_fd`. `policy=None` allows everything; `path=None`
-    is the direct path. `workers`: broker processes in all (None: one per core,
+    is the direct path (stages/config/paths.py DIRECT). `workers`: broker processes in all (None: one per core,
     broker/workers.py). `ask_fd`: guard --ask's link to the orchestrator
     (hold.py); each worker makes its own from it."""
+    if path is None:    # None means direct: said here once, a PathSpec everywhere below
+        from stages.config.paths import DIRECT
+        path = DIRECT
     path_reported = False
-    if path is None or getattr(path, "type", "direct") == "direct":
+    if path.type == "direct":
         # The direct path has nothing to check: say so before loading the
         # loop (asyncio alone costs ~25 ms), so the program starts while the
         # broker loads. Connections handed over meanwhile wait in the link.

@@ -51,6 +51,8 @@ class ProxyDialer:
     """The dial contract (dial.py) for a proxy path: every connection goes to
     the exit, never to the destination."""
     kind = "proxy"
+    resolve = None                      # names are the exit's to resolve, or the machine's
+    own_addresses: frozenset = frozenset()
 
     def __init__(self, path: PathSpec):
         self.path = path

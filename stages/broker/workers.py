@@ -60,7 +60,7 @@ def worker_count(path) -> tuple[int, bool]:
     VPNW_BROKER_WORKERS sets the count, and then they start at once (the
     benchmarks and tests compare fixed counts); otherwise one per core this
     process may run on, at most MAX_WORKERS, and one for any path but direct."""
-    if path is not None and getattr(path, "type", "direct") != "direct":
+    if path is not None and path.type != "direct":
         return 1, False
     from stages.config.environment import EnvironmentProblem, broker_workers
     try:
