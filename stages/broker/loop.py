@@ -33,6 +33,7 @@ from stages.broker.dialers import dialer_for
 from stages.broker.journal import Journal, ms_since
 from stages.broker.handshake_cap import MAX_PENDING_HANDSHAKES
 from stages.broker.relay import Relay
+from stages.broker.capture_door import CaptureDoor
 from stages.broker.sessions import HttpDoor, Socks5Door
 from stages.broker.workers import LOAD_PER_TICK, LOAD_TICK, Crew
 
@@ -71,7 +72,7 @@ class Broker:
         self.listening: list[tuple[str, socket.socket]] = []   # the doors, handed over by the helper
         self.taken_this_tick = 0                        # for the crew's load check
         self.paused_said = False
-        self.doors = {"socks": Socks5Door(self), "http": HttpDoor(self)}
+        self.doors = {"socks": Socks5Door(self), "http": HttpDoor(self), "capture": CaptureDoor(self)}
 
     async def check_path(self) -> bool:
         if self.path_reported:
@@ -250,7 +251,7 @@ class Broker:
 
     async def _serve(self, door: str, sock: socket.socket) -> None:
         try:
-            await self.doors["socks" if door == "socks" else "http"].serve(sock)
+            await self.doors.get(door, self.doors["http"]).serve(sock)
         except asyncio.CancelledError:
             pass
         except Exception as exc:  # one connection's bug must not end the run

@@ -43,7 +43,7 @@ from stages.config.toml_lines import key_lines, line_of
 
 VERSION = 1
 TOP_KEYS = ("version", "name", "policy", "files")
-POLICY_KEYS = ("default", "deny_private", "allow", "deny", "ask")
+POLICY_KEYS = ("default", "deny_private", "allow", "deny", "ask", "capture")
 MAX_PROBLEMS = 20
 
 
@@ -158,6 +158,7 @@ class Policy:
     files: "FileRules | None" = None   # the [files] table; None when the policy has none
     ask: bool = False              # `ask = true`: guard asks the person (as with --ask)
     sha256: str | None = field(default=None, compare=False)   # of the text read (--ask writes back only onto it)
+    capture: bool = False          # capture = true: every run under it captures (docs/architecture.md "Capture")
     allow_index: RuleIndex = field(default=None, compare=False, repr=False)
     deny_index: RuleIndex = field(default=None, compare=False, repr=False)
 
@@ -504,6 +505,11 @@ def parse_policy(text: str, source: str = "<policy>") -> Policy:
         problems.add(("policy", "deny_private"), f"deny_private is {_type_name(deny_private)}, "
                      "not true or false", "write deny_private = true (no quotes)")
         deny_private = False
+    capture = body.get("capture", False)
+    if type(capture) is not bool:
+        problems.add(("policy", "capture"), f"capture is {_type_name(capture)}, "
+                     "not true or false", "write capture = true (no quotes)")
+        capture = False
 
     lists: dict[str, tuple[Rule, ...]] = {}
     for which in ("allow", "deny"):
@@ -531,7 +537,7 @@ def parse_policy(text: str, source: str = "<policy>") -> Policy:
         default = "deny" if has_allow_list else "allow"
     return Policy(name=name, default=default, default_explicit=explicit,
                   deny_private=deny_private, allow=lists["allow"], deny=lists["deny"],
-                  source=source, has_allow_list=has_allow_list, files=files, ask=ask,
+                  source=source, has_allow_list=has_allow_list, files=files, ask=ask, capture=capture,
                   sha256=hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest())
 
 

@@ -19,12 +19,18 @@ RTM_NEWROUTE = 24
 NLMSG_ERROR = 2
 NLMSG_DONE = 3
 NLM_F_REQUEST = 0x1
+NLM_F_ACK = 0x4
+NLM_F_EXCL = 0x200
+NLM_F_CREATE = 0x400
 NLM_F_DUMP = 0x300
 IFLA_IFNAME = 3
 RTA_DST = 1
 RTA_OIF = 4
 RTA_TABLE = 15
 RTN_UNICAST, RTN_LOCAL, RTN_BROADCAST, RTN_MULTICAST = 1, 2, 3, 5
+RT_TABLE_LOCAL = 255
+RTPROT_BOOT = 3
+RT_SCOPE_HOST = 254
 
 _NLMSGHDR = struct.Struct("=IHHII")
 _IFINFOMSG = struct.Struct("=BxHiII")
@@ -119,28 +125,43 @@ def parse_route(payload: bytes) -> Route:
     return Route(family, dst, dst_len, table, rtype, oif)
 
 
-def seal_problems(links: list[Link], routes: list[Route]) -> list[str]:
+def seal_problems(links: list[Link], routes: list[Route], capture: bool = False) -> list[str]:
     """What is wrong with this namespace for a sandbox; [] when it holds only lo.
 
     Allowed: exactly one link, `lo`; every route leaves through lo and points at
     loopback space (127.0.0.0/8, ::1) or is lo's multicast route. Anything else,
     including a route with no output interface (blackhole, multipath), is a
-    problem: we would rather refuse than reason about it.
+    problem: we would rather refuse than reason about it. With `capture`
+    (docs/architecture.md "Capture"), exactly one more route per family is
+    required and allowed: `local default dev lo` in the local table.
     """
     problems = []
     names = sorted(link.name for link in links)
     if names != ["lo"]:
         problems.append(f"expected exactly one interface, lo; found {', '.join(names) or 'none'}")
     lo_index = next((link.index for link in links if link.name == "lo"), None)
+    captured = set()
     for r in routes:
         where = f"{_show(r)} (table {r.table})"
         if r.oif is None or r.oif != lo_index:
             problems.append(f"route {where} does not go through lo")
+        elif capture and is_capture_route(r) and r.family not in captured:
+            captured.add(r.family)
         elif r.dst is None:
             problems.append(f"default route {where}")
         elif not _is_loopback_route(r):
             problems.append(f"route {where} is not a loopback route")
+    if capture:
+        for family, name in ((socket.AF_INET, "IPv4"), (socket.AF_INET6, "IPv6")):
+            if family not in captured:
+                problems.append(f"the {name} local default route capture needs is missing")
     return problems
+
+
+def is_capture_route(r: Route) -> bool:
+    """`local default dev lo` (table local): every address is this namespace's own."""
+    return (r.dst is None and r.dst_len == 0 and r.type == RTN_LOCAL
+            and r.table == RT_TABLE_LOCAL and r.family in (socket.AF_INET, socket.AF_INET6))
 
 
 _IPV6_LOOPBACK = bytes(15) + b"\1"
@@ -188,3 +209,21 @@ def bring_up(name: str = "lo") -> None:
         req = struct.pack("16sH14x", name.encode(), 0)
         flags = struct.unpack_from("16sH", fcntl.ioctl(s, SIOCGIFFLAGS, req))[1]
         fcntl.ioctl(s, SIOCSIFFLAGS, struct.pack("16sH14x", name.encode(), flags | IFF_UP))
+
+
+def local_default_request(family: int, lo_index: int, seq: int) -> bytes:
+    """RTM_NEWROUTE for `ip route add local default dev lo` (table local)."""
+    body = _RTMSG.pack(family, 0, 0, 0, RT_TABLE_LOCAL, RTPROT_BOOT, RT_SCOPE_HOST, RTN_LOCAL, 0)
+    body += _RTATTR.pack(8, RTA_OIF) + struct.pack("=i", lo_index)
+    body += _RTATTR.pack(8, RTA_TABLE) + struct.pack("=I", RT_TABLE_LOCAL)
+    flags = NLM_F_REQUEST | NLM_F_ACK | NLM_F_CREATE | NLM_F_EXCL
+    return _NLMSGHDR.pack(_NLMSGHDR.size + len(body), RTM_NEWROUTE, flags, seq, 0) + body
+
+
+def add_local_default_routes(lo_index: int) -> None:
+    """Capture's routes, IPv4 and IPv6 (a kernel without IPv6 refuses the
+    second: NetlinkError). Raises NetlinkError with the kernel's error."""
+    with socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, NETLINK_ROUTE) as sock:
+        for seq, family in enumerate((socket.AF_INET, socket.AF_INET6), 1):
+            sock.send(local_default_request(family, lo_index, seq))
+            split_messages(sock.recv(65536))     # the ack; an error raises

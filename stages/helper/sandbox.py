@@ -88,22 +88,38 @@ def _unshare_and_map() -> None:
         raise SealError(f"cannot make the sandbox's mounts private: {e.strerror}; {DOCTOR_HINT}")
 
 
-def _check_network() -> None:
+def _check_network(capture: bool = False) -> None:
     from stages.helper import netlink
     try:
         netlink.bring_up("lo")
+    except (OSError, netlink.NetlinkError) as e:
+        raise SealError(f"cannot bring up or inspect the sandbox's loopback: {e}; {DOCTOR_HINT}")
+    if capture:
+        _install_capture()
+    try:
         links, routes = netlink.read_links_and_routes()
     except (OSError, netlink.NetlinkError) as e:
         raise SealError(f"cannot bring up or inspect the sandbox's loopback: {e}; {DOCTOR_HINT}")
-    problems = netlink.seal_problems(links, routes)
+    problems = netlink.seal_problems(links, routes, capture=capture)
     if problems:
         raise SealError("the sandbox's network is not sealed: " + "; ".join(problems))
 
 
-def _open_doors() -> list[tuple[str, socket.socket]]:
+def _install_capture() -> None:
+    """The routes and nftables table capture needs (stages/helper/capture.py),
+    checked before anything listens; a run that asked for capture never goes
+    on without it."""
+    from stages.helper import capture
+    try:
+        capture.install(handoff.CAPTURE_DOORS["capture"])
+    except capture.CaptureError as e:
+        raise SealError(f"capture cannot work here: {e}; {DOCTOR_HINT}")
+
+
+def _open_doors(opened: dict[str, int]) -> list[tuple[str, socket.socket]]:
     doors = []
     try:
-        for door, port in handoff.DOORS.items():
+        for door, port in opened.items():
             s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
             s.bind(("127.0.0.1", port))
             s.listen(4096)    # the kernel caps it at net.core.somaxconn
@@ -113,7 +129,7 @@ def _open_doors() -> list[tuple[str, socket.socket]]:
         raise SealError(f"cannot listen on the doors: {e.strerror}")
     # [::1] too, for programs that resolve "localhost" to ::1 first. A kernel
     # without IPv6 simply has no ::1 to reach, so that is not an error.
-    for door, port in handoff.DOORS.items():
+    for door, port in opened.items():
         try:
             s = socket.socket(socket.AF_INET6, socket.SOCK_STREAM)
             s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
@@ -172,7 +188,7 @@ _KNOWN_SONAMES = {"c": "libc.so.6", "seccomp": "libseccomp.so.2"}
 
 def run(argv: list[str], handoff_fd: int, status_fd: int, go_fd: int,
         allow_unix_sockets: bool, env: dict[str, str] | None, files: dict | None = None,
-        tty: ProgramTerminal | None = None, read_only: list[str] = ()) -> int:
+        tty: ProgramTerminal | None = None, read_only: list[str] = (), capture: bool = False) -> int:
     """P's whole life; returns its exit code (the caller _exits with it)."""
     if not argv:
         st.write(status_fd, st.ExecFailed("no program given", ExitCode.NOT_FOUND))
@@ -197,8 +213,9 @@ def run(argv: list[str], handoff_fd: int, status_fd: int, go_fd: int,
         # Non-dumpable: a program that somehow saw us could not ptrace us and
         # borrow the handoff socket. Children (init) inherit it.
         priv.prctl(priv.PR_SET_DUMPABLE, 0)
-        _check_network()
-        doors = _open_doors()
+        _check_network(capture)
+        opened = handoff.doors(capture)
+        doors = _open_doors(opened)
         _fresh_devpts()
         if tty is not None:
             _own_terminal(tty.socket_fd, tty.stderr_too)
@@ -237,7 +254,7 @@ def run(argv: list[str], handoff_fd: int, status_fd: int, go_fd: int,
             lsock.close()
     st.write(status_fd, st.Ready(namespaces=tuple(priv.NAMESPACE_NAMES), seccomp=True,
                                  unix_sockets=allow_unix_sockets,
-                                 doors=tuple(handoff.DOORS.items())))
+                                 doors=tuple(opened.items())))
     if not _go_byte(go_fd):
         return ExitCode.NO_SANDBOX  # the orchestrator gave up; init dies with us (pdeathsig)
     for sig in FORWARDED_SIGNALS:

@@ -113,6 +113,9 @@ def _sandboxed(mode: str, *, require_policy: bool):
                               "connection outcome as OCSF Network Activity or ECS."),
             click.option("--allow-unix-sockets", is_flag=True,
                          help="Let the program open Unix sockets (lifts only that part of the filter; recorded)."),
+            click.option("--capture", is_flag=True,
+                         help="Also take every TCP connection that ignores the proxy settings to the "
+                              "policy (the policy's capture = true does the same)."),
         ]
         if mode == "guard":
             options.append(click.option("--dry-run", is_flag=True,
@@ -146,7 +149,7 @@ def _check_syslog_target(target):
 
 def _execute(mode, program, policy_file, config_file, via, record, events_to,
              allow_unix_sockets, log=None, quiet=False, dry_run=False, syslog=None,
-             events_format="jsonl", ask=False, ask_timeout=60.0):
+             events_format="jsonl", ask=False, ask_timeout=60.0, capture=False):
     from stages.orchestrator.run import RunRequest, execute
     from stages.config.policy import check_policy_for_path
     if policy_file == "-" and config_file == "-":
@@ -166,7 +169,8 @@ def _execute(mode, program, policy_file, config_file, via, record, events_to,
                          syslog=syslog, events_format=events_format,
                          config_file=config_file,
                          ask=bool(mode == "guard" and (ask or getattr(policy, "ask", False))),
-                         ask_timeout=ask_timeout)
+                         ask_timeout=ask_timeout,
+                         capture=capture or getattr(policy, "capture", False))
     return execute(request)
 
 

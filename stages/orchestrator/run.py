@@ -50,6 +50,7 @@ class RunRequest:
     config_file: str | None = None # the paths file of this run (read-only to the program)
     ask: bool = False              # guard --ask: the person decides what the policy does not allow
     ask_timeout: float = 60.0      # seconds a question waits before it is a denial
+    capture: bool = False          # --capture or the policy's capture = true
     env: dict = field(default_factory=lambda: dict(os.environ))
 
 
@@ -264,7 +265,8 @@ def _execute(request: RunRequest, terminal: _Terminal) -> int:
                  policy_file=getattr(request.policy, "source", None), via=path_name,
                  dry_run=request.dry_run, allow_unix_sockets=request.allow_unix_sockets,
                  version=__version__, record=record, **files_record,
-                 env_kept=env_kept, **_deny_private_scope(request))
+                 env_kept=env_kept, **_deny_private_scope(request),
+                 **({"capture": True} if request.capture else {}))
 
     helper_end, broker_end = handoff.link()
     broker_status_r, broker_status_w = os.pipe()
@@ -291,7 +293,7 @@ def _execute(request: RunRequest, terminal: _Terminal) -> int:
                    files=files_plan,
                    tty=ProgramTerminal(terminal.pty_socket[1].fileno(), stderr_too=os.isatty(2))
                    if terminal.pty else None,
-                   read_only=_out_of_program_reach(request, record))
+                   read_only=_out_of_program_reach(request, record), capture=request.capture)
         return ExitCode.INTERNAL
 
     # The helper, its init and the program get the program's fds 0-2: with a

@@ -28,10 +28,19 @@ import socket
 from typing import NamedTuple
 
 DOORS = {"http": 3128, "socks": 1080}
-_DOOR_BYTE = {"http": b"H", "socks": b"S"}
+# With capture (docs/architecture.md "Capture"): every TCP connection the
+# program opens to an address that is not the sandbox's loopback is
+# redirected to this door, on 127.0.0.1 and ::1.
+CAPTURE_DOORS = {"capture": 1081}
+_DOOR_BYTE = {"http": b"H", "socks": b"S", "capture": b"T"}
 _BYTE_DOOR = {v: k for k, v in _DOOR_BYTE.items()}
 _KINDS = {b"L": "door", b"C": "conn"}
 MESSAGE_SIZE = 2
+
+
+def doors(capture: bool = False) -> dict[str, int]:
+    """The doors a run opens, door -> port."""
+    return {**DOORS, **CAPTURE_DOORS} if capture else dict(DOORS)
 
 
 class HandoffError(Exception):
@@ -40,7 +49,7 @@ class HandoffError(Exception):
 
 class Handed(NamedTuple):
     kind: str              # "door" (a listening socket) or "conn" (one connection)
-    door: str              # "http" or "socks"
+    door: str              # "http", "socks" or "capture"
     sock: socket.socket
 
 

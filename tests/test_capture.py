@@ -1,0 +1,121 @@
+"""Capture's pure parts (stages/helper/capture.py, netlink's routes, the
+capture door's original destination) and, in a scratch user+net namespace of
+the test's own, the real kernel: the routes and the table install, read back
+exactly, and anything added next to them is a seal problem."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from stages.broker.capture_door import NoOriginalDestination, parse_original_destination
+from stages.config.policy import PolicyError, parse_policy
+from stages.helper import capture, netlink
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def listing(items: list[dict]) -> dict:
+    handled = [{k: {**v, "handle": n} for k, v in item.items()} for n, item in enumerate(items)]
+    return {"nftables": [{"metainfo": {"version": "1.0.6"}}, *handled]}
+
+
+def test_exact_ruleset_passes_with_handles_and_metainfo():
+    assert capture.ruleset_problems(listing(capture.expected_ruleset(1081)), 1081) == []
+    assert capture.ruleset_problems(listing(capture.expected_ruleset(1081, 53)), 1081, 53) == []
+
+
+def test_another_table_a_missing_rule_or_another_port_is_a_problem():
+    expected = capture.expected_ruleset(1081)
+    other = {"table": {"family": "ip", "name": "intruder"}}
+    assert capture.ruleset_problems(listing(expected + [other]), 1081) == [
+        "unexpected nftables table ip intruder"]
+    problems = capture.ruleset_problems(listing(expected[:-1]), 1081)
+    assert len(problems) == 1 and problems[0].startswith("missing nftables rule inet vpnw seal")
+    assert capture.ruleset_problems(listing(expected), 1082)
+    assert capture.ruleset_problems(listing(expected[::-1]), 1081) == [
+        "the nftables rules are not in the expected order"]
+    assert capture.ruleset_problems(None, 1081) == [
+        "the nftables ruleset could not be read back as JSON"]
+
+
+def test_seal_problems_with_and_without_capture_routes():
+    lo = netlink.Link(1, "lo", 0x9)
+    loopback = netlink.Route(socket.AF_INET, bytes([127, 0, 0, 0]), 8, 255, netlink.RTN_LOCAL, 1)
+    v4 = netlink.Route(socket.AF_INET, None, 0, 255, netlink.RTN_LOCAL, 1)
+    v6 = netlink.Route(socket.AF_INET6, None, 0, 255, netlink.RTN_LOCAL, 1)
+    assert netlink.seal_problems([lo], [loopback]) == []
+    assert netlink.seal_problems([lo], [loopback, v4, v6], capture=True) == []
+    # Without capture, the same routes are a wider network: refused.
+    assert len(netlink.seal_problems([lo], [loopback, v4, v6])) == 2
+    # With capture, a missing one, a second one, or a unicast default are refused.
+    assert netlink.seal_problems([lo], [v4], capture=True) == [
+        "the IPv6 local default route capture needs is missing"]
+    assert netlink.seal_problems([lo], [v4, v6, v4], capture=True) == ["default route default/0 (table 255)"]
+    unicast = netlink.Route(socket.AF_INET, None, 0, 254, netlink.RTN_UNICAST, 1)
+    assert netlink.seal_problems([lo], [v4, v6, unicast], capture=True) == [
+        "default route default/0 (table 254)"]
+
+
+def test_local_default_request_is_what_the_route_dump_parses_back():
+    request = netlink.local_default_request(socket.AF_INET6, 1, 7)
+    length, kind, flags, seq, _pid = netlink._NLMSGHDR.unpack_from(request)
+    assert (length, kind, seq) == (len(request), netlink.RTM_NEWROUTE, 7)
+    assert flags & netlink.NLM_F_CREATE and flags & netlink.NLM_F_EXCL
+    route = netlink.parse_route(request[netlink._NLMSGHDR.size:])
+    assert netlink.is_capture_route(route) and route.oif == 1
+
+
+def test_original_destination_parsing():
+    v4 = bytes([2, 0, 0x01, 0xBB, 140, 82, 112, 6]) + bytes(8)
+    assert parse_original_destination(socket.AF_INET, v4) == (
+        __import__("ipaddress").ip_address("140.82.112.6"), 443)
+    v6 = bytes([10, 0, 0, 22]) + bytes(4) + socket.inet_pton(socket.AF_INET6, "2001:db8::1") + bytes(4)
+    assert str(parse_original_destination(socket.AF_INET6, v6)[0]) == "2001:db8::1"
+    for family, raw in ((socket.AF_INET, b"\0" * 3), (socket.AF_UNIX, v4)):
+        with pytest.raises(NoOriginalDestination):
+            parse_original_destination(family, raw)
+
+
+def test_policy_capture_key():
+    assert parse_policy('version = 1\n[policy]\ncapture = true\n').capture is True
+    assert parse_policy('version = 1\n[policy]\ndefault = "deny"\n').capture is False
+    with pytest.raises(PolicyError, match='capture = true'):
+        parse_policy('version = 1\n[policy]\ncapture = "yes"\n')
+
+
+SCRATCH = textwrap.dedent("""
+    import json, sys
+    from stages.helper import capture, netlink
+    netlink.bring_up("lo")
+    capture.install(1081, 53)
+    links, routes = netlink.read_links_and_routes()
+    before = netlink.seal_problems(links, routes, capture=True)
+    nft = capture.Nftables()
+    nft.run("add table ip intruder")
+    after = capture.ruleset_problems(json.loads(nft.run("list ruleset", as_json=True)), 1081, 53)
+    print(json.dumps({"before": before, "after": after}))
+""")
+
+
+def test_install_in_a_scratch_namespace_reads_back_exactly():
+    if shutil.which("unshare") is None:
+        pytest.skip("needs unshare (util-linux)")
+    try:
+        capture.Nftables().free()
+    except capture.CaptureError as e:
+        pytest.skip(str(e))
+    r = subprocess.run(["unshare", "-Urn", sys.executable, "-c", SCRATCH], capture_output=True,
+                       text=True, cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)})
+    if r.returncode and "unshare failed" in r.stderr:
+        pytest.skip(f"no user namespaces here: {r.stderr.strip()}")
+    assert r.returncode == 0, r.stderr
+    got = json.loads(r.stdout)
+    assert got == {"before": [], "after": ["unexpected nftables table ip intruder"]}
