@@ -15,7 +15,7 @@ from __future__ import annotations
 import ipaddress
 import math
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Iterable
 
 from stages.record.destinations import Destination, Tally
@@ -225,64 +225,99 @@ def _clean_name(name: str) -> str:
     return name[:200] or "agent"
 
 
+REVIEW_HEADINGS = {
+    "denied": "Denied during the run; listed commented out in allow, not allowed:",
+    "would_deny": "Would have been denied by the policy in force (dry run); allowed here:",
+    "ip": "Raw IP addresses (no name):",
+    "special": "Private or special addresses and names:",
+    "exit": "Resolved at the exit (addresses never seen):",
+    "ports": "Ports other than 80 and 443:",
+    "once": "Seen only once (one connection):",
+    "generated": "Names that look generated:",
+    "wildcard": "Wildcards you could use instead (not applied):",
+    "unreached": "Tried but never reached (not allowed):",
+    "invalid": "Left out:",
+}
+
+
+@dataclass
+class _Draft:
+    """What the runs say, sorted for the draft: its allow entries and what a
+    person should review."""
+    entries: dict[str, _Entry] = field(default_factory=dict)
+    review: dict[str, list] = field(default_factory=lambda: {k: [] for k in REVIEW_HEADINGS})
+    hosts_reached: dict[str, tuple] = field(default_factory=dict)
+    exit_resolved: set[str] = field(default_factory=set)   # names opened where the exit resolved them
+
+
 def render(learner: _Learner, name: str) -> str:
-    entries: dict[str, _Entry] = {}
-    review: dict[str, list[str]] = {k: [] for k in (
-        "denied", "would_deny", "ip", "special", "exit", "ports", "once", "generated", "wildcard",
-        "unreached", "invalid")}
-    hosts_reached: dict[str, tuple] = {}
-    exit_resolved: set[str] = set()     # names opened where the exit resolved them
-
+    draft = _Draft()
     for (host, port), dest in sorted(learner.tally.table.items()):
-        canon = _canonical(host)
-        if canon is None:
-            if dest.opened:
-                review["invalid"].append(((9,), port, f"{printable(host)}:{port}: not a host a "
-                                          "rule can name"))
-            continue
-        kind, chost, sort = canon
-        target = _rule(kind, chost, port)
-        if dest.opened == 0:
-            if dest.denied:
-                review["denied"].append((sort, port, target,
-                                         f"denied {_plural(dest.denied, 'time')}: "
-                                         f"{printable(dest.deny_reason or '')}"))
-            elif dest.failed:
-                review["unreached"].append((sort, port, f"{target}: {_plural(dest.failed, 'attempt')}"
-                                            f" failed ({printable(dest.fail_reason or '')})"))
-            continue
-        rule = _rule(kind, chost, None if port in PLAIN_PORTS else port)
-        entry = entries.get(rule)
-        if entry is None:
-            entry = entries[rule] = _Entry(rule, kind, chost, sort + (0 if port in PLAIN_PORTS else port,))
-        entry.add(dest)
-        hosts_reached[chost] = (kind, sort)
-        if dest.would_deny:
-            review["would_deny"].append((sort, port, f"{target}: the policy in force would deny it "
-                                         f"({printable(dest.would_deny_reason or '')})"))
-        special = next(filter(None, map(_classify, dest.addresses)), None)
-        if special:
-            review["special"].append((sort, port, f"{target}: reached at {printable(special)}; "
-                                      "deny_private = true refuses it"))
-        if kind == "name":
-            from stages.config.addresses import classify_name
-            why = classify_name(chost)
-            if why:
-                review["special"].append((sort, port, f"{target}: {why}; deny_private = true "
-                                          "refuses this name before any look-up"))
-            if any(not _is_address(a) for a in dest.addresses):
-                exit_resolved.add(chost)
-        if port not in PLAIN_PORTS:
-            review["ports"].append((sort, port, f"{target}: port {port} is neither 80 nor 443"))
+        _take_destination(draft, host, port, dest)
+    _review_hosts(draft)
+    clean = _clean_name(name)
+    out = _header(learner, clean, draft.review)
+    out += _policy_table(draft, clean)
+    return "\n".join(out)
 
-    if exit_resolved:
-        shown = ", ".join(sorted(exit_resolved)[:_MAX_LISTED]) + (
-            ", ..." if len(exit_resolved) > _MAX_LISTED else "")
-        review["exit"].append(((0,), 0, f"{_plural(len(exit_resolved), 'name')} ({shown}) were resolved "
+
+def _take_destination(draft: _Draft, host: str, port: int, dest) -> None:
+    review = draft.review
+    canon = _canonical(host)
+    if canon is None:
+        if dest.opened:
+            review["invalid"].append(((9,), port, f"{printable(host)}:{port}: not a host a "
+                                      "rule can name"))
+        return
+    kind, chost, sort = canon
+    target = _rule(kind, chost, port)
+    if dest.opened == 0:
+        if dest.denied:
+            review["denied"].append((sort, port, target,
+                                     f"denied {_plural(dest.denied, 'time')}: "
+                                     f"{printable(dest.deny_reason or '')}"))
+        elif dest.failed:
+            review["unreached"].append((sort, port, f"{target}: {_plural(dest.failed, 'attempt')}"
+                                        f" failed ({printable(dest.fail_reason or '')})"))
+        return
+    rule = _rule(kind, chost, None if port in PLAIN_PORTS else port)
+    entry = draft.entries.get(rule)
+    if entry is None:
+        entry = draft.entries[rule] = _Entry(rule, kind, chost,
+                                             sort + (0 if port in PLAIN_PORTS else port,))
+    entry.add(dest)
+    draft.hosts_reached[chost] = (kind, sort)
+    if dest.would_deny:
+        review["would_deny"].append((sort, port, f"{target}: the policy in force would deny it "
+                                     f"({printable(dest.would_deny_reason or '')})"))
+    special = next(filter(None, map(_classify, dest.addresses)), None)
+    if special:
+        review["special"].append((sort, port, f"{target}: reached at {printable(special)}; "
+                                  "deny_private = true refuses it"))
+    if kind == "name":
+        from stages.config.addresses import classify_name
+        why = classify_name(chost)
+        if why:
+            review["special"].append((sort, port, f"{target}: {why}; deny_private = true "
+                                      "refuses this name before any look-up"))
+        if any(not _is_address(a) for a in dest.addresses):
+            draft.exit_resolved.add(chost)
+    if port not in PLAIN_PORTS:
+        review["ports"].append((sort, port, f"{target}: port {port} is neither 80 nor 443"))
+
+
+def _review_hosts(draft: _Draft) -> None:
+    """What only the whole run shows: names resolved at the exit, raw
+    addresses, generated names, hosts seen once, wildcards."""
+    review = draft.review
+    if draft.exit_resolved:
+        names = sorted(draft.exit_resolved)
+        shown = ", ".join(names[:_MAX_LISTED]) + (", ..." if len(names) > _MAX_LISTED else "")
+        review["exit"].append(((0,), 0, f"{_plural(len(names), 'name')} ({shown}) were resolved "
                                "at the exit of a socks5h:// or http:// path, so vpnw never saw their "
                                "addresses: on such a path deny_private = true below covers address "
                                "literals and special names only"))
-    for chost, (kind, sort) in hosts_reached.items():
+    for chost, (kind, sort) in draft.hosts_reached.items():
         if kind == "ip":
             review["ip"].append((sort, 0, f"{_rule(kind, chost, None)}: an address with no name "
                                  "(its rule allows requests for the address only, never a name); "
@@ -292,11 +327,10 @@ def render(learner: _Learner, name: str) -> str:
             if labels:
                 review["generated"].append((sort, 0, f"{chost}: {', '.join(labels)} looks generated "
                                             "(encoded data, as DNS tunnels and exfiltration use)"))
-    for entry in entries.values():
+    for entry in draft.entries.values():
         if entry.connections == 1:
             review["once"].append((entry.sort, 0, f"{entry.rule}: seen once"))
-
-    names = sorted(h for h, (kind, _) in hosts_reached.items() if kind == "name")
+    names = sorted(h for h, (kind, _) in draft.hosts_reached.items() if kind == "name")
     for suffix, members in _wildcards(names):
         shown = ", ".join(members[:_MAX_LISTED]) + (", ..." if len(members) > _MAX_LISTED else "")
         generated = sum(1 for m in members
@@ -309,22 +343,9 @@ def render(learner: _Learner, name: str) -> str:
         review["wildcard"].append(((0, tuple(reversed(suffix.split(".")))), 0,
                                    f"*.{suffix} could replace {len(members)} names ({shown}); {advice}"))
 
-    headings = {
-        "denied": "Denied during the run; listed commented out in allow, not allowed:",
-        "would_deny": "Would have been denied by the policy in force (dry run); allowed here:",
-        "ip": "Raw IP addresses (no name):",
-        "special": "Private or special addresses and names:",
-        "exit": "Resolved at the exit (addresses never seen):",
-        "ports": "Ports other than 80 and 443:",
-        "once": "Seen only once (one connection):",
-        "generated": "Names that look generated:",
-        "wildcard": "Wildcards you could use instead (not applied):",
-        "unreached": "Tried but never reached (not allowed):",
-        "invalid": "Left out:",
-    }
 
+def _header(learner: _Learner, clean: str, review: dict) -> list[str]:
     out = ["# Read it before you use it.", "#"]
-    clean = _clean_name(name)
     runs = sorted(learner.runs.items(), key=lambda r: (r[1][0], r[0]))
     out.append(f"# A draft policy for {printable(clean)}, learned by vpnw from "
                f"{_plural(len(runs), 'run')}:")
@@ -339,33 +360,36 @@ def render(learner: _Learner, name: str) -> str:
     if items or review["denied"]:
         out.append("# Needs review:")
         if review["denied"]:
-            out.append(f"#   {headings['denied']}")
+            out.append(f"#   {REVIEW_HEADINGS['denied']}")
             for _, _, target, why in sorted(review["denied"]):
                 out.append(f"#     {target}: {why}")
         for key, lines in items:
-            out.append(f"#   {headings[key]}")
+            out.append(f"#   {REVIEW_HEADINGS[key]}")
             for _, _, text in sorted(lines):
                 out.append(f"#     {text}")
     else:
         out.append("# Needs review: nothing flagged; still read the allow list below.")
-    out += ["#", "", "version = 1", f"name = {toml_string(clean)}", "", "[policy]",
-            'default = "deny"', "deny_private = true"]
+    return out + ["#"]
 
-    ordered = sorted(entries.values(), key=lambda e: e.sort)
-    if not ordered and not review["denied"]:
+
+def _policy_table(draft: _Draft, clean: str) -> list[str]:
+    denied = draft.review["denied"]
+    out = ["", "version = 1", f"name = {toml_string(clean)}", "", "[policy]",
+           'default = "deny"', "deny_private = true"]
+    ordered = sorted(draft.entries.values(), key=lambda e: e.sort)
+    if not ordered and not denied:
         out.append("allow = []")
     else:
         out.append("allow = [")
         width = min(44, max((len(toml_string(e.rule)) + 1 for e in ordered), default=0))
         for e in ordered:
             out.append(f"    {(toml_string(e.rule) + ','):<{width}}  # {e.evidence()}")
-        if review["denied"]:
+        if denied:
             out.append("    # Denied during the run (kept out; uncomment only if you are sure):")
-            for _, _, target, why in sorted(review["denied"]):
+            for _, _, target, why in sorted(denied):
                 out.append(f"    # {toml_string(target)},  # {why}")
         out.append("]")
-    out += ["deny = []", "", *FILES_SUGGESTION, ""]
-    return "\n".join(out)
+    return out + ["deny = []", "", *FILES_SUGGESTION, ""]
 
 
 # A trace cannot tell which files a program needs, so the draft only
