@@ -47,106 +47,117 @@ def schema_problems(event: dict) -> list[str]:
 
 
 def check_run(events: Iterable[dict]) -> list[str]:
-    problems: list[str] = []
+    checker = _RunChecker()
+    index = -1
+    for index, event in enumerate(events):
+        checker.take(index, event)
+    if index < 0:
+        return ["no events"]
+    return checker.finish()
 
-    def problem(index: int, event: dict | None, text: str) -> None:
-        if len(problems) < _MAX_PROBLEMS:
+
+class _RunChecker:
+    """One pass over a run's events; one small entry per connection number."""
+
+    def __init__(self):
+        self.problems: list[str] = []
+        self.requested: dict = {}     # conn -> ended? (False until its end arrives)
+        self.opened: dict = {}        # conn -> closed?
+        self.run_id = None
+        self.seen_start = self.seen_end = False
+        self.denied = self.would_deny = 0
+        self.end_fields = None
+
+    def problem(self, index: int, event: dict | None, text: str) -> None:
+        if len(self.problems) < _MAX_PROBLEMS:
             label = f"event {index}" + (f" ({event.get('type')}, conn {event.get('conn')})"
                                         if isinstance(event, dict) else "")
-            problems.append(f"{label}: {text}")
+            self.problems.append(f"{label}: {text}")
 
-    requested: dict = {}     # conn -> ended? (False until its end arrives)
-    opened: dict = {}        # conn -> closed?
-    run_id = None
-    seen_start = seen_end = False
-    denied = would_deny = 0
-    end_fields = None
-    index = -1
-
-    for index, event in enumerate(events):
+    def take(self, index: int, event) -> None:
         if not isinstance(event, dict):
-            problem(index, None, "not a JSON object")
-            continue
+            self.problem(index, None, "not a JSON object")
+            return
         type_ = event.get("type")
         if type_ not in EVENT_TYPES:
-            problem(index, event, f"unknown event type {type_!r}")
-            continue
+            self.problem(index, event, f"unknown event type {type_!r}")
+            return
         for text in schema_problems(event):
-            problem(index, event, f"schema: {text}")
-        if run_id is None:
-            run_id = event.get("run")
-        elif event.get("run") != run_id:
-            problem(index, event, f"belongs to run {event.get('run')!r}, not {run_id!r}")
+            self.problem(index, event, f"schema: {text}")
+        if self.run_id is None:
+            self.run_id = event.get("run")
+        elif event.get("run") != self.run_id:
+            self.problem(index, event, f"belongs to run {event.get('run')!r}, not {self.run_id!r}")
         if index == 0 and type_ != "run.start":
-            problem(index, event, "a run begins with run.start")
+            self.problem(index, event, "a run begins with run.start")
         if type_ == "run.start":
-            if seen_start:
-                problem(index, event, "a second run.start")
-            seen_start = True
-            continue
-        if seen_end:
-            problem(index, event, "an event after run.end")
+            if self.seen_start:
+                self.problem(index, event, "a second run.start")
+            self.seen_start = True
+            return
+        if self.seen_end:
+            self.problem(index, event, "an event after run.end")
         if type_ == "run.end":
-            seen_end = True
-            end_fields = event.get("fields") or {}
-            if not isinstance(end_fields, dict):
-                end_fields = {}
-            continue
-        if type_ not in _CONN_TYPES:
-            continue
+            self.seen_end = True
+            fields = event.get("fields") or {}
+            self.end_fields = fields if isinstance(fields, dict) else {}
+        elif type_ in _CONN_TYPES:
+            self._conn_event(index, event, type_)
 
+    def _conn_event(self, index: int, event: dict, type_: str) -> None:
         conn = event.get("conn")
         fields = event.get("fields") or {}
         if not isinstance(fields, dict) or (conn is not None and not isinstance(conn, int)):
             # Already a schema problem; bookkeeping needs a number and an object.
-            problem(index, event, "conn must be an integer and fields an object")
-            continue
+            self.problem(index, event, "conn must be an integer and fields an object")
+            return
         if type_ == "conn.request":
-            if conn in requested:
-                problem(index, event, "a second conn.request for the same connection number")
-            requested[conn] = False
-            continue
-        if type_ == "conn.fail" and conn not in requested and fields.get("stage") == "handshake":
+            if conn in self.requested:
+                self.problem(index, event, "a second conn.request for the same connection number")
+            self.requested[conn] = False
+            return
+        if type_ == "conn.fail" and conn not in self.requested and fields.get("stage") == "handshake":
             # A handshake that failed never named a destination: no request before it.
-            continue
+            return
         if type_ == "conn.close":
-            if conn not in opened:
-                problem(index, event, "conn.close without conn.open")
-            elif opened[conn]:
-                problem(index, event, "a second conn.close")
-            opened[conn] = True
-            continue
-        if conn not in requested:
-            problem(index, event, "no conn.request before it")
-            continue
+            if conn not in self.opened:
+                self.problem(index, event, "conn.close without conn.open")
+            elif self.opened[conn]:
+                self.problem(index, event, "a second conn.close")
+            self.opened[conn] = True
+            return
+        if conn not in self.requested:
+            self.problem(index, event, "no conn.request before it")
+            return
         if type_ == "policy.deny":
             if fields.get("enforced", True) is False:
-                would_deny += 1
-                continue
-            denied += 1
+                self.would_deny += 1
+                return
+            self.denied += 1
         if type_ in _REQUEST_ENDS:
-            if requested[conn]:
-                problem(index, event, "the request already ended (denied, failed or opened)")
-            requested[conn] = True
+            if self.requested[conn]:
+                self.problem(index, event, "the request already ended (denied, failed or opened)")
+            self.requested[conn] = True
             if type_ == "conn.open":
-                opened[conn] = False
+                self.opened[conn] = False
 
-    if index < 0:
-        return ["no events"]
-    if not seen_start:
-        problems.append("missing run.start")
-    if not seen_end:
-        problems.append("missing run.end (was the run killed?)")
-    for conn, ended in requested.items():
-        if not ended:
-            problems.append(f"conn {conn}: conn.request never ended as denied, failed or opened")
-    for conn, closed in opened.items():
-        if not closed:
-            problems.append(f"conn {conn}: conn.open without conn.close")
-    if end_fields is not None and "truncated" not in end_fields:
-        if end_fields.get("denied") != denied:
-            problems.append(f"run.end says {end_fields.get('denied')} denied; the record holds {denied}")
-        if end_fields.get("would_deny") != would_deny:
-            problems.append(f"run.end says {end_fields.get('would_deny')} would be denied; "
-                            f"the record holds {would_deny}")
-    return problems
+    def finish(self) -> list[str]:
+        problems = self.problems
+        if not self.seen_start:
+            problems.append("missing run.start")
+        if not self.seen_end:
+            problems.append("missing run.end (was the run killed?)")
+        for conn, ended in self.requested.items():
+            if not ended:
+                problems.append(f"conn {conn}: conn.request never ended as denied, failed or opened")
+        for conn, closed in self.opened.items():
+            if not closed:
+                problems.append(f"conn {conn}: conn.open without conn.close")
+        end = self.end_fields
+        if end is not None and "truncated" not in end:
+            if end.get("denied") != self.denied:
+                problems.append(f"run.end says {end.get('denied')} denied; the record holds {self.denied}")
+            if end.get("would_deny") != self.would_deny:
+                problems.append(f"run.end says {end.get('would_deny')} would be denied; "
+                                f"the record holds {self.would_deny}")
+        return problems
