@@ -40,9 +40,11 @@ SAMPLES = [
     st.PathOk(path="office", type="proxy", ms=12),
     st.PathDown(path="office", error="127.0.0.1:9 refused the connection"),
     st.Totals(connections=3, denied=1, would_deny=0, failed=2),
+    st.UnixConnect(path="/run/docker.sock", allowed=False, process=7, program="curl",
+                   reason="a socket bound outside the sandbox"),
 ]
 ALL_KINDS = (st.Ready, st.SandboxFailed, st.ExecFailed, st.Exited, st.Stopped, st.InitOk,
-             st.InitFailed, st.PathOk, st.PathDown, st.Totals)
+             st.InitFailed, st.PathOk, st.PathDown, st.Totals, st.UnixConnect)
 
 
 def test_the_samples_cover_every_kind():
@@ -59,8 +61,11 @@ def test_every_kind_round_trips(message):
 
 def test_the_wire_form_is_the_documented_one():
     assert st.encode(SAMPLES[0]) == (b'{"ready":{"namespaces":["user","net","pid","ipc","mnt"],'
-                                     b'"seccomp":true,"unix_sockets":false,'
+                                     b'"seccomp":true,"unix_sockets":false,"unix":"none",'
                                      b'"doors":{"http":3128,"socks":1080}}}\n')
+    assert st.encode(SAMPLES[-1]) == (b'{"unix":{"path":"/run/docker.sock","allowed":false,'
+                                      b'"process":7,"program":"curl",'
+                                      b'"reason":"a socket bound outside the sandbox"}}\n')
     assert st.encode(st.SandboxFailed("x", ExitCode.INTERNAL)) == b'{"error":"x","code":125}\n'
     assert st.encode(st.Exited(1, None)) == b'{"exit":{"code":1,"signal":null}}\n'
     assert st.encode(st.Totals()) == (b'{"totals":{"connections":0,"denied":0,"would_deny":0,'
@@ -99,6 +104,11 @@ JUNK = [
     b'{"ready": {"namespaces": [], "seccomp": 1, "unix_sockets": false, "doors": {}}}',
     b'{"ready": {"namespaces": [], "seccomp": true, "unix_sockets": false, "doors": {"http": 0}}}',
     b'{"ready": {"namespaces": [1], "seccomp": true, "unix_sockets": false, "doors": {}}}',
+    b'{"ready": {"namespaces": [], "seccomp": true, "unix_sockets": false, "unix": "some",'
+    b' "doors": {}}}',
+    b'{"unix": {"path": "/x", "allowed": 1, "process": 1, "program": "p", "reason": "r"}}',
+    b'{"unix": {"path": "/x", "allowed": false, "process": -1, "program": "p", "reason": "r"}}',
+    b'{"unix": {"path": "/x", "allowed": false, "process": 1, "program": "p"}}',
     b'{"path_ok": {"path": "direct", "type": "direct", "ms": -1}}',
     b'{"path_down": {"path": "x"}}',
     b'{"totals": {"connections": 1, "denied": 0, "would_deny": 0, "failed": 0.5}}',
@@ -138,7 +148,8 @@ def test_kinds_are_equal_only_to_their_own_kind():
                                                        "exit", "signal", "init", "init_error",
                                                        "path_ok", "path_down", "totals", "path",
                                                        "type", "ms", "namespaces", "seccomp",
-                                                       "unix_sockets", "doors", "connections",
+                                                       "unix_sockets", "doors", "connections", "unix",
+                                                       "allowed", "process", "program", "reason",
                                                        "denied", "would_deny", "failed", "x"]),
                                       inner, max_size=5),
                     max_leaves=12))

@@ -62,10 +62,10 @@ def _read_byte(fd: int) -> bytes:
 
 # ---------------------------------------------------------------- P: seal
 
-def _unshare_and_map() -> None:
+def _unshare_and_map(namespaces: int = priv.SANDBOX_NAMESPACES) -> None:
     uid, gid = os.getuid(), os.getgid()
     try:
-        priv.unshare(priv.SANDBOX_NAMESPACES)
+        priv.unshare(namespaces)
     except OSError as e:
         hint = {errno.EPERM: "unprivileged user namespaces look disabled or restricted "
                              "(kernel.unprivileged_userns_clone, AppArmor's "
@@ -188,7 +188,8 @@ _KNOWN_SONAMES = {"c": "libc.so.6", "seccomp": "libseccomp.so.2"}
 
 def run(argv: list[str], handoff_fd: int, status_fd: int, go_fd: int,
         allow_unix_sockets: bool, env: dict[str, str] | None, files: dict | None = None,
-        tty: ProgramTerminal | None = None, read_only: list[str] = (), capture: bool = False) -> int:
+        tty: ProgramTerminal | None = None, read_only: list[str] = (), capture: bool = False,
+        unix_allow: list[str] = ()) -> int:
     """P's whole life; returns its exit code (the caller _exits with it)."""
     if not argv:
         st.write(status_fd, st.ExecFailed("no program given", ExitCode.NOT_FOUND))
@@ -205,14 +206,20 @@ def run(argv: list[str], handoff_fd: int, status_fd: int, go_fd: int,
         try:
             from stages.helper.seccomp_rules import build_filter
             with _sonames_known():
-                seccomp_filter = build_filter(allow_unix_sockets)
+                unix = _unix_plan(allow_unix_sockets, unix_allow)
+                seccomp_filter = build_filter(allow_unix_sockets, supervised=unix is not None)
         except (ImportError, OSError, RuntimeError) as e:
             raise SealError(f"cannot build the seccomp filter (libseccomp via pyseccomp): {e}; "
                             f"{DOCTOR_HINT}")
-        _unshare_and_map()
+        # The PID namespace comes last, once the Unix-socket supervisor is
+        # forked: outside it, the program cannot see or signal the supervisor.
+        _unshare_and_map(priv.SANDBOX_NAMESPACES & ~priv.CLONE_NEWPID)
         # Non-dumpable: a program that somehow saw us could not ptrace us and
         # borrow the handoff socket. Children (init) inherit it.
         priv.prctl(priv.PR_SET_DUMPABLE, 0)
+        unix_link = _unix_link(unix)
+        supervisor = _spawn_supervisor(unix_link, unix, status_fd)
+        _unshare_pid()
         _check_network(capture)
         opened = handoff.doors(capture)
         doors = _open_doors(opened)
@@ -226,12 +233,16 @@ def run(argv: list[str], handoff_fd: int, status_fd: int, go_fd: int,
     report_r, report_w = os.pipe2(os.O_CLOEXEC)
     go_r, go_w = os.pipe2(os.O_CLOEXEC)
     keep = {report_w, go_r}
+    if unix_link is not None:
+        keep.add(unix_link.program_end.fileno())
     init_pid = os.fork()
     if init_pid == 0:
         os._exit(_init(argv, penv, seccomp_filter, report_w, go_r, keep, files, tty is not None,
-                       read_only))
+                       read_only, unix_link.program_end.fileno() if unix_link else None))
     os.close(report_w)
     os.close(go_r)
+    if unix_link is not None:
+        unix_link.program_end.close()
     report = st.StatusReader(report_r, st.INIT_REPORT)
     first = _next_report(report)
     if not isinstance(first, st.InitOk):
@@ -254,6 +265,8 @@ def run(argv: list[str], handoff_fd: int, status_fd: int, go_fd: int,
             lsock.close()
     st.write(status_fd, st.Ready(namespaces=tuple(priv.NAMESPACE_NAMES), seccomp=True,
                                  unix_sockets=allow_unix_sockets,
+                                 unix="all" if allow_unix_sockets else
+                                 "none" if unix is None else "own",
                                  doors=tuple(opened.items())))
     if not _go_byte(go_fd):
         return ExitCode.NO_SANDBOX  # the orchestrator gave up; init dies with us (pdeathsig)
@@ -264,6 +277,10 @@ def run(argv: list[str], handoff_fd: int, status_fd: int, go_fd: int,
 
     final = _wait_for_the_end(report, status_fd)
     status = _reap(init_pid)
+    if supervisor is not None:
+        # Its last reports come before our last message; once every process
+        # of the sandbox is gone, it ends by itself.
+        _reap_supervisor(supervisor)
     if isinstance(final, (st.ExecFailed, st.SandboxFailed, st.Exited)):
         st.write(status_fd, final)
         return final.code
@@ -272,6 +289,65 @@ def run(argv: list[str], handoff_fd: int, status_fd: int, go_fd: int,
     code, sig = _decode_status(status)
     st.write(status_fd, st.Exited(code, sig))
     return code
+
+
+def _unix_plan(allow_unix_sockets: bool, unix_allow: list[str]):
+    """The sockets the policy names, when the supervisor can run (then own
+    sockets are allowed); None: every Unix socket stays refused as before
+    (--allow-unix-sockets, or a kernel that lacks what the supervisor needs)."""
+    from stages.helper import unix_supervisor
+    if allow_unix_sockets or unix_supervisor.missing():
+        return None
+    return unix_supervisor.named_sockets(unix_allow)
+
+
+def _unix_link(unix):
+    if unix is None:
+        return None
+    from stages.helper import unix_supervisor
+    try:
+        return unix_supervisor.link()
+    except OSError as e:
+        raise SealError(f"cannot prepare the Unix-socket supervisor: {e}; {DOCTOR_HINT}")
+
+
+def _spawn_supervisor(unix_link, named, status_fd: int) -> int | None:
+    if unix_link is None:
+        return None
+    from stages.helper import unix_supervisor
+
+    def report(r: unix_supervisor.Report) -> None:
+        st.write(status_fd, st.UnixConnect(path=r.path, allowed=r.allowed, process=r.process,
+                                           program=r.program, reason=r.reason))
+    try:
+        return unix_supervisor.spawn(unix_link, named, status_fd, report)
+    except OSError as e:
+        raise SealError(f"cannot start the Unix-socket supervisor: {e}; {DOCTOR_HINT}")
+
+
+def _unshare_pid() -> None:
+    try:
+        priv.unshare(priv.CLONE_NEWPID)
+    except OSError as e:
+        raise SealError(f"cannot create the sandbox's PID namespace: {os.strerror(e.errno)}; "
+                        f"{DOCTOR_HINT}")
+
+
+def _reap_supervisor(pid: int) -> None:
+    """Wait for the supervisor (it ends when no process uses the filter any
+    more); one that does not within 5 s is killed."""
+    import select
+    try:
+        fd = os.pidfd_open(pid)
+    except OSError:
+        _reap(pid)
+        return
+    try:
+        if not select.select([fd], [], [], 5)[0]:
+            _kill_quietly(pid, signal.SIGKILL)
+    finally:
+        os.close(fd)
+    _reap(pid)
 
 
 def _next_report(report: st.StatusReader) -> st.Message | None:
@@ -358,7 +434,8 @@ def _wait_for_the_end(report: st.StatusReader, status_fd: int) -> st.Message | N
 # ---------------------------------------------------------------- C: init
 
 def _init(argv, penv, seccomp_filter, report_w: int, go_r: int, keep: set[int],
-          files: dict | None = None, tty: bool = False, read_only: list[str] = ()) -> int:
+          files: dict | None = None, tty: bool = False, read_only: list[str] = (),
+          listener_end: int | None = None) -> int:
     try:
         for sig in FORWARDED_SIGNALS:
             signal.signal(sig, signal.SIG_DFL)
@@ -400,8 +477,10 @@ def _init(argv, penv, seccomp_filter, report_w: int, go_r: int, keep: set[int],
     err_r, err_w = os.pipe2(os.O_CLOEXEC)
     program_pid = os.fork()
     if program_pid == 0:
-        _program(argv, penv, seccomp_filter, err_w, files, tty)  # never returns
+        _program(argv, penv, seccomp_filter, err_w, files, tty, listener_end)  # never returns
     os.close(err_w)
+    if listener_end is not None:
+        os.close(listener_end)
     for sig in FORWARDED_SIGNALS:
         signal.signal(sig, lambda s, _f: _kill_quietly(program_pid, s))
 
@@ -533,7 +612,7 @@ def _wait_for(program_pid: int, stops_to: int | None = None) -> int:
 # ---------------------------------------------------------------- G: program
 
 def _program(argv, penv, seccomp_filter, err_w: int, files: dict | None = None,
-             tty: bool = False) -> None:
+             tty: bool = False, listener_end: int | None = None) -> None:
     try:
         for sig in FORWARDED_SIGNALS + (signal.SIGPIPE, signal.SIGXFSZ):
             signal.signal(sig, signal.SIG_DFL)  # Python ignores SIGPIPE; programs expect the default
@@ -542,13 +621,16 @@ def _program(argv, penv, seccomp_filter, err_w: int, files: dict | None = None,
         else:
             os.setsid()
         priv.prctl(priv.PR_SET_PDEATHSIG, signal.SIGKILL)
-        close_all_but({err_w})
+        close_all_but({err_w} if listener_end is None else {err_w, listener_end})
         priv.drop_all_privileges()
         if files and files["landlock_abi"]:
             # After no_new_privs (the drop), before the filter and exec.
             from stages.helper import landlock
             landlock.restrict_writes(files["writable"], files["landlock_abi"])
         seccomp_filter.load()
+        if listener_end is not None:
+            from stages.helper.unix_supervisor import hand_over_listener
+            hand_over_listener(listener_end, seccomp_filter)
     except BaseException as e:  # noqa: BLE001 - whatever went wrong, never exec unsealed
         _report_exec(err_w, st.SandboxFailed(f"cannot seal the program's process: {e}; "
                                              f"{DOCTOR_HINT}", ExitCode.NO_SANDBOX))

@@ -13,6 +13,11 @@ Order of concern (libseccomp emits the arch check first by construction):
    the same, plus AF_UNIX);
 4. Unix socketpairs other than SOCK_STREAM and SOCK_SEQPACKET;
 5. TIOCSTI / TIOCLINUX, the keyring, new user namespaces, clone3.
+
+`supervised` (docs/security.md, "Unix sockets"): AF_UNIX stream and seqpacket
+sockets may be made, datagram ones stay refused, and every connect() goes to
+the supervisor (SECCOMP_RET_USER_NOTIF, stages/helper/unix_supervisor.py),
+which connects only to sockets bound inside the sandbox or named by the policy.
 """
 from __future__ import annotations
 
@@ -46,6 +51,7 @@ class SyscallRule(NamedTuple):
     syscall: str
     errno_: int
     args: tuple[tuple[int, int, int], ...] = ()
+    notify: bool = False      # not refused: sent to the supervisor (errno_ unused)
 
 
 def complement_patterns(allowed: set[int], bits: int) -> list[tuple[int, int]]:
@@ -80,14 +86,17 @@ def allowed_families(allow_unix_sockets: bool) -> set[int]:
     return fams
 
 
-def filter_rules(allow_unix_sockets: bool) -> list[SyscallRule]:
+def filter_rules(allow_unix_sockets: bool, supervised: bool = False) -> list[SyscallRule]:
     rules = [SyscallRule(name, errno.ENOSYS) for name in
              ("io_uring_setup", "io_uring_enter", "io_uring_register")]
     # socket(int family, ...): the kernel reads only the low 32 bits, so the
     # patterns look only at those (a 64-bit compare would let 0x1_00000001
     # through as AF_UNIX).
-    for mask, value in complement_patterns(allowed_families(allow_unix_sockets), 32):
+    families = allowed_families(allow_unix_sockets or supervised)
+    for mask, value in complement_patterns(families, 32):
         rules.append(SyscallRule("socket", REFUSED_FAMILY_ERRNO, ((0, mask, value),)))
+    if supervised and not allow_unix_sockets:
+        rules.extend(_supervised_unix_rules())
     # socketpair(int family, ...) makes sockets of its family too (TIPC can):
     # the same family rule as socket(), plus AF_UNIX, whose pairs the type
     # rule below narrows.
@@ -113,13 +122,36 @@ def filter_rules(allow_unix_sockets: bool) -> list[SyscallRule]:
     return rules
 
 
-def build_filter(allow_unix_sockets: bool):
+def _supervised_unix_rules() -> list[SyscallRule]:
+    """A Unix socket of the connected kinds only (the same types as the
+    pairs); each connect() of any socket to the supervisor: the filter cannot
+    see a socket's family, and a connect the kernel went on with after our
+    look could meet another socket under the same fd number."""
+    rules = [SyscallRule("socket", errno.EPERM, ((0, 0xFFFFFFFF, AF_UNIX), (1, mask, value)))
+             for mask, value in complement_patterns(set(CONNECTED_PAIR_TYPES), SOCK_TYPE_BITS)]
+    rules.append(SyscallRule("connect", 0, notify=True))
+    return rules
+
+
+def build_filter(allow_unix_sockets: bool, supervised: bool = False):
     """A loaded-later pyseccomp SyscallFilter (default allow)."""
     import pyseccomp as sc
 
     f = sc.SyscallFilter(sc.ALLOW)
     f.set_attr(sc.Attr.ACT_BADARCH, sc.ERRNO(errno.ENOSYS))
-    for rule in filter_rules(allow_unix_sockets):
+    for rule in filter_rules(allow_unix_sockets, supervised):
         args = [sc.Arg(i, sc.MASKED_EQ, mask, value) for i, mask, value in rule.args]
-        f.add_rule(sc.ERRNO(rule.errno_), rule.syscall, *args)
+        f.add_rule(sc.NOTIFY if rule.notify else sc.ERRNO(rule.errno_), rule.syscall, *args)
     return f
+
+
+def notify_fd(seccomp_filter) -> int:
+    """The listener fd a loaded filter with a notify rule made (libseccomp keeps
+    it; pyseccomp 0.1 does not expose it)."""
+    import ctypes
+    lib = ctypes.CDLL("libseccomp.so.2", use_errno=True)
+    lib.seccomp_notify_fd.argtypes = (ctypes.c_void_p,)
+    fd = lib.seccomp_notify_fd(seccomp_filter._filter)
+    if fd < 0:
+        raise OSError(-fd, "the loaded filter has no notification listener")
+    return fd

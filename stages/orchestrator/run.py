@@ -404,6 +404,7 @@ ACCEPTED = {
     "helper": {
         st.Ready: {"sealing"},
         st.Stopped: {"running"},                       # only on a terminal
+        st.UnixConnect: {"running"},                   # the supervisor's, while the program runs
         st.SandboxFailed: {"sealing", "sealed", "running"},
         st.ExecFailed: {"sealing", "sealed", "running"},
         st.Exited: {"running"},
@@ -578,7 +579,16 @@ class _Run:
         self.ready = message
         self.emitter.emit("sandbox.ready", namespaces=list(message.namespaces),
                           seccomp=message.seccomp, unix_sockets=message.unix_sockets,
-                          doors=dict(message.doors))
+                          unix=message.unix, doors=dict(message.doors))
+
+    def _on_unix(self, message: st.UnixConnect) -> str | None:
+        if self.ready.unix != "own":
+            return "a Unix-socket report from a sandbox without the supervisor"
+        self.emitter.emit("unix.allow" if message.allowed else "unix.deny", path=message.path,
+                          process=message.process, program=message.program,
+                          **({"rule": message.reason} if message.allowed else
+                             {"reason": message.reason}))
+        return None
 
     def _on_stopped(self, message: st.Stopped) -> str | None:
         if self.relay is None:
@@ -610,7 +620,8 @@ class _Run:
     def _on_totals(self, message: st.Totals) -> None:
         self.totals = message
 
-    _HANDLERS = {st.Ready: _on_ready, st.Stopped: _on_stopped, st.SandboxFailed: _on_sandbox_failed,
+    _HANDLERS = {st.Ready: _on_ready, st.Stopped: _on_stopped, st.UnixConnect: _on_unix,
+                 st.SandboxFailed: _on_sandbox_failed,
                  st.ExecFailed: _on_exec_failed, st.Exited: _on_exited,
                  st.PathOk: _on_path_report, st.PathDown: _on_path_report, st.Totals: _on_totals}
 

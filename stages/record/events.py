@@ -15,7 +15,7 @@ import orjson
 
 VERSION = 1
 
-# The twelve event types, in the order a run produces them.
+# The event types, in the order a run produces them.
 EVENT_TYPES = (
     "run.start",      # orchestrator: the run begins
     "path.check",     # broker: the chosen path was checked before the program starts
@@ -27,6 +27,8 @@ EVENT_TYPES = (
     "conn.open",      # broker: the destination was dialled and the relay started
     "conn.fail",      # broker: the connection could not be made (or the handshake was bad)
     "conn.close",     # broker: an opened connection ended; byte counts and duration
+    "unix.allow",     # orchestrator: the supervisor connected a Unix socket the policy names
+    "unix.deny",      # orchestrator: the supervisor refused a Unix socket bound outside
     "program.exit",   # orchestrator: the program ended (code or signal)
     "run.end",        # orchestrator: the run is over; totals and vpnw's exit code
 )                     # (the recorder adds events_to_lost: what the --events-to copy dropped)

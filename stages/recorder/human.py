@@ -125,6 +125,19 @@ def _scope_note(event: dict, f: dict, head) -> str | None:
             "sees the addresses other names resolve to there")
 
 
+def _unix_line(type_: str, f: dict, mode: str, state: HumanState, head) -> str | None:
+    """A Unix socket the supervisor refused (shown as a denial is), or one the
+    policy names (trace only, as an opened connection is)."""
+    who = f"({printable(f.get('program') or '?')} pid {printable(f.get('process', '?'))})"
+    path = printable(f.get("path", "?"))
+    if type_ == "unix.deny":
+        return (f"{head()}unix  {_paint('DENY', _RED, state)}   {path}  "
+                f"{printable(f.get('reason', ''))}  {who}")
+    if mode != TRACE:
+        return None
+    return f"{head()}unix  → {path}  allowed by [unix] {printable(f.get('rule', '?'))}  {who}"
+
+
 def format_event(event: dict, state: HumanState) -> str | None:
     """The human line for one event, or None when the mode shows nothing for it."""
     type_ = event.get("type")
@@ -134,7 +147,7 @@ def format_event(event: dict, state: HumanState) -> str | None:
     if mode == QUIET:
         return None
     if mode == DENIALS and type_ not in ("policy.deny", "run.end", "run.start", "conn.request",
-                                         "conn.fail", "conn.close"):
+                                         "conn.fail", "conn.close", "unix.deny"):
         return None
 
     def head() -> str:
@@ -170,6 +183,9 @@ def format_event(event: dict, state: HumanState) -> str | None:
         else:
             word = _paint("WOULD DENY", _RED, state)
         return f"{head()}{_conn_col(conn)}  {word}   {target}  {printable(f.get('reason', ''))}"
+
+    if type_ in ("unix.deny", "unix.allow"):
+        return _unix_line(type_, f, mode, state, head)
 
     if type_ == "conn.open":
         if mode != TRACE:
@@ -226,7 +242,8 @@ def format_event(event: dict, state: HumanState) -> str | None:
         namespaces = " ".join(printable(n) for n in (f.get("namespaces") or [])) or "none"
         doors = f.get("doors") or {}
         door_text = ", ".join(f"{printable(k)} {printable(v)}" for k, v in sorted(doors.items()))
-        unix = "unix sockets ALLOWED" if f.get("unix_sockets") else "no unix sockets"
+        unix = {"own": "own unix sockets", "all": "unix sockets ALLOWED"}.get(
+            f.get("unix"), "unix sockets ALLOWED" if f.get("unix_sockets") else "no unix sockets")
         seccomp = "seccomp on" if f.get("seccomp") else "seccomp OFF"
         return f"{head()}sandbox ready: {namespaces}; {seccomp}; {unix}; doors {door_text}"
 

@@ -11,7 +11,8 @@ it expects (docs/architecture.md, "Status messages").
 
 Channels and the kinds each may carry:
 
-    helper -> orchestrator   HELPER_STATUS   Ready, Stopped, SandboxFailed, ExecFailed, Exited
+    helper -> orchestrator   HELPER_STATUS   Ready, Stopped, UnixConnect, SandboxFailed, ExecFailed,
+                                             Exited
     init   -> helper         INIT_REPORT     InitOk, InitFailed, Stopped, SandboxFailed, ExecFailed,
                                              Exited
     program's process -> init (before exec)  PROGRAM_REPORT  SandboxFailed, ExecFailed
@@ -149,19 +150,24 @@ def _kind(*keys: str):
 class Ready(_Message):
     """The seal holds and both doors listen; the helper waits for go.
     `{"ready": {"namespaces": [...], "seccomp": true, "unix_sockets": false,
-    "doors": {"http": 3128, "socks": 1080}}}`"""
+    "unix": "own", "doors": {"http": 3128, "socks": 1080}}}`"""
     namespaces: tuple[str, ...]
     seccomp: bool
     unix_sockets: bool
     doors: tuple[tuple[str, int], ...]     # (door, port), as handoff.DOORS
+    unix: str = "none"                     # UNIX_MODES: which Unix sockets the program reaches
 
     def to_wire(self) -> dict:
         return {"ready": {"namespaces": list(self.namespaces), "seccomp": self.seccomp,
-                          "unix_sockets": self.unix_sockets, "doors": dict(self.doors)}}
+                          "unix_sockets": self.unix_sockets, "unix": self.unix,
+                          "doors": dict(self.doors)}}
 
     @classmethod
     def from_wire(cls, obj: dict) -> "Ready":
-        body = _object(obj["ready"], "ready", {"namespaces", "seccomp", "unix_sockets", "doors"})
+        body = _object(obj["ready"], "ready", {"namespaces", "seccomp", "unix_sockets", "unix",
+                                               "doors"})
+        if body["unix"] not in UNIX_MODES:
+            raise StatusError(f"ready.unix must be one of {list(UNIX_MODES)}, not {_clip(body['unix'])}")
         names = body["namespaces"]
         if not isinstance(names, list) or len(names) > 16:
             raise StatusError(f"ready.namespaces must be a short list, not {_clip(names)}")
@@ -171,8 +177,44 @@ class Ready(_Message):
         return cls(namespaces=tuple(_text(n, "a namespace") for n in names),
                    seccomp=_bool(body["seccomp"], "ready.seccomp"),
                    unix_sockets=_bool(body["unix_sockets"], "ready.unix_sockets"),
+                   unix=body["unix"],
                    doors=tuple((_text(door, "a door"), _int(port, "a door's port", 1, 65535))
                                for door, port in doors.items()))
+
+
+# "own": sockets bound inside the sandbox and those the policy names (the
+# supervisor); "none": no Unix socket but connected pairs (no supervisor on this
+# kernel); "all": every socket on the machine (--allow-unix-sockets).
+UNIX_MODES = ("own", "none", "all")
+MAX_PATH = 512
+
+
+@_kind("unix")
+class UnixConnect(_Message):
+    """The supervisor refused a connect() to a Unix socket, or connected one
+    the policy names; sent before the program hears the answer.
+    `{"unix": {"path": "/run/docker.sock", "allowed": false, "process": 7,
+    "program": "curl", "reason": "a socket bound outside the sandbox"}}`"""
+    path: str
+    allowed: bool
+    process: int
+    program: str
+    reason: str
+
+    def to_wire(self) -> dict:
+        return {"unix": {"path": self.path, "allowed": self.allowed, "process": self.process,
+                         "program": self.program, "reason": self.reason}}
+
+    @classmethod
+    def from_wire(cls, obj: dict) -> "UnixConnect":
+        body = _object(obj["unix"], "unix", {"path", "allowed", "process", "program", "reason"})
+        path = _text(body["path"], "unix.path")
+        if len(path) > MAX_PATH:
+            raise StatusError(f"unix.path must be at most {MAX_PATH} characters")
+        return cls(path=path, allowed=_bool(body["allowed"], "unix.allowed"),
+                   process=_int(body["process"], "unix.process", 0, 2**22),
+                   program=_text(body["program"], "unix.program"),
+                   reason=_text(body["reason"], "unix.reason"))
 
 
 @_kind("error", "code")
@@ -320,10 +362,10 @@ class Totals(_Message):
         return cls(**{key: _int(value, f"totals.{key}", 0, 2**53) for key, value in body.items()})
 
 
-Message = Union[Ready, SandboxFailed, ExecFailed, Exited, Stopped, InitOk, InitFailed, PathOk,
+Message = Union[Ready, UnixConnect, SandboxFailed, ExecFailed, Exited, Stopped, InitOk, InitFailed, PathOk,
                 PathDown, Totals]
 
-HELPER_STATUS = (Ready, Stopped, SandboxFailed, ExecFailed, Exited)
+HELPER_STATUS = (Ready, Stopped, UnixConnect, SandboxFailed, ExecFailed, Exited)
 INIT_REPORT = (InitOk, InitFailed, Stopped, SandboxFailed, ExecFailed, Exited)
 PROGRAM_REPORT = (SandboxFailed, ExecFailed)
 BROKER_STATUS = (PathOk, PathDown, Totals)

@@ -41,7 +41,16 @@ class RunWriter:
         self.emit("path.check", path=self.path, type="direct", ok=True, ms=0.4)
         self.emit("sandbox.ready", by="orchestrator", after_ms=30,
                   namespaces=["user", "net", "pid", "ipc", "mnt"], seccomp=True,
-                  unix_sockets=False, doors={"http": 3128, "socks": 1080})
+                  unix_sockets=False, unix="own", doors={"http": 3128, "socks": 1080})
+
+    def unix(self, path, *, process, program, rule=None, reason=None, after_ms=5.0):
+        """A connect() the Unix-socket supervisor refused (reason) or allowed by the policy (rule)."""
+        if rule is not None:
+            self.emit("unix.allow", by="orchestrator", after_ms=after_ms, path=path,
+                      process=process, program=program, rule=rule)
+        else:
+            self.emit("unix.deny", by="orchestrator", after_ms=after_ms, path=path,
+                      process=process, program=program, reason=reason)
 
     def connect(self, host, port, *, kind="http-connect", addresses=None, address=None,
                 up=0, down=0, ms=12.0, dial_ms=0.3, rule="default", reason=None,
@@ -116,6 +125,9 @@ def demo_agent_trace() -> RunWriter:
     w.connect("203.0.113.50", 8443, kind="socks5", up=5000, down=7000, ms=50)
     w.connect("nonexistent.example", 443,
               fail=("resolve", "dns", "nonexistent.example does not exist (NXDOMAIN)"))
+    # The agent asks the Docker daemon to run something for it.
+    w.unix("/var/run/docker.sock", process=14, program="curl",
+           reason="a socket bound outside the sandbox")
     w.end(exit_code=0)
     return w
 
@@ -126,6 +138,9 @@ def pip_guard_run() -> RunWriter:
     w = RunWriter("r-7c01d2", start_ns=T0 + 3_600_000_000_000, orchestrator_pid=20001,
                   broker_pid=20003)
     w.start("guard", "pip", policy="pip", policy_file="/home/dev/pip.toml")
+    # A git+ssh requirement: git's ssh asks the user's agent, which the policy names.
+    w.unix("/run/user/1000/ssh-agent.sock", process=9, program="ssh",
+           rule="$SSH_AUTH_SOCK")
     allow_pypi = ("pypi.org", "allow rule pypi.org matches (pip.toml line 6)")
     allow_files = ("*.pythonhosted.org", "allow rule *.pythonhosted.org matches (pip.toml line 6)")
     w.connect("pypi.org", 443, addresses=["151.101.0.223"], rule=allow_pypi[0],

@@ -1,0 +1,430 @@
+"""The Unix-socket supervisor: it answers every connect() the program makes.
+
+The program's seccomp filter sends each connect() here (SECCOMP_RET_USER_NOTIF);
+the program's thread waits until we answer. We never let the kernel go on with
+the program's own call (SECCOMP_USER_NOTIF_FLAG_CONTINUE): the program could
+change the fd or the address between our look and the kernel's. Instead we take
+the program's socket (pidfd_getfd), read its address once, decide on what we
+read, make the connect() ourselves on that same socket and answer with its
+result. The design, and what a program could try against it, is in
+docs/security.md, "Unix sockets".
+
+What is allowed:
+- a socket of another family (TCP, UDP, netlink): connected as asked; the
+  network namespace is that boundary;
+- a path whose socket file (device, inode) is bound by a listener of the
+  sandbox's own network namespace (sock_diag), or is a socket the policy's
+  [unix] allow names (resolved once, when the run starts);
+- an abstract name, when the socket was made in the sandbox's network
+  namespace (abstract names are per namespace).
+Anything else gets EPERM, and a UnixRefused status message first.
+
+This runs as a process of its own, forked by the helper (P) inside the
+sandbox's user, network and mount namespaces but outside its PID namespace
+(the program cannot see, signal or trace it), non-dumpable. It resolves paths
+in the program's root through the /proc of its own PID namespace, opened
+before init mounts the sandbox's over it.
+"""
+from __future__ import annotations
+
+import errno
+import fcntl
+import os
+import socket
+import stat
+import threading
+from typing import Callable, NamedTuple
+
+from stages.kernel import seccomp_notify as sn
+from stages.kernel import unix_diag
+from stages.kernel import privileges as priv
+
+AF_UNIX = socket.AF_UNIX
+SUN_PATH_AT = 2                 # offsetof(struct sockaddr_un, sun_path)
+SOCKADDR_UN_MAX = 110           # sizeof(struct sockaddr_un)
+SOCKADDR_MAX = 128              # sizeof(struct sockaddr_storage): the kernel's limit
+# Blocking connects run on workers, so one that waits on a full backlog does
+# not hold every other connect in the sandbox; past this many, the program
+# only waits on itself.
+WORKERS = 32
+
+
+class Destination(NamedTuple):
+    kind: str          # "path" | "abstract" | "invalid"
+    name: bytes        # the path, or the abstract name with its leading NUL
+
+
+def unix_destination(raw: bytes) -> Destination:
+    """What a sockaddr_un asks for, read as the kernel reads it
+    (unix_validate_addr, unix_mkname_bsd): a path ends at the first NUL or
+    at the address's end; an abstract name is every byte after sun_path[0]."""
+    if not SUN_PATH_AT < len(raw) <= SOCKADDR_UN_MAX or int.from_bytes(raw[:2], "little") != AF_UNIX:
+        return Destination("invalid", b"")
+    sun_path = raw[SUN_PATH_AT:]
+    if sun_path[0] == 0:
+        return Destination("abstract", sun_path)
+    return Destination("path", sun_path.split(b"\0", 1)[0])
+
+
+def shown(destination: Destination) -> str:
+    """The destination as the record shows it: a path, or @name (abstract)."""
+    if destination.kind == "abstract":
+        return "@" + destination.name[1:].decode("utf-8", "backslashreplace")
+    return destination.name.decode("utf-8", "backslashreplace")
+
+
+class Refusal(Exception):
+    """A connect the supervisor refuses with EPERM; the message says why."""
+
+
+class Verdict(NamedTuple):
+    allowed: bool
+    rule: str | None      # the policy's entry, when it is what allowed it
+
+
+def judge(identity: tuple[int, int], inside: set[tuple[int, int]],
+          named: dict[tuple[int, int], str]) -> Verdict:
+    """Pure: may a connect reach the socket file `identity` (st_dev, st_ino)?
+    `inside`: the listeners of the sandbox's network namespace, as sock_diag
+    gives them (the inode's low 32 bits); `named`: the policy's sockets."""
+    if identity in named:
+        return Verdict(True, named[identity])
+    dev, ino = identity
+    # sock_diag reports 32 bits of the inode: a larger one cannot be told
+    # apart from another file's, so it is never taken for an inside listener.
+    if ino < 1 << 32 and identity in inside:
+        return Verdict(True, None)
+    return Verdict(False, None)
+
+
+class Report(NamedTuple):
+    """One line of the record: a refused connect, or one to a policy-named socket."""
+    allowed: bool
+    path: str
+    process: int          # the PID inside the sandbox (0 if it is gone)
+    program: str          # its command name
+    reason: str           # why refused / the policy's entry
+
+
+class Supervisor:
+    """The loop over one seccomp listener. `report` is called (and must have
+    written the record) before the program is answered."""
+
+    def __init__(self, listener: int, proc_fd: int, named: dict[tuple[int, int], str],
+                 report: Callable[[Report], None]):
+        self.listener = listener
+        self.proc = proc_fd
+        self.named = named
+        self.report = report
+        self.diag = unix_diag.open_diag()
+        self.netns = os.stat("self/ns/net", dir_fd=proc_fd).st_ino
+        self.workers = None
+        self.slots = threading.BoundedSemaphore(WORKERS)
+
+    # ------------------------------------------------------------ loop
+
+    def serve(self) -> None:
+        """Answer notifications until no process uses the filter any more."""
+        # The connects we make name their target as self/fd/N relative to our
+        # own /proc (the one from before init's).
+        os.fchdir(self.proc)
+        import select
+        poller = select.poll()
+        poller.register(self.listener, select.POLLIN)
+        while True:
+            events = poller.poll()
+            if any(mask & (select.POLLHUP | select.POLLERR | select.POLLNVAL) for _, mask in events):
+                return
+            try:
+                notification = sn.receive(self.listener)
+            except OSError as e:
+                if e.errno in (errno.EINTR, errno.ENOENT):
+                    continue    # the program's call ended before we read it
+                raise
+            self._answer(notification)
+
+    def _answer(self, n: sn.Notification) -> None:
+        held: list[int] = []
+        try:
+            result = self._decide(n, held)
+        except OSError as e:
+            result = e.errno or errno.EPERM
+        except Exception:  # noqa: BLE001 - a connect we could not judge is refused
+            result = errno.EPERM
+        if callable(result):
+            self._run(result, held)
+            return
+        self._close(held)
+        if result is not None:
+            self._respond(n.id, result)
+
+    def _respond(self, notif_id: int, error: int) -> None:
+        try:
+            sn.respond(self.listener, notif_id, error=error)
+        except OSError as e:
+            if e.errno != errno.ENOENT:     # ENOENT: the program's call was interrupted
+                raise
+
+    @staticmethod
+    def _close(fds: list[int]) -> None:
+        for fd in fds:
+            os.close(fd)
+        fds.clear()
+
+    def _run(self, connect: Callable[[], None], held: list[int]) -> None:
+        """A blocking connect: on a worker, so it may wait without holding the loop."""
+        self.slots.acquire()
+
+        def work():
+            try:
+                connect()
+            finally:
+                self._close(held)
+                self.slots.release()
+        threading.Thread(target=work, daemon=True).start()
+
+    # ------------------------------------------------------------ one connect
+
+    def _decide(self, n: sn.Notification, held: list[int]):
+        """None (nobody waits any more), an errno to answer, or a callable
+        that connects and answers (for a blocking socket)."""
+        pidfd = self._pidfd(n.pid)
+        held.append(pidfd)
+        if not sn.still_pending(self.listener, n.id):
+            return None
+        try:
+            sock = sn.pidfd_getfd(pidfd, _int32(n.args[0]))
+        except OSError as e:
+            return errno.EBADF if e.errno == errno.EBADF else e.errno
+        held.append(sock)
+        length = _int32(n.args[2])
+        if not 0 <= length <= SOCKADDR_MAX:
+            return errno.EINVAL
+        # The address is read once; everything after decides on these bytes.
+        raw = sn.read_memory(n.pid, n.args[1], length) if length else b""
+        if not sn.still_pending(self.listener, n.id):
+            return None
+        try:
+            family = sn.socket_domain(sock)
+        except OSError as e:
+            return e.errno        # ENOTSOCK, as connect() on a file that is no socket
+        if family != AF_UNIX:
+            return self._connect(n.id, sock, raw)
+        try:
+            target = self._unix_target(n, sock, raw, held)
+        except Refusal as why:
+            self._refuse(n, raw, str(why))
+            return errno.EPERM
+        if isinstance(target, int):
+            return target
+        return self._connect(n.id, sock, target)
+
+    def _connect(self, notif_id: int, sock: int, address: bytes):
+        if fcntl.fcntl(sock, fcntl.F_GETFL) & os.O_NONBLOCK:
+            return sn.connect_raw(sock, address)
+        return lambda: self._respond(notif_id, sn.connect_raw(sock, address))
+
+    def _pidfd(self, tid: int) -> int:
+        try:
+            return sn.pidfd_open(tid, sn.PIDFD_THREAD)
+        except OSError as e:
+            if e.errno != errno.EINVAL:
+                raise
+        return sn.pidfd_open(self._thread_group(tid))   # a kernel before 6.9
+
+    def _thread_group(self, tid: int) -> int:
+        for line in self._proc_text(tid, "status").splitlines():
+            if line.startswith("Tgid:"):
+                return int(line.split()[1])
+        raise OSError(errno.ESRCH, "no Tgid")
+
+    def _proc_text(self, tid: int, name: str) -> str:
+        fd = os.open(f"{tid}/{name}", os.O_RDONLY | os.O_CLOEXEC, dir_fd=self.proc)
+        try:
+            return os.read(fd, 4096).decode("utf-8", "replace")
+        finally:
+            os.close(fd)
+
+    def _unix_target(self, n: sn.Notification, sock: int, raw: bytes, held: list[int]):
+        """The address to connect the program's socket to, or an errno."""
+        destination = unix_destination(raw)
+        if destination.kind == "invalid":
+            return errno.EINVAL
+        if destination.kind == "abstract":
+            if not self._made_inside(sock):
+                raise Refusal("an abstract socket from a socket made outside the sandbox")
+            return raw
+        try:
+            target = self._open_in_root(n.pid, destination.name)
+        except OSError as e:
+            if e.errno == errno.EXDEV:
+                raise Refusal("a path through a /proc link") from None
+            return e.errno
+        held.append(target)
+        st = os.fstat(target)
+        if not stat.S_ISSOCK(st.st_mode):
+            return errno.ECONNREFUSED        # what connect() says for a file that is no socket
+        verdict = judge((st.st_dev, st.st_ino), unix_diag.listening_files(self.diag), self.named)
+        if not verdict.allowed:
+            raise Refusal("a socket bound outside the sandbox")
+        if verdict.rule is not None:
+            self.report(Report(True, shown(destination), *self._who(n.pid), verdict.rule))
+        # Through the fd we checked, never the path again: what we looked at
+        # is what we connect to, whatever the program renames meanwhile.
+        return AF_UNIX.to_bytes(2, "little") + f"self/fd/{target}".encode()
+
+    def _open_in_root(self, tid: int, path: bytes) -> int:
+        """An O_PATH fd of `path` as the program's thread would find it: from
+        its root (RESOLVE_IN_ROOT on /proc/TID/root, which also refuses
+        /proc's magic links with EXDEV), relative paths from its working
+        directory."""
+        if not path.startswith(b"/"):
+            cwd = os.readlink(f"{tid}/cwd", dir_fd=self.proc)
+            if not cwd.startswith("/"):
+                raise OSError(errno.ENOENT, "the working directory is out of reach")
+            path = cwd.encode().rstrip(b"/") + b"/" + path
+        root = os.open(f"{tid}/root", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC, dir_fd=self.proc)
+        try:
+            for _ in range(4):
+                try:
+                    return sn.openat2(root, path, os.O_PATH | os.O_CLOEXEC, sn.RESOLVE_IN_ROOT)
+                except OSError as e:
+                    if e.errno != errno.EAGAIN:     # a rename raced the lookup: again
+                        raise
+            raise OSError(errno.EAGAIN, "the path kept changing")
+        finally:
+            os.close(root)
+
+    def _made_inside(self, sock: int) -> bool:
+        try:
+            ns = sn.socket_netns(sock)
+        except OSError:
+            return False       # EPERM: a namespace we do not administer, so not ours
+        try:
+            return os.fstat(ns).st_ino == self.netns
+        finally:
+            os.close(ns)
+
+    def _refuse(self, n: sn.Notification, raw: bytes, why: str) -> None:
+        self.report(Report(False, shown(unix_destination(raw)), *self._who(n.pid), why))
+
+    def _who(self, tid: int) -> tuple[int, str]:
+        """The thread's PID as the program sees it (the last NSpid) and its name."""
+        try:
+            pid = 0
+            for line in self._proc_text(tid, "status").splitlines():
+                if line.startswith("NSpid:"):
+                    pid = int(line.split()[-1])
+            return pid, self._proc_text(tid, "comm").strip()
+        except (OSError, ValueError):
+            return 0, ""
+
+
+def _int32(value: int) -> int:
+    value &= 0xFFFFFFFF
+    return value - (1 << 32) if value & 0x80000000 else value
+
+
+
+# ---------------------------------------------------------------- the helper's side
+
+def missing() -> str | None:
+    """None when this kernel and libseccomp have what the supervisor needs;
+    else what is missing (the run then refuses every Unix socket, as before,
+    and `vpnw doctor` says why)."""
+    try:
+        import pyseccomp
+        if pyseccomp.get_api() < 5:
+            return "libseccomp or the kernel lacks seccomp user notification (API level < 5)"
+    except (ImportError, OSError, RuntimeError) as e:
+        return f"libseccomp cannot be asked ({e})"
+    gap = sn.syscalls_present()
+    if gap:
+        return f"the kernel lacks {gap}()"
+    try:
+        if os.readlink("/proc/self") != str(os.getpid()):
+            return "/proc is not this PID namespace's"
+    except OSError as e:
+        return f"/proc cannot be read ({e.strerror})"
+    return None
+
+
+def named_sockets(paths) -> dict[tuple[int, int], str]:
+    """The policy's [unix] allow entries that are sockets now, by (st_dev,
+    st_ino): what a connect is matched against, whatever path reaches them."""
+    named = {}
+    for path in paths:
+        try:
+            st = os.stat(path)
+        except OSError:
+            continue
+        if stat.S_ISSOCK(st.st_mode):
+            named[(st.st_dev, st.st_ino)] = path
+    return named
+
+
+class Link(NamedTuple):
+    """What the helper holds between the fork of init and the program's exec."""
+    supervisor_end: socket.socket
+    program_end: socket.socket
+    proc_fd: int
+
+
+def link() -> Link:
+    """Before init's fork (and its /proc mount): the helper's own /proc and
+    the pair the program's process sends its listener fd over."""
+    proc_fd = os.open("/proc", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    return Link(ours, theirs, proc_fd)
+
+
+def hand_over_listener(program_end: int, seccomp_filter) -> None:
+    """In the program's process, right after the filter is loaded, before exec:
+    the listener goes to the supervisor and no copy stays (a program holding
+    its own listener could answer its own connects)."""
+    from stages.helper.seccomp_rules import notify_fd
+    listener = notify_fd(seccomp_filter)
+    with socket.socket(fileno=program_end) as sock:
+        socket.send_fds(sock, [b"n"], [listener])
+    os.close(listener)
+
+
+def spawn(link_: Link, named: dict[tuple[int, int], str], status_fd: int,
+          report: Callable[[Report], None]) -> int:
+    """In the helper, inside the new user and network namespaces but before
+    the new PID namespace: the supervisor process (its PID). Forked there, it
+    is out of the program's PID namespace (the program can neither see nor
+    signal it), and may start threads (a process whose children go to another
+    PID namespace may not). It waits for the listener, answers until no
+    process uses the filter, and exits."""
+    pid = os.fork()
+    if pid:
+        link_.supervisor_end.close()
+        os.close(link_.proc_fd)
+        return pid
+    code = 1
+    try:
+        priv.prctl(priv.PR_SET_PDEATHSIG, 9)
+        link_.program_end.close()
+        from stages.kernel.descriptors import close_all_but
+        close_all_but({link_.supervisor_end.fileno(), link_.proc_fd, status_fd})
+        _serve_when_listened(link_, named, report)
+        code = 0
+    finally:
+        os._exit(code)
+
+
+def _serve_when_listened(link_: Link, named, report) -> None:
+    with link_.supervisor_end as sock:
+        try:
+            _msg, fds, _flags, _addr = socket.recv_fds(sock, 1, 1)
+        except OSError:
+            return
+    if not fds:
+        return          # the program's process never loaded its filter
+    try:
+        Supervisor(fds[0], link_.proc_fd, named, report).serve()
+    finally:
+        # Closed, the listener makes every connect still to come fail
+        # (ENOSYS): never one that nobody checked.
+        os.close(fds[0])

@@ -1,0 +1,159 @@
+"""The kernel calls a seccomp user-notification supervisor needs, through ctypes.
+
+Python 3.11 has none of them: the notification ioctls (SECCOMP_IOCTL_NOTIF_RECV,
+_SEND, _ID_VALID), pidfd_getfd, openat2, process_vm_readv, SIOCGSKNS. Each
+wrapper raises OSError with the kernel's errno; nothing here decides anything
+(stages/helper/unix_supervisor.py does). Layouts: include/uapi/linux/seccomp.h,
+openat2.h, sockios.h.
+"""
+from __future__ import annotations
+
+import ctypes
+import os
+import struct
+
+_libc = ctypes.CDLL(None, use_errno=True)
+_libc.syscall.restype = ctypes.c_long
+_libc.ioctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_void_p]
+_libc.connect.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
+
+# x86_64 syscall numbers (the filter refuses every other arch).
+SYS_PIDFD_OPEN, SYS_OPENAT2, SYS_PIDFD_GETFD = 434, 437, 438
+
+# struct seccomp_notif {u64 id; u32 pid; u32 flags; struct seccomp_data data}
+# struct seccomp_data {int nr; u32 arch; u64 ip; u64 args[6]}
+NOTIF = struct.Struct("=QIIiIQ6Q")                   # 80 bytes
+# struct seccomp_notif_resp {u64 id; s64 val; s32 error; u32 flags}
+NOTIF_RESP = struct.Struct("=QqiI")                  # 24 bytes
+
+
+def _iowr(nr: int, size: int) -> int:
+    return (3 << 30) | (size << 16) | (ord("!") << 8) | nr
+
+
+NOTIF_RECV = _iowr(0, NOTIF.size)
+NOTIF_SEND = _iowr(1, NOTIF_RESP.size)
+NOTIF_ID_VALID = (1 << 30) | (8 << 16) | (ord("!") << 8) | 2
+SIOCGSKNS = 0x894C
+PIDFD_THREAD = os.O_EXCL
+
+RESOLVE_NO_MAGICLINKS, RESOLVE_IN_ROOT = 0x02, 0x10
+
+
+def _check(res: int, what: str) -> int:
+    if res < 0:
+        e = ctypes.get_errno()
+        raise OSError(e, f"{what}: {os.strerror(e)}")
+    return res
+
+
+class Notification:
+    """One pending syscall: its id, the thread that made it (a TID in the
+    reader's PID namespace), the syscall number and its six arguments."""
+    __slots__ = ("id", "pid", "nr", "args")
+
+    def __init__(self, raw: bytes):
+        fields = NOTIF.unpack(raw)
+        self.id, self.pid, self.nr = fields[0], fields[1], fields[3]
+        self.args = fields[6:12]
+
+
+def receive(listener: int) -> Notification:
+    """Block for the next notification (the buffer must be zeroed: the kernel
+    refuses anything else with EINVAL)."""
+    buf = ctypes.create_string_buffer(NOTIF.size)
+    _check(_libc.ioctl(listener, NOTIF_RECV, buf), "SECCOMP_IOCTL_NOTIF_RECV")
+    return Notification(buf.raw)
+
+
+def respond(listener: int, notif_id: int, value: int = 0, error: int = 0) -> None:
+    """Answer a notification: the syscall returns `value`, or fails with
+    `error` (a positive errno). ENOENT: the syscall was interrupted meanwhile,
+    and nobody waits for the answer any more."""
+    buf = ctypes.create_string_buffer(NOTIF_RESP.pack(notif_id, value, -error if error else 0, 0))
+    _check(_libc.ioctl(listener, NOTIF_SEND, buf), "SECCOMP_IOCTL_NOTIF_SEND")
+
+
+def still_pending(listener: int, notif_id: int) -> bool:
+    """True while the thread still waits in the notified syscall: its TID has
+    not been reused, so what was read through it was read from it."""
+    value = ctypes.c_uint64(notif_id)
+    return _libc.ioctl(listener, NOTIF_ID_VALID, ctypes.byref(value)) == 0
+
+
+def pidfd_open(pid: int, flags: int = 0) -> int:
+    return _check(_libc.syscall(SYS_PIDFD_OPEN, ctypes.c_int(pid), ctypes.c_uint(flags)),
+                  "pidfd_open")
+
+
+def pidfd_getfd(pidfd: int, targetfd: int) -> int:
+    """A duplicate, in this process, of fd `targetfd` of the process `pidfd`
+    names (the same open file: the same socket). Close-on-exec."""
+    return _check(_libc.syscall(SYS_PIDFD_GETFD, ctypes.c_int(pidfd), ctypes.c_int(targetfd),
+                                ctypes.c_uint(0)), "pidfd_getfd")
+
+
+class _OpenHow(ctypes.Structure):
+    _fields_ = [("flags", ctypes.c_uint64), ("mode", ctypes.c_uint64),
+                ("resolve", ctypes.c_uint64)]
+
+
+def openat2(dirfd: int, path: bytes, flags: int, resolve: int) -> int:
+    how = _OpenHow(flags, 0, resolve)
+    return _check(_libc.syscall(SYS_OPENAT2, ctypes.c_int(dirfd), ctypes.c_char_p(path),
+                                ctypes.byref(how), ctypes.c_size_t(ctypes.sizeof(how))),
+                  "openat2")
+
+
+class _IoVec(ctypes.Structure):
+    _fields_ = [("base", ctypes.c_void_p), ("len", ctypes.c_size_t)]
+
+
+_libc.process_vm_readv.restype = ctypes.c_ssize_t
+_libc.process_vm_readv.argtypes = [ctypes.c_int, ctypes.POINTER(_IoVec), ctypes.c_ulong,
+                                   ctypes.POINTER(_IoVec), ctypes.c_ulong, ctypes.c_ulong]
+
+
+def read_memory(pid: int, address: int, length: int) -> bytes:
+    """`length` bytes at `address` in process `pid`, in one read; EFAULT when
+    any of them is not mapped (what the syscall itself would have said)."""
+    buf = ctypes.create_string_buffer(length)
+    local = _IoVec(ctypes.cast(buf, ctypes.c_void_p), length)
+    remote = _IoVec(address, length)
+    got = _check(_libc.process_vm_readv(pid, ctypes.byref(local), 1, ctypes.byref(remote), 1, 0),
+                 "process_vm_readv")
+    if got != length:
+        raise OSError(14, "process_vm_readv: a short read (EFAULT)")
+    return buf.raw
+
+
+def connect_raw(fd: int, address: bytes) -> int:
+    """connect(2) with the address's bytes as they are; 0 or a positive errno."""
+    if _libc.connect(fd, address, len(address)) == 0:
+        return 0
+    return ctypes.get_errno()
+
+
+def socket_domain(fd: int) -> int:
+    """SO_DOMAIN of the socket `fd` (ENOTSOCK for any other file)."""
+    value, size = ctypes.c_int(0), ctypes.c_uint(ctypes.sizeof(ctypes.c_int))
+    _check(_libc.getsockopt(fd, 1, 39, ctypes.byref(value), ctypes.byref(size)), "getsockopt")
+    return value.value
+
+
+def socket_netns(fd: int) -> int:
+    """A new fd for the network namespace the socket `fd` was made in (EPERM
+    unless this process administers that namespace)."""
+    return _check(_libc.ioctl(fd, SIOCGSKNS, None), "SIOCGSKNS")
+
+
+def syscalls_present() -> str | None:
+    """None when pidfd_open, pidfd_getfd and openat2 exist; else which is missing."""
+    for name, nr in (("pidfd_open", SYS_PIDFD_OPEN), ("pidfd_getfd", SYS_PIDFD_GETFD),
+                     ("openat2", SYS_OPENAT2)):
+        # Bad arguments on purpose: ENOSYS says the call is missing, any other
+        # error that it is there.
+        if _libc.syscall(nr, ctypes.c_int(-1), ctypes.c_int(-1), ctypes.c_int(0),
+                         ctypes.c_int(0)) < 0 and ctypes.get_errno() == 38:
+            return name
+    return None
