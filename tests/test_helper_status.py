@@ -65,6 +65,7 @@ def run(argv, **kw):
     assert "ready" in ready, ready
     assert ready["ready"] == {"namespaces": ["user", "net", "pid", "ipc", "mnt"], "seccomp": True,
                               "unix_sockets": kw.get("allow_unix_sockets", False),
+                              "unix": "all" if kw.get("allow_unix_sockets") else "own",
                               "doors": {"http": 3128, "socks": 1080}}
     h.go()
     final = h.line()

@@ -106,7 +106,7 @@ def main(args: list[str]) -> int:
             msg = st.decode(line.rstrip(b"\n"), st.HELPER_STATUS)
             if isinstance(msg, st.Ready):
                 os.write(go_w, b"g")
-            else:
+            elif not isinstance(msg, st.UnixConnect):    # shown above; the run goes on
                 result = msg.code
     os.close(go_w)
     os.waitpid(pid, 0)

@@ -283,6 +283,7 @@ class Supervisor:
             if not cwd.startswith("/"):
                 raise OSError(errno.ENOENT, "the working directory is out of reach")
             path = cwd.encode().rstrip(b"/") + b"/" + path
+        path = self._proc_self(tid, path)
         root = os.open(f"{tid}/root", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC, dir_fd=self.proc)
         try:
             for _ in range(4):
@@ -294,6 +295,19 @@ class Supervisor:
             raise OSError(errno.EAGAIN, "the path kept changing")
         finally:
             os.close(root)
+
+    def _proc_self(self, tid: int, path: bytes) -> bytes:
+        """/proc/self and /proc/thread-self name the asking thread inside the
+        sandbox's /proc, but nothing for us (we are outside its PID
+        namespace): spelled with the thread's own PID, the lookup meets the
+        magic link behind them and is refused as such (EXDEV), and recorded."""
+        parts = [p for p in path.split(b"/") if p not in (b"", b".")]
+        if len(parts) < 2 or parts[0] != b"proc" or parts[1] not in (b"self", b"thread-self"):
+            return path
+        pid = self._who(tid)[0]
+        if not pid:
+            return path
+        return b"/".join([b"", b"proc", str(pid).encode(), *parts[2:]])
 
     def _made_inside(self, sock: int) -> bool:
         try:

@@ -18,6 +18,10 @@ Why seqpacket is safe and datagram is not, from net/unix/af_unix.c:
   at any time (unix_dgram_connect()): the dgram-* ways show, outside, that
   this reaches a datagram socket like journald's by path or by abstract name.
 
+A connect() of a pair's end elsewhere meets the Unix-socket supervisor first
+(issue 26, test_unix_origin.py), which refuses a socket bound outside with
+EPERM before the kernel would say EISCONN or EPROTOTYPE: either is accepted.
+
 Each way lists the errors it accepts inside and fails on anything else,
 success included; the control makes the same attempt in the world as the
 same user. For seqpacket and stream pairs the control ends the same way as
@@ -49,25 +53,25 @@ WAYS = [
     way("seqpacket-passed-end-sendto-dgram-path", "passed_pair_sendto", "seqpacket", "{dgram_path}", R,
         accept=TO_PEER, control="world", root=TO_PEER, user=TO_PEER),
     way("seqpacket-pair-connect-listener-path", "pair_connect_listener", "seqpacket", "{seqpacket_path}",
-        accept={"EISCONN"}, control="world", root={"EISCONN"}, user={"EISCONN"}),
+        accept={"EISCONN", "EPERM"}, control="world", root={"EISCONN"}, user={"EISCONN"}),
     way("seqpacket-pair-connect-after-peer-closed", "pair_connect", "seqpacket", "{seqpacket_path}", R,
-        "closed", accept={"EISCONN"}, control="world", root={"EISCONN"}, user={"EISCONN"}),
+        "closed", accept={"EISCONN", "EPERM"}, control="world", root={"EISCONN"}, user={"EISCONN"}),
     way("seqpacket-pair-connect-dgram-path", "pair_connect", "seqpacket", "{dgram_path}", R,
-        accept={"EPROTOTYPE"}, control="world", root={"EPROTOTYPE"}, user={"EPROTOTYPE"}),
+        accept={"EPROTOTYPE", "EPERM"}, control="world", root={"EPROTOTYPE"}, user={"EPROTOTYPE"}),
     way("seqpacket-pair-listen-path", "pair_listen", "seqpacket", "path",
         accept={"EINVAL"}, control="world", root={"EINVAL"}, user={"EINVAL"}),
     way("seqpacket-pair-listen-abstract", "pair_listen", "seqpacket", "abstract",
         accept={"EINVAL"}, control="world", root={"EINVAL"}, user={"EINVAL"}),
     # What the pair must not stand in for: a seqpacket socket of its own.
     way("seqpacket-socket-connect-listener-path", "socket_connect_listener", "seqpacket",
-        "{seqpacket_path}", accept={"EAFNOSUPPORT"}, control="world"),
+        "{seqpacket_path}", accept={"EPERM"}, control="world"),
     # ── stream pairs (allowed before): the same questions ───────────────
     way("stream-pair-sendto-dgram-path", "pair_sendto", "stream", "{dgram_path}", R,
-        accept={"EISCONN"}, control="world", root={"EISCONN"}, user={"EISCONN"}),
+        accept={"EISCONN", "EPERM"}, control="world", root={"EISCONN"}, user={"EISCONN"}),
     way("stream-pair-connect-listener-path", "pair_connect_listener", "stream", "{unix_path}",
-        accept={"EISCONN"}, control="world", root={"EISCONN"}, user={"EISCONN"}),
+        accept={"EISCONN", "EPERM"}, control="world", root={"EISCONN"}, user={"EISCONN"}),
     way("stream-pair-connect-after-peer-closed", "pair_connect", "stream", "{unix_path}", R, "closed",
-        accept={"EISCONN"}, control="world", root={"EISCONN"}, user={"EISCONN"}),
+        accept={"EISCONN", "EPERM"}, control="world", root={"EISCONN"}, user={"EISCONN"}),
     way("stream-pair-listen-path", "pair_listen", "stream", "path",
         accept={"EINVAL"}, control="world", root={"EINVAL"}, user={"EINVAL"}),
     # ── datagram pairs: refused at birth, because outside they reach out ─

@@ -598,6 +598,227 @@ def pair_roundtrip(kind):
     return f"{kind} pair carried a message and a descriptor"
 
 
+# ------------------------------------------------------------ Unix sockets by origin
+# (issue 26: the supervisor connects only to sockets bound inside the sandbox)
+
+INSIDE_BANNER = b"inside\n"
+
+
+def _listener(path_or_name, kind=socket.SOCK_STREAM):
+    """A listener of this process tree that answers every connection with
+    INSIDE_BANNER, from a forked child; returns that child's PID."""
+    s = socket.socket(socket.AF_UNIX, kind)
+    s.bind(path_or_name)
+    s.listen(64)
+    pid = os.fork()
+    if pid == 0:
+        while True:
+            c, _ = s.accept()
+            c.send(INSIDE_BANNER)
+            c.close()
+    s.close()
+    return pid
+
+
+def _banner(s):
+    s.settimeout(TIMEOUT)
+    data = s.recv(4096)
+    return data.decode(errors="replace").strip() or "connected"
+
+
+def unix_reach(how, target):
+    """connect() to `target` (a path outside) another way: through a symlink,
+    /proc/self/root, /proc/<pid>/cwd, a relative path, or a hard link made here."""
+    scratch = _scratch()
+    name = {"symlink": lambda: _link(os.symlink, target, scratch),
+            "hardlink": lambda: _link(os.link, target, scratch),
+            "proc-self-root": lambda: "/proc/self/root" + target,
+            "proc-pid-cwd": lambda: (os.chdir(os.path.dirname(target)),
+                                     f"/proc/{os.getpid()}/cwd/{os.path.basename(target)}")[1],
+            "relative": lambda: (os.chdir(os.path.dirname(target)), os.path.basename(target))[1],
+            }[how]()
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+        s.connect(name)
+        return _banner(s)
+
+
+def _scratch():
+    import tempfile
+    return tempfile.mkdtemp(prefix="vpnw-probe-")
+
+
+def _link(make, target, scratch):
+    name = os.path.join(scratch, "link.sock")
+    make(target, name)
+    return name
+
+
+def unix_own(kind, where):
+    """What programs do: a child listens on a socket of this tree (a path in
+    a temp dir, a relative path, an abstract name) and the parent talks to it."""
+    sock_type = {"stream": socket.SOCK_STREAM, "seqpacket": socket.SOCK_SEQPACKET}[kind]
+    scratch = _scratch()
+    os.chdir(scratch)
+    name = {"path": os.path.join(scratch, "own.sock"), "relative": "own.sock",
+            "abstract": "\0vpnw-own-" + _token()}[where]
+    pid = _listener(name, sock_type)
+    try:
+        with socket.socket(socket.AF_UNIX, sock_type) as s:
+            s.connect(name)
+            got = _banner(s)
+    finally:
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+    if got != INSIDE_BANNER.decode().strip():
+        raise Refused("BROKEN", f"the listener said {got!r}")
+    return f"{kind} {where}: {got}"
+
+
+def _race(target, flip, connect, rounds=300):
+    """`flip(i)` runs in a second thread while this one connects `rounds`
+    times; ok as soon as one connection reaches anything but our own listener."""
+    stop = threading.Event()
+
+    def flipper():
+        i = 0
+        while not stop.is_set():
+            flip(i)
+            i += 1
+    t = threading.Thread(target=flipper, daemon=True)
+    t.start()
+    seen = {}
+    try:
+        for _ in range(rounds):
+            try:
+                got = connect()
+            except OSError as e:
+                got = errno.errorcode.get(e.errno, str(e.errno))
+            seen[got] = seen.get(got, 0) + 1
+            if got != "inside" and got not in errno.errorcode.values():
+                return f"reached {got!r} ({seen})"
+    finally:
+        stop.set()
+        t.join()
+    raise Refused("NEVER_OUTSIDE", json.dumps(seen))
+
+
+def unix_swap_memory(target):
+    """The address changes in memory while connect() waits for the supervisor:
+    a second thread flips the sockaddr between our own socket and `target`."""
+    own = os.path.join(_scratch(), "own.sock")
+    pid = _listener(own)
+    size = 110
+    addr = {k: struct.pack("=H", socket.AF_UNIX) + p.encode().ljust(size - 2, b"\0")
+            for k, p in (("own", own), ("out", target))}
+    buf = ctypes.create_string_buffer(addr["own"], size)
+
+    def connect():
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+            if libc.connect(s.fileno(), buf, size) != 0:
+                e = ctypes.get_errno()
+                raise OSError(e, os.strerror(e))
+            return _banner(s)
+    try:
+        return _race(target, lambda i: ctypes.memmove(buf, addr["out" if i % 2 else "own"], size),
+                     connect)
+    finally:
+        os.kill(pid, signal.SIGKILL)
+
+
+def unix_swap_symlink(target):
+    """A symlink that a second thread keeps pointing at our own socket and at `target`."""
+    scratch = _scratch()
+    own = os.path.join(scratch, "own.sock")
+    pid = _listener(own)
+    link = os.path.join(scratch, "link.sock")
+    os.symlink(own, link)
+
+    def flip(i):
+        tmp = os.path.join(scratch, f"tmp{i % 2}")
+        try:
+            os.symlink(target if i % 2 else own, tmp)
+            os.rename(tmp, link)
+        except OSError:
+            pass
+
+    def connect():
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+            s.connect(link)
+            return _banner(s)
+    try:
+        return _race(target, flip, connect)
+    finally:
+        os.kill(pid, signal.SIGKILL)
+
+
+def unix_fd_swap(target):
+    """One fd number, a second thread swapping a TCP socket and a Unix socket
+    under it while connect(fd, target) waits: the connect the kernel would
+    go on with after a "continue" meets the other socket."""
+    tcp = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    unix = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    slot = os.dup(tcp.fileno())
+    addr = struct.pack("=H", socket.AF_UNIX) + target.encode() + b"\0"
+
+    def flip(i):
+        os.dup2((unix if i % 2 else tcp).fileno(), slot)
+        time.sleep(0.0001)
+
+    def connect():
+        time.sleep(0.0003)
+        if libc.connect(slot, addr, len(addr)) != 0:
+            e = ctypes.get_errno()
+            raise OSError(e, os.strerror(e))
+        # The slot may hold the other socket again by now: ask the Unix one.
+        try:
+            return f"the Unix socket is connected to {unix.getpeername()!r}"
+        except OSError:
+            return "inside"
+    return _race(target, flip, connect)
+
+
+def unix_scm_rights(target):
+    """A Unix socket made by another process of the tree, passed over
+    SCM_RIGHTS, then connected to `target` here."""
+    a, b = socket.socketpair()
+    pid = os.fork()
+    if pid == 0:
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        socket.send_fds(b, [b"s"], [s.fileno()])
+        os._exit(0)
+    _msg, fds, _f, _a = socket.recv_fds(a, 1, 1)
+    os.waitpid(pid, 0)
+    with socket.socket(fileno=fds[0]) as s:
+        s.connect(target)
+        return _banner(s)
+
+
+def unix_socket_type(kind):
+    """socket(AF_UNIX, kind): only the connected kinds may be made."""
+    sock_type = {"dgram": socket.SOCK_DGRAM, "raw": socket.SOCK_RAW,
+                 "dgram+flags": socket.SOCK_DGRAM | socket.SOCK_CLOEXEC | socket.SOCK_NONBLOCK}[kind]
+    os.close(sys_call(NR["socket"], socket.AF_UNIX, sock_type, 0))
+    return f"a {kind} Unix socket made"
+
+
+def unix_sendto(kind, target, received):
+    """sendto() with a path on a socket of `kind`: ok if the datagram socket
+    outside gets it."""
+    family, sock_type = {"stream": (socket.AF_UNIX, socket.SOCK_STREAM),
+                         "seqpacket": (socket.AF_UNIX, socket.SOCK_SEQPACKET),
+                         "dgram": (socket.AF_UNIX, socket.SOCK_DGRAM),
+                         "udp": (socket.AF_INET, socket.SOCK_DGRAM),
+                         "tcp": (socket.AF_INET, socket.SOCK_STREAM)}[kind]
+    token = _token()
+    addr = struct.pack("=H", socket.AF_UNIX) + target.encode() + b"\0"
+    with socket.socket(family, sock_type) as s:
+        data = token.encode()
+        if libc.sendto(s.fileno(), data, len(data), 0, addr, len(addr)) < 0:
+            e = ctypes.get_errno()
+            raise OSError(e, os.strerror(e))
+    return _delivered(None, token, received)
+
+
 # ------------------------------------------------------------ syscalls
 
 IORING = {"IOPOLL": 1, "SQPOLL": 2, "SQ_AFF": 4, "CQSIZE": 8, "CLAMP": 16, "ATTACH_WQ": 32,

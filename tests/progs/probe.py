@@ -67,7 +67,9 @@ def io_uring(_):
 
 def socket_high_bits(_):
     # 0x1_00000001: a 64-bit compare sees "not AF_UNIX", the kernel sees AF_UNIX.
-    os.close(raw_syscall(SYS["socket"], 0x100000001, socket.SOCK_STREAM, 0))
+    # A datagram one: the kind the filter refuses (a stream one is the
+    # program's to make since issue 26).
+    os.close(raw_syscall(SYS["socket"], 0x100000001, socket.SOCK_DGRAM, 0))
 
 
 def x32_socket(_):

@@ -1,0 +1,142 @@
+"""Issue 26: Unix sockets by origin. Inside the sandbox a program makes Unix
+stream and seqpacket sockets, and every connect() is answered by the
+supervisor (stages/helper/unix_supervisor.py): a socket bound by the
+program's own processes is reached, any other gets EPERM and a unix.deny
+event. Every way at a socket bound outside is tried here, through a real
+`vpnw run` in the test world, as root and as vpnwtest; each control makes the
+same attempt in the world as the same user, where it works (or fails the
+same way, where the kernel itself refuses). docs/security.md, "Unix sockets",
+says why each one fails inside.
+
+The races ("swap-*"): a second thread changes what the connect() names while
+it waits for the supervisor (the address in memory, a symlink, the socket
+under the fd number); 300 connects each, and not one may reach the listener
+outside (NEVER_OUTSIDE). Outside, the same race reaches it.
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+
+import pytest
+
+from bypass_bench import PROGS, PYTHON, check_control, errnos, plan_of, way
+from world import WorldError
+
+pytestmark = pytest.mark.world
+
+R = "{received}"
+KERNEL_SAYS_NO = {"EOPNOTSUPP", "ENOTSUP", "ENOTCONN"}      # sendto() with an address on a connected kind
+NOT_UNIX = {"EINVAL", "EAFNOSUPPORT"}            # sendto() with a sockaddr_un on an inet socket
+WAYS = [
+    way("path", "unix_connect", "{unix_path}", accept={"EPERM"}, control="world"),
+    way("seqpacket-path", "socket_connect_listener", "seqpacket", "{seqpacket_path}",
+        accept={"EPERM"}, control="world"),
+    way("symlink", "unix_reach", "symlink", "{unix_path}", accept={"EPERM"}, control="world"),
+    way("proc-self-root", "unix_reach", "proc-self-root", "{unix_path}", accept={"EPERM"},
+        control="world"),
+    way("proc-pid-cwd", "unix_reach", "proc-pid-cwd", "{unix_path}", accept={"EPERM"},
+        control="world"),
+    way("relative-path", "unix_reach", "relative", "{unix_path}", accept={"EPERM"}, control="world"),
+    # A socket of the user's own outside (a hard link to someone else's socket
+    # is the owner's privilege: fs.protected_hardlinks).
+    way("hard-link", "unix_reach", "hardlink", "{mine}", accept={"EPERM"}, control="world"),
+    way("bind-mount", "unix_connect", "{bound}", accept={"EPERM"}, control="world"),
+    way("swap-address-in-memory", "unix_swap_memory", "{unix_path}", accept={"NEVER_OUTSIDE"},
+        control="world"),
+    way("swap-symlink", "unix_swap_symlink", "{unix_path}", accept={"NEVER_OUTSIDE"},
+        control="world"),
+    way("swap-socket-under-the-fd", "unix_fd_swap", "{unix_path}", accept={"NEVER_OUTSIDE"},
+        control="world"),
+    way("scm-rights-passed-socket", "unix_scm_rights", "{unix_path}", accept={"EPERM"},
+        control="world"),
+    way("abstract", "unix_connect", "@{abstract}", accept={"ECONNREFUSED"}, control="world"),
+    way("dgram-socket", "unix_socket_type", "dgram", accept={"EPERM"}, control="world"),
+    way("dgram-socket-with-flags", "unix_socket_type", "dgram+flags", accept={"EPERM"},
+        control="world"),
+    way("raw-socket", "unix_socket_type", "raw", accept={"EPERM"}, control="world"),
+    way("sendto-dgram", "unix_sendto", "dgram", "{dgram_path}", R, accept={"EPERM"},
+        control="world"),
+    way("sendto-stream", "unix_sendto", "stream", "{dgram_path}", R, accept=KERNEL_SAYS_NO,
+        control="world", root=KERNEL_SAYS_NO, user=KERNEL_SAYS_NO),
+    way("sendto-seqpacket", "unix_sendto", "seqpacket", "{dgram_path}", R, accept=KERNEL_SAYS_NO,
+        control="world", root=KERNEL_SAYS_NO, user=KERNEL_SAYS_NO),
+    way("sendto-udp", "unix_sendto", "udp", "{dgram_path}", R, accept=NOT_UNIX,
+        control="world", root=NOT_UNIX, user=NOT_UNIX),
+    way("sendto-tcp", "unix_sendto", "tcp", "{dgram_path}", R, accept=NOT_UNIX | {"EPIPE"},
+        control="world", root=NOT_UNIX | {"EPIPE"}, user=NOT_UNIX | {"EPIPE"}),
+]
+WAY_BY_ID = {w.id: w for w in WAYS}
+assert len(WAY_BY_ID) == len(WAYS)
+
+# What programs do must work inside.
+WORKS = [("stream", "path"), ("stream", "relative"), ("stream", "abstract"),
+         ("seqpacket", "path")]
+PLAN = plan_of(WAYS) + [{"id": f"works-{k}-{w}", "attempt": "unix_own", "args": [k, w]}
+                        for k, w in WORKS]
+REFUSED_BY_SUPERVISOR = {"path": "a socket bound outside the sandbox",
+                         "proc-self-root": "a path through a /proc link",
+                         "bind-mount": "a socket bound outside the sandbox"}
+
+
+def _outside_targets(bench, user: str) -> None:
+    """Per user: a listener of the user's own outside ({mine}); once: the
+    world's listener bind-mounted onto another path ({bound})."""
+    t = bench.targets_for(user)
+    if "mine" in t:
+        return
+    w = bench.world
+    if "bound" not in bench.__dict__:
+        bound = bench.dir / "bound.sock"
+        bound.touch()
+        w.run(["mount", "--bind", bench.unix_path, str(bound)], check=True)
+        bench._cleanups.append(lambda: w.run(["umount", str(bound)]))
+        bench.bound = str(bound)
+    own_dir = bench.dir / f"mine-{user}"
+    own_dir.mkdir(exist_ok=True)
+    if user != "root":
+        w.run(["chown", user, str(own_dir)], check=True)
+    targets = PROGS / "bypass_targets.py"
+    mine = str(own_dir / "mine.sock")
+    proc = w.popen([PYTHON, str(targets), "--unix", mine], user=user, stdout=subprocess.PIPE)
+    bench._cleanups.append(lambda: (proc.kill(), proc.wait()))
+    if proc.stdout.readline() != b"ready\n":
+        raise WorldError(f"the {user} listener outside did not start")
+    t["mine"], t["bound"] = mine, bench.bound
+
+
+def _inside(bench, user):
+    _outside_targets(bench, user)
+    return bench.inside("unix-origin", user, PLAN)
+
+
+@pytest.mark.parametrize("way_id", list(WAY_BY_ID))
+def test_a_socket_bound_outside_is_out_of_reach(bench, user, way_id):
+    w = WAY_BY_ID[way_id]
+    results, _events = _inside(bench, user)
+    res = results[w.id]
+    assert not res["ok"], f"a way out: {w.id} worked inside the sandbox: {res}"
+    assert errnos(res) <= w.accept, f"{w.id}: expected one of {sorted(w.accept)}, got {res}"
+    check_control(bench, user, "unix-origin", PLAN, w)
+
+
+@pytest.mark.parametrize("kind,where", WORKS, ids=lambda v: v)
+def test_the_programs_own_sockets_work(bench, user, kind, where):
+    results, _events = _inside(bench, user)
+    res = results[f"works-{kind}-{where}"]
+    assert res["ok"], res
+
+
+@pytest.mark.parametrize("way_id", list(REFUSED_BY_SUPERVISOR))
+def test_each_refusal_is_in_the_record_with_its_path_and_process(bench, user, way_id):
+    _results, events = _inside(bench, user)
+    t = bench.targets_for(user)
+    path = {"path": t["unix_path"], "proc-self-root": "/proc/self/root" + t["unix_path"],
+            "bind-mount": t["bound"]}[way_id]
+    denials = [e["fields"] for e in events if e["type"] == "unix.deny"]
+    mine = [f for f in denials if f["path"] == path]
+    assert mine, f"no unix.deny for {path} in {denials}"
+    assert mine[0]["reason"] == REFUSED_BY_SUPERVISOR[way_id]
+    assert mine[0]["program"] == "python3" and mine[0]["process"] > 1, mine[0]
+    ready = next(e for e in events if e["type"] == "sandbox.ready")
+    assert ready["fields"]["unix"] == "own"
