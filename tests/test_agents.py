@@ -13,8 +13,8 @@ web server and test CA, so they get as far as they can without an account.
 
 What each needs that vpnw does not give, found with strace, is measured here
 too and written in README's agents table: Codex CLI's background server and
-Chromium's ProcessSingleton need Unix sockets by path; httpx breaks on the
-SOCKS URL in ALL_PROXY; Chromium reads that URL as an HTTP proxy.
+Chromium's ProcessSingleton need Unix sockets by path. ALL_PROXY is the HTTP
+door, so httpx needs no socksio and Chromium needs no --proxy-server.
 """
 from __future__ import annotations
 
@@ -271,16 +271,17 @@ def test_headless_chromium_needs_unix_sockets_for_its_process_singleton(agents_w
 
 
 def test_headless_chromium_fetches_through_the_door_and_round_trips(agents_world, user):
-    """With --allow-unix-sockets (for its ProcessSingleton) and --proxy-server,
-    Chromium fetches the page through the HTTP door. Even with the flags that
+    """With --allow-unix-sockets (for its ProcessSingleton), and no
+    --proxy-server (it takes ALL_PROXY, the HTTP door), Chromium fetches the
+    page through the HTTP door. Even with the flags that
     turn off its background networking it reaches for Google's update hosts
     (CHROMIUM_PHONES_HOME): the record shows it, the draft lists it, a policy
     of the page alone denies it and the page still loads."""
     need(CHROMIUM, "chromium (Debian)")
     w = agents_world
-    url, proxy = PAGE, f"--proxy-server={DOOR_HTTP}"
+    url = PAGE
     flags = ["--allow-unix-sockets"]
-    trace = _chromium(w, user, ["trace", *flags], url, proxy)
+    trace = _chromium(w, user, ["trace", *flags], url)
     assert trace.returncode == 0, trace.stderr
     assert '"peer": "10.200.0.1"' in trace.stdout, trace.stdout      # the broker dialled it
     trace_events = finished_record(trace.state_home)
@@ -291,36 +292,23 @@ def test_headless_chromium_fetches_through_the_door_and_round_trips(agents_world
     allow = learn(w, user, trace.state_home, "chromium")
     assert PAGE_HOST in allow, allow
 
-    guard = _chromium(w, user, ["guard", "--policy", str(policy(w, "chromium", allow)), *flags], url, proxy)
+    guard = _chromium(w, user, ["guard", "--policy", str(policy(w, "chromium", allow)), *flags], url)
     assert '"peer"' in guard.stdout, guard.stderr
     events = finished_record(guard.state_home)
     assert_draft_denies_nothing_it_reached(trace_events, events)
     assert guard.returncode == (120 if denied(events) else 0)
 
-    page_only = _chromium(w, user, ["guard", "--policy", str(policy(w, "chromium", [PAGE_HOST])), *flags],
-                          url, proxy)
+    page_only = _chromium(w, user, ["guard", "--policy", str(policy(w, "chromium", [PAGE_HOST])), *flags], url)
     assert '"peer"' in page_only.stdout, page_only.stderr
     events = finished_record(page_only.state_home)
     assert denied(events) <= set(CHROMIUM_PHONES_HOME) and PAGE_HOST in opened(events)
     assert page_only.returncode == (120 if denied(events) else 0)
 
     left_out = _chromium(w, user, ["guard", "--policy", str(policy(w, "chromium", ["git.world"])),
-                                   *flags], url, proxy)
+                                   *flags], url)
     assert left_out.returncode == 120, left_out.stderr
     assert '"peer"' not in left_out.stdout
     assert PAGE_HOST in denied(finished_record(left_out.state_home))
-
-
-def test_headless_chromium_reads_the_socks_url_in_all_proxy_as_an_http_proxy(agents_world, user):
-    """Without --proxy-server Chromium takes ALL_PROXY (socks5h://...:1080),
-    which it does not know, as an HTTP proxy on that port: its requests reach
-    the SOCKS door as HTTP and fail there, each in the record."""
-    need(CHROMIUM, "chromium (Debian)")
-    w = agents_world
-    r = _chromium(w, user, ["trace", "--allow-unix-sockets"], PAGE)
-    assert '"peer"' not in r.stdout
-    fails = [e["fields"]["reason"] for e in finished_record(r.state_home) if e["type"] == "conn.fail"]
-    assert fails and all("not SOCKS version 5" in f for f in fails), fails
 
 
 # ── a Python agent on httpx and aiohttp ──────────────────────────────────
@@ -347,10 +335,9 @@ def test_python_agent_on_httpx_and_aiohttp_round_trips(agents_world, user):
     assert not results["aiohttp-default"]["ok"]
     assert "Temporary failure in name resolution" in results["aiohttp-default"]["detail"], results
     # httpx builds a transport for every proxy variable when a client is made;
-    # for ALL_PROXY's socks5h:// that needs socksio (httpx[socks]): without it
-    # no httpx client can be made at all (README).
+    # ALL_PROXY is the HTTP door, so that needs nothing more (no socksio).
     for client in ("httpx", "httpx-async"):
-        assert not results[client]["ok"] and "socksio" in results[client]["detail"], results
+        assert results[client]["ok"], results
     events = finished_record(trace.state_home)
     assert requested(events) == {"api.github.com"} == opened(events)
     allow = learn(w, user, trace.state_home, "agent")
@@ -358,7 +345,7 @@ def test_python_agent_on_httpx_and_aiohttp_round_trips(agents_world, user):
 
     guard, results = _agent_http(w, user, [VPNW, "guard", "--policy", str(policy(w, "agent", allow)),
                                            "--"], url)
-    assert guard.returncode == 0 and results["aiohttp"]["ok"], (guard.stderr, results)
+    assert guard.returncode == 0 and results["aiohttp"]["ok"] and results["httpx"]["ok"], (guard.stderr, results)
     assert not denied(finished_record(guard.state_home))
 
     left_out, results = _agent_http(w, user, [VPNW, "guard", "--policy",
@@ -369,6 +356,6 @@ def test_python_agent_on_httpx_and_aiohttp_round_trips(agents_world, user):
 
 def test_python_agent_control_outside_vpnw(agents_world, user):
     """The same program in the world without vpnw: every client reaches the
-    page directly (so the httpx failure above is the SOCKS URL in ALL_PROXY)."""
+    page directly (so aiohttp-default's failure above is its ignoring the doors)."""
     _, results = _agent_http(agents_world, user, [], "https://api.github.com/whoami")
     assert all(r["ok"] for r in results.values()) and len(results) == 4, results

@@ -55,15 +55,29 @@ def test_curl_socks5_hostname(world, user):
     assert opened(run_events(r)) == [("api.github.com", 443, "socks5")]
 
 
-def test_curl_uses_all_proxy_socks5h(world, user):
-    # With only ALL_PROXY to go by, curl takes the SOCKS door (socks5h: the name travels).
-    r = world.vpnw(["run", "--", "sh", "-c",
-                    "unset HTTP_PROXY HTTPS_PROXY http_proxy https_proxy; "
+ONLY_ALL_PROXY = "unset HTTP_PROXY HTTPS_PROXY http_proxy https_proxy; "
+
+
+def test_curl_uses_all_proxy_the_http_door(world, user):
+    # With only ALL_PROXY to go by, curl tunnels through the HTTP door (the name travels).
+    r = world.vpnw(["run", "--", "sh", "-c", ONLY_ALL_PROXY +
                     f"exec curl -sS --max-time 30 --cacert {world.ca_pem} https://api.github.com/whoami"],
                    user=user)
     assert r.returncode == 0, describe(r)
     assert_seen_from_world(whoami(r.stdout), "api.github.com", tls=True)
-    assert opened(run_events(r)) == [("api.github.com", 443, "socks5")]
+    assert opened(run_events(r)) == [("api.github.com", 443, "http-connect")]
+
+
+def test_curl_tunnels_a_non_http_scheme_through_all_proxy(world, user):
+    # A scheme curl cannot send as an HTTP request (telnet://, dict://, smtp://...)
+    # goes through ALL_PROXY's HTTP door as a CONNECT tunnel to its port; here
+    # telnet:// to the world's web server, which answers the GET sent over it.
+    get = "GET /whoami HTTP/1.0\r\nHost: api.github.com\r\n\r\n"
+    r = world.vpnw(["run", "--", "sh", "-c", ONLY_ALL_PROXY +
+                    f"printf '{get}' | exec curl -sS --max-time 30 telnet://api.github.com:80"], user=user)
+    assert r.returncode == 0, describe(r)
+    assert_seen_from_world(whoami(r.stdout), "api.github.com", tls=False)
+    assert opened(run_events(r)) == [("api.github.com", 80, "http-connect")]
 
 
 URLLIB_PROGRAM = """
@@ -155,8 +169,9 @@ def test_node_fetch(world, user):
 
 
 # Node before 22.21 has no NODE_USE_ENV_PROXY, so this client reads the proxy
-# from HTTPS_PROXY / ALL_PROXY itself, as Node programs of that age do (with an
-# agent), and speaks CONNECT and SOCKS5 with Node's own http, net and tls.
+# from HTTPS_PROXY itself, as Node programs of that age do (with an agent), and
+# speaks CONNECT and SOCKS5 (to the SOCKS door it is told of, SOCKS_DOOR) with
+# Node's own http, net and tls.
 NODE_DOORS = r"""
 const http = require('http'), net = require('net'), tls = require('tls'), fs = require('fs');
 const ca = fs.readFileSync(process.env.CA);
@@ -178,7 +193,7 @@ function viaConnect(done) {
   req.end();
 }
 function viaSocks(done) {
-  const proxy = new URL(process.env.ALL_PROXY);
+  const proxy = new URL(process.env.SOCKS_DOOR);
   const s = net.connect(Number(proxy.port), proxy.hostname);
   const host = Buffer.from('api.github.com');
   let step = 0;
@@ -203,7 +218,8 @@ def test_node_through_both_doors(world, user):
     if node is None:
         pytest.skip("node is not installed here (scripts/setup installs it where Debian has it)")
     script = world.file("node_doors.js", NODE_DOORS)
-    r = world.vpnw(["run", "--", node, str(script)], user=user, env={"CA": str(world.ca_pem)})
+    r = world.vpnw(["run", "--", node, str(script)], user=user,
+                   env={"CA": str(world.ca_pem), "SOCKS_DOOR": "socks5h://127.0.0.1:1080"})
     assert r.returncode == 0, describe(r)
     answers = json.loads(r.stdout.strip().splitlines()[-1])
     for answer in answers:

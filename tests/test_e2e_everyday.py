@@ -186,7 +186,7 @@ def test_a_failing_program_that_never_used_the_doors_gets_one_hint(world, user):
 def test_doctor_lists_the_variables_vpnw_sets(world, user):
     r = world.vpnw(["doctor"], user=user)
     assert r.returncode == 0, describe(r)
-    for line in ("HTTPS_PROXY=http://127.0.0.1:3128", "ALL_PROXY=socks5h://127.0.0.1:1080",
+    for line in ("HTTPS_PROXY=http://127.0.0.1:3128", "ALL_PROXY=http://127.0.0.1:3128",
                  "npm_config_https_proxy=http://127.0.0.1:3128", "CARGO_HTTP_PROXY=http://127.0.0.1:3128",
                  f"GIT_SSH_COMMAND=ssh -o 'ProxyCommand={sys.executable} -I -m stages.inside.ssh_proxy %h %p'"):
         assert line in r.stdout, describe(r)

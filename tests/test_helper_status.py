@@ -118,7 +118,7 @@ def test_environment_is_the_callers_plus_proxy_settings(tmp_path):
     assert doors == {
         "HTTP_PROXY": "http://127.0.0.1:3128", "HTTPS_PROXY": "http://127.0.0.1:3128",
         "http_proxy": "http://127.0.0.1:3128", "https_proxy": "http://127.0.0.1:3128",
-        "ALL_PROXY": "socks5h://127.0.0.1:1080", "all_proxy": "socks5h://127.0.0.1:1080",
+        "ALL_PROXY": "http://127.0.0.1:3128", "all_proxy": "http://127.0.0.1:3128",
         "NO_PROXY": "localhost,127.0.0.1,::1", "no_proxy": "localhost,127.0.0.1,::1",
         "NODE_USE_ENV_PROXY": "1"}
     assert out["KEEP"] == "1" and out["PATH"] == os.environ["PATH"]

@@ -10,7 +10,12 @@ Two kinds of setting:
 * The doors themselves (`HTTP_PROXY`, `HTTPS_PROXY`, `ALL_PROXY`, both cases;
   `NO_PROXY`; `NODE_USE_ENV_PROXY`) are always ours: inside the sandbox
   nothing else is reachable, so a caller's value could only fail. Never a
-  SOCKS URL in HTTP(S)_PROXY: pip, npm and Node break on it.
+  SOCKS URL in HTTP(S)_PROXY: pip, npm and Node break on it. `ALL_PROXY` is
+  the HTTP door too (it tunnels any TCP port with CONNECT): httpx makes a
+  transport for every proxy variable when a client is created, and a
+  socks5h:// URL there needs socksio, so every httpx-based SDK failed at start;
+  Chromium reads it as an HTTP proxy. The SOCKS door stays for clients told
+  to use it, and for the ssh relay.
 * A client's own setting (npm's, the JVM's, cargo's, git's ssh command) is set
   only when the user has not set it for that client; a value the user set is
   kept, and its name (never its value) goes into the record's `env_kept`.
@@ -194,7 +199,7 @@ def program_env(env: dict[str, str], *, python: str | None,
         out["VPNW_RUN"] = run_id
     for key in ("HTTP_PROXY", "HTTPS_PROXY"):
         out[key] = out[key.lower()] = DOOR_HTTP
-    out["ALL_PROXY"] = out["all_proxy"] = DOOR_SOCKS
+    out["ALL_PROXY"] = out["all_proxy"] = DOOR_HTTP
     out["NO_PROXY"] = out["no_proxy"] = NO_PROXY
     out["NODE_USE_ENV_PROXY"] = "1"
     kept: list[str] = []
