@@ -125,141 +125,182 @@ def _scope_note(event: dict, f: dict, head) -> str | None:
             "sees the addresses other names resolve to there")
 
 
-def _unix_line(type_: str, f: dict, mode: str, state: HumanState, head) -> str | None:
-    """A Unix socket the supervisor refused (shown as a denial is), or one the
-    policy names (trace only, as an opened connection is)."""
-    who = f"({printable(f.get('program') or '?')} pid {printable(f.get('process', '?'))})"
-    path = printable(f.get("path", "?"))
-    if type_ == "unix.deny":
-        return (f"{head()}unix  {_paint('DENY', _RED, state)}   {path}  "
-                f"{printable(f.get('reason', ''))}  {who}")
-    if mode != TRACE:
-        return None
-    return f"{head()}unix  → {path}  allowed by [unix] {printable(f.get('rule', '?'))}  {who}"
-
-
 def format_event(event: dict, state: HumanState) -> str | None:
     """The human line for one event, or None when the mode shows nothing for it."""
     type_ = event.get("type")
-    f = event.get("fields") or {}
-    conn = event.get("conn")
-    mode = state.mode
-    if mode == QUIET:
+    if state.mode == QUIET:
         return None
-    if mode == DENIALS and type_ not in ("policy.deny", "run.end", "run.start", "conn.request",
-                                         "conn.fail", "conn.close", "unix.deny"):
+    if state.mode == DENIALS and type_ not in _SHOWN_WITH_DENIALS:
         return None
+    formatter = _FORMATTERS.get(type_)
+    if formatter is None:
+        return None
+    return formatter(_Line(event, state))
 
-    def head() -> str:
+
+_SHOWN_WITH_DENIALS = frozenset({"policy.deny", "run.end", "run.start", "conn.request",
+                                 "conn.fail", "conn.close", "unix.deny"})
+
+
+class _Line:
+    """One event on its way to a line: its parts and the state they update."""
+    __slots__ = ("event", "f", "conn", "state", "trace")
+
+    def __init__(self, event: dict, state: HumanState):
+        self.event = event
+        self.f = event.get("fields") or {}
+        self.conn = event.get("conn")
+        self.state = state
+        self.trace = state.mode == TRACE
+
+    def head(self) -> str:
         # Only for lines that are printed: the run mode skips most events.
-        return f"vpnw {clock(str(event.get('ts', '')), state)}  "
+        return f"vpnw {clock(str(self.event.get('ts', '')), self.state)}  "
 
-    if type_ == "conn.request":
-        target = host_port(f.get("host", "?"), f.get("port", "?"))
-        state.conns[conn] = target
-        if mode != TRACE:
-            return None
-        return f"{head()}{_conn_col(conn)}→ {target}  {printable(f.get('kind', '?'))}"
+    def conn_head(self) -> str:
+        return self.head() + _conn_col(self.conn)
 
-    if type_ == "dns.resolve":
-        if mode != TRACE:
-            return None
-        host = printable(f.get("host", "?"))
-        if f.get("error"):
-            return f"{head()}{_conn_col(conn)}  dns  {host}: {printable(f['error'])}  ({human_ms(f.get('ms'))})"
-        addresses = ", ".join(printable(a) for a in (f.get("addresses") or [])) or "no addresses"
-        return f"{head()}{_conn_col(conn)}  dns  {host} → {addresses}  ({human_ms(f.get('ms'))})"
 
-    if type_ == "policy.allow":
-        # The open (or FAIL) line that follows says the same thing more usefully.
+def _conn_request(x: _Line) -> str | None:
+    target = host_port(x.f.get("host", "?"), x.f.get("port", "?"))
+    x.state.conns[x.conn] = target
+    if not x.trace:
         return None
+    return f"{x.conn_head()}→ {target}  {printable(x.f.get('kind', '?'))}"
 
-    if type_ == "policy.deny":
-        target = state.conns.get(conn, "?")
-        enforced = f.get("enforced", True) is not False
-        if enforced:
-            state.conns.pop(conn, None)
-            word = _paint("DENY", _RED, state)
-        else:
-            word = _paint("WOULD DENY", _RED, state)
-        return f"{head()}{_conn_col(conn)}  {word}   {target}  {printable(f.get('reason', ''))}"
 
-    if type_ in ("unix.deny", "unix.allow"):
-        return _unix_line(type_, f, mode, state, head)
+def _dns_resolve(x: _Line) -> str | None:
+    if not x.trace:
+        return None
+    f = x.f
+    host = printable(f.get("host", "?"))
+    if f.get("error"):
+        return f"{x.conn_head()}  dns  {host}: {printable(f['error'])}  ({human_ms(f.get('ms'))})"
+    addresses = ", ".join(printable(a) for a in (f.get("addresses") or [])) or "no addresses"
+    return f"{x.conn_head()}  dns  {host} → {addresses}  ({human_ms(f.get('ms'))})"
 
-    if type_ == "conn.open":
-        if mode != TRACE:
-            return None
-        return (f"{head()}{_conn_col(conn)}  {_paint('open', _GREEN, state)}  "
-                f"{printable(f.get('address', '?'))} via {printable(f.get('via', '?'))}  "
-                f"({human_ms(f.get('ms'))})")
 
-    if type_ == "conn.fail":
-        target = state.conns.pop(conn, None) or "?"
-        if mode == DENIALS:
-            return None
-        return (f"{head()}{_conn_col(conn)}  {_paint('FAIL', _YELLOW, state)}   {target}  "
-                f"{printable(f.get('reason') or f.get('error') or '')}")
-
-    if type_ == "conn.close":
-        state.conns.pop(conn, None)
-        if mode != TRACE:
-            return None
-        return (f"{head()}{_conn_col(conn)}  close  ↑{human_bytes(f.get('bytes_up'))} "
-                f"↓{human_bytes(f.get('bytes_down'))}  ({human_ms(f.get('ms'))})")
-
-    if type_ == "run.start":
-        state.run = event.get("run")
-        state.start_record = f.get("record")
-        note = _scope_note(event, f, head)
-        if mode != TRACE:
-            return note
-        extras = [f"via {printable(f.get('via') or event.get('path') or 'direct')}"]
-        if f.get("policy") or f.get("policy_file"):
-            extras.append(f"policy {printable(f.get('policy') or f.get('policy_file'))}")
-        if f.get("dry_run"):
-            extras.append("dry run")
-        if f.get("allow_unix_sockets"):
-            extras.append("unix sockets allowed")
-        if f.get("env_kept"):
-            kept = f["env_kept"] if isinstance(f["env_kept"], list) else []
-            extras.append("kept your " + " ".join(printable(name) for name in kept[:8]))
-        line = (f"{head()}run {printable(event.get('run', '?'))}: {printable(f.get('mode', '?'))} "
-                f"{printable(f.get('program', '?'))}  ({', '.join(extras)})")
-        return f"{line}\n{note}" if note else line
-
-    if type_ == "path.check":
-        name = printable(f.get("path", "?"))
-        if f.get("ok"):
-            if mode != TRACE:
-                return None
-            return f"{head()}path {name} ok  ({printable(f.get('type', '?'))}, {human_ms(f.get('ms'))})"
-        return f"{head()}path {name} {_paint('DOWN', _RED, state)}: {printable(f.get('error', 'unreachable'))}"
-
-    if type_ == "sandbox.ready":
-        if mode != TRACE:
-            return None
-        namespaces = " ".join(printable(n) for n in (f.get("namespaces") or [])) or "none"
-        doors = f.get("doors") or {}
-        door_text = ", ".join(f"{printable(k)} {printable(v)}" for k, v in sorted(doors.items()))
-        unix = {"own": "own unix sockets", "all": "unix sockets ALLOWED"}.get(
-            f.get("unix"), "unix sockets ALLOWED" if f.get("unix_sockets") else "no unix sockets")
-        seccomp = "seccomp on" if f.get("seccomp") else "seccomp OFF"
-        return f"{head()}sandbox ready: {namespaces}; {seccomp}; {unix}; doors {door_text}"
-
-    if type_ == "program.exit":
-        if mode != TRACE:
-            return None
-        if f.get("signal"):
-            return f"{head()}program killed by signal {printable(f['signal'])}"
-        return f"{head()}program exited with code {printable(f.get('code'))}"
-
-    if type_ == "run.end":
-        if mode in (RUN, DENIALS):
-            return "vpnw  " + summary_text(event, state)
-        return head() + summary_text(event, state)
-
+def _policy_allow(x: _Line) -> None:
+    # The open (or FAIL) line that follows says the same thing more usefully.
     return None
+
+
+def _policy_deny(x: _Line) -> str:
+    target = x.state.conns.get(x.conn, "?")
+    if x.f.get("enforced", True) is not False:
+        x.state.conns.pop(x.conn, None)
+        word = _paint("DENY", _RED, x.state)
+    else:
+        word = _paint("WOULD DENY", _RED, x.state)
+    return f"{x.conn_head()}  {word}   {target}  {printable(x.f.get('reason', ''))}"
+
+
+def _conn_open(x: _Line) -> str | None:
+    if not x.trace:
+        return None
+    return (f"{x.conn_head()}  {_paint('open', _GREEN, x.state)}  "
+            f"{printable(x.f.get('address', '?'))} via {printable(x.f.get('via', '?'))}  "
+            f"({human_ms(x.f.get('ms'))})")
+
+
+def _conn_fail(x: _Line) -> str | None:
+    target = x.state.conns.pop(x.conn, None) or "?"
+    if x.state.mode == DENIALS:
+        return None
+    return (f"{x.conn_head()}  {_paint('FAIL', _YELLOW, x.state)}   {target}  "
+            f"{printable(x.f.get('reason') or x.f.get('error') or '')}")
+
+
+def _conn_close(x: _Line) -> str | None:
+    x.state.conns.pop(x.conn, None)
+    if not x.trace:
+        return None
+    return (f"{x.conn_head()}  close  ↑{human_bytes(x.f.get('bytes_up'))} "
+            f"↓{human_bytes(x.f.get('bytes_down'))}  ({human_ms(x.f.get('ms'))})")
+
+
+def _run_start(x: _Line) -> str | None:
+    event, f, state = x.event, x.f, x.state
+    state.run = event.get("run")
+    state.start_record = f.get("record")
+    note = _scope_note(event, f, x.head)
+    if not x.trace:
+        return note
+    extras = [f"via {printable(f.get('via') or event.get('path') or 'direct')}"]
+    if f.get("policy") or f.get("policy_file"):
+        extras.append(f"policy {printable(f.get('policy') or f.get('policy_file'))}")
+    if f.get("dry_run"):
+        extras.append("dry run")
+    if f.get("allow_unix_sockets"):
+        extras.append("unix sockets allowed")
+    if f.get("env_kept"):
+        kept = f["env_kept"] if isinstance(f["env_kept"], list) else []
+        extras.append("kept your " + " ".join(printable(name) for name in kept[:8]))
+    line = (f"{x.head()}run {printable(event.get('run', '?'))}: {printable(f.get('mode', '?'))} "
+            f"{printable(f.get('program', '?'))}  ({', '.join(extras)})")
+    return f"{line}\n{note}" if note else line
+
+
+def _path_check(x: _Line) -> str | None:
+    name = printable(x.f.get("path", "?"))
+    if x.f.get("ok"):
+        if not x.trace:
+            return None
+        return f"{x.head()}path {name} ok  ({printable(x.f.get('type', '?'))}, {human_ms(x.f.get('ms'))})"
+    return (f"{x.head()}path {name} {_paint('DOWN', _RED, x.state)}: "
+            f"{printable(x.f.get('error', 'unreachable'))}")
+
+
+def _sandbox_ready(x: _Line) -> str | None:
+    if not x.trace:
+        return None
+    f = x.f
+    namespaces = " ".join(printable(n) for n in (f.get("namespaces") or [])) or "none"
+    doors = f.get("doors") or {}
+    door_text = ", ".join(f"{printable(k)} {printable(v)}" for k, v in sorted(doors.items()))
+    unix = {"own": "own unix sockets", "all": "unix sockets ALLOWED"}.get(
+        f.get("unix"), "unix sockets ALLOWED" if f.get("unix_sockets") else "no unix sockets")
+    seccomp = "seccomp on" if f.get("seccomp") else "seccomp OFF"
+    return f"{x.head()}sandbox ready: {namespaces}; {seccomp}; {unix}; doors {door_text}"
+
+
+def _program_exit(x: _Line) -> str | None:
+    if not x.trace:
+        return None
+    if x.f.get("signal"):
+        return f"{x.head()}program killed by signal {printable(x.f['signal'])}"
+    return f"{x.head()}program exited with code {printable(x.f.get('code'))}"
+
+
+def _unix(x: _Line) -> str | None:
+    """A Unix socket the supervisor refused (shown as a denial is), or one the
+    policy names (trace only, as an opened connection is)."""
+    f = x.f
+    who = f"({printable(f.get('program') or '?')} pid {printable(f.get('process', '?'))})"
+    path = printable(f.get("path", "?"))
+    if x.event.get("type") == "unix.deny":
+        return (f"{x.head()}unix  {_paint('DENY', _RED, x.state)}   {path}  "
+                f"{printable(f.get('reason', ''))}  {who}")
+    if not x.trace:
+        return None
+    return f"{x.head()}unix  → {path}  allowed by [unix] {printable(f.get('rule', '?'))}  {who}"
+
+
+def _run_end(x: _Line) -> str:
+    if x.state.mode in (RUN, DENIALS):
+        return "vpnw  " + summary_text(x.event, x.state)
+    return x.head() + summary_text(x.event, x.state)
+
+
+# Event type -> its line (None: the mode shows nothing for it). A new event
+# type gets a function here, or prints nothing.
+_FORMATTERS = {
+    "conn.request": _conn_request, "dns.resolve": _dns_resolve, "policy.allow": _policy_allow,
+    "policy.deny": _policy_deny, "conn.open": _conn_open, "conn.fail": _conn_fail,
+    "conn.close": _conn_close, "run.start": _run_start, "path.check": _path_check,
+    "sandbox.ready": _sandbox_ready, "program.exit": _program_exit, "run.end": _run_end,
+    "unix.deny": _unix, "unix.allow": _unix,
+}
 
 
 def human_lines(events: Iterable[dict], record: str | None = None) -> Iterator[str]:
