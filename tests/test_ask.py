@@ -52,6 +52,16 @@ def test_deny_holds_for_the_run_and_a_timeout_does_not():
     assert reply is None and again is not None and again.number != q.number
 
 
+def test_a_question_nobody_waits_on_closes():
+    qs = Questions()
+    _, q = qs.ask(("lead", 1), "a.example", 443, "http", now=0.0)
+    qs.ask(("worker", 1), "a.example", 443, "http", now=0.0)
+    assert qs.forget(lambda token: token[0] == "lead") == []
+    assert q.waiting == [("worker", 1)]
+    assert qs.forget(lambda token: token[0] == "worker") == [q]
+    assert qs.first() is None and qs.answered == {}
+
+
 def test_an_answer_goes_to_the_oldest_question_and_only_once():
     qs = Questions()
     _, first = qs.ask(1, "one.example", 443, "http", now=0.0)

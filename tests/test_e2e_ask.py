@@ -343,7 +343,11 @@ def test_full_screen_program_vpnw_ask_and_no_terminal(world, term, user, tmp_pat
         assert second.run(f"{term.vpnw} ask --list") == 0
         second.wait_for(r"r-\S+ \(python3, pid \d+\) #1: pypi\.world:80 by the http door; "
                         r'rule "pypi\.world:80"; 1 connection waiting', whole=True)
-        assert second.run(f"{term.vpnw} ask once") == 0
+        # `vpnw ask` on a terminal asks about each open question in turn.
+        mark2 = second.start(f"{term.vpnw} ask")
+        second.wait_for(r"y once · a always · n deny · d deny always · Enter skips: $")
+        second.line("y")
+        assert second.finished(mark2) == 0
         second.wait_for(r"vpnw: pypi\.world:80: once", whole=True)
     finally:
         second.close()
@@ -355,9 +359,12 @@ def test_full_screen_program_vpnw_ask_and_no_terminal(world, term, user, tmp_pat
     term.wait_for(r"vpnw: pypi\.world:80: allowed \(once\)", whole=True)   # after the full screen
     assert ("policy.allow", "asked", "person", "once") in decisions(records(term)[-1])
 
-    # No terminal (a pipe): denied as guard does, said once, 120.
+    assert records(term)[-1][0]["fields"]["ask"] is True
+    # No terminal (a pipe): denied as guard does, said once, 120; asking
+    # turned on by the policy (ask = true) this time.
     fetch = program(world, term, "fetch.py", FETCH)
-    r = world.vpnw(["guard", "--ask", "--policy", str(path), "--", SYSTEM_PYTHON, fetch,
+    path = policy(world, term, 'ask = true\nallow = ["api.github.com"]\n')
+    r = world.vpnw(["guard", "--policy", str(path), "--", SYSTEM_PYTHON, fetch,
                     f"http://{HOST}/whoami", "http://git.world/whoami"], user=user, timeout=120)
     assert r.returncode == 120, r.stderr
     assert "fetched 0 of 2" in r.stdout

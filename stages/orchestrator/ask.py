@@ -138,10 +138,16 @@ class Questions:
             done.append((question, self.answer(question, "deny", by="timeout")))
         return done
 
-    def forget(self, token_matches) -> None:
-        """Connections that went away (their broker ended) wait no more."""
+    def forget(self, token_matches) -> list[Question]:
+        """Connections that went away (their broker ended) wait no more; a
+        question nobody waits on any longer is closed unanswered."""
+        closed = []
         for key, question in list(self.open.items()):
             question.waiting = [t for t in question.waiting if not token_matches(t)]
+            if not question.waiting:
+                del self.open[key]
+                closed.append(question)
+        return closed
 
     def next_deadline(self) -> float | None:
         return min((q.deadline for q in self.open.values()), default=None)

@@ -174,6 +174,7 @@ class Asker:
                 if self.sel is not None:
                     self.sel.unregister(link)
                 self.questions.forget(lambda token: token[0] is link)
+                self._show()
                 return
             self._on_question(link, data)
 

@@ -266,7 +266,8 @@ def _execute(request: RunRequest, terminal: _Terminal) -> int:
                  dry_run=request.dry_run, allow_unix_sockets=request.allow_unix_sockets,
                  version=__version__, record=record, **files_record,
                  env_kept=env_kept, **_deny_private_scope(request),
-                 **({"capture": True} if request.capture else {}))
+                 **({"capture": True} if request.capture else {}),
+                 **({"ask": True} if request.ask else {}))
 
     helper_end, broker_end = handoff.link()
     broker_status_r, broker_status_w = os.pipe()
