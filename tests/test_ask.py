@@ -5,9 +5,15 @@ policy file written back (tomlkit: comments and layout kept; atomic;
 refused when the file changed)."""
 from __future__ import annotations
 
+import asyncio
 import os
+import selectors
+import socket
 
 import pytest
+
+from stages.broker.hold import Hold
+from stages.orchestrator.asker import Asker
 
 from stages.config.policy import parse_policy
 from stages.config.policy_edit import EditRefused, add_rule, text_sha256, with_rule
@@ -79,6 +85,40 @@ def test_rule_for_ipv6_has_brackets():
     assert rule_for("pypi.org", 443) == "pypi.org:443"
     for host in ("pypi.org", "2001:db8::1", "10.0.0.1"):
         parse_policy(f'version = 1\n[policy]\nallow = ["{rule_for(host, 443)}"]\n')
+
+
+def test_a_workers_question_is_answered_on_its_own_link(tmp_path):
+    """A broker worker's link, handed over the lead's (hold.Hold.for_worker),
+    carries its question and its answer; the lead's link carries neither.
+    Without a terminal the answer is a denial, said once."""
+    lead_broker, lead_orchestrator = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    said = []
+    asker = Asker(run_id="r-test", broker_end=lead_orchestrator, policy=None, relay=None,
+                  say=said.append, timeout=60, state_dir=str(tmp_path), program="p")
+    sel = selectors.DefaultSelector()
+    asker.start(sel)
+
+    async def worker_asks():
+        hold = Hold.for_worker(os.dup(lead_broker.fileno()))
+        asking = [asyncio.ensure_future(hold.ask("new.example", 443, "http")) for _ in range(3)]
+        while not all(task.done() for task in asking):
+            for key, events in sel.select(0):
+                asker.handle(key, events)
+            await asyncio.sleep(0.01)
+        return [task.result() for task in asking]
+
+    try:
+        answers = asyncio.run(worker_asks())
+        assert {(a.allow, a.by) for a in answers} == {(False, "no-terminal")}
+        assert len(asker.links) == 2
+        lead_broker.setblocking(False)
+        with pytest.raises(BlockingIOError):
+            lead_broker.recv(4096)          # nothing came back on the lead's link
+        assert len(said) == 1 and "no terminal to ask on" in said[0]
+    finally:
+        asker.close()
+        sel.close()
+        lead_broker.close()
 
 
 # ---- keys

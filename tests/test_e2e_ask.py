@@ -304,10 +304,10 @@ def test_the_program_cannot_answer_one_question_for_twenty_and_an_edited_policy(
     assert questions_shown(term) == shown + 1
     allowed = decisions(records(term)[-1])
     assert allowed == [("policy.allow", "asked", "person", "once")] * 20
-    # (Four processes wait on the door at once: in every trial run the
-    # 20 connections were spread over three or four of them.)
-    takers = {e["pid"] for e in records(term)[-1] if e["type"] == "policy.allow"}
-    assert len(takers) >= 2, "the lead took all 20: the workers' links were not exercised"
+    # (Four processes wait on the door at once; which takes which connection
+    # is the kernel's choice: in most trial runs three or four of them took
+    # some. test_ask.py checks that a worker's questions and answers go over
+    # its own link.)
 
     # The policy file edited while a question is open: "always" does not overwrite it.
     mark = guard(term, path, fetch, f"http://{HOST}/whoami")
