@@ -436,9 +436,38 @@ def _unclosed_array_line(text: str) -> int | None:
 
 def parse_policy(text: str, source: str = "<policy>") -> Policy:
     """Policy text -> Policy, or PolicyError naming source and line."""
+    data = _toml(text, source)
+    problems = _Problems(source, key_lines(text))
+    for key in data:
+        if key not in TOP_KEYS:
+            problems.add((key,), f'unknown key "{key}"', _unknown(key, TOP_KEYS))
+    _check_version(data, problems)
+    name = _name(data, source, problems)
+    body = _policy_table(data, problems)
+    default = body.get("default")
+    if default is not None and default not in ("allow", "deny"):
+        shown = _show(default) if isinstance(default, str) else _type_name(default)
+        problems.add(("policy", "default"), f'default is {shown}, not "allow" or "deny"',
+                     'write default = "deny" (or "allow")')
+        default = None
+    flags = {key: _flag(body, key, problems) for key in ("deny_private", "capture", "ask")}
+    lists = {which: _rules(body, which, problems) for which in ("allow", "deny")}
+    files = _parse_files(data, problems)
+    problems.raise_if_any()
+    has_allow_list = "allow" in body
+    explicit = default is not None
+    if default is None:
+        default = "deny" if has_allow_list else "allow"
+    return Policy(name=name, default=default, default_explicit=explicit,
+                  allow=lists["allow"], deny=lists["deny"], **flags,
+                  source=source, has_allow_list=has_allow_list, files=files,
+                  sha256=hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest())
+
+
+def _toml(text: str, source: str) -> dict:
     import tomllib    # only with a policy file: not on every run's start-up
     try:
-        data = tomllib.loads(text)
+        return tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         msg = str(exc)
         m = re.search(r"\(at line (\d+), column (\d+)\)", msg)
@@ -453,13 +482,9 @@ def parse_policy(text: str, source: str = "<policy>") -> Policy:
         raise PolicyError(f"{source}:{where}: TOML syntax error: {problem}; fix: correct the "
                           "TOML at that place (strings need quotes, arrays need [ ])",
                           source=source, line=int(where.split(":")[0])) from None
-    lines = key_lines(text)
-    problems = _Problems(source, lines)
 
-    for key in data:
-        if key not in TOP_KEYS:
-            problems.add((key,), f'unknown key "{key}"', _unknown(key, TOP_KEYS))
 
+def _check_version(data: dict, problems: _Problems) -> None:
     version = data.get("version")
     if "version" not in data:
         problems.add((), "the policy has no version", "add `version = 1` at the top")
@@ -470,75 +495,57 @@ def parse_policy(text: str, source: str = "<policy>") -> Policy:
         problems.add(("version",), f"unknown policy version {version}; this vpnw reads version 1",
                      "write `version = 1`, or use the vpnw that wrote this policy")
 
+
+def _name(data: dict, source: str, problems: _Problems) -> str:
     default_name = "stdin" if source == "<stdin>" else os.path.basename(source)
     if default_name.endswith(".toml"):
         default_name = default_name[:-5]
     name = data.get("name", default_name)
     if not isinstance(name, str):
         problems.add(("name",), f"name is {_type_name(name)}, not a string", 'write name = "agent"')
-        name = default_name
-    elif not name or len(name) > 200 or not name.isprintable():
+        return default_name
+    if not name or len(name) > 200 or not name.isprintable():
         problems.add(("name",), "name must be 1 to 200 printable characters", 'write name = "agent"')
+    return name
 
+
+def _policy_table(data: dict, problems: _Problems) -> dict:
     body = data.get("policy")
     if "policy" not in data:
         problems.add((), "the policy has no [policy] table",
                      'add a [policy] table with default = "deny" and an allow list')
-        body = {}
-    elif not isinstance(body, dict):
+        return {}
+    if not isinstance(body, dict):
         problems.add(("policy",), f"policy is {_type_name(body)}, not a table",
                      "write [policy] on a line of its own, with its keys below it")
-        body = {}
-
+        return {}
     for key in body:
         if key not in POLICY_KEYS:
             problems.add(("policy", key), f'unknown key "{key}" in [policy]', _unknown(key, POLICY_KEYS))
+    return body
 
-    default = body.get("default")
-    if default is not None and default not in ("allow", "deny"):
-        shown = _show(default) if isinstance(default, str) else _type_name(default)
-        problems.add(("policy", "default"), f'default is {shown}, not "allow" or "deny"',
-                     'write default = "deny" (or "allow")')
-        default = None
-    deny_private = body.get("deny_private", False)
-    if type(deny_private) is not bool:
-        problems.add(("policy", "deny_private"), f"deny_private is {_type_name(deny_private)}, "
-                     "not true or false", "write deny_private = true (no quotes)")
-        deny_private = False
-    capture = body.get("capture", False)
-    if type(capture) is not bool:
-        problems.add(("policy", "capture"), f"capture is {_type_name(capture)}, "
-                     "not true or false", "write capture = true (no quotes)")
-        capture = False
 
-    lists: dict[str, tuple[Rule, ...]] = {}
-    for which in ("allow", "deny"):
-        rules = []
-        for index, pattern, path in _string_list(
-                problems, ("policy", which), body.get(which, []),
-                f'write {which} = ["api.github.com", "*.pythonhosted.org"]',
-                'write each pattern in quotes, as "api.github.com"') or ():
-            try:
-                rules.append(parse_rule(pattern, problems.line_of(path), which))
-            except _BadRule as exc:
-                problems.add(path, f"{which}[{index}] {_show(pattern)}: {exc.problem}", exc.fix)
-        lists[which] = tuple(rules)
+def _flag(body: dict, key: str, problems: _Problems) -> bool:
+    """A true/false key of [policy] (false when absent or wrong)."""
+    value = body.get(key, False)
+    if type(value) is not bool:
+        problems.add(("policy", key), f"{key} is {_type_name(value)}, not true or false",
+                     f"write {key} = true (no quotes)")
+        return False
+    return value
 
-    ask = body.get("ask", False)
-    if type(ask) is not bool:
-        problems.add(("policy", "ask"), f"ask is {_type_name(ask)}, not true or false",
-                     "write ask = true (no quotes)")
-        ask = False
-    files = _parse_files(data, problems)
-    problems.raise_if_any()
-    has_allow_list = "allow" in body
-    explicit = default is not None
-    if default is None:
-        default = "deny" if has_allow_list else "allow"
-    return Policy(name=name, default=default, default_explicit=explicit,
-                  deny_private=deny_private, allow=lists["allow"], deny=lists["deny"],
-                  source=source, has_allow_list=has_allow_list, files=files, ask=ask, capture=capture,
-                  sha256=hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest())
+
+def _rules(body: dict, which: str, problems: _Problems) -> tuple[Rule, ...]:
+    rules = []
+    for index, pattern, path in _string_list(
+            problems, ("policy", which), body.get(which, []),
+            f'write {which} = ["api.github.com", "*.pythonhosted.org"]',
+            'write each pattern in quotes, as "api.github.com"') or ():
+        try:
+            rules.append(parse_rule(pattern, problems.line_of(path), which))
+        except _BadRule as exc:
+            problems.add(path, f"{which}[{index}] {_show(pattern)}: {exc.problem}", exc.fix)
+    return tuple(rules)
 
 
 def load_policy(path: str, *, stdin=None) -> Policy:
