@@ -286,3 +286,102 @@ def test_the_relay_outside_vpnw_says_where_it_belongs(world, user):
     assert r.returncode == 1 and "is this running inside vpnw?" in r.stderr, describe(r)
     r = world.run([str(relay), GIT_HOST], user=user)
     assert r.returncode == 2 and "usage" in r.stderr, describe(r)
+
+
+# ── the user's ssh-agent, named in the policy (issue 26) ────────────────
+AGENT_PASSPHRASE = "correct horse battery staple"
+
+
+class Agent:
+    """The user's own ssh-agent outside vpnw, holding a passphrase-protected
+    key the server accepts; while it is used, the module's unencrypted key is
+    put aside, so the agent is the only way in."""
+
+    def __init__(self, world, sshd: SshServer, user: str):
+        self.world, self.sshd, self.user = world, sshd, user
+        home = sshd.home(user)
+        self.ssh = home / ".ssh"
+        self.key = self.ssh / "agent_key"
+        if not self.key.exists():
+            _check(["ssh-keygen", "-q", "-t", "ed25519", "-N", AGENT_PASSPHRASE, "-C",
+                    f"{user} agent", "-f", str(self.key)])
+            with open(sshd.keys, "a") as keys:
+                keys.write((self.ssh / "agent_key.pub").read_text())
+        askpass = home / "askpass.sh"
+        askpass.write_text(f"#!/bin/sh\necho '{AGENT_PASSPHRASE}'\n")
+        askpass.chmod(0o755)
+        pw = pwd.getpwnam(user)
+        for path in (self.key, self.ssh / "agent_key.pub", askpass):
+            os.chown(path, pw.pw_uid, pw.pw_gid)
+        self.sock = str(home / "agent.sock")
+        if os.path.exists(self.sock):
+            os.unlink(self.sock)
+        self.proc = world.popen(["ssh-agent", "-D", "-a", self.sock], user=user,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        for _ in range(2000):
+            if os.path.exists(self.sock):
+                break
+            time.sleep(0.005)
+        world.run(["ssh-add", str(self.key)], user=user, check=True,
+                  env={"SSH_AUTH_SOCK": self.sock, "SSH_ASKPASS": str(askpass),
+                       "SSH_ASKPASS_REQUIRE": "force", "DISPLAY": ":0"})
+        self.plain = self.ssh / "id_ed25519"
+        os.rename(self.plain, self.ssh / "id_ed25519.aside")
+
+    def stop(self) -> None:
+        os.rename(self.ssh / "id_ed25519.aside", self.plain)
+        self.proc.kill()
+        self.proc.wait()
+
+
+@pytest.fixture
+def agent(world, user, sshd):
+    sshd.client(user)
+    a = Agent(world, sshd, user)
+    try:
+        yield a
+    finally:
+        a.stop()
+
+
+def _agent_policy(world, with_rule: bool) -> Path:
+    unix = '\n[unix]\nallow = ["$SSH_AUTH_SOCK"]\n' if with_rule else ""
+    return world.file(f"git_ssh_agent_{with_rule}.toml",
+                      f'version = 1\nname = "git"\n\n[policy]\ndefault = "deny"\n'
+                      f'allow = ["{GIT_HOST}:22"]\n{unix}')
+
+
+def test_clone_through_the_users_agent_named_in_the_policy(world, user, sshd, agent):
+    work = world.workdir(user)
+    policy = _agent_policy(world, with_rule=True)
+    r = sshd.vpnw(["guard", "--policy", str(policy), "--", "git", "clone", "-q", url(sshd),
+                   "repo-agent"], user=user, cwd=work, env={"SSH_AUTH_SOCK": agent.sock},
+                  timeout=120)
+    assert r.returncode == 0, describe(r)
+    assert (work / "repo-agent" / "README").exists()
+    events = run_events(r)
+    allowed = [e["fields"] for e in events if e["type"] == "unix.allow"]
+    assert allowed and all(f["path"] == agent.sock and f["rule"] == "$SSH_AUTH_SOCK"
+                           and f["program"] == "ssh" for f in allowed), allowed
+    assert not [e for e in events if e["type"] == "unix.deny"]
+    assert ssh_opened(events) == [(GIT_HOST, 22, "socks5")]
+
+
+def test_without_the_rule_the_agent_is_refused_and_the_record_says_so(world, user, sshd, agent):
+    work = world.workdir(user)
+    policy = _agent_policy(world, with_rule=False)
+    r = sshd.vpnw(["guard", "--policy", str(policy), "--", "git", "clone", "-q", url(sshd),
+                   "repo-no-agent"], user=user, cwd=work, env={"SSH_AUTH_SOCK": agent.sock},
+                  timeout=120)
+    assert r.returncode == 128, describe(r)
+    assert "Permission denied" in r.stderr, describe(r)
+    events = run_events(r)
+    denied = [e["fields"] for e in events if e["type"] == "unix.deny"]
+    assert denied and denied[0]["path"] == agent.sock and denied[0]["program"] == "ssh", denied
+    assert denied[0]["reason"] == "a socket bound outside the sandbox"
+    assert not [e for e in events if e["type"] == "unix.allow"]
+    # Control: outside vpnw, the same agent lets the same clone in.
+    outside = world.run(["git", "clone", "-q", url(sshd), "repo-outside"], user=user, cwd=work,
+                        env={"SSH_AUTH_SOCK": agent.sock, "HOME": str(sshd.home(user))},
+                        timeout=120)
+    assert outside.returncode == 0, describe(outside)

@@ -252,3 +252,38 @@ def test_arbitrary_text_never_raises_anything_else(text):
 def test_a_bad_item_in_a_multiline_array_is_on_its_own_line():
     text = 'version = 1\n[policy]\nallow = [\n  "a.com",\n  # note\n  "b.com",\n  "*",\n]\n'
     assert line_of(bad(text)) == 7
+
+
+# ── [unix] allow (issue 26) ─────────────────────────────────────────────
+
+UNIX_HEAD = 'version = 1\n[policy]\ndefault = "allow"\n[unix]\n'
+
+
+def test_unix_allow_takes_paths_and_variables_as_written():
+    p = parse_policy(UNIX_HEAD + 'allow = ["$SSH_AUTH_SOCK", "/run/user/1000/bus"]\n')
+    assert p.unix_allow == ("$SSH_AUTH_SOCK", "/run/user/1000/bus")
+    assert parse_policy('version = 1\n[policy]\ndefault = "allow"\n').unix_allow == ()
+
+
+@pytest.mark.parametrize("entry,line", [('"relative.sock"', 5), ('"$"', 5), ('"$1X"', 5),
+                                        ('"~/agent.sock"', 5), ("7", 5)])
+def test_unix_allow_refuses_what_is_neither_a_path_nor_a_variable(entry, line):
+    with pytest.raises(PolicyError) as exc:
+        parse_policy(UNIX_HEAD + f"allow = [{entry}]\n", source="p.toml")
+    assert str(exc.value).startswith(f"p.toml:{line}:") and "fix:" in str(exc.value)
+
+
+def test_unix_table_knows_only_allow():
+    with pytest.raises(PolicyError, match='unknown key "deny" in \\[unix\\]'):
+        parse_policy(UNIX_HEAD + 'deny = ["/x"]\n')
+    with pytest.raises(PolicyError, match="unix is"):
+        parse_policy('version = 1\nunix = 3\n[policy]\ndefault = "allow"\n')
+
+
+def test_unix_sockets_named_reads_each_variable_once_and_says_what_names_nothing():
+    from stages.config.policy import unix_sockets_named
+    named, warnings = unix_sockets_named(
+        ("$SSH_AUTH_SOCK", "$UNSET", "$RELATIVE", "/run/x.sock"),
+        {"SSH_AUTH_SOCK": "/tmp/ssh-1/agent.1", "RELATIVE": "agent.sock"})
+    assert named == [("$SSH_AUTH_SOCK", "/tmp/ssh-1/agent.1"), ("/run/x.sock", "/run/x.sock")]
+    assert len(warnings) == 2 and "$UNSET" in warnings[0] and "$RELATIVE" in warnings[1]

@@ -42,7 +42,9 @@ from stages.record.text import printable
 from stages.config.toml_lines import key_lines, line_of
 
 VERSION = 1
-TOP_KEYS = ("version", "name", "policy", "files")
+TOP_KEYS = ("version", "name", "policy", "files", "unix")
+UNIX_KEYS = ("allow",)
+_ENV_NAME = re.compile(r"\$[A-Za-z_][A-Za-z0-9_]*")
 POLICY_KEYS = ("default", "deny_private", "allow", "deny", "ask", "capture")
 MAX_PROBLEMS = 20
 
@@ -159,6 +161,7 @@ class Policy:
     ask: bool = False              # `ask = true`: guard asks the person (as with --ask)
     sha256: str | None = field(default=None, compare=False)   # of the text read (--ask writes back only onto it)
     capture: bool = False          # capture = true: every run under it captures (docs/architecture.md "Capture")
+    unix_allow: tuple[str, ...] = ()   # [unix] allow: paths and $VARIABLES, as written
     allow_index: RuleIndex = field(default=None, compare=False, repr=False)
     deny_index: RuleIndex = field(default=None, compare=False, repr=False)
 
@@ -453,6 +456,7 @@ def parse_policy(text: str, source: str = "<policy>") -> Policy:
     flags = {key: _flag(body, key, problems) for key in ("deny_private", "capture", "ask")}
     lists = {which: _rules(body, which, problems) for which in ("allow", "deny")}
     files = _parse_files(data, problems)
+    unix_allow = _parse_unix(data, problems)
     problems.raise_if_any()
     has_allow_list = "allow" in body
     explicit = default is not None
@@ -460,7 +464,7 @@ def parse_policy(text: str, source: str = "<policy>") -> Policy:
         default = "deny" if has_allow_list else "allow"
     return Policy(name=name, default=default, default_explicit=explicit,
                   allow=lists["allow"], deny=lists["deny"], **flags,
-                  source=source, has_allow_list=has_allow_list, files=files,
+                  source=source, has_allow_list=has_allow_list, files=files, unix_allow=unix_allow,
                   sha256=hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest())
 
 
@@ -619,6 +623,50 @@ def _string_list(problems, key: tuple, value, fix_list: str, fix_item: str):
             continue
         items.append((index, item, path))
     return items
+
+
+def _parse_unix(data: dict, problems: "_Problems") -> tuple[str, ...]:
+    """[unix] allow: Unix sockets outside the sandbox the program may connect
+    to, each an absolute path or $VARIABLE (resolved when a run starts:
+    unix_sockets_named)."""
+    if "unix" not in data:
+        return ()
+    body = data["unix"]
+    if not isinstance(body, dict):
+        problems.add(("unix",), f"unix is {_type_name(body)}, not a table",
+                     'write [unix] on a line of its own, with allow = ["$SSH_AUTH_SOCK"] below it')
+        return ()
+    for key in body:
+        if key not in UNIX_KEYS:
+            problems.add(("unix", key), f'unknown key "{key}" in [unix]', _unknown(key, UNIX_KEYS))
+    entries = []
+    for index, text, path in _string_list(
+            problems, ("unix", "allow"), body.get("allow", []),
+            'write allow = ["$SSH_AUTH_SOCK", "/run/user/1000/bus"]',
+            'write each socket in quotes, as "$SSH_AUTH_SOCK"') or ():
+        if not (text.startswith("/") or _ENV_NAME.fullmatch(text)) or "\0" in text:
+            problems.add(path, f"allow[{index}] {_show(text)}: not an absolute path or $VARIABLE",
+                         'write the socket\'s full path ("/run/user/1000/bus") or the variable '
+                         'that holds it ("$SSH_AUTH_SOCK")')
+            continue
+        entries.append(text)
+    return tuple(entries)
+
+
+def unix_sockets_named(entries, env) -> tuple[list[tuple[str, str]], list[str]]:
+    """[unix] allow resolved once, when the run starts: ([(entry as written,
+    path)], [a warning for each entry that names nothing usable]). Pure."""
+    named, warnings = [], []
+    for entry in entries:
+        path = env.get(entry[1:], "") if entry.startswith("$") else entry
+        if not path:
+            warnings.append(f"[unix] allow names {entry}, which is not set: that socket stays refused")
+        elif not path.startswith("/"):
+            warnings.append(f"[unix] allow names {entry} = {path!r}, not an absolute path: "
+                            "that socket stays refused")
+        else:
+            named.append((entry, path))
+    return named, warnings
 
 
 def _parse_files(data: dict, problems: "_Problems") -> FileRules | None:

@@ -14,7 +14,8 @@ from stages.wire.pty_handoff import ProgramTerminal
 def run_helper(argv: list[str], *, handoff_fd: int, status_fd: int, go_fd: int,
                allow_unix_sockets: bool = False, env: dict[str, str] | None = None,
                files: dict | None = None, tty: ProgramTerminal | None = None,
-               read_only: list[str] = (), capture: bool = False) -> NoReturn:
+               read_only: list[str] = (), capture: bool = False,
+               unix_allow: list[tuple[str, str]] = ()) -> NoReturn:
     """Seal, report on status_fd, wait for go, run argv, report its end; never returns.
 
     Call it in a freshly forked, single-threaded child. Status lines are
@@ -29,7 +30,7 @@ def run_helper(argv: list[str], *, handoff_fd: int, status_fd: int, go_fd: int,
     try:
         from stages.helper.sandbox import run
         code = run(argv, handoff_fd, status_fd, go_fd, allow_unix_sockets, env, files, tty=tty,
-                   read_only=read_only, capture=capture)
+                   read_only=read_only, capture=capture, unix_allow=unix_allow)
     except BaseException as e:  # never return into the orchestrator's code
         try:
             from stages.wire import status

@@ -189,7 +189,7 @@ _KNOWN_SONAMES = {"c": "libc.so.6", "seccomp": "libseccomp.so.2"}
 def run(argv: list[str], handoff_fd: int, status_fd: int, go_fd: int,
         allow_unix_sockets: bool, env: dict[str, str] | None, files: dict | None = None,
         tty: ProgramTerminal | None = None, read_only: list[str] = (), capture: bool = False,
-        unix_allow: list[str] = ()) -> int:
+        unix_allow: list[tuple[str, str]] = ()) -> int:
     """P's whole life; returns its exit code (the caller _exits with it)."""
     if not argv:
         st.write(status_fd, st.ExecFailed("no program given", ExitCode.NOT_FOUND))

@@ -363,17 +363,19 @@ def missing() -> str | None:
     return None
 
 
-def named_sockets(paths) -> dict[tuple[int, int], str]:
-    """The policy's [unix] allow entries that are sockets now, by (st_dev,
-    st_ino): what a connect is matched against, whatever path reaches them."""
+def named_sockets(entries) -> dict[tuple[int, int], str]:
+    """The policy's [unix] allow entries ((as written, path)) that are sockets
+    now, by (st_dev, st_ino): what a connect is matched against, whatever
+    path reaches them. Stat-ed once: a socket made again later under the same
+    path is another socket, and stays refused."""
     named = {}
-    for path in paths:
+    for entry, path in entries:
         try:
             st = os.stat(path)
         except OSError:
             continue
         if stat.S_ISSOCK(st.st_mode):
-            named[(st.st_dev, st.st_ino)] = path
+            named[(st.st_dev, st.st_ino)] = entry
     return named
 
 

@@ -112,7 +112,9 @@ def _sandboxed(mode: str, *, require_policy: bool):
                          help="What --events-to and --syslog carry: the record's events, or each "
                               "connection outcome as OCSF Network Activity or ECS."),
             click.option("--allow-unix-sockets", is_flag=True,
-                         help="Let the program open Unix sockets (lifts only that part of the filter; recorded)."),
+                         help="Let the program reach every Unix socket on this machine (Docker, your "
+                              "ssh-agent), datagram ones too; its own sockets work without it, and "
+                              "the policy's [unix] allow names others. Recorded, with a warning."),
             click.option("--capture", is_flag=True,
                          help="Also take every TCP connection that ignores the proxy settings to the "
                               "policy (the policy's capture = true does the same)."),
@@ -161,6 +163,11 @@ def _execute(mode, program, policy_file, config_file, via, record, events_to,
     if problem:
         raise UsageProblem(f"{policy.source}: {problem}")
     files = _resolve_files(policy)
+    if allow_unix_sockets:
+        from stages.orchestrator.run import say
+        say("--allow-unix-sockets: the program can reach every Unix socket on this machine "
+            "(Docker, your ssh-agent, D-Bus), with no record of each connection; its own "
+            "sockets work without it, and the policy's [unix] allow names the others it needs")
     global _ran_sandbox
     _ran_sandbox = True
     request = RunRequest(mode=mode, argv=list(program), policy=policy, path=path, record=record,

@@ -114,6 +114,19 @@ def _fork_stage(keep: list[int], body, *, die_with_parent: bool = False,
         os._exit(code if isinstance(code, int) else ExitCode.INTERNAL)
 
 
+def _unix_sockets_named(request: RunRequest) -> list[tuple[str, str]]:
+    """The policy's [unix] allow, its $VARIABLES read from vpnw's own
+    environment once, now; an entry that names nothing is said, not fatal."""
+    entries = getattr(request.policy, "unix_allow", ())
+    if not entries:
+        return []
+    from stages.config.policy import unix_sockets_named
+    named, warnings = unix_sockets_named(entries, request.env)
+    for warning in warnings:
+        say(warning)
+    return named
+
+
 def _become_stdio(stdio: tuple[int, int, int]) -> None:
     # Through fresh duplicates first, so that (a, b, c) = (1, 0, 2) cannot clobber itself.
     copies = [os.dup(fd) for fd in stdio]
@@ -286,6 +299,8 @@ def _execute(request: RunRequest, terminal: _Terminal) -> int:
                               *([ask_link[1].fileno()] if ask_link else [])], broker_body,
                              stdio=stage_stdio)
 
+    unix_allow = _unix_sockets_named(request)
+
     def helper_body():
         from stages.wire.pty_handoff import ProgramTerminal
         from stages.helper.main import run_helper
@@ -294,7 +309,8 @@ def _execute(request: RunRequest, terminal: _Terminal) -> int:
                    files=files_plan,
                    tty=ProgramTerminal(terminal.pty_socket[1].fileno(), stderr_too=os.isatty(2))
                    if terminal.pty else None,
-                   read_only=_out_of_program_reach(request, record), capture=request.capture)
+                   read_only=_out_of_program_reach(request, record), capture=request.capture,
+                   unix_allow=unix_allow)
         return ExitCode.INTERNAL
 
     # The helper, its init and the program get the program's fds 0-2: with a

@@ -1,0 +1,111 @@
+"""The Unix-socket supervisor's pure parts: the address as the kernel reads
+it, the verdict, and the sock_diag parser (byte by byte and fuzzed)."""
+from __future__ import annotations
+
+import os
+import socket
+import struct
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as hs
+
+from stages.helper.unix_supervisor import Destination, judge, shown, unix_destination
+from stages.helper.seccomp_rules import filter_rules
+from stages.kernel import unix_diag
+
+FAMILY = struct.pack("=H", socket.AF_UNIX)
+
+
+@pytest.mark.parametrize("raw,expected", [
+    (FAMILY + b"/run/docker.sock", Destination("path", b"/run/docker.sock")),
+    (FAMILY + b"/run/docker.sock\0garbage", Destination("path", b"/run/docker.sock")),
+    (FAMILY + b"rel.sock\0", Destination("path", b"rel.sock")),
+    (FAMILY + b"\0name", Destination("abstract", b"\0name")),
+    (FAMILY + b"\0name\0with\0nuls", Destination("abstract", b"\0name\0with\0nuls")),
+    (FAMILY, Destination("invalid", b"")),                                   # autobind is bind's
+    (struct.pack("=H", socket.AF_INET) + b"/x", Destination("invalid", b"")),
+    (FAMILY + b"/" * 109, Destination("invalid", b"")),                      # past sockaddr_un
+])
+def test_the_address_is_read_as_the_kernel_reads_it(raw, expected):
+    assert unix_destination(raw) == expected
+
+
+def test_the_record_shows_abstract_names_with_an_at():
+    assert shown(unix_destination(FAMILY + b"\0x11-display")) == "@x11-display"
+    assert shown(unix_destination(FAMILY + b"/tmp/\xff.sock")) == "/tmp/\\xff.sock"
+
+
+def test_the_verdict():
+    inside, named = {(5, 10)}, {(7, 3): "$SSH_AUTH_SOCK"}
+    assert judge((5, 10), inside, named) == (True, None)
+    assert judge((7, 3), inside, named) == (True, "$SSH_AUTH_SOCK")
+    assert judge((5, 11), inside, named) == (False, None)
+    assert judge((6, 10), inside, named) == (False, None)          # same inode, other device
+    # sock_diag reports 32 bits of an inode: a bigger one is never taken for a listener inside.
+    assert judge((5, 10 + (1 << 32)), {(5, 10 + (1 << 32))}, named) == (False, None)
+
+
+def test_the_filter_sends_every_connect_and_refuses_datagram_unix_sockets():
+    rules = filter_rules(False, supervised=True)
+    assert [r for r in rules if r.syscall == "connect"] == [r for r in rules if r.notify]
+    assert len([r for r in rules if r.notify]) == 1
+    unix_types = [r for r in rules if r.syscall == "socket" and len(r.args) == 2]
+    for sock_type in (socket.SOCK_DGRAM, socket.SOCK_RAW, socket.SOCK_RDM, 0, 15):
+        assert any(sock_type & mask == value for _i, mask, value in (r.args[1] for r in unix_types))
+    for sock_type in (socket.SOCK_STREAM, socket.SOCK_SEQPACKET,
+                      socket.SOCK_STREAM | socket.SOCK_CLOEXEC | socket.SOCK_NONBLOCK):
+        assert not any(sock_type & mask == value for _i, mask, value in (r.args[1] for r in unix_types))
+    assert not [r for r in filter_rules(False) if r.notify]           # no supervisor: as before
+
+
+def _message(kind: int, body: bytes, seq: int = 1) -> bytes:
+    length = 16 + len(body)
+    return struct.pack("=IHHII", length, kind, 2, seq, 0) + body + b"\0" * (-length % 4)
+
+
+def _listener(ino: int, vfs: tuple[int, int] | None) -> bytes:
+    body = struct.pack("=BBBBI2I", socket.AF_UNIX, socket.SOCK_STREAM, 10, 0, ino, 0, 0)
+    if vfs is not None:
+        body += struct.pack("=HH", 12, unix_diag.UNIX_DIAG_VFS) + struct.pack("=II", *vfs)
+    return _message(unix_diag.SOCK_DIAG_BY_FAMILY, body)
+
+
+def test_the_dump_gives_device_and_inode_in_stat_form():
+    kernel_dev = (259 << 20) | 3                      # MKDEV(259, 3), as the kernel keeps it
+    data = _listener(1, (4242, kernel_dev)) + _listener(2, None) + _message(unix_diag.NLMSG_DONE,
+                                                                            b"\0" * 4)
+    found, done = unix_diag.parse_listeners(data)
+    assert done and found == {(os.makedev(259, 3), 4242)}
+
+
+def test_an_error_answer_is_a_diag_error():
+    with pytest.raises(unix_diag.DiagError, match="refused"):
+        unix_diag.parse_listeners(_message(unix_diag.NLMSG_ERROR, struct.pack("=i", -1) + b"\0" * 16))
+
+
+def test_the_listeners_of_this_namespace_include_one_we_bind(tmp_path):
+    path = tmp_path / "l.sock"
+    with socket.socket(socket.AF_UNIX) as s:
+        s.bind(str(path))
+        s.listen()
+        st = os.stat(path)
+        with unix_diag.open_diag() as diag:
+            assert (st.st_dev, st.st_ino & 0xFFFFFFFF) in unix_diag.listening_files(diag)
+
+
+@settings(max_examples=300, deadline=None)
+@given(hs.binary(max_size=200))
+def test_any_bytes_parse_or_raise_diag_error(data):
+    try:
+        found, done = unix_diag.parse_listeners(data)
+    except unix_diag.DiagError:
+        return
+    assert isinstance(found, set) and isinstance(done, bool)
+
+
+@settings(max_examples=300, deadline=None)
+@given(hs.binary(max_size=130))
+def test_any_address_is_a_destination(raw):
+    d = unix_destination(raw)
+    assert d.kind in ("path", "abstract", "invalid")
