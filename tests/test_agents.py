@@ -103,6 +103,37 @@ def assert_draft_denies_nothing_it_reached(trace_events, events) -> None:
     assert reached and not denied(events) & reached, (denied(events), reached)
 
 
+def preset_allow(name: str) -> list[str]:
+    """The allow list of vpnw's preset for an agent (stages/config/presets/)."""
+    from stages.config import presets
+    return tomllib.loads(presets.text(name))["policy"]["allow"]
+
+
+def assert_within_preset(allow: list[str], name: str) -> None:
+    """The agent's needs, learned from its trace, are all in its preset: a
+    new host it reaches for fails here until the preset names it."""
+    missing = set(allow) - set(preset_allow(name))
+    assert not missing, f"{name} reached {sorted(missing)}, which its preset @{name} leaves out"
+
+
+def test_a_preset_is_a_policy_by_name(agents_world, user):
+    """`--policy @claude-code` reads vpnw's preset: Claude Code's API host
+    is allowed, a host it does not need (chatgpt.com) is denied (120)."""
+    w = agents_world
+    curl = ["curl", "-sS", "--max-time", "30", "-o", "/dev/null", "-w", "%{http_code}",
+            "--cacert", str(w.ca_pem)]
+    ok = w.vpnw(["guard", "--policy", "@claude-code", "--", *curl, "https://api.anthropic.com/whoami"],
+                user=user)
+    assert ok.returncode == 0 and ok.stdout == "200", ok.stderr
+    events = finished_record(ok.state_home)
+    assert events[0]["fields"]["policy"] == "claude-code" and opened(events) == {"api.anthropic.com"}
+    no = w.vpnw(["guard", "--policy", "@claude-code", "--", *curl, "https://chatgpt.com/whoami"], user=user)
+    assert no.returncode == 120 and denied(finished_record(no.state_home)) == {"chatgpt.com"}, no.stderr
+    # Control: the same request outside vpnw reaches the host.
+    control = w.run([*curl, "https://chatgpt.com/whoami"], user=user)
+    assert control.stdout == "200", control.stderr
+
+
 # ── Codex CLI ────────────────────────────────────────────────────────────
 def _codex(world, user, vpnw_args, *, until, keys=True):
     term = Terminal(world, [CODEX, *CODEX_ARGS], vpnw_args=vpnw_args, user=user, env=world.agent_env)
@@ -127,6 +158,7 @@ def test_codex_cli_draws_reads_keys_and_round_trips(agents_world, user):
     assert {"chatgpt.com", "api.github.com"} <= trace_hosts <= set(AGENT_NAMES) | set(DEFAULT_NAMES)
     allow = learn(w, user, state, "codex")
     assert "chatgpt.com" in allow
+    assert_within_preset(allow, "codex")
 
     status, events, _ = _codex(w, user, ["guard", "--policy", str(policy(w, "codex", allow))],
                                until=lambda ev: "chatgpt.com" in opened(ev), keys=False)
@@ -195,6 +227,7 @@ def test_claude_code_draws_reads_keys_and_round_trips(agents_world, user):
     assert "api.anthropic.com" in trace_hosts <= set(AGENT_NAMES) | set(DEFAULT_NAMES)
     allow = learn(w, user, state, "claude")
     assert "api.anthropic.com" in allow
+    assert_within_preset(allow, "claude-code")
 
     status, events, _, _ = _claude(w, user, ["guard", "--policy", str(policy(w, "claude", allow))],
                                    until=lambda ev: "api.anthropic.com" in opened(ev))
@@ -230,6 +263,7 @@ def test_aider_starts_and_round_trips(agents_world, user):
     trace_hosts = requested(trace_events)
     assert "raw.githubusercontent.com" in trace_hosts, trace_hosts
     allow = learn(w, user, trace.state_home, "aider")
+    assert_within_preset(allow, "aider")
 
     guard = w.vpnw(["guard", "--policy", str(policy(w, "aider", allow)), "--", aider, *AIDER_START],
                    user=user, env=env, cwd=work, timeout=300)

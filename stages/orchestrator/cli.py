@@ -21,6 +21,7 @@ LAZY_COMMANDS = {
     "runs": ("stages.recorder.commands", "runs_command"),
     "show": ("stages.recorder.commands", "show_command"),
     "ask": ("stages.orchestrator.ask_command", "ask_command"),
+    "presets": ("stages.orchestrator.preset_command", "presets_command"),
 }
 
 
@@ -59,6 +60,13 @@ def _load_policy(policy_file):
     from stages.config.policy import Policy, PolicyError, load_policy
     if not policy_file:
         return Policy.allow_all()
+    if policy_file.startswith("@"):
+        # A preset shipped with vpnw (stages/config/presets.py).
+        from stages.config import presets
+        try:
+            policy_file = presets.path(policy_file[1:])
+        except presets.UnknownPreset as exc:
+            raise UsageProblem(f"--policy {policy_file}: {exc}") from None
     try:
         return load_policy(policy_file)
     except PolicyError as exc:
@@ -93,7 +101,8 @@ def _sandboxed(mode: str, *, require_policy: bool):
         options = [
             # Plain strings: the loaders word every problem with a file the same way.
             click.option("--policy", "policy_file", metavar="FILE", required=require_policy,
-                         help="Policy file (TOML) to enforce; '-' reads stdin."),
+                         help="Policy file (TOML) to enforce; '-' reads stdin; @NAME a preset "
+                              "shipped with vpnw (`vpnw presets`)."),
             click.option("--config", "config_file", metavar="FILE",
                          help="Paths file (TOML) naming the ways out."),
             click.option("--via", help="Name of the path to use (default: the config's default, else direct)."),
@@ -157,6 +166,10 @@ def _execute(mode, program, policy_file, config_file, via, record, events_to,
     if policy_file == "-" and config_file == "-":
         raise UsageProblem("--policy - and --config - both read stdin; fix: read one of them from a file")
     syslog = _check_syslog_target(syslog)
+    if ask and policy_file and policy_file.startswith("@"):
+        # An answer is written into the policy file: never into vpnw's own copy.
+        raise UsageProblem(f"--ask edits the policy file, and {policy_file} is vpnw's own; "
+                           f"fix: vpnw presets {policy_file[1:]} > policy.toml, then --policy policy.toml")
     policy = _load_policy(policy_file)
     path = _load_path(config_file, via)
     problem = check_policy_for_path(policy, path.resolves_at_exit) if policy_file else None
