@@ -231,3 +231,53 @@ def test_the_program_sees_vpnw_and_its_run_id(world, user):
                    env={"VPNW_RUN": "r-outer"})       # a vpnw around this one: the inner run's id
     assert r.returncode == 0, describe(r)
     assert r.stdout == f"1 {run_events(r)[0]['run']}\n", describe(r)
+
+
+# ── the closing hint: only on evidence ──────────────────────────────────────
+
+GITHUB_ADDRESS = "140.82.112.6"     # answered by the world's internet; a direct try has no route
+
+
+def _hints(r) -> list[str]:
+    return [line for line in r.stderr.splitlines() if line.startswith(("vpnw: hint:", "vpnw: note:"))]
+
+
+def test_a_failure_without_evidence_gets_no_hint(world, user):
+    for argv in (["sh", "-c", "exit 1"], ["sh", "-c", "kill -INT $$"], ["sh", "-c", "kill -KILL $$"]):
+        r = world.vpnw(["run", "--", *argv], user=user)
+        assert r.returncode in (1, 130, 137), describe(r)
+        assert _hints(r) == [] and "hint" not in r.stderr, describe(r)
+        assert "no_route" not in run_events(r)[-2]["fields"]
+
+
+def test_a_try_around_the_doors_is_counted_and_hinted_once(world, user):
+    direct = ["curl", "-sS", "--max-time", "20", "--noproxy", "*", f"http://{GITHUB_ADDRESS}/whoami"]
+    r = world.vpnw(["run", "--", *direct], user=user)
+    assert r.returncode == 7, describe(r)
+    assert _hints(r) == [r.stderr.strip().splitlines()[-1]], describe(r)
+    assert "after 1 try at a way out other than vpnw's doors" in _hints(r)[0], describe(r)
+    exits = [e for e in run_events(r) if e["type"] == "program.exit"]
+    assert exits[0]["fields"]["no_route"] == 1
+    # --quiet: denials and the summary only; --log: the hint goes with vpnw's other lines.
+    quiet = world.vpnw(["run", "--quiet", "--", *direct], user=user)
+    assert quiet.returncode == 7 and "hint" not in quiet.stderr, describe(quiet)
+    log = world.workdir(user) / "vpnw.log"
+    logged = world.vpnw(["run", "--log", str(log), "--", *direct], user=user)
+    assert logged.returncode == 7 and "hint" not in logged.stderr, describe(logged)
+    assert "vpnw: hint: the program exited 7 after 1 try" in log.read_text()
+
+
+def test_a_failure_under_file_limits_says_what_the_table_did(world, user):
+    work = world.workdir(user)
+    policy = world.file(f"daily-files-{user}.toml", 'version = 1\nname = "files"\n[policy]\n'
+                        'default = "allow"\n[files]\ndeny_read = ["~/.ssh"]\nallow_write = ["."]\n')
+    r = world.vpnw(["guard", "--policy", str(policy), "--", "sh", "-c", "touch /tmp/x-$$; exit 1"],
+                   user=user, cwd=work)
+    assert r.returncode == 1, describe(r)
+    assert "Read-only file system" in r.stderr, describe(r)      # what the program met
+    notes = _hints(r)
+    assert len(notes) == 1, describe(r)
+    assert notes[0].startswith(f"vpnw: note: the program exited 1 under the [files] table of {policy}"), notes
+    assert ".ssh" in notes[0] and f"but {work}" in notes[0], notes
+    ok = world.vpnw(["guard", "--policy", str(policy), "--", "true"], user=user, cwd=work)
+    assert ok.returncode == 0 and _hints(ok) == [], describe(ok)

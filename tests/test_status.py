@@ -366,3 +366,19 @@ def test_a_broker_saying_junk_before_the_path_check_stops_the_run(tmp_path):
     code, message, _, started = scripted_run([READY], [], [b'{"path_ok": true}', TOTALS],
                                              tmp_path)
     assert (code, started) == (ExitCode.INTERNAL, False), message
+
+
+def test_exited_carries_the_no_route_count_only_when_there_is_one():
+    assert st.encode(st.Exited(7, None, no_route=2)) == b'{"exit":{"code":7,"signal":null,"no_route":2}}\n'
+    assert st.decode(st.encode(st.Exited(7, None, no_route=2)), st.HELPER_STATUS) == st.Exited(7, None, 2)
+    assert st.decode(b'{"exit":{"code":7,"signal":null}}', st.HELPER_STATUS).no_route == 0
+    with pytest.raises(st.StatusError):
+        st.decode(b'{"exit":{"code":7,"signal":null,"no_route":-1}}', st.HELPER_STATUS)
+
+
+def test_the_no_route_counters_are_read_from_the_kernels_tables():
+    from stages.helper.sandbox import no_routes
+    snmp = ("Ip: Forwarding DefaultTTL OutRequests OutNoRoutes ReasmTimeout\n"
+            "Ip: 2 64 0 3 0\nIcmp: InMsgs\nIcmp: 0\n")
+    assert no_routes(snmp, "Ip6InReceives  4\nIp6OutNoRoutes                  \t2\n") == 5
+    assert no_routes("", "") == 0

@@ -221,6 +221,8 @@ def run(argv: list[str], handoff_fd: int, status_fd: int, go_fd: int,
         supervisor = _spawn_supervisor(unix_link, unix, status_fd)
         _unshare_pid()
         _check_network(capture)
+        # Opened now, while /proc is still the machine's: init mounts a fresh one.
+        counters = _open_counters()
         opened = handoff.doors(capture)
         doors = _open_doors(opened)
         _fresh_devpts()
@@ -272,6 +274,7 @@ def run(argv: list[str], handoff_fd: int, status_fd: int, go_fd: int,
         return ExitCode.NO_SANDBOX  # the orchestrator gave up; init dies with us (pdeathsig)
     for sig in FORWARDED_SIGNALS:
         signal.signal(sig, lambda s, _f: _kill_quietly(init_pid, s))
+    before = _no_route_count(counters)     # the seal's own checks are not the program's
     os.write(go_w, b"g")
     os.close(go_w)
 
@@ -281,13 +284,16 @@ def run(argv: list[str], handoff_fd: int, status_fd: int, go_fd: int,
         # Its last reports come before our last message; once every process
         # of the sandbox is gone, it ends by itself.
         _reap_supervisor(supervisor)
+    no_route = max(0, _no_route_count(counters) - before)
+    if isinstance(final, st.Exited):
+        final = st.Exited(final.code, final.signal, no_route=no_route)
     if isinstance(final, (st.ExecFailed, st.SandboxFailed, st.Exited)):
         st.write(status_fd, final)
         return final.code
     # init died without a word (killed from outside), or said what it does
     # not say at the end: report what its exit status shows.
     code, sig = _decode_status(status)
-    st.write(status_fd, st.Exited(code, sig))
+    st.write(status_fd, st.Exited(code, sig, no_route=no_route))
     return code
 
 
@@ -348,6 +354,43 @@ def _reap_supervisor(pid: int) -> None:
     finally:
         os.close(fd)
     _reap(pid)
+
+
+def _open_counters() -> list[int]:
+    """The sandbox network's counters (the helper is in that namespace)."""
+    fds = []
+    for name in ("/proc/self/net/snmp", "/proc/self/net/snmp6"):
+        try:
+            fds.append(os.open(name, os.O_RDONLY | os.O_CLOEXEC))
+        except OSError:
+            fds.append(-1)
+    return fds
+
+
+def _no_route_count(counters: list[int]) -> int:
+    """Sends and connects the sandbox's network refused for want of a route:
+    each is the program trying a way out other than the doors. The kernel
+    counts them; 0 if they cannot be read."""
+    texts = []
+    for fd in counters:
+        try:
+            texts.append(os.pread(fd, 65536, 0).decode("ascii", "replace") if fd >= 0 else "")
+        except OSError:
+            texts.append("")
+    return no_routes(*texts)
+
+
+def no_routes(snmp: str, snmp6: str) -> int:
+    """Ip: OutNoRoutes (a header line, then a values line) plus Ip6OutNoRoutes."""
+    total = 0
+    ip = [line.split() for line in snmp.splitlines() if line.startswith("Ip: ")]
+    if len(ip) >= 2 and "OutNoRoutes" in ip[0] and len(ip[1]) == len(ip[0]):
+        total += int(ip[1][ip[0].index("OutNoRoutes")])
+    for line in snmp6.splitlines():
+        words = line.split()
+        if len(words) == 2 and words[0] == "Ip6OutNoRoutes" and words[1].isdigit():
+            total += int(words[1])
+    return total
 
 
 def _next_report(report: st.StatusReader) -> st.Message | None:

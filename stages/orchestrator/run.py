@@ -143,20 +143,6 @@ def _program_env(env: dict, run_id: str) -> tuple[dict, list[str]]:
     return apply(env, python=sys.executable, run_id=run_id)
 
 
-NO_CONNECTION_HINT = ("hint: the program exited {code} without one connection through vpnw's doors; "
-                      "it may ignore the proxy settings (see \"Clients\" in vpnw's README for what "
-                      "vpnw sets for each client)")
-
-
-def _program_never_got_out(run: "_Run", totals: st.Totals) -> bool:
-    """The program ran, failed, and never asked a door for anything: most
-    likely it tried to connect directly and found no way out."""
-    if run.program_exit is None or run.exec_error or run.seal_error or run.fatal:
-        return False
-    return (bool(run.program_exit.code) or bool(run.program_exit.signal)) \
-        and totals.connections == 0
-
-
 @dataclass
 class _Terminal:
     """Where the program's fds 0-2 and vpnw's human lines go (DESIGN §10 "The terminal")."""
@@ -350,8 +336,6 @@ def _execute(request: RunRequest, terminal: _Terminal) -> int:
     if os.waitstatus_to_exitcode(status) != 0 and code != ExitCode.INTERNAL:
         say(f"the recorder failed; the record {record} may be incomplete")
         return ExitCode.INTERNAL
-    if _program_never_got_out(run, totals):
-        say(NO_CONNECTION_HINT.format(code=code))   # last, after the recorder's summary
     return int(code)
 
 
@@ -627,7 +611,8 @@ class _Run:
     def _on_exited(self, message: st.Exited) -> None:
         self.helper_over = True
         self.program_exit = message
-        self.emitter.emit("program.exit", code=message.code, signal=message.signal)
+        self.emitter.emit("program.exit", code=message.code, signal=message.signal,
+                          **({"no_route": message.no_route} if message.no_route else {}))
 
     def _on_path_report(self, message: st.PathOk | st.PathDown) -> None:
         self.path_ok = isinstance(message, st.PathOk)

@@ -23,6 +23,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Iterator
 
+from stages.recorder.hints import RunFacts, closing_hints
 from stages.record.text import human_bytes, printable  # noqa: F401 - shared with the learner (stages/record/text.py)
 
 TRACE = "trace"
@@ -51,6 +52,7 @@ class HumanState:
     conns: dict = field(default_factory=dict)
     run: str | None = None
     start_record: str | None = None  # the record named in run.start
+    facts: RunFacts | None = None    # set: the closing hints follow the summary (stages/recorder/hints.py)
     _second_key: str = ""
     _second_text: str = ""
 
@@ -128,6 +130,8 @@ def _scope_note(event: dict, f: dict, head) -> str | None:
 def format_event(event: dict, state: HumanState) -> str | None:
     """The human line for one event, or None when the mode shows nothing for it."""
     type_ = event.get("type")
+    if state.facts is not None:
+        state.facts.note(event)
     if state.mode == QUIET:
         return None
     if state.mode == DENIALS and type_ not in _SHOWN_WITH_DENIALS:
@@ -287,9 +291,10 @@ def _unix(x: _Line) -> str | None:
 
 
 def _run_end(x: _Line) -> str:
-    if x.state.mode in (RUN, DENIALS):
-        return "vpnw  " + summary_text(x.event, x.state)
-    return x.head() + summary_text(x.event, x.state)
+    line = ("vpnw  " if x.state.mode in (RUN, DENIALS) else x.head()) + summary_text(x.event, x.state)
+    if x.state.facts is None or x.state.mode == DENIALS:    # --quiet: denials and the summary only
+        return line
+    return "\n".join([line, *(f"vpnw: {hint}" for hint in closing_hints(x.state.facts))])
 
 
 # Event type -> its line (None: the mode shows nothing for it). A new event

@@ -14,6 +14,7 @@ import orjson
 from stages.record.events import RecordError, RecordUnwritable, open_run_file, parse_line
 from stages.record.chain import Chain, unchained
 from stages.recorder.feeder import BoundedFeeder
+from stages.recorder.hints import RunFacts
 from stages.recorder.human import HUMAN_MODES, QUIET, HumanState, format_event
 
 # A line longer than this with no newline is not an event; drop it rather
@@ -203,7 +204,7 @@ def main_from_fds(in_fd: int, *, record: str | None, record_fd: int | None = Non
         raise ValueError(f"human must be one of {HUMAN_MODES}, not {human!r}")
     if color is None:
         color = "NO_COLOR" not in os.environ and os.isatty(2)
-    state = HumanState(mode=human, color=color, record=record)
+    state = HumanState(mode=human, color=color, record=record, facts=RunFacts())
 
     if record_fd is None and record is not None:
         try:

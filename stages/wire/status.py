@@ -250,20 +250,30 @@ class ExecFailed(_Message):
 
 @_kind("exit")
 class Exited(_Message):
-    """The program ended: its exit code, or 128+N and N when signal N killed it.
+    """The program ended: its exit code, or 128+N and N when signal N killed it;
+    `no_route`: how many times the sandbox's network refused it a way out (the
+    kernel's count of sends and connects with no route: the program went
+    around the doors), present only when not 0.
     `{"exit": {"code": 0, "signal": null}}`"""
     code: int
     signal: int | None
+    no_route: int = 0
 
     def to_wire(self) -> dict:
-        return {"exit": {"code": self.code, "signal": self.signal}}
+        body = {"code": self.code, "signal": self.signal}
+        if self.no_route:
+            body["no_route"] = self.no_route
+        return {"exit": body}
 
     @classmethod
     def from_wire(cls, obj: dict) -> "Exited":
-        body = _object(obj["exit"], "exit", {"code", "signal"})
+        keys = {"code", "signal"} | ({"no_route"} if isinstance(obj["exit"], dict)
+                                      and "no_route" in obj["exit"] else set())
+        body = _object(obj["exit"], "exit", keys)
         signum = body["signal"]
         return cls(code=_int(body["code"], "exit.code", 0, 255),
-                   signal=None if signum is None else _int(signum, "exit.signal", 1, 64))
+                   signal=None if signum is None else _int(signum, "exit.signal", 1, 64),
+                   no_route=_int(body.get("no_route", 0), "exit.no_route", 0, 2**53))
 
 
 @_kind("stopped")

@@ -1,0 +1,106 @@
+"""The closing hints: what vpnw says after the summary of a run that failed,
+and only on evidence in the run's own events.
+
+Sans-I/O: `RunFacts.note(event)` takes each event as the recorder sees it;
+`closing_hints(facts)` is pure. A run that ended 0 gets no hint, nor one
+whose program never ran, nor one
+with no evidence (a plain `exit 1`, Ctrl-C, a killed program). The evidence:
+
+- `program.exit`'s `no_route`: the sandbox's network refused the program a
+  way out that was not a door (it may ignore the proxy settings);
+- a `conn.fail` of kind `dns`: a name could not be resolved;
+- `run.start`'s `files`: the policy's [files] table hid some paths and made
+  the rest read-only, which a program meets as "No such file or directory"
+  and "Read-only file system".
+
+A new kind of evidence is one more branch in `note` and one more rule in
+`closing_hints`.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from stages.record.text import printable
+
+CLIENTS = "see \"Clients\" in vpnw's README for what vpnw sets for each client"
+_NAMES_SHOWN = 3
+_PATHS_SHOWN = 4
+
+
+@dataclass
+class RunFacts:
+    """What the hints are drawn from, gathered event by event."""
+    exit_code: int | None = None
+    program_ran: bool = False                          # a program.exit came
+    no_route: int = 0
+    unresolved: list = field(default_factory=list)   # names, each once, in order
+    files: dict | None = None                          # run.start's "files"
+    policy_file: str | None = None
+    _hosts: dict = field(default_factory=dict)         # conn -> host while it is in flight
+
+    def note(self, event: dict) -> None:
+        type_ = event.get("type")
+        f = event.get("fields") or {}
+        conn = event.get("conn")
+        if type_ == "conn.request":
+            self._hosts[conn] = f.get("host")
+        elif type_ in ("conn.open", "conn.fail") or (type_ == "policy.deny"
+                                                      and f.get("enforced", True) is not False):
+            host = self._hosts.pop(conn, None)
+            if type_ == "conn.fail" and f.get("error") == "dns" and host \
+                    and host not in self.unresolved:
+                self.unresolved.append(host)
+        elif type_ == "run.start":
+            self.files = f.get("files") if isinstance(f.get("files"), dict) else None
+            self.policy_file = f.get("policy_file")
+        elif type_ == "program.exit":
+            self.program_ran = True
+            no_route = f.get("no_route")
+            self.no_route = no_route if isinstance(no_route, int) else 0
+        elif type_ == "run.end":
+            self.exit_code = f.get("exit_code")
+
+
+def closing_hints(facts: RunFacts) -> list[str]:
+    """The hint lines (without "vpnw: ") for a run that ended as `facts` say."""
+    if not facts.exit_code or not facts.program_ran:
+        return []
+    hints = []
+    if facts.no_route:
+        tries = "1 try" if facts.no_route == 1 else f"{facts.no_route} tries"
+        hints.append(f"hint: the program exited {facts.exit_code} after {tries} at a way out other "
+                     f"than vpnw's doors, which the sandbox refused; it may ignore the proxy "
+                     f"settings ({CLIENTS})")
+    if facts.unresolved:
+        names = ", ".join(printable(n) for n in facts.unresolved[:_NAMES_SHOWN])
+        more = len(facts.unresolved) - _NAMES_SHOWN
+        names += f" and {more} more" if more > 0 else ""
+        hints.append(f"hint: the program exited {facts.exit_code}; these names could not be "
+                     f"resolved on the run's path: {names} (check the spelling, or that the "
+                     f"path's DNS knows them)")
+    if facts.files is not None:
+        hints.append(_files_hint(facts))
+    return hints
+
+
+def _paths(paths, unlisted: bool) -> str:
+    paths = [printable(p) for p in paths or []]
+    text = ", ".join(paths[:_PATHS_SHOWN])
+    if len(paths) > _PATHS_SHOWN or unlisted:
+        text += " and more"
+    return text
+
+
+def _files_hint(facts: RunFacts) -> str:
+    files = facts.files
+    unlisted = bool(files.get("unlisted"))
+    parts = []
+    hidden = list(files.get("deny_read") or []) + list(files.get("deny_read_absent") or [])
+    if hidden:
+        parts.append(f"hid {_paths(hidden, unlisted)} (\"No such file or directory\")")
+    if files.get("allow_write") is not None:
+        writable = _paths(files["allow_write"], unlisted) or "nothing"
+        parts.append(f"made everything read-only but {writable} (\"Read-only file system\")")
+    where = printable(facts.policy_file) if facts.policy_file else "the policy"
+    return (f"note: the program exited {facts.exit_code} under the [files] table of {where}, which "
+            f"{' and '.join(parts) or 'limits files'}")
