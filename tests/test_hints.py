@@ -58,3 +58,12 @@ def test_the_files_table_is_named_with_what_it_hid_and_made_read_only():
     assert hints == ["note: the program exited 1 under the [files] table of /home/u/agent.toml, which "
                      "hid /home/u/.ssh (\"No such file or directory\") and made everything read-only "
                      "but /home/u/work, /tmp (\"Read-only file system\")"]
+
+
+def test_a_refused_unix_socket_is_named():
+    hints = closing_hints(facts_of(
+        START, ev("unix.deny", path="/run/docker.sock", process=5, program="curl",
+                  reason="a socket bound outside the sandbox"),
+        ev("unix.deny", path="/run/docker.sock", process=6, program="curl", reason="x"),
+        ev("program.exit", code=7, signal=None), ev("run.end", exit_code=7)))
+    assert len(hints) == 1 and "Unix socket /run/docker.sock (" in hints[0], hints

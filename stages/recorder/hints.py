@@ -9,6 +9,7 @@ with no evidence (a plain `exit 1`, Ctrl-C, a killed program). The evidence:
 - `program.exit`'s `no_route`: the sandbox's network refused the program a
   way out that was not a door (it may ignore the proxy settings);
 - a `conn.fail` of kind `dns`: a name could not be resolved;
+- a `unix.deny`: the sandbox refused a Unix socket (its path is named);
 - `run.start`'s `files`: the policy's [files] table hid some paths and made
   the rest read-only, which a program meets as "No such file or directory"
   and "Read-only file system".
@@ -34,6 +35,7 @@ class RunFacts:
     program_ran: bool = False                          # a program.exit came
     no_route: int = 0
     unresolved: list = field(default_factory=list)   # names, each once, in order
+    unix_refused: list = field(default_factory=list) # socket paths, each once, in order
     files: dict | None = None                          # run.start's "files"
     policy_file: str | None = None
     _hosts: dict = field(default_factory=dict)         # conn -> host while it is in flight
@@ -50,6 +52,10 @@ class RunFacts:
             if type_ == "conn.fail" and f.get("error") == "dns" and host \
                     and host not in self.unresolved:
                 self.unresolved.append(host)
+        elif type_ == "unix.deny":
+            path = f.get("path")
+            if isinstance(path, str) and path not in self.unix_refused:
+                self.unix_refused.append(path)
         elif type_ == "run.start":
             self.files = f.get("files") if isinstance(f.get("files"), dict) else None
             self.policy_file = f.get("policy_file")
@@ -78,6 +84,10 @@ def closing_hints(facts: RunFacts) -> list[str]:
         hints.append(f"hint: the program exited {facts.exit_code}; these names could not be "
                      f"resolved on the run's path: {names} (check the spelling, or that the "
                      f"path's DNS knows them)")
+    if facts.unix_refused:
+        paths = _paths(facts.unix_refused[:_NAMES_SHOWN], len(facts.unix_refused) > _NAMES_SHOWN)
+        hints.append(f"hint: the program exited {facts.exit_code} after the sandbox refused it the "
+                     f"Unix socket {paths} (the policy's [unix] allow can name it)")
     if facts.files is not None:
         hints.append(_files_hint(facts))
     return hints
