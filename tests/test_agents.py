@@ -19,6 +19,8 @@ door, so httpx needs no socksio and Chromium needs no --proxy-server.
 from __future__ import annotations
 
 import itertools
+import subprocess
+import time
 import json
 import sys
 import tomllib
@@ -393,3 +395,57 @@ def test_python_agent_control_outside_vpnw(agents_world, user):
     page directly (so aiohttp-default's failure above is its ignoring the doors)."""
     _, results = _agent_http(agents_world, user, [], "https://api.github.com/whoami")
     assert all(r["ok"] for r in results.values()) and len(results) == 4, results
+
+
+# ── guard --ask with the agents' own interfaces ─────────────────────────
+def _title(term) -> str:
+    return subprocess.run([*term.tmux, "display-message", "-p", "#{pane_title}"],
+                          capture_output=True, text=True).stdout
+
+
+def _ask_and_answer(term, host: str) -> str:
+    """Wait for vpnw's question about `host` in the pane's title (the agent
+    waits meanwhile), check that nothing was looked up, answer Ctrl-] y."""
+    deadline = time.monotonic() + 60
+    while f"vpnw asks: allow {host}:443?" not in _title(term):
+        assert time.monotonic() < deadline, (_title(term), term.screen(), term.log())
+        time.sleep(0.2)
+    events = record_so_far(term.state_home)
+    assert not [e for e in events if e["type"] == "dns.resolve" and e["fields"]["host"] == host]
+    waiting = term.screen()
+    term.keys("C-]", "y")
+    return waiting
+
+
+@pytest.mark.parametrize("agent", ["claude", "codex"])
+def test_agents_wait_for_the_persons_answer(agents_world, user, agent):
+    """guard --ask with a policy that leaves out the agent's own service: its
+    request waits while vpnw asks (the question in the pane's title, and a
+    line of vpnw's between the agent's lines), Ctrl-] y lets it through,
+    and the agent goes on: Claude Code to its first screen (without that
+    host it says it cannot connect and stops), Codex to its sign-in screen
+    with the request made. The record names the person's answer."""
+    program, host, shown = {
+        "claude": ([CLAUDE], "api.anthropic.com", "Choose the text style"),
+        "codex": ([CODEX, *CODEX_ARGS], "chatgpt.com", "Sign in with ChatGPT"),
+    }[agent]
+    need(program[0], agent)
+    w = agents_world
+    allow = sorted((set(AGENT_NAMES) | set(DEFAULT_NAMES)) - {host})
+    term = Terminal(w, program, vpnw_args=["guard", "--ask", "--policy",
+                                           str(policy(w, agent, allow))],
+                    user=user, env=w.agent_env)
+    try:
+        waiting = _ask_and_answer(term, host)
+        screen = term.wait_for(shown)
+        term.wait_record(lambda ev: host in opened(ev))
+        assert "Unable to connect" not in screen, screen
+        if agent == "codex":      # full screen: nothing of vpnw's drawn over it
+            assert "vpnw" not in waiting, waiting
+        print(f"--- {agent} while vpnw asked:\n{waiting}\n--- after the answer:\n{screen}")
+    finally:
+        term.close()
+    events = record_so_far(term.state_home)
+    asked = [e["fields"] for e in events if e["type"] == "policy.allow"
+             and e["fields"]["rule"] == "asked"]
+    assert asked and all(f["by"] == "person" and f["answer"] == "once" for f in asked), asked
