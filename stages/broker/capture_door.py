@@ -71,12 +71,12 @@ class CaptureDoor(_Door):
     def target(self, address, port: int) -> str:
         """The name the program looked up, when `address` is one the DNS
         door made up (increment: the fake pool); else the address itself."""
-        names = getattr(self.run, "fake_names", None)
+        names = self.ctx.fake_names
         name = names.name_for(address) if names is not None else None
         return name or str(address)
 
     async def serve(self, client: socket.socket) -> None:
-        self.run.handshaking.discard(client)
+        self.ctx.handshaking.discard(client)
         try:
             address, port = original_destination(client)
         except NoOriginalDestination as exc:

@@ -34,7 +34,7 @@ from stages.broker.journal import Journal, ms_since
 from stages.broker.handshake_cap import MAX_PENDING_HANDSHAKES
 from stages.broker.relay import Relay
 from stages.broker.capture_door import CaptureDoor
-from stages.broker.sessions import HttpDoor, Socks5Door
+from stages.broker.sessions import DoorContext, HttpDoor, Socks5Door
 from stages.broker.workers import LOAD_PER_TICK, LOAD_TICK, Crew
 
 
@@ -66,13 +66,15 @@ class Broker:
         # for the pid on every call (fork detection), several times a connection.
         self.loop: asyncio.AbstractEventLoop | None = None
         self.tasks: set[asyncio.Task] = set()
-        self.relays: set[Relay] = set()
+        self.context = DoorContext(self.journal, self.connector)
+        self.relays: set[Relay] = self.context.relays
         self.stopping: asyncio.Event | None = None
-        self.handshaking: set[socket.socket] = set()   # accepted, no request yet
+        self.handshaking: set[socket.socket] = self.context.handshaking
         self.listening: list[tuple[str, socket.socket]] = []   # the doors, handed over by the helper
         self.taken_this_tick = 0                        # for the crew's load check
         self.paused_said = False
-        self.doors = {"socks": Socks5Door(self), "http": HttpDoor(self), "capture": CaptureDoor(self)}
+        self.doors = {"socks": Socks5Door(self.context), "http": HttpDoor(self.context),
+                      "capture": CaptureDoor(self.context)}
 
     async def check_path(self) -> bool:
         if self.path_reported:
@@ -93,7 +95,7 @@ class Broker:
         return True
 
     async def run(self, handoff: socket.socket, early=None) -> int:
-        loop = self.loop = self.journal.loop = asyncio.get_running_loop()
+        loop = self.loop = self.journal.loop = self.context.loop = asyncio.get_running_loop()
         self.stopping = asyncio.Event()
         if threading.current_thread() is threading.main_thread():
             loop.add_signal_handler(signal.SIGTERM, self.stopping.set)

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import socket
+from dataclasses import dataclass, field
 
 from stages.broker import http_proxy, socks5
 from stages.broker.connector import Denied, Failed, Opened
@@ -36,18 +37,31 @@ RECV_SIZE = 64 * 1024
 SPLICE_MIN = 32 * 1024
 
 
-class _Door:
-    """What both doors' sessions share: the run (its connections waiting for
-    a request, its relays), the Journal and the Connector."""
+@dataclass
+class DoorContext:
+    """All a door's session may touch of the broker: the loop, the record
+    (Journal), the decisions (Connector), and the run's live connections,
+    which the broker ends at shutdown. The broker owns it; sessions never see
+    the broker itself."""
+    journal: object                      # journal.Journal
+    connector: object                    # connector.Connector
+    loop: asyncio.AbstractEventLoop | None = None     # set when the broker's loop runs
+    relays: set = field(default_factory=set)          # tunnels relaying now
+    handshaking: set = field(default_factory=set)     # accepted, no request yet
+    fake_names: object = None            # the DNS door's made-up addresses, when capture is on
 
-    def __init__(self, run):
-        self.run = run
-        self.journal = run.journal
-        self.connector = run.connector
+
+class _Door:
+    """What every door's sessions share: the context, its Journal and Connector."""
+
+    def __init__(self, ctx: DoorContext):
+        self.ctx = ctx
+        self.journal = ctx.journal
+        self.connector = ctx.connector
 
     async def run_relay(self, client: socket.socket, opened: Opened, early: bytes = b"") -> None:
         """Relay until both sides end; always ends with conn.close."""
-        loop = self.run.loop
+        loop = self.ctx.loop
         relay = None
         try:
             if early:
@@ -56,7 +70,7 @@ class _Door:
             # The relay owns (and closes) both sockets; the caller's close of
             # `client` afterwards is a no-op.
             relay = Relay(client, opened.sock)
-            self.run.relays.add(relay)
+            self.ctx.relays.add(relay)
             relay.start()
             await relay.wait()
         except OSError:
@@ -64,13 +78,13 @@ class _Door:
         finally:
             if relay is not None:
                 relay.abort()
-                self.run.relays.discard(relay)
+                self.ctx.relays.discard(relay)
                 opened.bytes_up += relay.bytes_up
                 opened.bytes_down += relay.bytes_down
             self.journal.close_conn(opened)
 
     async def recv(self, sock: socket.socket, deadline: float | None) -> bytes:
-        loop = self.run.loop
+        loop = self.ctx.loop
         if deadline is None:
             return await loop.sock_recv(sock, RECV_SIZE)
         if deadline - loop.time() <= 0:
@@ -96,7 +110,7 @@ class _Door:
             return
         try:
             async with asyncio.timeout(5):
-                await self.run.loop.sock_sendall(sock, data[sent:])
+                await self.ctx.loop.sock_sendall(sock, data[sent:])
         except (OSError, asyncio.TimeoutError):
             pass
 
@@ -105,7 +119,7 @@ class Socks5Door(_Door):
     """SOCKS5 (RFC 1928, no authentication, CONNECT only)."""
 
     async def serve(self, client: socket.socket) -> None:
-        loop = self.run.loop
+        loop = self.ctx.loop
         parser = socks5.Socks5Parser()
         deadline = loop.time() + HANDSHAKE_TIMEOUT
         seen = 0
@@ -148,7 +162,7 @@ class Socks5Door(_Door):
             return
         except OSError:
             return
-        self.run.handshaking.discard(client)
+        self.ctx.handshaking.discard(client)
         conn = self.journal.new_conn()
         outcome = await self.connector.connect(conn, "socks", "socks5", request.host, request.port)
         if isinstance(outcome, Denied):
@@ -177,7 +191,7 @@ class HttpDoor(_Door):
     """HTTP proxy: CONNECT tunnels and absolute-URI requests, kept alive."""
 
     async def serve(self, client: socket.socket) -> None:
-        loop = self.run.loop
+        loop = self.ctx.loop
         parser = http_proxy.RequestParser()
         upstream: Opened | None = None
         upstream_key = None
@@ -202,7 +216,7 @@ class HttpDoor(_Door):
                 if head is None:
                     return
                 first = False
-                self.run.handshaking.discard(client)
+                self.ctx.handshaking.discard(client)
                 if isinstance(head, http_proxy.ConnectHead):
                     if upstream is not None:
                         self.journal.close_conn(upstream)
@@ -264,7 +278,7 @@ class HttpDoor(_Door):
     async def _exchange(self, client, parser, upstream: Opened, responses, head) -> str:
         """One request and its response. Returns "keep" (both connections
         stay), "close-upstream" (the client stays) or "close" (end)."""
-        loop = self.run.loop
+        loop = self.ctx.loop
         try:
             data = head.render()
             await loop.sock_sendall(upstream.sock, data)
@@ -306,7 +320,7 @@ class HttpDoor(_Door):
                     pass
 
     async def _pump_body(self, client, parser, upstream: Opened) -> None:
-        loop = self.run.loop
+        loop = self.ctx.loop
         copier = None
         try:
             while True:
@@ -331,7 +345,7 @@ class HttpDoor(_Door):
                 upstream.bytes_up += copier.bytes
 
     async def _relay_response(self, client, upstream: Opened, responses, request) -> tuple[bool, bool]:
-        loop = self.run.loop
+        loop = self.ctx.loop
         final = None
         client_keeps = request.keep_alive
         copier = None
