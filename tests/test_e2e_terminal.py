@@ -1,6 +1,6 @@
 """vpnw on a real terminal (tmux), as root and as the unprivileged user.
 
-The program gets a pty of its own (DESIGN §10 "The terminal"): /dev/tty
+The program gets a pty of its own (docs/architecture.md, "The terminal"): /dev/tty
 works inside, full-screen programs and line editors work, Ctrl-Z and `fg`
 move vpnw and the program together, the user's terminal mode is the same
 after a run however it ends, window-size changes reach the program, and

@@ -1,4 +1,4 @@
-"""The test world (DESIGN.md §7): a fake internet inside namespaces we make.
+"""The test world (docs/architecture.md, "The test world"): a fake internet inside namespaces we make.
 
     world namespace (net + mount)              internet namespace (net)
     ───────────────────────────               ──────────────────────────

@@ -2,7 +2,7 @@
 
 Pure: the caller's environment (and the text of the git config files, for
 `core.sshCommand`) in, the program's environment and the names of the
-settings left as the user had them out. The helper applies it (DESIGN §3.5);
+settings left as the user had them out. The helper applies it (docs/architecture.md, "The sandbox", 5);
 the orchestrator applies it first, to say in `run.start` what was kept.
 
 Two kinds of setting:

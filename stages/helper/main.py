@@ -1,4 +1,4 @@
-"""The helper stage: the sandbox the program runs in (DESIGN.md §3).
+"""The helper stage: the sandbox the program runs in (docs/architecture.md, "The sandbox").
 
 Kept light: the orchestrator imports this module; everything heavy is
 imported inside the forked helper process.

@@ -43,7 +43,7 @@ class SealError(Exception):
 
 
 def program_env(env: dict[str, str]) -> dict[str, str]:
-    """DESIGN §3.5: the caller's env with the doors' settings and each client's
+    """docs/architecture.md, "The sandbox", 5: the caller's env with the doors' settings and each client's
     own (stages/config/client_env.py). The orchestrator has usually applied it already;
     applying it again changes nothing."""
     from stages.config.client_env import apply
@@ -593,7 +593,7 @@ def _docker_default_proc_masks() -> None:
 
 
 def _out_of_program_reach(paths: list[str]) -> str | None:
-    """The record is evidence (DESIGN §10): vpnw's state directory, the
+    """The record is evidence (docs/security.md): vpnw's state directory, the
     record, the policy and the config are read-only in the program's mount
     namespace, so nothing the program does changes this run's record or what
     the next run loads. Done last, after the file limits, so that no

@@ -145,7 +145,7 @@ def _program_env(env: dict, run_id: str) -> tuple[dict, list[str]]:
 
 @dataclass
 class _Terminal:
-    """Where the program's fds 0-2 and vpnw's human lines go (DESIGN §10 "The terminal")."""
+    """Where the program's fds 0-2 and vpnw's human lines go (docs/architecture.md, "The terminal")."""
     program_stdio: tuple[int, int, int]
     human_fd: int                    # the recorder's and the broker's fd 2
     color: bool | None = None        # None: the recorder looks at its fd 2
@@ -233,7 +233,7 @@ def _execute(request: RunRequest, terminal: _Terminal) -> int:
     path_name = request.path.name
     relay = None
     # The record is opened before anything starts: a run that cannot be
-    # recorded is not run at all (DESIGN §10, "the record is evidence").
+    # recorded is not run at all (docs/security.md, "The record is out of the program's reach").
     try:
         record, record_fd = open_run_file(request.record or None, run_id)
     except RecordUnwritable as exc:
@@ -358,8 +358,8 @@ def _start_asker(request: RunRequest, ask_link, run_id: str, relay):
 
 
 def _out_of_program_reach(request: RunRequest, record: str) -> list[str]:
-    """What the sandbox makes read-only for the program (DESIGN §10, "the
-    record is evidence"): vpnw's state directory (made if missing, so the
+    """What the sandbox makes read-only for the program (docs/security.md,
+    "The record is out of the program's reach"): vpnw's state directory (made if missing, so the
     program cannot make it and plant runs there), the record, the policy and
     the config (and the --log of its human lines). A path that cannot be made
     or does not exist is left out: the program, the same user without
