@@ -149,33 +149,95 @@ def read_in_world(world, path: Path) -> bytes:
                           capture_output=True, check=True).stdout
 
 
-@pytest.fixture
-def small_disk(world):
-    """A 48 KiB tmpfs mounted in the world's mount namespace, writable by all."""
+def mount_small_disk(world, size: str) -> Path:
+    """A tmpfs of `size` mounted in the world's mount namespace, writable by all."""
     point = world.tmp / f"small-disk-{time.monotonic_ns()}"
     point.mkdir()
-    world.in_world("mount", "-t", "tmpfs", "-o", "size=48k,mode=1777", "tmpfs", str(point))
-    try:
-        yield point
-    finally:
+    world.in_world("mount", "-t", "tmpfs", "-o", f"size={size},mode=1777", "tmpfs", str(point))
+    return point
+
+
+@pytest.fixture
+def small_disk(world):
+    disks = []
+    yield lambda size: disks.append(mount_small_disk(world, size)) or disks[-1]
+    for point in disks:
         world.in_world("umount", str(point))
         point.rmdir()
 
 
-def test_a_full_disk_mid_run_stops_the_program(world, user, small_disk):
+# The issue-32 attack (finding 6): fill the record's file system, then
+# upload. Each GET names itself (?MARK-i), so the web server's log shows
+# which reached it; the program goes on until a GET is refused.
+FILL_THEN_UPLOAD = r'''
+import errno, os, socket, sys
+fill, mark, done = sys.argv[1], sys.argv[2], sys.argv[3]
+try:
+    with open(fill, "wb") as f:
+        while True:
+            f.write(b"\0" * 65536)
+            f.flush()
+except OSError as e:
+    assert e.errno == errno.ENOSPC, e
+    print("disk full", flush=True)
+for i in range(3000):
+    with socket.create_connection(("127.0.0.1", 3128), timeout=30) as s:
+        s.sendall(f"GET http://api.github.com/whoami?{mark}-{i} HTTP/1.1\r\nHost: api.github.com\r\n"
+                  "Connection: close\r\n\r\n".encode())
+        data = b""
+        while True:
+            chunk = s.recv(65536)
+            if not chunk:
+                break
+            data += chunk
+    if not data.startswith(b"HTTP/1.1 200"):
+        print("refused after", i, data.split(b"\r\n")[0].decode(), flush=True)
+        break
+else:
+    open(done, "w").close()    # every upload went through
+'''
+
+
+def test_a_full_disk_never_hides_an_upload(world, user, small_disk):
+    """The program fills the record's file system, then connects again and
+    again: each connection is recorded (in the room vpnw reserved) until
+    that room runs low; then vpnw refuses to dial and stops the run, 125.
+    Every request the server got has its decision in the record. On a vpnw
+    without the reserve, the first connection after the fill reached the
+    server while its lines failed to be written."""
+    disk = small_disk("2m")
+    world.in_world("mkdir", "-m", "1777", str(disk / "rec"), str(disk / "fill"))
+    record = disk / "rec" / "run.jsonl"
+    mark = f"fill-{user}-{time.monotonic_ns()}"
     done = world.workdir(user) / "done"
-    record = small_disk / "run.jsonl"
-    r = world.vpnw(["run", "--record", str(record), "--", *many(world, 600, done)], user=user,
-                   timeout=180)
-    assert r.returncode == EXIT_INTERNAL, describe(r)
-    assert f"cannot write the record {record}: No space left on device" in r.stderr, r.stderr
-    assert "vpnw stops the program rather than run it unrecorded" in r.stderr
-    assert not done.exists(), "the program ran to its end with its record failing"
+    program = world.file("fill_then_upload.py", FILL_THEN_UPLOAD)
+    r = world.vpnw(["run", "--record", str(record), "--", sys.executable, str(program),
+                    str(disk / "fill" / "zeros"), mark, str(done)], user=user, timeout=180)
+    assert "disk full" in r.stdout, describe(r)                 # the control: the disk was full
     events = whole_lines(read_in_world(world, record))
-    assert events[0]["type"] == "run.start"
-    assert sum(e["type"] == "conn.request" for e in events) >= 10
-    # The summary never claims a clean exit.
+    opened = [e for e in events if e["type"] == "conn.open"]
+    allowed = {e["conn"] for e in events if e["type"] == "policy.allow"}
+    served = [line for line in world.web_log() if f"?{mark}-" in line]
+    # Never silent: each request the server got came over a connection in the record.
+    assert len(served) <= len(opened), (len(served), len(opened), describe(r))
+    assert all(e["conn"] in allowed for e in opened)
+    assert len(served) >= 100, "the reserve let no upload through"
+    assert r.returncode == EXIT_INTERNAL, describe(r)
+    assert f"the record {record} cannot grow (No space left on device): vpnw refuses every " \
+           "new connection and stops the run" in r.stderr, r.stderr
+    assert not done.exists(), "every upload went through"
     assert "exit 0" not in r.stderr
+
+
+def test_a_disk_too_full_for_the_reserve_means_the_program_never_runs(world, user, small_disk):
+    disk = small_disk("48k")
+    record = disk / "run.jsonl"
+    marker = world.workdir(user) / "the-program-ran"
+    r = world.vpnw(["run", "--record", str(record), "--", "touch", str(marker)], user=user)
+    assert r.returncode == EXIT_INTERNAL, describe(r)
+    assert f"cannot reserve room for the record {record}: No space left on device" in r.stderr
+    assert "the program was not run" in r.stderr
+    assert not marker.exists()
 
 
 def test_the_reader_of_record_stdout_gone_stops_the_program(world, user):

@@ -341,7 +341,7 @@ def test_trace_lines_format_alignment_and_local_time(world, user):
     [(_, deny)] = matched["policy.deny"]
     assert deny[:2] == ("evil.example", "80") and "evil.example" in deny[2]
     # The summary closes the trace, with a time too.
-    assert re.match(rf"^vpnw {TIME}  run r-[0-9a-f]{{6}}: 3 connections, 1 denied, 0 failed; exit 120; record ",
+    assert re.match(rf"^vpnw {TIME}  run r-[0-9a-f]{{12}}: 3 connections, 1 denied, 0 failed; exit 120; record ",
                     vpnw_lines(r.stderr)[-1]), r.stderr
 
 

@@ -174,3 +174,23 @@ def test_never_a_line_of_vpnw_inside_a_line_of_the_program():
     theirs = [ln for ln in lines[:-1] if not ln.startswith(b"vpnw ")]
     assert len(ours) == n
     assert theirs == program.split(b"\r\n")[:-1]
+
+
+# Issue 32, finding 10: the alternate screen entered by a mode list (more
+# spellings in tests/test_escapes.py).
+
+def test_the_merger_holds_lines_on_a_listed_alternate_screen():
+    """The red team's case, end to end in the merger: before, `ESC[?1;1049h`
+    let vpnw's DENY line out into the alternate screen, where it was lost."""
+    m = LineMerger(hold=0.5)
+    m.program_output(b"\x1b[?1;1049h\x1b[H", 0.0)
+    assert m.human_line(b"vpnw DENY evil.example", 0.0) == b""
+    assert m.tick(5.0) == b""
+    out = m.program_output(b"\x1b[?1;1049l", 6.0) + m.program_output(b"\r\n", 6.1)
+    assert b"vpnw DENY evil.example\r\n" in out
+
+
+def test_control_a_plain_screen_lets_the_line_out_at_once():
+    m = LineMerger(hold=0.5)
+    m.program_output(b"\x1b[?1;25h\r\n", 0.0)
+    assert m.human_line(b"vpnw DENY evil.example", 0.0) == b"vpnw DENY evil.example\r\n"

@@ -18,6 +18,8 @@ from stages.broker.hosts_file import HostsFile
 from stages.broker.journal import Journal, ms_since
 
 DNS_TIMEOUT = 15.0
+RECORD_FULL = ("the record has no room left (its file system is full): vpnw dials nothing "
+               "it cannot record")
 
 
 @dataclass
@@ -56,7 +58,7 @@ class _Allowed:
 
 class Connector:
     def __init__(self, journal: Journal, *, policy, dialer, via: str, dry_run: bool,
-                 local_addresses: frozenset, hold=None):
+                 local_addresses: frozenset, hold=None, record_gate=None):
         from stages.broker import decide
         self.decide = decide
         self.journal = journal
@@ -68,6 +70,7 @@ class Connector:
         self.resolves_at_exit = dialer.resolves_at_exit
         self.hosts = HostsFile()
         self.hold = hold              # guard --ask: hold.Hold, asks instead of the default's denial
+        self.record_gate = record_gate
 
     async def connect(self, conn: int, door: str, kind: str, host: str,
                       port: int) -> Opened | Denied | Failed:
@@ -77,7 +80,7 @@ class Connector:
             decided = await self._decide(conn, host, port, door)
             if isinstance(decided, _Allowed):
                 stage = "dial"
-                outcome = await self._dial(conn, decided, port)
+                outcome = self._record_full() or await self._dial(conn, decided, port)
             else:
                 outcome = decided
         except asyncio.CancelledError:
@@ -166,6 +169,17 @@ class Connector:
             addresses = again.addresses
         return d.Decision(True, f"no allow rule matches {target}; asked: the person allowed it "
                                 f"({answer.answer}){note}", "asked", addresses), asked
+
+    def _record_full(self) -> Failed | None:
+        """Write-ahead (docs/security.md, "A full disk hides nothing"): the
+        decision goes into the event pipe first, then the gate is read; a
+        closed gate (the record has no room left) refuses the dial."""
+        if self.record_gate is None:
+            return None
+        self.journal.flush_events()
+        if self.record_gate.is_open:
+            return None
+        return Failed("dial", "internal", RECORD_FULL)
 
     async def _dial(self, conn: int, allowed: _Allowed, port: int) -> Opened | Failed:
         started = time.monotonic()

@@ -50,7 +50,7 @@ class Broker:
                  dry_run: bool = False, grace: float = 2.0,
                  local_addresses: frozenset = frozenset(), path_reported: bool = False,
                  numbers=None, crew: Crew | None = None, ask_fd: int | None = None,
-                 ask_worker: bool = False):
+                 ask_worker: bool = False, record_gate=None):
         self.path_reported = path_reported  # main_from_fds already said the direct path is ok
         self.path = path
         self.grace = grace
@@ -61,7 +61,8 @@ class Broker:
         local_addresses = local_addresses | self.dialer.own_addresses
         self.connector = Connector(self.journal, policy=policy, dialer=self.dialer,
                                    via=path.name, dry_run=dry_run,
-                                   local_addresses=local_addresses, hold=_hold(ask_fd, ask_worker))
+                                   local_addresses=local_addresses, hold=_hold(ask_fd, ask_worker),
+                                   record_gate=record_gate)
         # The running loop, kept: asyncio.get_running_loop() asks the kernel
         # for the pid on every call (fork detection), several times a connection.
         self.loop: asyncio.AbstractEventLoop | None = None
@@ -284,7 +285,7 @@ def _raise_fd_limit() -> None:
 def run_broker(handoff_fd: int, event_fd: int, status_fd: int, *, run_id: str, policy, path,
                dry_run: bool = False, grace: float = 2.0, path_reported: bool = False,
                numbers=None, crew: Crew | None = None, early=None,
-               ask_fd: int | None = None, ask_worker: bool = False) -> int:
+               ask_fd: int | None = None, ask_worker: bool = False, record_gate=None) -> int:
     """The broker process body (the lead's, or a worker's: then `crew` is
     None and `numbers` the shared counter); returns its exit code (0,
     PATH_DOWN, INTERNAL)."""
@@ -298,7 +299,8 @@ def run_broker(handoff_fd: int, event_fd: int, status_fd: int, *, run_id: str, p
         broker = Broker(emitter=Emitter(event_fd, run_id, path=path.name),
                         status_fd=status_fd, policy=policy, path=path, path_reported=path_reported,
                         dry_run=dry_run, grace=grace, local_addresses=local_addresses(),
-                        numbers=numbers, crew=crew, ask_fd=ask_fd, ask_worker=ask_worker)
+                        numbers=numbers, crew=crew, ask_fd=ask_fd, ask_worker=ask_worker,
+                        record_gate=record_gate)
         return _serve_until_the_end(broker, handoff_fd, early)
     except Exception as exc:
         warn(f"the broker failed: {exc!r}")

@@ -12,7 +12,8 @@ from stages.broker.warn import warn
 
 def main_from_fds(handoff_fd: int, event_fd: int, status_fd: int, *, run_id: str,
                   policy, path, dry_run: bool = False, grace: float = 2.0,
-                  workers: int | None = None, ask_fd: int | None = None) -> int:
+                  workers: int | None = None, ask_fd: int | None = None,
+                  record_gate=None) -> int:
     """Run the broker until the helper is gone (or SIGTERM); returns the exit
     code: 0, 123 when the path check failed, 125 when the broker itself failed.
 
@@ -20,7 +21,8 @@ def main_from_fds(handoff_fd: int, event_fd: int, status_fd: int, *, run_id: str
     PathDown first, Totals last) to `status_fd`. `policy=None` allows everything; `path=None`
     is the direct path (stages/config/paths.py DIRECT). `workers`: broker processes in all (None: one per core,
     broker/workers.py). `ask_fd`: guard --ask's link to the orchestrator
-    (hold.py); each worker makes its own from it."""
+    (hold.py); each worker makes its own from it. `record_gate`: dial only
+    while it is open (record/gate.py)."""
     if path is None:    # None means direct: said here once, a PathSpec everywhere below
         from stages.config.paths import DIRECT
         path = DIRECT
@@ -62,7 +64,8 @@ def main_from_fds(handoff_fd: int, event_fd: int, status_fd: int, *, run_id: str
             from stages.broker.loop import run_broker
             return run_broker(link_fd, event_fd, worker_status_fd, run_id=run_id, policy=policy,
                               path=path, dry_run=dry_run, grace=grace, path_reported=True,
-                              numbers=numbers, ask_fd=ask_fd, ask_worker=True)
+                              numbers=numbers, ask_fd=ask_fd, ask_worker=True,
+                              record_gate=record_gate)
         crew.start(count - 1, worker,
                    keep=(event_fd, numbers.fd, *(() if ask_fd is None else (ask_fd,))))
         if at_once:
@@ -70,7 +73,8 @@ def main_from_fds(handoff_fd: int, event_fd: int, status_fd: int, *, run_id: str
     from stages.broker.loop import run_broker
     return run_broker(handoff_fd, event_fd, status_fd, run_id=run_id, policy=policy,
                       path=path, dry_run=dry_run, grace=grace, path_reported=path_reported,
-                      numbers=numbers, crew=crew, early=early, ask_fd=ask_fd)
+                      numbers=numbers, crew=crew, early=early, ask_fd=ask_fd,
+                      record_gate=record_gate)
 
 
 def _load_the_loop() -> None:

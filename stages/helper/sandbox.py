@@ -227,7 +227,7 @@ def run(argv: list[str], handoff_fd: int, status_fd: int, go_fd: int,
         doors = _open_doors(opened)
         _fresh_devpts()
         if tty is not None:
-            _own_terminal(tty.socket_fd, tty.stderr_too)
+            _own_terminal(tty.socket_fd, tty.stdio)
     except SealError as e:
         st.write(status_fd, st.SandboxFailed(str(e), ExitCode.NO_SANDBOX))
         return ExitCode.NO_SANDBOX
@@ -414,11 +414,12 @@ def _fresh_devpts() -> None:
                         f"{DOCTOR_HINT}")
 
 
-def _own_terminal(pty_sock_fd: int, stderr_too: bool) -> None:
+def _own_terminal(pty_sock_fd: int, stdio: tuple[bool, bool, bool]) -> None:
     """The program's terminal, made in the sandbox's own devpts, so its name
     is there inside (ttyname(), `tty`). The master goes to the orchestrator
-    over `pty_sock_fd`; the slave becomes fds 0 and 1 (and 2) of this
-    process, which init and the program inherit."""
+    over `pty_sock_fd`; the slave becomes each of fds 0-2 of this process
+    that `stdio` marks (the user's terminals: no fd of theirs is left), which
+    init and the program inherit; the others (files, pipes) stay as they are."""
     import array
     import fcntl
     try:
@@ -427,8 +428,9 @@ def _own_terminal(pty_sock_fd: int, stderr_too: bool) -> None:
         number = array.array("I", [0])
         fcntl.ioctl(master, _TIOCGPTN, number)
         slave = os.open(f"/dev/pts/{number[0]}", os.O_RDWR | os.O_NOCTTY)
-        for fd in (0, 1, 2) if stderr_too else (0, 1):
-            os.dup2(slave, fd)
+        for fd in (0, 1, 2):
+            if stdio[fd] or os.isatty(fd):
+                os.dup2(slave, fd)
         os.close(slave)
         with socket.socket(fileno=pty_sock_fd) as sock:
             send_master(sock, master)
@@ -688,7 +690,7 @@ def _program(argv, penv, seccomp_filter, err_w: int, files: dict | None = None,
 
 
 def _lead_terminal_session() -> None:
-    """In init, with a terminal: fd 0 is the slave of the program's own pty
+    """In init, with a terminal: one of fds 0-2 is the slave of the program's own pty
     (opened outside by the orchestrator). Init leads a new session with it
     as controlling terminal, so /dev/tty opens it inside and its line
     discipline sends Ctrl-C/Ctrl-Z/SIGWINCH to the program's foreground
@@ -698,7 +700,13 @@ def _lead_terminal_session() -> None:
     import fcntl
     import termios
     os.setsid()
-    fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+    fcntl.ioctl(_slave_fd(), termios.TIOCSCTTY, 0)
+
+
+def _slave_fd() -> int:
+    """The first of fds 0-2 that is the pty's slave: every terminal among
+    them is (_own_terminal), and stdin may be a file or /dev/null."""
+    return next(fd for fd in (0, 1, 2) if os.isatty(fd))
 
 
 def _foreground_of_terminal() -> None:
@@ -708,7 +716,7 @@ def _foreground_of_terminal() -> None:
     os.setpgid(0, 0)
     signal.signal(signal.SIGTTOU, signal.SIG_IGN)
     try:
-        os.tcsetpgrp(0, os.getpgrp())
+        os.tcsetpgrp(_slave_fd(), os.getpgrp())
     finally:
         signal.signal(signal.SIGTTOU, signal.SIG_DFL)
 

@@ -127,6 +127,9 @@ def _sandboxed(mode: str, *, require_policy: bool):
             click.option("--capture", is_flag=True,
                          help="Also take every TCP connection that ignores the proxy settings to the "
                               "policy (the policy's capture = true does the same)."),
+            click.option("--no-clipboard", is_flag=True,
+                         help="On a terminal, drop the program's OSC 52 sequences (which set or "
+                              "read the clipboard of the terminal's desktop)."),
         ]
         if mode == "guard":
             options.append(click.option("--dry-run", is_flag=True,
@@ -160,7 +163,8 @@ def _check_syslog_target(target):
 
 def _execute(mode, program, policy_file, config_file, via, record, events_to,
              allow_unix_sockets, log=None, quiet=False, dry_run=False, syslog=None,
-             events_format="jsonl", ask=False, ask_timeout=60.0, capture=False):
+             events_format="jsonl", ask=False, ask_timeout=60.0, capture=False,
+             no_clipboard=False):
     from stages.orchestrator.run import RunRequest, execute
     from stages.config.policy import check_policy_for_path
     if policy_file == "-" and config_file == "-":
@@ -190,7 +194,8 @@ def _execute(mode, program, policy_file, config_file, via, record, events_to,
                          config_file=config_file,
                          ask=bool(mode == "guard" and (ask or getattr(policy, "ask", False))),
                          ask_timeout=ask_timeout,
-                         capture=capture or getattr(policy, "capture", False))
+                         capture=capture or getattr(policy, "capture", False),
+                         no_clipboard=no_clipboard)
     return execute(request)
 
 

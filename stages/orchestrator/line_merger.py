@@ -28,14 +28,13 @@ from __future__ import annotations
 import unicodedata
 from collections import deque
 
-# Enter / leave the alternate screen (xterm's 1049, 1047 and the old 47).
-_ALT_ON = (b"\x1b[?1049h", b"\x1b[?1047h", b"\x1b[?47h")
-_ALT_OFF = (b"\x1b[?1049l", b"\x1b[?1047l", b"\x1b[?47l")
-_LONGEST = max(len(s) for s in _ALT_ON + _ALT_OFF)
+from stages.orchestrator.escapes import ScreenModes
+
 # Leave the alternate screen, show the cursor, mouse reporting (every mode and
 # encoding) and bracketed paste off.
 _GIVE_BACK = (b"\x1b[?1049l\x1b[?25h\x1b[?1000l\x1b[?1002l\x1b[?1003l\x1b[?1005l"
               b"\x1b[?1006l\x1b[?1015l\x1b[?2004l")
+
 # A half line longer than this is never replayed (nor kept).
 _MAX_PARTIAL = 4096
 
@@ -61,7 +60,7 @@ class LineMerger:
         self.partial = b""           # the program's bytes since its last newline (capped)
         self.partial_overflow = False
         self.alternate = False       # the program is on the alternate screen
-        self._tail = b""             # the last bytes seen, to match sequences split across chunks
+        self._screen = ScreenModes()  # follows the alternate screen across chunks
         self._waiting_since: float | None = None
 
     # ---- input
@@ -111,7 +110,7 @@ class LineMerger:
         do; vpnw's lines then go out below what was there before."""
         if not self.alternate:
             return b""
-        self.alternate = False
+        self.alternate = self._screen.alternate = False
         self.at_boundary, self.partial, self.partial_overflow = True, b"", False
         return _GIVE_BACK + (self._lines() if self.held or self.dropped else b"")
 
@@ -127,12 +126,7 @@ class LineMerger:
     # ---- internals
 
     def _track_screen(self, data: bytes) -> None:
-        window = self._tail + data
-        on = max(window.rfind(s) for s in _ALT_ON)
-        off = max(window.rfind(s) for s in _ALT_OFF)
-        if on >= 0 or off >= 0:
-            self.alternate = on > off
-        self._tail = window[-(_LONGEST - 1):]
+        self.alternate = self._screen.feed(data)
 
     def _lines(self) -> bytes:
         lines = list(self.held)

@@ -22,7 +22,7 @@ from stages.wire import status as st
 from stages.kernel.descriptors import close_all_but
 from stages.wire.exits import ExitCode
 from stages.record.events import (
-    Emitter, RecordUnwritable, new_run_id, open_run_file, vpnw_state_dir,
+    Emitter, RecordUnwritable, open_run_file, vpnw_state_dir,
 )
 
 FORWARDED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT,
@@ -52,6 +52,7 @@ class RunRequest:
     ask_timeout: float = 60.0      # seconds a question waits before it is a denial
     capture: bool = False          # --capture or the policy's capture = true
     env: dict = field(default_factory=lambda: dict(os.environ))
+    no_clipboard: bool = False     # drop the program's OSC 52 on the user's terminal
 
 
 # While the program's terminal is relayed, vpnw's own messages join its output
@@ -150,7 +151,9 @@ class _Terminal:
     human_fd: int                    # the recorder's and the broker's fd 2
     color: bool | None = None        # None: the recorder looks at its fd 2
     pty: bool = False                # the program gets a pty of its own
-    program_out: int = 1             # the user's fd the program's stdout goes to
+    program_out: int = 1             # the user's fd the pty's output goes to
+    on_tty: tuple = (False, False, False)   # which of the program's fds 0-2 get the pty
+    no_clipboard: bool = False       # the relay drops OSC 52 (--no-clipboard)
     human_r: int | None = None       # vpnw's lines, to merge into the program's output
     pty_socket: object = None        # (ours, the helper's): the pty master comes over it
     relay: object = None             # terminal.TerminalRelay once the master is here
@@ -174,24 +177,32 @@ def _plan_terminal(request: RunRequest) -> _Terminal:
     program_out = 2 if request.record == "-" else 1
     human_fd = _open_log(request.log) if request.log else 2
     own = [human_fd] if request.log else []
-    # A pty when the user's stdin and where the program's stdout goes are
-    # terminals (the relay's modules are loaded only then).
-    if not (os.isatty(0) and os.isatty(program_out)):
+    # A pty whenever any of the program's fds 0-2 would be a terminal (sudo's
+    # use_pty): the program never holds an fd of the user's terminal, so
+    # `vpnw run -- agent < /dev/null &` cannot read the shell's keys nor leave
+    # its modes behind. Only the terminal fds become the pty's slave; a file or
+    # a pipe stays the program's own (the relay's modules load only here).
+    on_tty = (os.isatty(0), os.isatty(program_out), os.isatty(2))
+    if not any(on_tty):
         return _Terminal(program_stdio=(0, program_out, 2), human_fd=human_fd, own_fds=own)
     import socket
     human_r = None
     color = None
-    if not request.log and os.isatty(2):
+    # The pty's output (the program's terminal stdout/stderr, the echo of the
+    # keys) goes to the user's terminal: where stdout goes, else stderr, else stdin.
+    screen = program_out if on_tty[1] else 2 if on_tty[2] else 0
+    if not request.log and on_tty[2]:
         # vpnw's lines are on the same screen as the program's: merge them.
         human_r, human_fd = os.pipe()
         own.append(human_fd)
         color = "NO_COLOR" not in request.env
     ours, helpers = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-    # The helper replaces fds 0 and 1 (and 2 when stderr is a terminal) with
-    # the pty's slave before anything of the program's runs.
+    # The helper replaces each of fds 0-2 that is a terminal with the pty's
+    # slave before anything of the program's runs.
     return _Terminal(program_stdio=(0, program_out, 2), human_fd=human_fd, color=color,
-                     pty=True, program_out=program_out, human_r=human_r,
-                     pty_socket=(ours, helpers), own_fds=own)
+                     pty=True, program_out=screen, human_r=human_r,
+                     pty_socket=(ours, helpers), own_fds=own, on_tty=on_tty,
+                     no_clipboard=request.no_clipboard)
 
 
 def _start_relay(terminal: _Terminal):
@@ -204,7 +215,10 @@ def _start_relay(terminal: _Terminal):
     helpers.close()
     terminal.pty_socket = None
     global _relay_say
-    terminal.relay = TerminalRelay(0, terminal.program_out, None, terminal.human_r, master_from=ours)
+    keys = terminal.on_tty[0]
+    terminal.relay = TerminalRelay(0 if keys else terminal.program_out, terminal.program_out, None,
+                                   terminal.human_r, master_from=ours, keys=keys,
+                                   no_clipboard=terminal.no_clipboard)
     _relay_say = terminal.relay.say
     return terminal.relay
 
@@ -229,18 +243,20 @@ def execute(request: RunRequest) -> int:
 
 def _execute(request: RunRequest, terminal: _Terminal) -> int:
     started = time.monotonic()
-    run_id = new_run_id()
     path_name = request.path.name
     relay = None
     # The record is opened before anything starts: a run that cannot be
     # recorded is not run at all (docs/security.md, "The record is out of the program's reach").
     try:
-        record, record_fd = open_run_file(request.record or None, run_id)
+        record, record_fd, run_id = open_run_file(request.record or None)
     except RecordUnwritable as exc:
         say(str(exc))
         return ExitCode.INTERNAL
 
-    # The recorder first: nothing happens that it does not see.
+    # The recorder first: nothing happens that it does not see. The broker
+    # dials only while the recorder holds room for the lines (record/gate.py).
+    from stages.record.gate import RecordGate
+    record_gate = RecordGate()
     events_r, events_w = os.pipe()
     recorded_r, recorded_w = os.pipe()
     human = "denials" if request.quiet else {"trace": "trace"}.get(request.mode, "run")
@@ -249,7 +265,8 @@ def _execute(request: RunRequest, terminal: _Terminal) -> int:
         from stages.recorder.main import main_from_fds
         return main_from_fds(events_r, record=record, record_fd=record_fd, ready_fd=recorded_w,
                              human=human, tee_command=request.events_to, color=terminal.color,
-                             syslog_target=request.syslog, events_format=request.events_format)
+                             syslog_target=request.syslog, events_format=request.events_format,
+                             record_gate=record_gate)
 
     stage_stdio = (0, 1, terminal.human_fd)
     recorder_pid = _fork_stage([events_r, record_fd, recorded_w], recorder_body, stdio=stage_stdio)
@@ -278,7 +295,7 @@ def _execute(request: RunRequest, terminal: _Terminal) -> int:
         from stages.broker.main import main_from_fds
         return main_from_fds(broker_end.fileno(), events_w, broker_status_w, run_id=run_id,
                              policy=request.policy, path=request.path,
-                             dry_run=request.dry_run,
+                             dry_run=request.dry_run, record_gate=record_gate,
                              ask_fd=ask_link[1].fileno() if ask_link else None)
 
     broker_pid = _fork_stage([broker_end.fileno(), events_w, broker_status_w,
@@ -293,7 +310,7 @@ def _execute(request: RunRequest, terminal: _Terminal) -> int:
         run_helper(request.argv, handoff_fd=helper_end.fileno(), status_fd=helper_status_w,
                    go_fd=go_r, allow_unix_sockets=request.allow_unix_sockets, env=program_env,
                    files=files_plan,
-                   tty=ProgramTerminal(terminal.pty_socket[1].fileno(), stderr_too=os.isatty(2))
+                   tty=ProgramTerminal(terminal.pty_socket[1].fileno(), stdio=terminal.on_tty)
                    if terminal.pty else None,
                    read_only=_out_of_program_reach(request, record), capture=request.capture,
                    unix_allow=unix_allow)

@@ -29,6 +29,7 @@ import struct
 import termios
 import time
 
+from stages.orchestrator.escapes import ClipboardFilter
 from stages.orchestrator.line_merger import LineMerger
 
 # How long vpnw's lines wait for the program to finish a half-written line.
@@ -74,10 +75,19 @@ class TerminalRelay:
     `human_r` is the read end of the pipe that carries vpnw's human lines
     (the recorder's and the broker's stderr); they are merged into the
     program's output at line boundaries.
+
+    `keys`: the user's stdin is the terminal, and keys are relayed (raw mode,
+    in the foreground only). Without it (`vpnw run -- agent < /dev/null`)
+    `user_in` is only where the terminal's mode and size are read: the relay
+    never reads it nor changes its mode, so what the user types goes to the
+    shell.
     """
 
     def __init__(self, user_in: int, user_out: int, master: int | None, human_r: int | None,
-                 master_from=None):
+                 master_from=None, keys: bool = True, no_clipboard: bool = False):
+        self.keys = keys
+        # --no-clipboard: OSC 52 never reaches the user's terminal (docs/security.md).
+        self.clipboard_filter = ClipboardFilter() if no_clipboard else None
         self.user_in = user_in
         self.user_out = user_out
         self.master = None
@@ -115,7 +125,8 @@ class TerminalRelay:
             return False
 
     def enter_raw(self) -> None:
-        if self.raw or not self.program_going or not self.master_open or not self.foreground():
+        if (self.raw or not self.keys or not self.program_going or not self.master_open
+                or not self.foreground()):
             return
         try:
             termios.tcsetattr(self.user_in, termios.TCSADRAIN, _raw(self.saved))
@@ -305,6 +316,8 @@ class TerminalRelay:
             chunks.append(data)
         if chunks:
             data = b"".join(chunks)
+            if self.clipboard_filter is not None:
+                data = self.clipboard_filter.feed(data)
             self.tail = (self.tail + data[-256:])[-256:]
             self._write(self.merger.program_output(data, now))
         if not open_:
@@ -450,6 +463,9 @@ class TerminalRelay:
     def close(self) -> None:
         """Every ending: the last lines, the user's terminal as it was, fds closed."""
         try:
+            if self.clipboard_filter is not None:
+                self._write(self.merger.program_output(self.clipboard_filter.finish(),
+                                                       time.monotonic()))
             if self.human_buf:
                 self._write(self.merger.human_line(self.human_buf, time.monotonic()))
                 self.human_buf = b""

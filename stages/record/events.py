@@ -7,6 +7,7 @@ all three agree.
 """
 from __future__ import annotations
 
+import errno
 import os
 import time
 from typing import IO, Iterator
@@ -74,9 +75,12 @@ class RecordError(ValueError):
     """A line that is not a valid version-1 event."""
 
 
+RUN_ID_BYTES = 6   # 48 bits: at 5,000 kept runs, a repeat is ~4e-8 (24 bits gave ~50%)
+
+
 def new_run_id() -> str:
     # os.urandom, not secrets: `secrets` pulls in hmac/hashlib (~6 ms of start-up).
-    return "r-" + os.urandom(3).hex()
+    return "r-" + os.urandom(RUN_ID_BYTES).hex()
 
 
 _second = [-1, ""]   # the last whole second formatted, and its text
@@ -255,13 +259,17 @@ class RecordUnwritable(OSError):
 _NOT_RUN = "the program was not run"
 
 
-def open_run_file(record: str | None, run_id: str | None = None) -> tuple[str, int]:
-    """Open the record before anything runs: (the file's name, a writable fd).
+def open_run_file(record: str | None) -> tuple[str, int, str]:
+    """Open the record before anything runs: (the file's name, a writable fd,
+    the run id).
 
     `record` is a file, "-" for stdout, or None for the state directory. Only
     the default state directory is ever created (0700); a --record FILE in a
     directory that does not exist is an error, for root too, so a typo never
-    scatters records in new directories."""
+    scatters records in new directories. In the state directory the file is
+    new (O_EXCL): an id that is already there gets a fresh one, so no earlier
+    record is ever truncated."""
+    run_id = new_run_id()
     if record == "-":
         try:
             mode = os.O_ACCMODE & _fd_flags(1)
@@ -271,13 +279,12 @@ def open_run_file(record: str | None, run_id: str | None = None) -> tuple[str, i
             raise RecordUnwritable(
                 f"cannot write the record to stdout (--record -): stdout is closed or not "
                 f"writable; fix: give vpnw a writable stdout, or --record FILE; {_NOT_RUN}")
-        return record, os.dup(1)
+        return record, os.dup(1), run_id
     if record is None:
         directory = state_dir()
-        path = os.path.join(directory, f"{run_id}.jsonl")
         try:
             os.makedirs(directory, mode=0o700, exist_ok=True)
-            return path, _create(path)
+            return _create_new_run(directory, run_id)
         except OSError as exc:
             raise RecordUnwritable(
                 f"cannot write the record in the state directory {directory}: "
@@ -290,11 +297,26 @@ def open_run_file(record: str | None, run_id: str | None = None) -> tuple[str, i
             f"(vpnw creates no directory for --record); fix: create it, or give --record a "
             f"file in an existing directory; {_NOT_RUN}")
     try:
-        return record, _create(record)
+        return record, _create(record), run_id
     except OSError as exc:
         raise RecordUnwritable(
             f"cannot write the record {record}: {exc.strerror or exc}; fix: give --record a "
             f"file you can write; {_NOT_RUN}") from None
+
+
+def _create_new_run(directory: str, run_id: str) -> tuple[str, int, str]:
+    # O_EXCL: a repeated id (or a file planted at the name) is never truncated;
+    # the run takes a fresh id instead. 48 bits make a second repeat unheard of;
+    # the bound only stops a directory that refuses every name from spinning.
+    for _ in range(16):
+        path = os.path.join(directory, f"{run_id}.jsonl")
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        except FileExistsError:
+            run_id = new_run_id()
+            continue
+        return path, fd, run_id
+    raise FileExistsError(errno.EEXIST, "every new run id was already taken")
 
 
 def _fd_flags(fd: int) -> int:

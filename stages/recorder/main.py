@@ -16,6 +16,7 @@ from stages.record.chain import Chain, unchained
 from stages.recorder.feeder import BoundedFeeder
 from stages.recorder.hints import RunFacts
 from stages.recorder.human import HUMAN_MODES, QUIET, HumanState, format_event
+from stages.recorder.reserve import RecordRoom
 
 # A line longer than this with no newline is not an event; drop it rather
 # than let a broken writer grow our buffer without end.
@@ -189,7 +190,8 @@ def _open_syslog(target: str | None, events_format: str):
 def main_from_fds(in_fd: int, *, record: str | None, record_fd: int | None = None,
                   ready_fd: int | None = None, human: str = "trace",
                   tee_command: str | None = None, color: bool | None = None,
-                  syslog_target: str | None = None, events_format: str = "jsonl") -> int:
+                  syslog_target: str | None = None, events_format: str = "jsonl",
+                  record_gate=None) -> int:
     """Record events from `in_fd` until end of stream. Returns an exit code:
     0, or 1 when the record file could not be opened or written (then it stops
     at once: the orchestrator stops the program rather than run it unrecorded).
@@ -208,11 +210,25 @@ def main_from_fds(in_fd: int, *, record: str | None, record_fd: int | None = Non
 
     if record_fd is None and record is not None:
         try:
-            record, record_fd = open_run_file(record)
+            record, record_fd, _ = open_run_file(record)
         except RecordUnwritable as exc:
             _say(str(exc).replace("the program was not run", "nothing was recorded"))
             return 1
     run_file = _RunFile(record_fd, record) if record_fd is not None else None
+    room = None
+    if run_file is not None:
+        # Room reserved before the first line, the broker's gate open only
+        # then (record/gate.py): a full disk never hides a connection.
+        room = RecordRoom(run_file.fd, run_file.offset, in_fd, record_gate)
+        error = room.start(run_file.offset)
+        if error is not None:
+            _say(f"cannot reserve room for the record {record}: {error.strerror or error}; "
+                 "fix: free space on its file system, or give --record a file elsewhere; "
+                 "the program was not run")
+            os.close(run_file.fd)
+            return 1
+    elif record_gate is not None:
+        record_gate.open()
     tee = None
     if tee_command:
         try:
@@ -241,9 +257,14 @@ def main_from_fds(in_fd: int, *, record: str | None, record_fd: int | None = Non
     pending = b""
     try:
         while status == 0:
+            if room is not None and room.drained:
+                status = 1    # the gate is closed and every dial's line is written: stop
+                break
             if any(side.wants_write() for side in sides):
                 _wait_readable(in_fd, sides)
             chunk = os.read(in_fd, 65536)
+            if room is not None:
+                room.read(len(chunk))
             if not chunk:
                 if not pending.strip():
                     break
@@ -284,15 +305,9 @@ def main_from_fds(in_fd: int, *, record: str | None, record_fd: int | None = Non
                 continue
             # Into the record first, then the copies: a copy never holds a
             # line the record lacks.
-            if run_file is not None:
-                try:
-                    run_file.write_lines([line for _, line in sealed])
-                except OSError as exc:
-                    _say(f"cannot write the record {record}: {exc.strerror or exc}; "
-                         "vpnw stops the run rather than run the program unrecorded "
-                         "(the lines written are whole)")
-                    status = 1
-                    break
+            if run_file is not None and not _into_the_record(run_file, room, sealed, record):
+                status = 1
+                break
             if ready_fd is not None:
                 _signal_ready(ready_fd)
                 ready_fd = None
@@ -317,6 +332,7 @@ def main_from_fds(in_fd: int, *, record: str | None, record_fd: int | None = Non
                             pass
     finally:
         if run_file is not None:
+            room.finish(run_file.offset)
             os.close(run_file.fd)
         if ready_fd is not None:
             os.close(ready_fd)
@@ -327,6 +343,26 @@ def main_from_fds(in_fd: int, *, record: str | None, record_fd: int | None = Non
     if bad_lines > 1:
         _say(f"{bad_lines} lines were not version-1 events and were not recorded")
     return status
+
+
+def _into_the_record(run_file: _RunFile, room: RecordRoom, sealed: list, record) -> bool:
+    """The sealed lines into the run file, room kept ahead of them; False
+    when the file refused them (the recorder stops)."""
+    lines = [line for _, line in sealed]
+    offset = run_file.offset
+    full = room.before_write(None if offset is None else offset + sum(map(len, lines)))
+    if full is not None:
+        _say(f"the record {record} cannot grow ({full.strerror or full}): vpnw refuses every "
+             "new connection and stops the run; every connection made is in the record")
+    try:
+        run_file.write_lines(lines)
+    except OSError as exc:
+        room.shut()
+        _say(f"cannot write the record {record}: {exc.strerror or exc}; "
+             "vpnw stops the run rather than run the program unrecorded "
+             "(the lines written are whole)")
+        return False
+    return True
 
 
 def _signal_ready(fd: int) -> None:

@@ -23,10 +23,10 @@ MESSAGE = b"m"
 @dataclass(frozen=True)
 class ProgramTerminal:
     """Asked of the helper: make a pty in the sandbox, send its master over
-    `socket_fd`, give the program the slave as fds 0 and 1 (and 2 when
-    `stderr_too`)."""
+    `socket_fd`, give the program the slave as each of fds 0-2 that `stdio`
+    marks (the ones on the user's terminal)."""
     socket_fd: int
-    stderr_too: bool
+    stdio: tuple[bool, bool, bool]
 
 
 class PtyHandoffError(ValueError):
