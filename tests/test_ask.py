@@ -244,3 +244,19 @@ def test_add_rule_refuses_what_would_not_be_a_policy(tmp_path):
                  today="2026-12-01")
     assert path.read_text() == POLICY
     assert os.listdir(tmp_path) == ["p.toml"]
+
+
+def test_a_write_that_fails_half_way_leaves_the_old_file(tmp_path, monkeypatch):
+    """The rename is the one step that replaces the file: when it fails (a
+    crash before it), the old file is whole and no temporary stays."""
+    path = tmp_path / "agent.toml"
+    path.write_text(POLICY)
+
+    def crash(src, dst):
+        raise OSError(5, "Input/output error")
+    monkeypatch.setattr(os, "rename", crash)
+    with pytest.raises(EditRefused, match="cannot write it"):
+        add_rule(str(path), "allow", "pypi.org:443", expected_sha256=text_sha256(POLICY),
+                 run_id="r-1", today="2026-12-01")
+    assert path.read_text() == POLICY
+    assert os.listdir(tmp_path) == ["agent.toml"]
