@@ -370,3 +370,27 @@ def choose_path(config: Config | None, via: str | None) -> PathSpec:
     raise ConfigError(f"--via {shown}: no path of that name (known: {known})",
                       "use one of the known names, or add a [paths." + shown + "] section",
                       file=config.source)
+
+
+@dataclass(frozen=True)
+class ConfigFiles:
+    """What a config names beyond itself, for every path in it (not only the
+    chosen one): the program never sees a secret of any of them."""
+    named: tuple[str, ...] = ()          # files read-only inside (CA files)
+    secret_files: tuple[str, ...] = ()   # hidden inside: password_file, private_key_file, .conf
+    secret_vars: tuple[str, ...] = ()    # removed from the program's environment
+
+
+def config_files(config: Config | None) -> ConfigFiles:
+    if config is None:
+        return ConfigFiles()
+    named, files, variables = [], [], []
+    for spec in config.paths.values():
+        if spec.ca_file:
+            named.append(spec.ca_file)
+        if spec.type == "wireguard":
+            files.append(spec.wireguard.source)   # its PrivateKey and PresharedKey
+        if spec.secret is not None:
+            (variables if spec.secret.kind == "env" else files).append(spec.secret.name)
+    return ConfigFiles(tuple(dict.fromkeys(named)), tuple(dict.fromkeys(files)),
+                       tuple(dict.fromkeys(variables)))

@@ -42,7 +42,7 @@ def apply(plan: dict) -> None:
     cwd = os.getcwd()
     if plan["limit_writes"]:
         _read_only_except(plan["writable"])
-    _hide(plan["hide"])
+    hide(plan["hide"])
     os.chdir(cwd)
 
 
@@ -92,7 +92,8 @@ def _read_only_except(writable: list[list[str]]) -> None:
                 _remount(point, read_only=False)
 
 
-def _hide(hide: list[list[str]]) -> None:
+def hide(hide: list[list[str]]) -> None:
+    """An empty read-only file or directory over each [path, kind] this user can reach."""
     targets = []
     try:
         for path, kind in hide:

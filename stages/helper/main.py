@@ -14,7 +14,7 @@ from stages.wire.pty_handoff import ProgramTerminal
 def run_helper(argv: list[str], *, handoff_fd: int, status_fd: int, go_fd: int,
                allow_unix_sockets: bool = False, env: dict[str, str] | None = None,
                files: dict | None = None, tty: ProgramTerminal | None = None,
-               read_only: list[str] = (), capture: bool = False,
+               protected: dict | None = None, capture: bool = False,
                unix_allow: list[tuple[str, str]] = ()) -> NoReturn:
     """Seal, report on status_fd, wait for go, run argv, report its end; never returns.
 
@@ -23,14 +23,15 @@ def run_helper(argv: list[str], *, handoff_fd: int, status_fd: int, go_fd: int,
     (stages/wire/pty_handoff.py) the program gets a pty of its own, made
     in the sandbox: its master goes to the orchestrator over that socket, its
     slave becomes the controlling terminal of the program's session, and the
-    program's stops are reported.
+    program's stops are reported. `protected`: stages/config/protected.py's
+    Protection.to_helper() (read-only and hidden paths).
     """
     from stages.wire.exits import ExitCode
     code = ExitCode.INTERNAL
     try:
         from stages.helper.sandbox import run
         code = run(argv, handoff_fd, status_fd, go_fd, allow_unix_sockets, env, files, tty=tty,
-                   read_only=read_only, capture=capture, unix_allow=unix_allow)
+                   protected=protected, capture=capture, unix_allow=unix_allow)
     except BaseException as e:  # never return into the orchestrator's code
         try:
             from stages.wire import status

@@ -188,7 +188,7 @@ _KNOWN_SONAMES = {"c": "libc.so.6", "seccomp": "libseccomp.so.2"}
 
 def run(argv: list[str], handoff_fd: int, status_fd: int, go_fd: int,
         allow_unix_sockets: bool, env: dict[str, str] | None, files: dict | None = None,
-        tty: ProgramTerminal | None = None, read_only: list[str] = (), capture: bool = False,
+        tty: ProgramTerminal | None = None, protected: dict | None = None, capture: bool = False,
         unix_allow: list[tuple[str, str]] = ()) -> int:
     """P's whole life; returns its exit code (the caller _exits with it)."""
     if not argv:
@@ -240,7 +240,7 @@ def run(argv: list[str], handoff_fd: int, status_fd: int, go_fd: int,
     init_pid = os.fork()
     if init_pid == 0:
         os._exit(_init(argv, penv, seccomp_filter, report_w, go_r, keep, files, tty is not None,
-                       read_only, unix_link.program_end.fileno() if unix_link else None))
+                       protected or {}, unix_link.program_end.fileno() if unix_link else None))
     os.close(report_w)
     os.close(go_r)
     if unix_link is not None:
@@ -479,7 +479,7 @@ def _wait_for_the_end(report: st.StatusReader, status_fd: int) -> st.Message | N
 # ---------------------------------------------------------------- C: init
 
 def _init(argv, penv, seccomp_filter, report_w: int, go_r: int, keep: set[int],
-          files: dict | None = None, tty: bool = False, read_only: list[str] = (),
+          files: dict | None = None, tty: bool = False, protected: dict | None = None,
           listener_end: int | None = None) -> int:
     try:
         for sig in FORWARDED_SIGNALS:
@@ -503,7 +503,7 @@ def _init(argv, penv, seccomp_filter, report_w: int, go_r: int, keep: set[int],
     except OSError as e:
         st.write(report_w, st.InitFailed(f"cannot enforce the policy's [files] limits: {e}"))
         return ExitCode.NO_SANDBOX
-    problem = _out_of_program_reach(read_only)
+    problem = _out_of_program_reach(protected.get("read_only", ()), protected.get("hide", ()))
     if problem:
         st.write(report_w, st.InitFailed(problem))
         return ExitCode.NO_SANDBOX
@@ -594,33 +594,51 @@ def _docker_default_proc_masks() -> None:
             priv.mount("/dev/null", point, None, mounts.MS_BIND)
 
 
-def _out_of_program_reach(paths: list[str]) -> str | None:
-    """The record is evidence (docs/security.md): vpnw's state directory, the
-    record, the policy and the config are read-only in the program's mount
-    namespace, so nothing the program does changes this run's record or what
-    the next run loads. Done last, after the file limits, so that no
-    allow_write can make them writable again. Each is bound onto itself and
-    remounted read-only (the program has no CAP_SYS_ADMIN to undo it, and no
-    new user namespace to get one); the seal check is statvfs's ST_RDONLY
-    through the path the program will use. None, or why it cannot be done."""
+def _out_of_program_reach(paths: list[str], secrets: list[list[str]] = ()) -> str | None:
+    """What runs outside the sandbox later (stages/config/protected.py) and the
+    record, which is evidence (docs/security.md): vpnw's installation, its
+    state directory, the record, the policy and the config, the shell's and
+    git's start-up files... are read-only in the program's mount namespace,
+    and the secret files the config names are hidden (an empty file or
+    directory over them). Done last, after the file limits, so that no
+    allow_write can make them writable again (a policy lifts one only by
+    naming it: the orchestrator then leaves it out). Each is bound onto
+    itself and remounted read-only (the program has no CAP_SYS_ADMIN to undo
+    it, and no new user namespace to get one); the seal check is statvfs's
+    ST_RDONLY through the path the program will use. None, or why not."""
     cwd = os.getcwd()
     try:
+        points = mounts.mount_points_under("/")
         for path in paths:
             try:
                 real = os.path.realpath(path, strict=True)
-            except FileNotFoundError:
+            except (FileNotFoundError, NotADirectoryError):
                 continue   # hidden by a deny_read limit: out of reach already
+            except PermissionError:
+                continue   # unreachable for this user, so for the program too
             priv.mount(real, real, None, mounts.MS_BIND | priv.MS_REC)
-            for point in dict.fromkeys(mounts.mount_points_under(real)):
-                mounts.read_only(point)
+            below = [p for p in points if p.startswith(real.rstrip("/") + "/")]
+            for point in dict.fromkeys([real, *below]):
+                try:
+                    mounts.read_only(point)
+                except PermissionError:
+                    pass   # below a directory this user cannot enter
+            points.append(real)
+        if secrets:
+            from stages.helper import file_mounts
+            file_mounts.hide(secrets)
         # A cwd inside a protected directory still points at the mount below.
         os.chdir(cwd)
         for path in paths:
-            if os.path.exists(path) and not os.statvfs(path).f_flag & _ST_RDONLY:
+            try:
+                writable = not os.statvfs(path).f_flag & _ST_RDONLY
+            except OSError:
+                continue
+            if writable:
                 return f"{path} is still writable after its read-only bind"
     except OSError as e:
-        return (f"cannot make vpnw's state directory, the record, the policy and the config "
-                f"read-only for the program: {e}")
+        return (f"cannot make vpnw's installation and evidence, and the files that run "
+                f"outside the sandbox later, read-only for the program: {e}")
     return None
 
 

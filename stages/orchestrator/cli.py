@@ -74,10 +74,11 @@ def _load_policy(policy_file):
 
 
 def _load_path(config_file, via):
-    from stages.config.paths import ConfigError, choose_path, load_config
+    """(the chosen path, what the config names: stages/config/paths.py's ConfigFiles)."""
+    from stages.config.paths import ConfigError, choose_path, config_files, load_config
     try:
         config = load_config(config_file) if config_file else None
-        return choose_path(config, via)
+        return choose_path(config, via), config_files(config)
     except ConfigError as exc:
         raise UsageProblem(str(exc)) from None
 
@@ -175,7 +176,7 @@ def _execute(mode, program, policy_file, config_file, via, record, events_to,
         raise UsageProblem(f"--ask edits the policy file, and {policy_file} is vpnw's own; "
                            f"fix: vpnw presets {policy_file[1:]} > policy.toml, then --policy policy.toml")
     policy = _load_policy(policy_file)
-    path = _load_path(config_file, via)
+    path, named = _load_path(config_file, via)
     problem = check_policy_for_path(policy, path.resolves_at_exit) if policy_file else None
     if problem:
         raise UsageProblem(f"{policy.source}: {problem}")
@@ -191,7 +192,7 @@ def _execute(mode, program, policy_file, config_file, via, record, events_to,
                          events_to=events_to, allow_unix_sockets=allow_unix_sockets,
                          dry_run=dry_run, files=files, log=log, quiet=quiet,
                          syslog=syslog, events_format=events_format,
-                         config_file=config_file,
+                         config_file=config_file, config_files=named,
                          ask=bool(mode == "guard" and (ask or getattr(policy, "ask", False))),
                          ask_timeout=ask_timeout,
                          capture=capture or getattr(policy, "capture", False),

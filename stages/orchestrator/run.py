@@ -51,6 +51,7 @@ class RunRequest:
     ask: bool = False              # guard --ask: the person decides what the policy does not allow
     ask_timeout: float = 60.0      # seconds a question waits before it is a denial
     capture: bool = False          # --capture or the policy's capture = true
+    config_files: object = None    # stages.config.paths.ConfigFiles: what the config names
     env: dict = field(default_factory=lambda: dict(os.environ))
     no_clipboard: bool = False     # drop the program's OSC 52 on the user's terminal
 
@@ -275,7 +276,9 @@ def _execute(request: RunRequest, terminal: _Terminal) -> int:
     emitter = Emitter(events_w, run_id, path=path_name)
     policy_name = getattr(request.policy, "name", None)
     files_plan, files_record = _file_limits(request.files)
-    program_env, env_kept = _program_env(request.env, run_id)
+    protection = _protection(request, record)
+    names_before = _identities(_evidence_names(request, record))
+    program_env, env_kept = _program_env(_without_secrets(request), run_id)
     emitter.emit("run.start", mode=request.mode, program=os.path.basename(request.argv[0]),
                  policy=policy_name if getattr(request.policy, "source", None) else None,
                  policy_file=getattr(request.policy, "source", None), via=path_name,
@@ -283,7 +286,11 @@ def _execute(request: RunRequest, terminal: _Terminal) -> int:
                  version=__version__, record=record, **files_record,
                  env_kept=env_kept, **_deny_private_scope(request),
                  **({"capture": True} if request.capture else {}),
-                 **({"ask": True} if request.ask else {}))
+                 **({"ask": True} if request.ask else {}),
+                 protected=protection.to_record(budget=800 if files_record else 2800))
+    for entry in protection.lifted:
+        say(f"allow_write names {entry.path} ({entry.why}): the program may change it, "
+            f"and what it writes there runs outside the sandbox later")
 
     helper_end, broker_end = handoff.link()
     broker_status_r, broker_status_w = os.pipe()
@@ -312,7 +319,7 @@ def _execute(request: RunRequest, terminal: _Terminal) -> int:
                    files=files_plan,
                    tty=ProgramTerminal(terminal.pty_socket[1].fileno(), stdio=terminal.on_tty)
                    if terminal.pty else None,
-                   read_only=_out_of_program_reach(request, record), capture=request.capture,
+                   protected=protection.to_helper(), capture=request.capture,
                    unix_allow=unix_allow)
         return ExitCode.INTERNAL
 
@@ -334,6 +341,10 @@ def _execute(request: RunRequest, terminal: _Terminal) -> int:
     run = _Run(request, emitter, helper_pid, broker_pid, recorder_pid,
                helper_status_r, broker_status_r, go_w, recorded_r, relay, asker)
     code, error = run.wait()
+    moved = _after_the_program(protection, names_before, run_id)
+    if moved:
+        say(moved)
+        code, error = ExitCode.INTERNAL, error or moved
     if relay is not None:
         relay.finish_program()
 
@@ -374,21 +385,105 @@ def _start_asker(request: RunRequest, ask_link, run_id: str, relay):
                  program=os.path.basename(request.argv[0]))
 
 
-def _out_of_program_reach(request: RunRequest, record: str) -> list[str]:
-    """What the sandbox makes read-only for the program (docs/security.md,
-    "The record is out of the program's reach"): vpnw's state directory (made if missing, so the
-    program cannot make it and plant runs there), the record, the policy and
-    the config (and the --log of its human lines). A path that cannot be made
-    or does not exist is left out: the program, the same user without
-    capabilities, cannot make it either."""
+def _protection(request: RunRequest, record: str):
+    """What the program may not change (stages/config/protected.py): vpnw's
+    installation and evidence (its state directory, made if missing so the
+    program cannot make it and plant runs there; the record, the policy, the
+    config, the --log), what the config names, and the files that run code
+    outside the sandbox later."""
+    from stages.config import protected as pr
+    from stages.config.file_limits import invoker_homes, locate
     state = vpnw_state_dir()
     try:
         os.makedirs(os.path.join(state, "runs"), mode=0o700, exist_ok=True)
     except OSError:
         pass
-    paths = [state, record, getattr(request.policy, "source", None), request.config_file,
-             request.log]
-    return [p for p in dict.fromkeys(paths) if p and p != "-" and os.path.lexists(p)]
+    cwd = os.getcwd()
+    home, other_homes = invoker_homes(request.env)
+    named = request.config_files
+    files = request.files
+    allow_write = tuple(l.path for l in files.allow_write) if files and files.allow_write else ()
+    evidence = [state, record, getattr(request.policy, "source", None), request.config_file,
+                request.log]
+    import stages
+    inputs = pr.Inputs(
+        homes=(home, *other_homes), cwd=cwd,
+        install=pr.installation(sys.executable, [p for p in sys.path if p != cwd], sys.prefix,
+                                sys.base_prefix, os.path.dirname(stages.__file__),
+                                sys.argv[0] if os.path.isabs(sys.argv[0]) else None),
+        evidence=tuple(p for p in dict.fromkeys(evidence) if p and p != "-"),
+        named=tuple(named.named) if named else (),
+        secrets=tuple(named.secret_files) if named else (),
+        allow_write=allow_write,
+        writable_trees=tuple(l.path for l in files.writable() if l.kind == "dir") if files else ())
+    return pr.protect(inputs, locate, pr.read_small)
+
+
+def _evidence_names(request: RunRequest, record: str) -> list[str]:
+    """The names the next run and `vpnw runs`/`show` look evidence up by.
+    For the policy and the config, their directories: the files themselves
+    are bound read-only (neither replaced nor removed inside), so only a
+    directory above can move them, and that gives the directory another
+    inode at its name; `guard --ask` replaces the policy file itself, from
+    outside, by an atomic rename."""
+    state = vpnw_state_dir()
+    names = [state, os.path.join(state, "runs")]
+    for named in (getattr(request.policy, "source", None), request.config_file):
+        if named and named != "-":
+            names.append(os.path.dirname(os.path.abspath(named)))
+    if record != "-":
+        names += [record, os.path.dirname(os.path.abspath(record))]
+    return list(dict.fromkeys(names))
+
+
+def _identities(names: list[str]) -> dict:
+    out = {}
+    for name in names:
+        try:
+            st_ = os.stat(name)
+            out[name] = (st_.st_dev, st_.st_ino)
+        except OSError:
+            out[name] = None
+    return out
+
+
+def _after_the_program(protection, names_before: dict, run_id: str) -> str | None:
+    """Once the program and all its processes are gone (its PID namespace
+    ended with it): (1) each evidence name still names the file or directory
+    it named at the start: a directory above renamed from inside would let
+    the next run load another policy, or `vpnw runs` list forged runs;
+    (2) a protected file that did not exist at the start (nothing to bind
+    read-only) and exists now is moved aside, never deleted, so the shell or
+    git does not run it. A message when either happened, else None."""
+    problems = []
+    now = _identities(list(names_before))
+    for name, before in names_before.items():
+        if before is not None and now[name] != before:
+            problems.append(f"{name} is no longer the file or directory it was when the run "
+                            f"started (a directory above it was moved or replaced during the run)")
+    for entry in protection.absent:
+        if not os.path.lexists(entry.path):
+            continue
+        aside = f"{entry.path}.vpnw-planted-{run_id}"
+        try:
+            os.rename(entry.path, aside)
+            problems.append(f"{entry.path} ({entry.why}) appeared during the run; "
+                            f"vpnw moved it to {aside}: look at it before you use it")
+        except OSError as exc:
+            problems.append(f"{entry.path} ({entry.why}) appeared during the run and could "
+                            f"not be moved aside ({exc.strerror}): look at it before you "
+                            f"start a shell or git")
+    if not problems:
+        return None
+    return "WARNING: " + "; ".join(problems)
+
+
+def _without_secrets(request: RunRequest) -> dict:
+    """The caller's environment without the variables the config names for a
+    secret (password_env, private_key_env), of every path in it."""
+    named = request.config_files
+    drop = set(named.secret_vars) if named else set()
+    return {k: v for k, v in request.env.items() if k not in drop}
 
 
 def _deny_private_scope(request) -> dict:
