@@ -646,9 +646,12 @@ _ST_RDONLY = 1
 
 
 def _limit_files(files: dict | None) -> None:
-    """The policy's [files] table: the mount layer (stages/helper/file_mounts.py)."""
+    """The policy's [files] table: a minimal /dev (root could otherwise read
+    disks, consoles and serial lines: device files check the uid, not
+    capabilities), then the mount layer (stages/helper/file_mounts.py)."""
     if files:
         from stages.helper import file_mounts
+        mounts.minimal_dev()
         file_mounts.apply(files)
 
 

@@ -40,3 +40,44 @@ def mount_fresh_devpts() -> None:
     script, node-pty inside work). Raises OSError."""
     priv.mount("devpts", "/dev/pts", "devpts", priv.MS_NOSUID | priv.MS_NOEXEC,
                "newinstance,mode=0620,ptmxmode=0666")
+
+
+# The devices a program needs, as bubblewrap's --dev gives them: each bound
+# from the machine's /dev; everything else (disks, consoles, vcs, serial
+# lines, loop devices, kmsg) is not there to open.
+MINIMAL_DEVICES = ("null", "zero", "full", "random", "urandom", "tty")
+MINIMAL_LINKS = {"ptmx": "pts/ptmx", "fd": "/proc/self/fd", "stdin": "/proc/self/fd/0",
+                 "stdout": "/proc/self/fd/1", "stderr": "/proc/self/fd/2"}
+
+
+def minimal_dev() -> None:
+    """A fresh /dev: a tmpfs with MINIMAL_DEVICES bound in, the devpts
+    already at /dev/pts (the sandbox's own, moved across), an empty
+    writable /dev/shm and the usual links; read-only but for /dev/shm.
+    Raises OSError."""
+    sources = {}
+    try:
+        for name in (*MINIMAL_DEVICES, "pts"):
+            try:
+                sources[name] = os.open(f"/dev/{name}", os.O_PATH | os.O_CLOEXEC)
+            except FileNotFoundError:
+                if name == "pts":
+                    raise
+        priv.mount("tmpfs", "/dev", "tmpfs", priv.MS_NOSUID | priv.MS_NOEXEC,
+                   "mode=0755,size=64k,nr_inodes=64")
+        for name in sources:
+            if name == "pts":
+                os.mkdir("/dev/pts", 0o755)
+            else:
+                os.close(os.open(f"/dev/{name}", os.O_CREAT | os.O_WRONLY | os.O_CLOEXEC, 0o666))
+            priv.mount(f"/proc/self/fd/{sources[name]}", f"/dev/{name}", None,
+                       MS_BIND | priv.MS_REC)
+        for name, target in MINIMAL_LINKS.items():
+            os.symlink(target, f"/dev/{name}")
+        os.mkdir("/dev/shm", 0o1777)
+        os.chmod("/dev/shm", 0o1777)
+        priv.mount(None, "/dev", None, MS_REMOUNT | MS_RDONLY | priv.MS_NOSUID | priv.MS_NOEXEC)
+        priv.mount("tmpfs", "/dev/shm", "tmpfs", priv.MS_NOSUID | priv.MS_NODEV, "mode=1777")
+    finally:
+        for fd in sources.values():
+            os.close(fd)

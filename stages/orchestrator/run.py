@@ -7,6 +7,7 @@ parallel and the orchestrator stays light.
 """
 from __future__ import annotations
 
+import errno
 import gc
 import os
 import selectors
@@ -162,10 +163,14 @@ class _Terminal:
 
 
 def _open_log(path: str) -> int:
+    # O_NOFOLLOW: a symlink planted at the log's name is refused, never followed.
     try:
-        return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
+        return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC | os.O_NOFOLLOW,
+                       0o600)
     except OSError as exc:
-        raise RunRefused(f"--log {path}: cannot open it for writing: {exc.strerror}") from None
+        why = "it is a symbolic link (vpnw never writes its log through one)" \
+            if exc.errno == errno.ELOOP else exc.strerror
+        raise RunRefused(f"--log {path}: cannot open it for writing: {why}") from None
 
 
 class RunRefused(Exception):

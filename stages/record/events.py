@@ -326,4 +326,13 @@ def _fd_flags(fd: int) -> int:
 
 def _create(path: str) -> int:
     # Private by default: the record names every host the program talked to.
-    return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+    # O_NOFOLLOW: a symlink a program planted at the record's name (in a
+    # directory it could write) must not make vpnw truncate what it names.
+    try:
+        return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC | os.O_NOFOLLOW,
+                       0o600)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise OSError(errno.ELOOP, "it is a symbolic link (vpnw never writes a record "
+                                       "through one)") from None
+        raise

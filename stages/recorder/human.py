@@ -53,6 +53,7 @@ class HumanState:
     run: str | None = None
     start_record: str | None = None  # the record named in run.start
     facts: RunFacts | None = None    # set: the closing hints follow the summary (stages/recorder/hints.py)
+    digest: str | None = None        # the run's last digest, once run.end is sealed
     _second_key: str = ""
     _second_text: str = ""
 
@@ -114,6 +115,8 @@ def summary_text(event: dict, state: HumanState) -> str:
         home = os.path.expanduser("~")
         shown = "~" + record[len(home):] if home not in ("", "/") and record.startswith(home + "/") else record
         text += f"; record {printable(shown)}"
+    if state.digest:
+        text += f"; last digest {printable(state.digest)}"
     return text
 
 

@@ -11,7 +11,7 @@ import os
 
 import orjson
 
-from stages.record.events import RecordError, RecordUnwritable, open_run_file, parse_line
+from stages.record.events import RecordError, RecordUnwritable, open_run_file, parse_line, split_digest
 from stages.record.chain import Chain, unchained
 from stages.recorder.feeder import BoundedFeeder
 from stages.recorder.hints import RunFacts
@@ -324,6 +324,11 @@ def main_from_fds(in_fd: int, *, record: str | None, record_fd: int | None = Non
                     # The record's own line, digest included: a copy that can be checked.
                     syslog.write(event, line[:-1])
                 if human != QUIET:
+                    if event.get("type") == "run.end":
+                        # The summary names the last digest: the user can hold the
+                        # record to it later (`vpnw show --verify` prints it too).
+                        split = split_digest(line[:-1])
+                        state.digest = split[1].decode() if split else None
                     text = format_event(event, state)
                     if text is not None:
                         try:

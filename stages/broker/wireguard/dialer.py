@@ -16,10 +16,20 @@ import socket
 import subprocess
 import sys
 
+import stages
 from stages.broker.dial import DialError, PathDownError, dial_direct
 from stages.broker.wireguard import control
 
 START_TIMEOUT = 20.0    # the path process's own handshake bound is shorter
+
+
+# The path process runs isolated (-I): PYTHONPATH, PYTHONSTARTUP, the user's
+# site-packages and the working directory cannot put code of anyone else's
+# into a process that holds the tunnel's keys. Its imports come from where
+# this vpnw's own do (the directory that holds `stages`).
+_STAGES_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(stages.__file__)))
+_PATH_PROCESS_START = ("import sys; sys.path.insert(0, sys.argv.pop(1)); "
+                       "from stages.broker.wireguard.path_process import main; sys.exit(main(sys.argv))")
 
 
 class WireGuardDialer:
@@ -46,7 +56,8 @@ class WireGuardDialer:
             # The tunnel's keys go over the socket, never in argv or the environment.
             ours.send(json.dumps(tunnel_message(wg, wg.private_key)).encode())
             self.process = subprocess.Popen(
-                [sys.executable, "-m", "stages.broker.wireguard.path_process", str(os.getpid()), str(theirs.fileno())],
+                [sys.executable, "-I", "-c", _PATH_PROCESS_START, _STAGES_ROOT, str(os.getpid()),
+                 str(theirs.fileno())],
                 pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL, close_fds=True)
         except OSError as exc:
             ours.close()
