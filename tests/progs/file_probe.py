@@ -96,6 +96,15 @@ def op_open_append(op):
     os.close(os.open(op["path"], os.O_WRONLY | os.O_APPEND))
 
 
+def op_open_read(op):
+    # Opens for reading and reads nothing (a device may block): proves read access.
+    os.close(os.open(op["path"], os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY))
+
+
+def op_env(op):
+    return os.environ.get(op["var"])
+
+
 def op_create(op):
     os.close(os.open(op["path"], os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644))
 

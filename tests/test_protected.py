@@ -1,0 +1,162 @@
+"""stages/config/protected.py: what the program may not change, computed from
+home, the installation, cwd, the config and allow_write, over a file system
+the test describes (the look-ups are the function's only contact with one)."""
+from __future__ import annotations
+
+import os
+
+from stages.config import protected as pr
+from stages.config.paths import ConfigFiles, config_files, load_config
+
+
+class FakeFs:
+    """path -> "dir" | "file" (with text); symlinks as `links` (path -> target)."""
+
+    def __init__(self, entries: dict[str, str], texts: dict[str, str] = None, links=None):
+        self.entries = dict(entries)
+        self.texts = texts or {}
+        self.links = links or {}
+
+    def real(self, path: str) -> str:
+        path = os.path.normpath(path)
+        for link, target in self.links.items():
+            if path == link or path.startswith(link + "/"):
+                return target + path[len(link):]
+        return path
+
+    def locate(self, path: str):
+        real = self.real(path)
+        return real, self.entries.get(real, "absent")
+
+    def read_text(self, path: str):
+        return self.texts.get(self.real(path))
+
+
+HOME = "/home/me"
+BASE = {HOME: "dir", f"{HOME}/.bashrc": "file", f"{HOME}/.profile": "file",
+        f"{HOME}/.ssh": "dir", f"{HOME}/.ssh/config": "file", f"{HOME}/.config": "dir",
+        f"{HOME}/.config/systemd": "dir", f"{HOME}/.config/systemd/user": "dir",
+        f"{HOME}/.gitconfig": "file", "/etc/hosts": "file", "/etc/resolv.conf": "file",
+        f"{HOME}/src": "dir", f"{HOME}/src/app": "dir", f"{HOME}/src/app/.git": "dir",
+        f"{HOME}/src/app/.git/hooks": "dir", f"{HOME}/src/app/.git/config": "file",
+        f"{HOME}/src/app/lib": "dir",
+        f"{HOME}/.local/share/vpnw-venv": "dir", "/usr/bin/python3.11": "file",
+        "/usr/lib/python3.11": "dir"}
+
+
+def protect(fs: FakeFs, **kw) -> pr.Protection:
+    inputs = pr.Inputs(**{"homes": (HOME,), "cwd": f"{HOME}/src/app/lib", **kw})
+    return pr.protect(inputs, fs.locate, fs.read_text)
+
+
+def paths(entries) -> set[str]:
+    return {e.path for e in entries}
+
+
+def test_start_up_files_git_and_the_name_look_ups_are_read_only_absent_ones_listed():
+    p = protect(FakeFs(BASE))
+    ro = paths(p.read_only)
+    assert {f"{HOME}/.bashrc", f"{HOME}/.profile", f"{HOME}/.ssh/config", f"{HOME}/.gitconfig",
+            f"{HOME}/.config/systemd", "/etc/hosts", "/etc/resolv.conf",
+            # git looks upward from the working directory: the repository above cwd
+            f"{HOME}/src/app/.git/hooks", f"{HOME}/src/app/.git/config"} <= ro
+    # a file that is not there cannot be bound: it is checked after the run
+    assert {f"{HOME}/.bash_profile", f"{HOME}/.zshrc", f"{HOME}/.config/autostart",
+            f"{HOME}/.ssh/authorized_keys"} <= paths(p.absent)
+    assert not ro & paths(p.absent)
+    assert p.hidden == () and p.lifted == ()
+
+
+def test_the_installation_is_read_only_one_bind_per_tree():
+    venv = f"{HOME}/.local/share/vpnw-venv"
+    install = pr.installation("/usr/bin/python3.11", [f"{venv}/lib/python3.11/site-packages",
+                                                      "/usr/lib/python3.11", "/usr/lib/python311.zip"],
+                              venv, "/usr", f"{venv}/lib/python3.11/site-packages/stages",
+                              f"{venv}/bin/vpnw")
+    fs = FakeFs({**BASE, f"{venv}/lib/python3.11/site-packages": "dir",
+                 f"{venv}/lib/python3.11/site-packages/stages": "dir", f"{venv}/bin/vpnw": "file"})
+    p = protect(fs, install=install)
+    ro = paths(p.read_only)
+    # the venv's whole prefix (pyvenv.cfg names the interpreter), once: nothing inside it again
+    assert venv in ro and not any(r.startswith(venv + "/") for r in ro)
+    assert {"/usr/bin/python3.11", "/usr/lib/python3.11"} <= ro
+    assert "/usr/lib/python311.zip" in paths(p.absent)
+
+
+def test_a_system_install_protects_its_import_dirs_not_the_whole_prefix():
+    install = pr.installation("/usr/bin/python3.11", ["/usr/lib/python3.11"], "/usr", "/usr",
+                              "/usr/lib/python3/dist-packages/stages", None)
+    assert "/usr" not in install
+    assert "/usr/lib/python3/dist-packages/stages" in install
+
+
+def test_secret_files_are_hidden_not_read_only_and_named_files_read_only():
+    fs = FakeFs({**BASE, "/cfg": "dir", "/cfg/office.conf": "file", "/cfg/office.pass": "file",
+                 "/cfg/ca.pem": "file"})
+    p = protect(fs, secrets=("/cfg/office.conf", "/cfg/office.pass", "/cfg/gone.key"),
+                named=("/cfg/ca.pem",), evidence=("/cfg",))
+    assert paths(p.hidden) == {"/cfg/office.conf", "/cfg/office.pass"}
+    assert {h.kind for h in p.hidden} == {"file"}
+    assert "/cfg" in paths(p.read_only)
+    assert not paths(p.hidden) & paths(p.read_only)
+
+
+def test_only_naming_the_very_path_in_allow_write_lifts_it():
+    wide = protect(FakeFs(BASE), allow_write=(HOME, f"{HOME}/src/app"),
+                   writable_trees=(HOME, f"{HOME}/src/app"))
+    assert f"{HOME}/.bashrc" in paths(wide.read_only) and wide.lifted == ()
+    named = protect(FakeFs(BASE), allow_write=(f"{HOME}/.bashrc",))
+    assert paths(named.lifted) == {f"{HOME}/.bashrc"}
+    assert f"{HOME}/.bashrc" not in paths(named.read_only)
+
+
+def test_symlinks_are_judged_by_what_they_name():
+    fs = FakeFs({**BASE, "/data/dots": "dir", "/data/dots/bashrc": "file"},
+                links={f"{HOME}/.bashrc": "/data/dots/bashrc"})
+    assert "/data/dots/bashrc" in paths(protect(fs).read_only)
+
+
+def test_writable_trees_get_their_project_start_up_files_and_repositories():
+    fs = FakeFs({**BASE, "/work": "dir", "/work/.vscode": "dir", "/work/.git": "file",
+                 "/repos/w.git/worktrees/work": "dir", "/repos/w.git": "dir",
+                 "/repos/w.git/hooks": "dir", "/repos/w.git/config": "file"},
+                texts={"/work/.git": "gitdir: /repos/w.git/worktrees/work\n",
+                       "/repos/w.git/worktrees/work/commondir": "../..\n"})
+    p = protect(fs, writable_trees=("/work",))
+    ro = paths(p.read_only)
+    assert {"/work/.vscode", "/repos/w.git/hooks", "/repos/w.git/config"} <= ro
+    assert "/work/.mcp.json" in paths(p.absent)
+
+
+def test_sudo_protects_both_homes():
+    fs = FakeFs({**BASE, "/root": "dir", "/root/.bashrc": "file"})
+    p = pr.protect(pr.Inputs(homes=("/root", HOME), cwd="/tmp"), fs.locate, fs.read_text)
+    assert {"/root/.bashrc", f"{HOME}/.bashrc"} <= paths(p.read_only)
+
+
+def test_the_record_lists_what_fits_and_counts_the_rest():
+    fs = FakeFs(BASE)
+    p = protect(fs)
+    full = p.to_record()
+    assert set(full) == {"hidden", "lifted", "read_only", "absent"}
+    small = p.to_record(budget=40)
+    listed = sum(len(v) for k, v in small.items() if k != "unlisted")
+    assert small["unlisted"] + listed == sum(len(v) for v in full.values())
+
+
+def test_every_path_of_a_config_names_its_secrets(tmp_path):
+    key = "YWJjZGVmZ2hpamtsbW5vcHFyc3R1dnd4eXoxMjM0NTY="
+    (tmp_path / "office.conf").write_text(
+        f"[Interface]\nPrivateKey = {key}\nAddress = 10.9.0.2/32\n[Peer]\nPublicKey = {key}\n"
+        "Endpoint = 192.0.2.1:51820\nAllowedIPs = 0.0.0.0/0\n")
+    (tmp_path / "paths.toml").write_text(
+        'version = 1\nname = "t"\n'
+        '[paths.a]\ntype = "proxy"\nurl = "socks5h://127.0.0.1:1080"\nusername = "u"\n'
+        'password_env = "A_PASSWORD"\n'
+        '[paths.b]\ntype = "proxy"\nurl = "http://127.0.0.1:3128"\nusername = "u"\n'
+        'password_file = "b.pass"\n'
+        '[paths.wg]\ntype = "wireguard"\nconf = "office.conf"\n')
+    named = config_files(load_config(str(tmp_path / "paths.toml")))
+    assert named.secret_vars == ("A_PASSWORD",)
+    assert set(named.secret_files) == {str(tmp_path / "b.pass"), str(tmp_path / "office.conf")}
+    assert config_files(None) == ConfigFiles()
