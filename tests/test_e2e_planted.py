@@ -13,6 +13,7 @@ import json
 import os
 import pwd
 import shutil
+import subprocess
 import sys
 from pathlib import Path
 
@@ -87,9 +88,10 @@ def user_install(world, home: Path, user: str) -> Path:
     venv.parent.mkdir(parents=True, exist_ok=True)
     chown_tree(home / ".local", user)
     world.run([world.python, "-m", "venv", "--without-pip", str(venv)], user=user, check=True)
-    import stages
+    installed = subprocess.run([world.python, "-I", "-c", "import stages; print(stages.__file__)"],
+                               capture_output=True, text=True, check=True).stdout.strip()
     site = next((venv / "lib").glob("python3*/site-packages"))
-    shutil.copytree(Path(stages.__file__).parent, site / "stages",
+    shutil.copytree(Path(installed).parent, site / "stages",
                     ignore=shutil.ignore_patterns("__pycache__"))
     deps = next(p for p in sys.path if p.endswith("site-packages") and Path(p, "orjson").exists())
     (site / "deps.pth").write_text(deps + "\n")
