@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import stat
 import subprocess
@@ -57,7 +58,10 @@ def test_replay_reproduces_the_human_lines():
     assert done.returncode == 0
     assert done.stdout == b""
     lines = done.stderr.decode().splitlines()
-    assert lines == expected_lines()
+    # The summary ends with the run's last digest, as sealed by this recorder.
+    summary, digest = lines[-1].rsplit("; last digest ", 1)
+    assert re.fullmatch("[0-9a-f]{64}", digest)
+    assert lines[:-1] + [summary] == expected_lines()
     assert lines[3] == "vpnw 11:44:36.071  #1   → api.github.com:443  http-connect"
     assert "\x1b[" not in done.stderr.decode()  # not a terminal: no colour
 
@@ -69,8 +73,9 @@ def test_run_mode_prints_the_problems_and_a_summary():
     assert len(lines) == 3, lines
     assert "  #5     DENY   telemetry.example.net:443  no allow rule matches" in lines[0]
     assert "  #6     FAIL   pypi.org:443  151.101.0.223:443 did not answer" in lines[1]
-    assert lines[2] == ("vpnw  run r-7c01d2: 6 connections, 1 denied, 1 failed; exit 120; "
-                        "record ~/.local/state/vpnw/runs/r-7c01d2.jsonl")
+    assert re.fullmatch(r"vpnw  run r-7c01d2: 6 connections, 1 denied, 1 failed; exit 120; "
+                        r"record ~/\.local/state/vpnw/runs/r-7c01d2\.jsonl; last digest [0-9a-f]{64}",
+                        lines[2]), lines[2]
 
 
 def test_record_file_is_the_stream_and_private(tmp_path):
