@@ -315,6 +315,8 @@ def human_lines(events: Iterable[dict], record: str | None = None) -> Iterator[s
     """A recorded run's human lines, as `vpnw trace` printed them."""
     state = HumanState(mode=TRACE, record=record)
     for event in events:
+        if event.get("type") == "run.end" and isinstance(event.get("d"), str):
+            state.digest = event["d"]      # as the live summary named it
         text = format_event(event, state)
         if text is not None:
             yield text
