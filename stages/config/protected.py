@@ -48,6 +48,7 @@ HOME_START_UP = {
 # directories): tools and agents run these when the user next works there.
 TREE_START_UP = (".vscode", ".idea", ".mcp.json", ".claude/settings.json",
                  ".claude/settings.local.json", ".claude/commands", ".claude/agents")
+PROJECT = "project start-up"
 # Inside a repository's git directory: what git runs (hooks) or is told to run
 # (config: core.fsmonitor, core.hooksPath, core.sshCommand, aliases, filters).
 GIT_DIR_START_UP = ("hooks", "config")
@@ -116,7 +117,7 @@ def protect(inputs: Inputs, locate, read_text) -> Protection:
         for why, names in HOME_START_UP.items():
             wanted += [(os.path.join(home, n), why) for n in names]
     for tree in dict.fromkeys((inputs.cwd, *inputs.writable_trees)):
-        wanted += [(os.path.join(tree, n), "project start-up") for n in TREE_START_UP]
+        wanted += [(os.path.join(tree, n), PROJECT) for n in TREE_START_UP]
         for git_dir in git_dirs(tree, locate, read_text):
             wanted += [(os.path.join(git_dir, n), "git hooks and configuration")
                        for n in GIT_DIR_START_UP]
@@ -132,7 +133,10 @@ def protect(inputs: Inputs, locate, read_text) -> Protection:
         if real in lift:
             lifted.append(entry)
         elif kind == "absent":
-            absent.append(Protected(os.path.normpath(path), why, kind))
+            # A project gains these legitimately (an agent's own settings, an
+            # editor's folder): only what exists is protected there.
+            if why != PROJECT:
+                absent.append(Protected(os.path.normpath(path), why, kind))
         else:
             read_only.append(entry)
     hidden = []
