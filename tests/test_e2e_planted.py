@@ -301,3 +301,20 @@ def test_a_files_run_has_a_minimal_dev(world, user):
     assert all(control[d]["result"] != "ENOENT" for d in present), control
     if user == "root":
         assert any(control[d]["result"] == "ok" for d in present), control
+
+
+def test_vpnw_takes_no_code_from_pythonpath(world, user):
+    """What `export PYTHONPATH=...` in a start-up file would do to the next
+    run: a `stages` of someone else's first on the path. vpnw's script runs
+    its interpreter with -I (scripts/setup), so it is never imported."""
+    evil = world.workdir(user)
+    (evil / "stages").mkdir()
+    (evil / "stages" / "__init__.py").write_text("print('PLANTED STAGES RAN')\n")
+    chown_tree(evil, user)
+    env = {"PYTHONPATH": str(evil)}
+    r = world.vpnw(["run", "--", "true"], user=user, env=env, cwd=evil)
+    assert r.returncode == 0, describe(r)
+    assert "PLANTED" not in r.stdout + r.stderr
+    # control: an interpreter without -I, with the same environment, runs it
+    control = world.run([world.python, "-c", "import stages"], user=user, env=env)
+    assert "PLANTED STAGES RAN" in control.stdout, describe(control)
