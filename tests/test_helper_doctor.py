@@ -15,7 +15,10 @@ DOCTOR = "from stages.orchestrator.doctor import doctor_command; doctor_command(
 def test_checks_have_known_statuses_and_guard_works_here():
     checks = run_checks()
     assert {c.status for c in checks} <= {"ok", "warn", "fail"}
-    assert {"kernel", "namespaces", "seccomp", "libseccomp", "io_uring"} <= {c.name for c in checks}
+    assert {"kernel", "namespaces", "seccomp", "libseccomp", "io_uring", "unix_sockets"} <= \
+        {c.name for c in checks}
+    # This machine has what the Unix-socket supervisor needs (Linux 6.18, libseccomp 2.5).
+    assert next(c for c in checks if c.name == "unix_sockets").status == "ok"
     if subprocess.run(["unshare", "-Urn", "true"], capture_output=True).returncode != 0:
         pytest.skip("this machine cannot create user namespaces")
     assert guard_can_work(checks), checks

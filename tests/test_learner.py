@@ -249,3 +249,25 @@ def test_learn_and_show_refuse_a_file_that_is_not_a_run(tmp_path, kind):
     assert done.returncode == 121
     assert f"stdin (--from -) is not a vpnw run file: {why}".encode() in done.stderr
     assert done.stdout == b""
+
+
+def test_unix_refusals_are_suggested_commented_out_and_only_those_a_policy_can_name():
+    from stages.learner.draft import draft_policy
+    from stages.config.policy import parse_policy
+    start = {"type": "run.start", "run": "r-1", "ts": "2026-01-01T00:00:00Z",
+             "fields": {"mode": "trace", "program": "agent"}}
+
+    def unix(type_, **f):
+        return {"type": type_, "run": "r-1", "fields": {"process": 3, "program": "curl", **f}}
+    events = [start,
+              unix("unix.deny", path="/run/docker.sock", reason="a socket bound outside the sandbox"),
+              unix("unix.deny", path="/run/docker.sock", reason="a socket bound outside the sandbox"),
+              unix("unix.deny", path="/proc/self/root/x", reason="a path through a /proc link"),
+              unix("unix.deny", path="@x11", reason="an abstract socket from a socket made outside the sandbox")]
+    draft = draft_policy(events, "agent")
+    assert '#     "/run/docker.sock",  # 2 connects refused (curl)' in draft
+    assert "/proc/self/root" not in draft and "@x11" not in draft
+    assert parse_policy(draft).unix_allow == ()          # nothing applied
+    head, unix_part = draft.split("# [unix]\n")
+    uncommented = head + "[unix]\n" + "\n".join(l[2:] for l in unix_part.splitlines())
+    assert parse_policy(uncommented).unix_allow == ("/run/docker.sock",)

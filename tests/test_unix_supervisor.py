@@ -109,3 +109,16 @@ def test_any_bytes_parse_or_raise_diag_error(data):
 def test_any_address_is_a_destination(raw):
     d = unix_destination(raw)
     assert d.kind in ("path", "abstract", "invalid")
+
+
+def test_without_what_the_supervisor_needs_every_unix_socket_stays_refused(monkeypatch):
+    from stages.helper import sandbox, unix_supervisor
+    monkeypatch.setattr(unix_supervisor, "missing", lambda: "the kernel lacks pidfd_getfd()")
+    assert sandbox._unix_plan(False, [("$SSH_AUTH_SOCK", "/tmp/agent")]) is None
+    # ...and with no plan, the filter is the one from before the supervisor:
+    # AF_UNIX refused at socket(), no connect() notified.
+    rules = filter_rules(False, supervised=False)
+    assert not [r for r in rules if r.notify]
+    unix_refused = [r for r in rules if r.syscall == "socket" and len(r.args) == 1
+                    and socket.AF_UNIX & r.args[0][1] == r.args[0][2]]
+    assert unix_refused

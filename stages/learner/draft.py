@@ -94,6 +94,9 @@ class _Learner:
         self.tally = Tally()
         self.runs: dict[str, tuple] = {}
         self.first_program: str | None = None
+        # [unix]: entry or path -> (connects, programs), allowed by the policy / refused
+        self.unix_allowed: dict[str, tuple[int, set]] = {}
+        self.unix_refused: dict[str, tuple[int, set]] = {}
 
     def feed(self, event: dict) -> None:
         type_ = event.get("type")
@@ -108,7 +111,27 @@ class _Learner:
             if self.first_program is None and isinstance(f.get("program"), str):
                 self.first_program = f["program"]
             return
+        if type_ in ("unix.allow", "unix.deny"):
+            self._unix(type_, f)
+            return
         self.tally.feed(event)
+
+    def _unix(self, type_: str, f: dict) -> None:
+        """A socket the policy named is kept; a socket bound outside that was
+        refused is suggested, commented out. An abstract name or a path through
+        /proc cannot be named by a policy: not suggested."""
+        if type_ == "unix.allow":
+            key, table = f.get("rule"), self.unix_allowed
+        elif f.get("reason") == "a socket bound outside the sandbox":
+            key, table = f.get("path"), self.unix_refused
+        else:
+            return
+        if not isinstance(key, str) or not key:
+            return
+        count, programs = table.get(key, (0, set()))
+        if isinstance(f.get("program"), str) and len(programs) < 8:
+            programs.add(f["program"])
+        table[key] = (count + 1, programs)
 
 
 # --- rendering -------------------------------------------------------------------
@@ -258,7 +281,30 @@ def render(learner: _Learner, name: str) -> str:
     clean = _clean_name(name)
     out = _header(learner, clean, draft.review)
     out += _policy_table(draft, clean)
+    out += _unix_table(learner)
     return "\n".join(out)
+
+
+def _unix_table(learner: _Learner) -> list[str]:
+    """[unix] allow: the sockets the policy named, kept; the ones refused,
+    commented out (a person decides: a socket outside is a way out)."""
+    if not learner.unix_allowed and not learner.unix_refused:
+        return []
+
+    def line(key: str, count: int, programs: set, what: str) -> str:
+        who = ", ".join(sorted(programs)) or "?"
+        return f"{toml_string(key)},  # {_plural(count, 'connect')} {what} ({who})"
+    refused = [line(k, c, p, "refused") for k, (c, p) in sorted(learner.unix_refused.items())]
+    if not learner.unix_allowed:
+        return ["# Unix sockets outside the sandbox the program asked for and was refused",
+                "# (a suggestion, not applied: each is a way out of the sandbox):",
+                "# [unix]", "# allow = [", *(f"#     {text}" for text in refused), "# ]", ""]
+    out = ["[unix]", "allow = ["]
+    out += [f"    {line(k, c, p, 'allowed')}" for k, (c, p) in sorted(learner.unix_allowed.items())]
+    if refused:
+        out.append("    # Refused during the run (uncomment only if the program must reach it):")
+        out += [f"    # {text}" for text in refused]
+    return out + ["]", ""]
 
 
 def _take_destination(draft: _Draft, host: str, port: int, dest) -> None:

@@ -289,9 +289,26 @@ def check_program_env() -> Check:
                  "see \"Clients\" in the README for what to add (e.g. ProxyCommand=vpnw-ssh-proxy %h %p)")
 
 
+def check_unix_supervisor() -> Check:
+    """The program's own Unix sockets need the supervisor (docs/security.md,
+    "Unix sockets by origin"); without it every Unix socket stays refused."""
+    actions = (_read("/proc/sys/kernel/seccomp/actions_avail") or "").split()
+    from stages.helper.unix_supervisor import missing
+    why = None if "user_notif" in actions else "seccomp has no user notification (user_notif)"
+    why = why or missing()
+    if why:
+        return Check("unix_sockets", "warn",
+                     f"{why}: the program's own Unix sockets are refused too (as every other "
+                     "Unix socket is), so programs that talk to their own servers over them fail",
+                     "use Linux 5.9 or newer (pidfd_getfd, seccomp user notification) with "
+                     "libseccomp 2.5 or newer")
+    return Check("unix_sockets", "ok", "the program's own Unix sockets work; others are refused "
+                 "unless the policy's [unix] allow names them")
+
+
 def run_checks(config_file: str | None = None) -> list[Check]:
     checks = [check_kernel(), *check_userns_sysctls(), check_namespaces(), check_devpts(),
-              *check_seccomp(),
+              *check_seccomp(), check_unix_supervisor(),
               check_io_uring(), *check_file_limits(), check_state_dir(), check_program_env()]
     if config_file:
         checks += check_paths(config_file)
