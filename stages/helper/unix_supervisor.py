@@ -30,6 +30,7 @@ from __future__ import annotations
 import errno
 import fcntl
 import os
+import queue
 import socket
 import stat
 import threading
@@ -118,8 +119,10 @@ class Supervisor:
         self.report = report
         self.diag = unix_diag.open_diag()
         self.netns = os.stat("self/ns/net", dir_fd=proc_fd).st_ino
-        self.workers = None
-        self.slots = threading.BoundedSemaphore(WORKERS)
+        self.work: queue.SimpleQueue = queue.SimpleQueue()
+        self.workers = 0
+        self.idle = 0
+        self.lock = threading.Lock()
 
     # ------------------------------------------------------------ loop
 
@@ -172,16 +175,29 @@ class Supervisor:
         fds.clear()
 
     def _run(self, connect: Callable[[], None], held: list[int]) -> None:
-        """A blocking connect: on a worker, so it may wait without holding the loop."""
-        self.slots.acquire()
+        """A blocking connect: on a worker, so it may wait without holding the
+        loop. Workers are started as needed, up to WORKERS, and kept."""
+        with self.lock:
+            start = self.idle == 0 and self.workers < WORKERS
+            if start:
+                self.workers += 1
+        if start:
+            threading.Thread(target=self._worker, daemon=True).start()
+        self.work.put((connect, held))
 
-        def work():
+    def _worker(self) -> None:
+        while True:
+            with self.lock:
+                self.idle += 1
+            connect, held = self.work.get()
+            with self.lock:
+                self.idle -= 1
             try:
                 connect()
+            except Exception:  # noqa: BLE001 - the program's call then ends in ENOSYS at the latest
+                pass
             finally:
                 self._close(held)
-                self.slots.release()
-        threading.Thread(target=work, daemon=True).start()
 
     # ------------------------------------------------------------ one connect
 

@@ -1,0 +1,102 @@
+"""Benchmark: what the Unix-socket supervisor costs per connect() (issue 26).
+
+Every connect() the program makes goes through the supervisor
+(docs/security.md, "Unix sockets by origin"), TCP included. A program times
+N connect()s of its own, each to a listener of its own (one thread accepts
+and closes), and prints the median and p99 in microseconds:
+
+  tcp   a TCP connect to 127.0.0.1 inside the sandbox (the supervisor makes it)
+  unix  a Unix stream connect to a socket bound in a temp dir (checked: the
+        socket file against the sandbox's listeners, then made by the supervisor)
+
+Rows, interleaved over rounds (median of the rounds' medians):
+  outside       the same program, no vpnw
+  vpnw, no notifier   `vpnw run --allow-unix-sockets` (no supervisor: the
+                filter has no notify rule; every Unix socket reachable)
+  vpnw          `vpnw run` (the supervisor answers each connect)
+
+The doors' connection rate is the other figure the issue asks for:
+`scripts/bench/run --only conns --against REV` against a revision from before
+the supervisor.
+
+No network but the sandbox's own loopback. Run as any user:
+    /opt/vpnw-venv/bin/python scripts/bench_unix.py [rounds] [connects]
+"""
+from __future__ import annotations
+
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+
+VPNW = os.path.join(os.path.dirname(sys.executable), "vpnw")
+
+CONNECTOR = r'''
+import os, socket, sys, tempfile, threading, time
+kind, n = sys.argv[1], int(sys.argv[2])
+if kind == "tcp":
+    server = socket.socket(); server.bind(("127.0.0.1", 0)); address = server.getsockname()
+    family = socket.AF_INET
+else:
+    path = os.path.join(tempfile.mkdtemp(), "s.sock")
+    server = socket.socket(socket.AF_UNIX); server.bind(path); address = path
+    family = socket.AF_UNIX
+server.listen(1024)
+
+def accept():
+    while True:
+        conn, _ = server.accept()
+        conn.close()
+threading.Thread(target=accept, daemon=True).start()
+times = []
+for _ in range(n):
+    s = socket.socket(family)
+    start = time.perf_counter_ns()
+    s.connect(address)
+    times.append(time.perf_counter_ns() - start)
+    s.close()
+times.sort()
+print(times[len(times) // 2] / 1000, times[int(len(times) * 0.99)] / 1000)
+'''
+
+WAYS = {"outside": None, "vpnw, no notifier": ["run", "--allow-unix-sockets"], "vpnw": ["run"]}
+
+
+def once(way: list[str] | None, kind: str, n: int, script: str) -> tuple[float, float]:
+    argv = [sys.executable, script, kind, str(n)]
+    if way is not None:
+        argv = [VPNW, *way, "--record", os.devnull, "--", "/usr/bin/python3", script, kind, str(n)]
+    out = subprocess.run(argv, capture_output=True, text=True, timeout=300)
+    if out.returncode != 0:
+        raise SystemExit(f"{argv}: exit {out.returncode}\n{out.stderr}")
+    p50, p99 = out.stdout.split()
+    return float(p50), float(p99)
+
+
+def main() -> None:
+    rounds = int(sys.argv[1]) if len(sys.argv) > 1 else 5
+    n = int(sys.argv[2]) if len(sys.argv) > 2 else 2000
+    with tempfile.TemporaryDirectory() as tmp:
+        script = os.path.join(tmp, "connector.py")
+        with open(script, "w") as f:
+            f.write(CONNECTOR)
+        os.chmod(tmp, 0o755)
+        results = {(way, kind): [] for way in WAYS for kind in ("tcp", "unix")}
+        for _ in range(rounds):
+            for way, args in WAYS.items():
+                for kind in ("tcp", "unix"):
+                    results[(way, kind)].append(once(args, kind, n, script))
+    print(f"per connect(), {n} connects a run, median of {rounds} interleaved runs "
+          f"(p50 / p99, microseconds)")
+    print(f"{'':20}{'tcp p50':>10}{'tcp p99':>10}{'unix p50':>10}{'unix p99':>10}")
+    for way in WAYS:
+        row = []
+        for kind in ("tcp", "unix"):
+            runs = results[(way, kind)]
+            row += [statistics.median(r[0] for r in runs), statistics.median(r[1] for r in runs)]
+        print(f"{way:20}" + "".join(f"{v:>10.1f}" for v in row))
+
+
+if __name__ == "__main__":
+    main()
