@@ -260,3 +260,17 @@ def test_a_write_that_fails_half_way_leaves_the_old_file(tmp_path, monkeypatch):
                  run_id="r-1", today="2026-12-01")
     assert path.read_text() == POLICY
     assert os.listdir(tmp_path) == ["agent.toml"]
+
+
+def test_vpnw_ask_removes_a_socket_nobody_listens_on(tmp_path, monkeypatch):
+    """A run that was killed leaves its socket; `vpnw ask` lists nothing for
+    it and removes it."""
+    from stages.orchestrator import ask_command
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path))
+    directory = tmp_path / "vpnw" / "ask"
+    directory.mkdir(parents=True)
+    dead = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    dead.bind(str(directory / "r-dead.sock"))
+    dead.close()
+    assert ask_command._runs() == []
+    assert os.listdir(directory) == []

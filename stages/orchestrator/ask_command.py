@@ -27,6 +27,14 @@ def _request(path: str, message: dict) -> dict | None:
             sock.connect(_short(path))
             sock.send(orjson.dumps(message))
             data = sock.recv(MAX_MESSAGE)
+    except ConnectionRefusedError:
+        # Nobody listens: a run that was killed left it. The directory is
+        # the user's own (0700); the next `vpnw ask` need not try it again.
+        try:
+            os.unlink(path)
+        except OSError:
+            pass
+        return None
     except OSError:
         return None
     try:
