@@ -24,6 +24,8 @@ AGENTS = Path(os.environ.get("VPNW_AGENTS", "/opt/vpnw-agents"))
 CODEX = AGENTS / "node_modules" / ".bin" / "codex"
 CLAUDE = AGENTS / "node_modules" / ".bin" / "claude"
 AIDER = AGENTS / "aider" / "bin" / "aider"
+# The OpenAI and Anthropic Python SDKs and litellm, in a venv of their own.
+SDKS_PYTHON = AGENTS / "sdks" / "bin" / "python"
 CHROMIUM = shutil.which("chromium")
 PROGS = Path(__file__).resolve().parent / "progs"
 VPNW = str(Path(sys.executable).parent / "vpnw")

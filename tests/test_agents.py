@@ -30,7 +30,7 @@ import pytest
 
 from agents_support import (AGENT_NAMES, AIDER, CHROMIUM, CHROMIUM_FLAGS, CLAUDE, CODEX, CODEX_ARGS,
                             DOOR_HTTP, PAGE, PAGE_HOST, CHROMIUM_PHONES_HOME, PROGS, VPNW, Terminal,
-                            prepare_world, record_so_far, restore_world,
+                            SDKS_PYTHON, prepare_world, record_so_far, restore_world,
                             stop_codex_daemons)
 from stages.record.check import check_run
 from world import DEFAULT_NAMES
@@ -449,3 +449,58 @@ def test_agents_wait_for_the_persons_answer(agents_world, user, agent):
     asked = [e["fields"] for e in events if e["type"] == "policy.allow"
              and e["fields"]["rule"] == "asked"]
     assert asked and all(f["by"] == "person" and f["answer"] == "once" for f in asked), asked
+
+# ── the OpenAI and Anthropic Python SDKs, litellm ────────────────────────
+# Each given only a base URL (the world's stand-in API host) and a key, no
+# proxy setting of its own: they make their httpx clients from vpnw's
+# variables. (sdk, its preset, the host it needs, where its base URL points)
+SDKS = {
+    "openai": ("openai-python", "api.openai.com"),
+    "anthropic": ("anthropic-python", "api.anthropic.com"),
+    "litellm": ("litellm", "api.openai.com"),
+}
+SDK_ENV = {"OPENAI_BASE_URL": "https://api.openai.com/v1", "ANTHROPIC_BASE_URL": "https://api.anthropic.com"}
+
+
+def _sdk(world, user, argv_prefix, sdk):
+    prog = world.file("agent_sdks.py", (PROGS / "agent_sdks.py").read_bytes())
+    r = world.run([*argv_prefix, str(SDKS_PYTHON), str(prog), sdk], user=user,
+                  env={**world.agent_env, **SDK_ENV}, timeout=180)
+    lines = [line for line in r.stdout.splitlines() if line.startswith("{")]
+    assert lines, (r.returncode, r.stdout, r.stderr)
+    return r, json.loads(lines[-1])
+
+
+@pytest.mark.parametrize("sdk", sorted(SDKS))
+def test_python_sdk_reaches_its_api_host_and_round_trips(agents_world, user, sdk):
+    need(SDKS_PYTHON, "the Python SDKs (PyPI openai, anthropic, litellm)")
+    w = agents_world
+    preset, host = SDKS[sdk]
+    trace, result = _sdk(w, user, [VPNW, "trace", "--"], sdk)
+    assert result["answered"], result           # through the HTTP door, and back
+    trace_events = finished_record(trace.state_home)
+    assert host in opened(trace_events), requested(trace_events)
+    allow = learn(w, user, trace.state_home, sdk)
+    assert host in allow
+    assert_within_preset(allow, preset)
+
+    guard, result = _sdk(w, user, [VPNW, "guard", "--policy", f"@{preset}", "--"], sdk)
+    assert result["answered"], result
+    events = finished_record(guard.state_home)
+    assert_draft_denies_nothing_it_reached(trace_events, events)
+    assert guard.returncode == (120 if denied(events) else 0)
+
+    # Its API host left out: denied at the door, the SDK sees a connection error.
+    left_out, result = _sdk(w, user, [VPNW, "guard", "--policy",
+                                      str(policy(w, sdk, [a for a in allow if a != host] or ["nothing.world"])),
+                                      "--"], sdk)
+    assert not result["answered"], result
+    assert left_out.returncode == 120 and host in denied(finished_record(left_out.state_home))
+
+
+@pytest.mark.parametrize("sdk", sorted(SDKS))
+def test_python_sdk_control_outside_vpnw(agents_world, user, sdk):
+    """The same program in the world without vpnw reaches the host directly."""
+    need(SDKS_PYTHON, "the Python SDKs (PyPI openai, anthropic, litellm)")
+    _, result = _sdk(agents_world, user, [], sdk)
+    assert result["answered"], result
