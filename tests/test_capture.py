@@ -28,21 +28,21 @@ def listing(items: list[dict]) -> dict:
 
 
 def test_exact_ruleset_passes_with_handles_and_metainfo():
-    assert capture.ruleset_problems(listing(capture.expected_ruleset(1081)), 1081) == []
     assert capture.ruleset_problems(listing(capture.expected_ruleset(1081, 53)), 1081, 53) == []
 
 
 def test_another_table_a_missing_rule_or_another_port_is_a_problem():
-    expected = capture.expected_ruleset(1081)
+    expected = capture.expected_ruleset(1081, 53)
     other = {"table": {"family": "ip", "name": "intruder"}}
-    assert capture.ruleset_problems(listing(expected + [other]), 1081) == [
+    assert capture.ruleset_problems(listing(expected + [other]), 1081, 53) == [
         "unexpected nftables table ip intruder"]
-    problems = capture.ruleset_problems(listing(expected[:-1]), 1081)
+    problems = capture.ruleset_problems(listing(expected[:-1]), 1081, 53)
     assert len(problems) == 1 and problems[0].startswith("missing nftables rule inet vpnw seal")
-    assert capture.ruleset_problems(listing(expected), 1082)
-    assert capture.ruleset_problems(listing(expected[::-1]), 1081) == [
+    assert capture.ruleset_problems(listing(expected), 1082, 53)
+    assert capture.ruleset_problems(listing(expected), 1081, 5353)
+    assert capture.ruleset_problems(listing(expected[::-1]), 1081, 53) == [
         "the nftables rules are not in the expected order"]
-    assert capture.ruleset_problems(None, 1081) == [
+    assert capture.ruleset_problems(None, 1081, 53) == [
         "the nftables ruleset could not be read back as JSON"]
 
 

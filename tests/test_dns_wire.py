@@ -4,7 +4,7 @@ import struct
 
 import pytest
 
-from stages.broker.wireguard.dns import A, AAAA, DnsAnswerError, build_query, parse_answer
+from stages.wire.dns import A, AAAA, DnsAnswerError, build_query, parse_answer
 
 
 def answer(query: bytes, records, rcode=0, flags=0x8180):

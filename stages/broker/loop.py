@@ -34,6 +34,7 @@ from stages.broker.journal import Journal, ms_since
 from stages.broker.handshake_cap import MAX_PENDING_HANDSHAKES
 from stages.broker.relay import Relay
 from stages.broker.capture_door import CaptureDoor
+from stages.broker.dns_door import DnsDatagrams, DnsTcpDoor
 from stages.broker.sessions import DoorContext, HttpDoor, Socks5Door
 from stages.broker.workers import LOAD_PER_TICK, LOAD_TICK, Crew
 
@@ -50,7 +51,7 @@ class Broker:
                  dry_run: bool = False, grace: float = 2.0,
                  local_addresses: frozenset = frozenset(), path_reported: bool = False,
                  numbers=None, crew: Crew | None = None, ask_fd: int | None = None,
-                 ask_worker: bool = False, record_gate=None):
+                 ask_worker: bool = False, record_gate=None, fake_names=None):
         self.path_reported = path_reported  # main_from_fds already said the direct path is ok
         self.path = path
         self.grace = grace
@@ -62,12 +63,15 @@ class Broker:
         self.connector = Connector(self.journal, policy=policy, dialer=self.dialer,
                                    via=path.name, dry_run=dry_run,
                                    local_addresses=local_addresses, hold=_hold(ask_fd, ask_worker),
-                                   record_gate=record_gate)
+                                   record_gate=record_gate,
+                                   fake_names=fake_names)
+        self.fake_names = fake_names
+        self.datagram_doors: list = []                  # the DNS door's UDP sockets (the lead's)
         # The running loop, kept: asyncio.get_running_loop() asks the kernel
         # for the pid on every call (fork detection), several times a connection.
         self.loop: asyncio.AbstractEventLoop | None = None
         self.tasks: set[asyncio.Task] = set()
-        self.context = DoorContext(self.journal, self.connector)
+        self.context = DoorContext(self.journal, self.connector, fake_names=fake_names)
         self.relays: set[Relay] = self.context.relays
         self.stopping: asyncio.Event | None = None
         self.handshaking: set[socket.socket] = self.context.handshaking
@@ -75,7 +79,7 @@ class Broker:
         self.taken_this_tick = 0                        # for the crew's load check
         self.paused_said = False
         self.doors = {"socks": Socks5Door(self.context), "http": HttpDoor(self.context),
-                      "capture": CaptureDoor(self.context)}
+                      "capture": CaptureDoor(self.context), "dns": DnsTcpDoor(self.context)}
 
     async def check_path(self) -> bool:
         if self.path_reported:
@@ -131,6 +135,11 @@ class Broker:
             await self.stopping.wait()
         finally:
             loop.remove_reader(handoff.fileno())
+            for datagrams in self.datagram_doors:
+                # Queries sent as the program ended are answered and recorded too.
+                loop.remove_reader(datagrams.sock.fileno())
+                datagrams.serve_batch(None)
+                datagrams.sock.close()
             for door, listener in self.listening:
                 loop.remove_reader(listener.fileno())
                 # A connection the program made just before it ended waits
@@ -166,8 +175,16 @@ class Broker:
 
     def _on_handed(self, handed) -> None:
         handed.sock.setblocking(False)
-        if handed.kind == "door":
-            if self.crew is not None:
+        if handed.door == "dns" and self.fake_names is None:
+            warn("dropped a DNS door the run did not ask for (no capture)")
+            handed.sock.close()
+        elif handed.kind == "datagram":
+            door = DnsDatagrams(self.context, handed.sock)
+            self.datagram_doors.append(door)
+            self.loop.add_reader(handed.sock.fileno(), door.on_readable)
+        elif handed.kind == "door":
+            # The DNS door stays the lead's: only it gives made-up addresses.
+            if self.crew is not None and handed.door != "dns":
                 self.crew.pass_door(handed.door, handed.sock)
             self.listening.append((handed.door, handed.sock))
             self.loop.add_reader(handed.sock.fileno(), self._on_door, handed.door, handed.sock)
@@ -285,7 +302,8 @@ def _raise_fd_limit() -> None:
 def run_broker(handoff_fd: int, event_fd: int, status_fd: int, *, run_id: str, policy, path,
                dry_run: bool = False, grace: float = 2.0, path_reported: bool = False,
                numbers=None, crew: Crew | None = None, early=None,
-               ask_fd: int | None = None, ask_worker: bool = False, record_gate=None) -> int:
+               ask_fd: int | None = None, ask_worker: bool = False, record_gate=None,
+               fake_names=None) -> int:
     """The broker process body (the lead's, or a worker's: then `crew` is
     None and `numbers` the shared counter); returns its exit code (0,
     PATH_DOWN, INTERNAL)."""
@@ -300,7 +318,8 @@ def run_broker(handoff_fd: int, event_fd: int, status_fd: int, *, run_id: str, p
                         status_fd=status_fd, policy=policy, path=path, path_reported=path_reported,
                         dry_run=dry_run, grace=grace, local_addresses=local_addresses(),
                         numbers=numbers, crew=crew, ask_fd=ask_fd, ask_worker=ask_worker,
-                        record_gate=record_gate)
+                        record_gate=record_gate,
+                        fake_names=fake_names)
         return _serve_until_the_end(broker, handoff_fd, early)
     except Exception as exc:
         warn(f"the broker failed: {exc!r}")

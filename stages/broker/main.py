@@ -13,7 +13,7 @@ from stages.broker.warn import warn
 def main_from_fds(handoff_fd: int, event_fd: int, status_fd: int, *, run_id: str,
                   policy, path, dry_run: bool = False, grace: float = 2.0,
                   workers: int | None = None, ask_fd: int | None = None,
-                  record_gate=None) -> int:
+                  record_gate=None, capture: bool = False) -> int:
     """Run the broker until the helper is gone (or SIGTERM); returns the exit
     code: 0, 123 when the path check failed, 125 when the broker itself failed.
 
@@ -45,6 +45,11 @@ def main_from_fds(handoff_fd: int, event_fd: int, status_fd: int, *, run_id: str
         early = load_while_watching(handoff_fd, _load_the_loop)
         if early.quiet_end:
             return _end_without_the_loop(early, status_fd)
+    fake_names = None
+    if capture:
+        # Before the workers: they read the names the lead's DNS door gives (fake_ips.py).
+        from stages.broker.fake_ips import FakeNames
+        fake_names = FakeNames()
     from stages.broker.workers import Crew, SharedConnNumbers, worker_count
     count, at_once = (workers, False) if workers else worker_count(path)
     crew = numbers = None
@@ -65,16 +70,19 @@ def main_from_fds(handoff_fd: int, event_fd: int, status_fd: int, *, run_id: str
             return run_broker(link_fd, event_fd, worker_status_fd, run_id=run_id, policy=policy,
                               path=path, dry_run=dry_run, grace=grace, path_reported=True,
                               numbers=numbers, ask_fd=ask_fd, ask_worker=True,
-                              record_gate=record_gate)
+                              record_gate=record_gate,
+                              fake_names=fake_names)
         crew.start(count - 1, worker,
-                   keep=(event_fd, numbers.fd, *(() if ask_fd is None else (ask_fd,))))
+                   keep=(event_fd, numbers.fd, *(() if ask_fd is None else (ask_fd,)),
+                         *(() if fake_names is None else (fake_names.fd,))))
         if at_once:
             crew.wake()
     from stages.broker.loop import run_broker
     return run_broker(handoff_fd, event_fd, status_fd, run_id=run_id, policy=policy,
                       path=path, dry_run=dry_run, grace=grace, path_reported=path_reported,
                       numbers=numbers, crew=crew, early=early, ask_fd=ask_fd,
-                      record_gate=record_gate)
+                      record_gate=record_gate,
+                      fake_names=fake_names)
 
 
 def _load_the_loop() -> None:

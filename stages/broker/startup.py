@@ -83,7 +83,7 @@ def _watch(link: socket.socket, loaded_r: int, early: Early) -> None:
         pending = take_pending(link)
         early.handed += pending.handed
         early.warnings += pending.problems
-        if any(h.kind != "door" for h in pending.handed):
+        if any(h.kind == "conn" for h in pending.handed):
             return                  # a connection handed over
         if pending.ended:
             early.link_over = True
@@ -92,7 +92,7 @@ def _watch(link: socket.socket, loaded_r: int, early: Early) -> None:
 
 
 def _doors(early: Early) -> set[int]:
-    return {h.sock.fileno() for h in early.handed if h.kind == "door"}
+    return {h.sock.fileno() for h in early.handed if h.kind in ("door", "datagram")}
 
 
 def _readable(fds: set[int], timeout_ms: int | None = None) -> set[int]:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import ctypes
 import json
+import os
 
 TABLE = "vpnw"
 _NFT_CTX_OUTPUT_JSON = 1 << 4
@@ -27,21 +28,21 @@ class CaptureError(Exception):
     """Capture cannot be set up or does not hold; the message says why."""
 
 
-def ruleset_text(capture_port: int, dns_port: int | None = None) -> str:
+def ruleset_text(capture_port: int, dns_port: int) -> str:
     """The table, in nft's language. `nat output` redirects before the
     routing decision is used (the address becomes 127.0.0.1 / ::1 and the
-    door's port); `filter output` then sees only loopback traffic or
-    something to refuse (UDP to anywhere but the DNS door, ICMP, raw IP),
-    but for the redirected connections' own packets (`ct status dnat`)."""
-    dns = (f"    ip daddr != 127.0.0.0/8 udp dport 53 redirect to :{dns_port}\n"
-           f"    ip6 daddr != ::1 udp dport 53 redirect to :{dns_port}\n"
-           if dns_port else "")
+    door's port): DNS to any server, UDP or TCP, to the DNS door; every other
+    TCP connection to the capture door. `filter output` then sees only
+    loopback traffic or something to refuse (UDP to anywhere else, ICMP, raw
+    IP), but for the redirected connections' own packets (`ct status dnat`)."""
+    dns = "".join(f"    {family} daddr != {loopback} {proto} dport 53 redirect to :{dns_port}\n"
+                  for proto in ("udp", "tcp") for family, loopback in _FAMILIES)
+    tcp = "".join(f"    meta l4proto tcp {family} daddr != {loopback} redirect to :{capture_port}\n"
+                  for family, loopback in _FAMILIES)
     return (f"table inet {TABLE} {{\n"
             "  chain capture {\n"
             "    type nat hook output priority -100; policy accept;\n"
-            f"    meta l4proto tcp ip daddr != 127.0.0.0/8 redirect to :{capture_port}\n"
-            f"    meta l4proto tcp ip6 daddr != ::1 redirect to :{capture_port}\n"
-            f"{dns}"
+            f"{dns}{tcp}"
             "  }\n"
             "  chain seal {\n"
             "    type filter hook output priority 0; policy accept;\n"
@@ -51,6 +52,9 @@ def ruleset_text(capture_port: int, dns_port: int | None = None) -> str:
             "    reject\n"
             "  }\n"
             "}\n")
+
+
+_FAMILIES = (("ip", "127.0.0.0/8"), ("ip6", "::1"))
 
 
 # -------------------------------------------------------- what nft lists back
@@ -68,19 +72,18 @@ def _daddr(family: str, op: str) -> dict:
                       "right": right}}
 
 
-def _udp_dport(port: int) -> dict:
-    return {"match": {"op": "==", "left": {"payload": {"protocol": "udp", "field": "dport"}},
+def _dport(proto: str, port: int) -> dict:
+    return {"match": {"op": "==", "left": {"payload": {"protocol": proto, "field": "dport"}},
                       "right": port}}
 
 
-def expected_ruleset(capture_port: int, dns_port: int | None = None) -> list[dict]:
+def expected_ruleset(capture_port: int, dns_port: int) -> list[dict]:
     """What `list ruleset` (JSON, handles left out) must hold: this and nothing else."""
     table = {"family": "inet", "table": TABLE}
-    capture = [[_l4("tcp"), _daddr(family, "!="), {"redirect": {"port": capture_port}}]
-               for family in ("ip", "ip6")]
-    if dns_port:
-        capture += [[_daddr(family, "!="), _udp_dport(53),
-                     {"redirect": {"port": dns_port}}] for family in ("ip", "ip6")]
+    capture = [[_daddr(family, "!="), _dport(proto, 53), {"redirect": {"port": dns_port}}]
+               for proto in ("udp", "tcp") for family in ("ip", "ip6")]
+    capture += [[_l4("tcp"), _daddr(family, "!="), {"redirect": {"port": capture_port}}]
+                for family in ("ip", "ip6")]
     # The redirected connections' own packets: the door's answers leave
     # from 127.0.0.1 to the asked-for address until conntrack undoes the
     # redirect after this hook.
@@ -104,7 +107,7 @@ def _without_handles(item: dict) -> dict:
             for kind, body in item.items()}
 
 
-def ruleset_problems(listing: dict, capture_port: int, dns_port: int | None = None) -> list[str]:
+def ruleset_problems(listing: dict, capture_port: int, dns_port: int) -> list[str]:
     """What is wrong with the namespace's whole ruleset (`nft -j list
     ruleset`); [] when it is exactly vpnw's table. Anything unexpected,
     another table included, is a problem."""
@@ -173,7 +176,35 @@ class Nftables:
         self.ctx = None
 
 
-def install(capture_port: int, dns_port: int | None = None) -> None:
+RESOLV_CONF = b"# vpnw: the DNS door (docs/architecture.md, The DNS door)\nnameserver 127.0.0.1\n"
+
+
+def bind_resolv_conf(path: str = "/etc/resolv.conf", scratch: str = "/tmp") -> None:
+    """The sandbox's resolv.conf names the DNS door: a read-only bind over
+    the machine's (in the sandbox's own mount namespace). The file bound is
+    made in `scratch` and unlinked at once (the mount keeps it); a memfd
+    cannot be the source of a bind mount. No file there: the C library asks
+    127.0.0.1 anyway. Raises OSError."""
+    from stages.kernel import mounts
+    from stages.kernel import privileges as priv
+    target = os.path.realpath(path)
+    if not os.path.isfile(target):
+        return
+    source = os.path.join(scratch, f".vpnw-resolv-{os.getpid()}-{os.urandom(6).hex()}")
+    fd = os.open(source, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+    try:
+        os.write(fd, RESOLV_CONF)
+        os.close(fd)
+        fd = None
+        priv.mount(source, target, None, mounts.MS_BIND)
+    finally:
+        if fd is not None:
+            os.close(fd)
+        os.unlink(source)
+    mounts.read_only(target)
+
+
+def install(capture_port: int, dns_port: int) -> None:
     """The routes and the table, then the check: raises CaptureError (the
     helper's 122) when either cannot be made or does not read back exactly."""
     from stages.helper import netlink

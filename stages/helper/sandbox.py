@@ -111,9 +111,13 @@ def _install_capture() -> None:
     on without it."""
     from stages.helper import capture
     try:
-        capture.install(handoff.CAPTURE_DOORS["capture"])
+        capture.install(handoff.CAPTURE_DOORS["capture"], handoff.DNS_PORT)
+        capture.bind_resolv_conf()
     except capture.CaptureError as e:
         raise SealError(f"capture cannot work here: {e}; {DOCTOR_HINT}")
+    except OSError as e:
+        raise SealError(f"capture cannot work here: cannot point /etc/resolv.conf at the DNS "
+                        f"door: {e}; {DOCTOR_HINT}")
 
 
 def _open_doors(opened: dict[str, int]) -> list[tuple[str, socket.socket]]:
@@ -140,6 +144,25 @@ def _open_doors(opened: dict[str, int]) -> list[tuple[str, socket.socket]]:
         except OSError:
             break
     return doors
+
+
+def _open_dns_datagrams() -> list[socket.socket]:
+    """The DNS door's UDP side, 127.0.0.1:53 and [::1]:53 (handed to the broker)."""
+    socks = []
+    for family, address in ((socket.AF_INET, "127.0.0.1"), (socket.AF_INET6, "::1")):
+        s = socket.socket(family, socket.SOCK_DGRAM)
+        try:
+            if family == socket.AF_INET6:
+                s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+            s.bind((address, handoff.DNS_PORT))
+        except OSError as e:
+            s.close()
+            if family == socket.AF_INET6:
+                break
+            raise SealError(f"cannot listen on the DNS door (UDP {address}:53): {e.strerror}")
+        s.setblocking(False)
+        socks.append(s)
+    return socks
 
 
 @contextlib.contextmanager
@@ -225,6 +248,7 @@ def run(argv: list[str], handoff_fd: int, status_fd: int, go_fd: int,
         counters = _open_counters()
         opened = handoff.doors(capture)
         doors = _open_doors(opened)
+        datagram_doors = _open_dns_datagrams() if capture else []
         _fresh_devpts()
         if tty is not None:
             _own_terminal(tty.socket_fd, tty.stdio)
@@ -262,9 +286,13 @@ def run(argv: list[str], handoff_fd: int, status_fd: int, go_fd: int,
         with socket.socket(fileno=os.dup(handoff_fd)) as link:
             for door, lsock in doors:
                 handoff.send_door(link, door, lsock.fileno())
+            for usock in datagram_doors:
+                handoff.send_datagram_door(link, usock.fileno())
     finally:
         for _door, lsock in doors:
             lsock.close()
+        for usock in datagram_doors:
+            usock.close()
     st.write(status_fd, st.Ready(namespaces=tuple(priv.NAMESPACE_NAMES), seccomp=True,
                                  unix_sockets=allow_unix_sockets,
                                  unix="all" if allow_unix_sockets else

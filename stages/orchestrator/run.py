@@ -308,7 +308,8 @@ def _execute(request: RunRequest, terminal: _Terminal) -> int:
         return main_from_fds(broker_end.fileno(), events_w, broker_status_w, run_id=run_id,
                              policy=request.policy, path=request.path,
                              dry_run=request.dry_run, record_gate=record_gate,
-                             ask_fd=ask_link[1].fileno() if ask_link else None)
+                             ask_fd=ask_link[1].fileno() if ask_link else None,
+                             capture=request.capture)
 
     broker_pid = _fork_stage([broker_end.fileno(), events_w, broker_status_w,
                               *([ask_link[1].fileno()] if ask_link else [])], broker_body,

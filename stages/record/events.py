@@ -23,6 +23,7 @@ EVENT_TYPES = (
     "sandbox.ready",  # orchestrator: the helper sealed the sandbox; what the seal holds
     "conn.request",   # broker: a client asked a door for host:port
     "dns.resolve",    # broker: a name was looked up (only when an address could change the answer)
+    "dns.answer",     # broker: the DNS door answered a query (capture); nothing was looked up
     "policy.allow",   # broker: the policy allowed the request
     "policy.deny",    # broker: the policy denied it (or would have, under --dry-run)
     "conn.open",      # broker: the destination was dialled and the relay started

@@ -173,7 +173,8 @@ def _conn_request(x: _Line) -> str | None:
     x.state.conns[x.conn] = target
     if not x.trace:
         return None
-    return f"{x.conn_head()}→ {target}  {printable(x.f.get('kind', '?'))}"
+    fake = f"  (DNS door's {printable(x.f['fake_address'])})" if x.f.get("fake_address") else ""
+    return f"{x.conn_head()}→ {target}  {printable(x.f.get('kind', '?'))}{fake}"
 
 
 def _dns_resolve(x: _Line) -> str | None:
@@ -185,6 +186,17 @@ def _dns_resolve(x: _Line) -> str | None:
         return f"{x.conn_head()}  dns  {host}: {printable(f['error'])}  ({human_ms(f.get('ms'))})"
     addresses = ", ".join(printable(a) for a in (f.get("addresses") or [])) or "no addresses"
     return f"{x.conn_head()}  dns  {host} → {addresses}  ({human_ms(f.get('ms'))})"
+
+
+def _dns_answer(x: _Line) -> str | None:
+    # The DNS door (capture): trace shows each answer; nothing was looked up.
+    if not x.trace:
+        return None
+    f = x.f
+    given = printable(f["address"]) if f.get("address") else printable(f.get("rcode", "?"))
+    why = f"  {printable(f['reason'])}" if f.get("reason") else ""
+    return (f"{x.head()}{'':5}  dns door  {printable(f.get('name', '?'))} "
+            f"{printable(f.get('type', '?'))} → {given}{why}")
 
 
 def _policy_allow(x: _Line) -> None:
@@ -303,7 +315,8 @@ def _run_end(x: _Line) -> str:
 # Event type -> its line (None: the mode shows nothing for it). A new event
 # type gets a function here, or prints nothing.
 _FORMATTERS = {
-    "conn.request": _conn_request, "dns.resolve": _dns_resolve, "policy.allow": _policy_allow,
+    "conn.request": _conn_request, "dns.resolve": _dns_resolve, "dns.answer": _dns_answer,
+    "policy.allow": _policy_allow,
     "policy.deny": _policy_deny, "conn.open": _conn_open, "conn.fail": _conn_fail,
     "conn.close": _conn_close, "run.start": _run_start, "path.check": _path_check,
     "sandbox.ready": _sandbox_ready, "program.exit": _program_exit, "run.end": _run_end,

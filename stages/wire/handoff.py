@@ -15,6 +15,7 @@ descriptor:
 
     b"L" + door   a door's listening socket: TCP, listening (SO_ACCEPTCONN)
     b"C" + door   one accepted connection: a connected TCP stream socket
+    b"U" + b"D"   the DNS door's UDP socket: bound, not connected
 
 (a helper that accepted a connection itself, and the tests, use b"C").
 Anything else is a HandoffError and the broker drops the message and closes
@@ -31,10 +32,14 @@ DOORS = {"http": 3128, "socks": 1080}
 # With capture (docs/architecture.md "Capture"): every TCP connection the
 # program opens to an address that is not the sandbox's loopback is
 # redirected to this door, on 127.0.0.1 and ::1.
-CAPTURE_DOORS = {"capture": 1081}
-_DOOR_BYTE = {"http": b"H", "socks": b"S", "capture": b"T"}
+CAPTURE_DOORS = {"capture": 1081, "dns": 53}
+# The DNS door (with capture): the resolver /etc/resolv.conf names inside,
+# UDP and TCP. Its TCP listener goes over like a door; its UDP socket as
+# b"U" + b"D" (a bound datagram socket).
+DNS_PORT = 53
+_DOOR_BYTE = {"http": b"H", "socks": b"S", "capture": b"T", "dns": b"D"}
 _BYTE_DOOR = {v: k for k, v in _DOOR_BYTE.items()}
-_KINDS = {b"L": "door", b"C": "conn"}
+_KINDS = {b"L": "door", b"C": "conn", b"U": "datagram"}
 MESSAGE_SIZE = 2
 
 
@@ -66,6 +71,11 @@ def _send(sock: socket.socket, kind: bytes, door: str, fd: int) -> None:
 def send_door(sock: socket.socket, door: str, fd: int) -> None:
     """Hand over `door`'s listening socket."""
     _send(sock, b"L", door, fd)
+
+
+def send_datagram_door(sock: socket.socket, fd: int) -> None:
+    """Hand over the DNS door's UDP socket."""
+    _send(sock, b"U", "dns", fd)
 
 
 def send_conn(sock: socket.socket, door: str, fd: int) -> None:
@@ -102,6 +112,8 @@ def receive(sock: socket.socket) -> Handed | None:
         fds = array.array("i")  # owned by `handed` now
         kind = _KINDS[msg[:1]]
         problem = _problem(handed, kind)
+        if problem is None and kind == "datagram" and msg[1:2] != b"D":
+            problem = "only the DNS door hands over a UDP socket"
         if problem:
             handed.close()
             raise HandoffError(problem)
@@ -139,6 +151,10 @@ def take_pending(sock: socket.socket, most: int | None = None) -> Pending:
 
 
 def _problem(sock: socket.socket, kind: str) -> str | None:
+    if kind == "datagram":
+        if sock.type != socket.SOCK_DGRAM or sock.family not in (socket.AF_INET, socket.AF_INET6):
+            return "a datagram door's descriptor is not a UDP socket"
+        return None
     if sock.type != socket.SOCK_STREAM or sock.family not in (socket.AF_INET, socket.AF_INET6):
         return "descriptor is not a TCP stream socket"
     listening = sock.getsockopt(socket.SOL_SOCKET, socket.SO_ACCEPTCONN) == 1

@@ -173,7 +173,35 @@ def dry_run_guard() -> RunWriter:
     return w
 
 
+def capture_trace() -> RunWriter:
+    """trace --capture: ssh resolves through the DNS door and connects to the
+    made-up address; the capture door decides the name."""
+    w = RunWriter("r-c4f7e1", start_ns=T0 + 10_800_000_000_000, orchestrator_pid=40001,
+                  broker_pid=40003)
+    w.start("trace", "ssh")
+    w.lines[0] = w.lines[0].replace(b'"record":', b'"capture":true,"record":')
+    w.lines[2] = w.lines[2].replace(b'"socks":1080}', b'"socks":1080,"capture":1081,"dns":53}')
+    w.emit("dns.answer", name="git.world", type="A", rcode="NOERROR", address="198.18.33.7",
+           transport="udp")
+    w.emit("dns.answer", name="git.world", type="AAAA", rcode="NODATA", transport="udp",
+           after_ms=0.1)
+    w.emit("dns.answer", name="exfil.example", type="TXT", rcode="NODATA", transport="udp")
+    w.emit("dns.answer", name="x.example", type="ANY", rcode="REFUSED", transport="tcp",
+           reason="ANY queries are never answered")
+    w.conn += 1
+    w.emit("conn.request", w.conn, door="capture", kind="capture", host="git.world", port=22,
+           fake_address="198.18.33.7")
+    w.emit("dns.resolve", w.conn, host="git.world", addresses=["140.82.113.4"], ms=1.2)
+    w.emit("policy.allow", w.conn, rule="no policy",
+           reason="no policy: every connection is allowed")
+    w.emit("conn.open", w.conn, address="140.82.113.4", port=22, via="direct", ms=0.4)
+    w.emit("conn.close", w.conn, after_ms=80, bytes_up=3100, bytes_down=4200, ms=80)
+    w.end(exit_code=0)
+    return w
+
+
 RECORDS = {
+    "capture_trace": capture_trace,
     "demo_agent_trace": demo_agent_trace,
     "pip_guard": pip_guard_run,
     "dry_run_guard": dry_run_guard,

@@ -137,7 +137,7 @@ class WireGuardDialer:
     async def _resolve_in_tunnel(self, host: str) -> tuple[tuple, str]:
         """-> (addresses, the server that answered); DialError("dns") when no
         server answered, path-down when the tunnel is gone."""
-        from stages.broker.wireguard import dns as dns_wire
+        from stages.wire import dns as dns_wire
         wg = self.path.wireguard
         want_v6 = any(a.version == 6 for a in wg.addresses)
         loop = asyncio.get_running_loop()
@@ -201,7 +201,7 @@ DNS_TRY_TIMEOUT = 2.0
 
 async def _ask(loop, sock: socket.socket, host: str, qtype: int) -> list:
     """One question to the tunnel's DNS server, asked up to twice."""
-    from stages.broker.wireguard import dns as dns_wire
+    from stages.wire import dns as dns_wire
     query_id = int.from_bytes(os.urandom(2), "big")
     query = dns_wire.build_query(query_id, host, qtype)
     for attempt in range(2):

@@ -1,0 +1,105 @@
+"""The DNS door's pure parts: the made-up address pool (stages/broker/fake_ips.py)
+and the answer to every kind of query (stages/broker/dns_door.py), byte by
+byte through the one DNS wire module (stages/wire/dns.py)."""
+from __future__ import annotations
+
+import ipaddress
+import struct
+
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from stages.broker import dns_door
+from stages.broker.fake_ips import POOL, SLOT_SIZE, SLOTS, FakeNames, PoolFull
+from stages.wire import dns
+
+
+def pool(start: int = 0) -> FakeNames:
+    return FakeNames(memory=bytearray(SLOTS * SLOT_SIZE), start=start)
+
+
+def query(name: str | bytes, qtype: int = dns.A, qclass: int = 1, qid: int = 0x1234) -> bytes:
+    raw = name if isinstance(name, bytes) else name.encode()
+    qname = b"".join(bytes([len(l)]) + l for l in raw.split(b".") if l) + b"\0"
+    return struct.pack("!HHHHHH", qid, 0x0100, 1, 0, 0, 0) + qname + struct.pack("!HH", qtype, qclass)
+
+
+def test_pool_gives_one_address_per_name_and_maps_it_back():
+    names = pool(start=5)
+    a = names.address_for("api.github.com")
+    assert a == ipaddress.IPv4Address("198.18.0.5") and a in POOL
+    assert names.address_for("api.github.com") == a
+    b = names.address_for("pypi.org")
+    assert b != a
+    assert names.name_for(a) == "api.github.com" and names.name_for(b) == "pypi.org"
+    assert names.name_for(ipaddress.ip_address("::ffff:198.18.0.5")) == "api.github.com"
+    # Another address of the pool this run did not give, and one outside it.
+    assert names.name_for(ipaddress.ip_address("198.19.255.254")) is None
+    assert names.name_for(ipaddress.ip_address("140.82.112.6")) is None
+
+
+def test_pool_wraps_and_is_bounded():
+    names = pool(start=SLOTS - 1)
+    assert names.address_for("a.example") == ipaddress.IPv4Address("198.19.255.255")
+    assert names.address_for("b.example") == ipaddress.IPv4Address("198.18.0.0")
+    names.given = {f"n{i}": None for i in range(SLOTS)}
+    with pytest.raises(PoolFull):
+        names.address_for("one.more")
+
+
+def test_a_query_gets_a_made_up_address_and_the_record_says_so():
+    names = pool()
+    reply, fields = dns_door.answer(query("API.GitHub.com"), names, "udp")
+    assert fields == {"name": "API.GitHub.com", "type": "A", "transport": "udp", "rcode": "NOERROR",
+                      "address": "198.18.0.0"}
+    assert dns.parse_answer(reply, 0x1234, dns.A) == [ipaddress.IPv4Address("198.18.0.0")]
+    assert names.name_for(ipaddress.IPv4Address("198.18.0.0")) == "api.github.com"
+    # The question is echoed as asked (0x20 case), recursion shown available.
+    assert b"\x03API\x06GitHub\x03com\x00" in reply and struct.unpack_from("!H", reply, 2)[0] & 0x0080
+
+
+@pytest.mark.parametrize("qtype, rcode", [(dns.AAAA, "NODATA"), (16, "NODATA"), (15, "NODATA"),
+                                          (65, "NODATA"), (255, "REFUSED"), (252, "REFUSED"),
+                                          (251, "REFUSED")])
+def test_other_types_get_nothing(qtype, rcode):
+    names = pool()
+    reply, fields = dns_door.answer(query("api.github.com", qtype), names, "tcp")
+    assert fields["rcode"] == rcode and "address" not in fields
+    flags, qd, an = struct.unpack_from("!HHH", reply, 2)
+    assert flags & 0xF == (dns.REFUSED if rcode == "REFUSED" else dns.NOERROR) and (qd, an) == (1, 0)
+    assert names.given == {}      # nothing given, nothing looked up
+
+
+@pytest.mark.parametrize("name, rcode", [
+    ("localhost", "NXDOMAIN"), ("printer.local", "NXDOMAIN"), ("metadata.google.internal", "NXDOMAIN"),
+    ("intranet", "NXDOMAIN"), ("2130706433", "REFUSED"), ("0x7f.1", "REFUSED"),
+    (b"caf\xc3\xa9.example", "REFUSED"), ("1.2.3.4", "REFUSED")])
+def test_special_and_odd_names_get_no_address(name, rcode):
+    names = pool()
+    reply, fields = dns_door.answer(query(name), names, "udp")
+    assert fields["rcode"] == rcode and fields.get("reason"), fields
+    assert dns.parse_answer(reply, 0x1234, dns.A) == [] if rcode == "NXDOMAIN" else True
+    assert names.given == {}
+
+
+def test_class_other_than_in_is_refused():
+    _reply, fields = dns_door.answer(query("api.github.com", dns.A, qclass=3), pool(), "udp")
+    assert fields["rcode"] == "REFUSED"
+
+
+def test_not_a_query():
+    assert dns_door.answer(b"\x00" * 5, pool(), "udp") == (None, None)
+    answer_bit = bytearray(query("a.example"))
+    answer_bit[2] |= 0x80
+    assert dns_door.answer(bytes(answer_bit), pool(), "udp") == (None, None)
+    two = bytearray(query("a.example"))
+    two[5] = 2
+    reply, fields = dns_door.answer(bytes(two), pool(), "udp")
+    assert fields["rcode"] == "FORMERR" and struct.unpack_from("!H", reply, 2)[0] & 0xF == dns.FORMERR
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.binary(max_size=300))
+def test_any_bytes_give_an_answer_or_nothing_never_an_exception(data):
+    reply, fields = dns_door.answer(data, pool(), "udp")
+    assert (reply is None) == (fields is None)
