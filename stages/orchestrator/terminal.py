@@ -69,6 +69,165 @@ def _columns_rows(winsize: bytes | None) -> tuple[int, int]:
     return cols or 80, rows or 24
 
 
+class UserTerminal:
+    """The user's own terminal: its mode (saved once, raw while the program
+    has the keys, put back exactly), whether vpnw is in the foreground, its
+    size, and vpnw's writes to it."""
+
+    def __init__(self, fd_in: int, fd_out: int):
+        self.fd_in = fd_in
+        self.fd_out = fd_out
+        self.saved = termios.tcgetattr(fd_in)
+        self.raw = False
+        self.output_gone = False     # the user's terminal went away: output is dropped
+
+    def foreground(self) -> bool:
+        try:
+            return os.tcgetpgrp(self.fd_in) == os.getpgrp()
+        except OSError:
+            return False
+
+    def enter_raw(self) -> None:
+        if self.raw or not self.foreground():
+            return
+        try:
+            termios.tcsetattr(self.fd_in, termios.TCSADRAIN, _raw(self.saved))
+        except termios.error:
+            return
+        self.raw = True
+
+    def restore(self) -> None:
+        """The user's terminal exactly as it was. SIGTTOU is blocked meanwhile, so
+        a vpnw moved to the background cannot be stopped half way."""
+        if not self.raw:
+            return
+        old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTTOU})
+        try:
+            termios.tcsetattr(self.fd_in, termios.TCSADRAIN, self.saved)
+        except termios.error:
+            pass
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, old)
+        self.raw = False
+
+    def size(self) -> bytes | None:
+        return _winsize(self.fd_out) or _winsize(self.fd_in)
+
+    def write(self, data: bytes) -> None:
+        if not data or self.output_gone:
+            return
+        view = memoryview(data)
+        while view:
+            try:
+                view = view[os.write(self.fd_out, view):]
+            except InterruptedError:
+                continue
+            except BlockingIOError:
+                select.select([], [self.fd_out], [])
+            except OSError:
+                self.output_gone = True
+                return
+
+
+class PtyMaster:
+    """The program's side of the relay: the pty master once the helper has
+    handed it over, the keys waiting for the program, its output as it comes."""
+
+    def __init__(self):
+        self.fd: int | None = None
+        self.open = False
+        self.to_program = b""
+
+    def attach(self, fd: int, mode: list, size: bytes | None) -> None:
+        self.fd, self.open = fd, True
+        os.set_blocking(fd, False)
+        # Termios and window-size calls on a master act on its slave: the
+        # program's terminal starts in the user's mode and size.
+        try:
+            termios.tcsetattr(fd, termios.TCSANOW, mode)
+        except termios.error:
+            pass
+        if size:
+            self.resize(size)
+
+    def resize(self, size: bytes) -> None:
+        try:
+            fcntl.ioctl(self.fd, termios.TIOCSWINSZ, size)
+        except OSError:
+            pass
+
+    def flush(self) -> None:
+        """As many waiting keys as the program's side takes now."""
+        if not self.to_program or not self.open:
+            return
+        try:
+            n = os.write(self.fd, self.to_program)
+        except BlockingIOError:
+            return
+        except OSError:
+            self.to_program = b""
+            return
+        self.to_program = self.to_program[n:]
+
+    def read(self) -> tuple[bytes, bool]:
+        """(what the master has now, still open). A pty hands out at most a
+        few kB a read: several reads make one write to the user's terminal."""
+        chunks = []
+        open_ = True
+        for _ in range(64):
+            try:
+                data = os.read(self.fd, _READ)
+            except BlockingIOError:
+                break
+            except OSError as exc:
+                if exc.errno != errno.EIO:
+                    raise
+                data = b""  # EIO: every slave fd is closed
+            if not data:
+                open_ = False
+                break
+            chunks.append(data)
+        return b"".join(chunks), open_
+
+    def continue_program(self) -> None:
+        """SIGCONT to the pty's foreground group (the program's job)."""
+        if not self.open:
+            return
+        try:
+            os.killpg(os.tcgetpgrp(self.fd), signal.SIGCONT)
+        except OSError:
+            pass
+
+
+class HumanPipe:
+    """vpnw's own lines (the recorder's and the broker's stderr) from their
+    pipe, cut at newlines."""
+
+    def __init__(self, fd: int | None):
+        self.fd = fd
+        self.open = fd is not None
+        self.buf = b""
+        if fd is not None:
+            os.set_blocking(fd, False)
+
+    def read(self) -> tuple[list[bytes], bool]:
+        """(the whole lines that came, still open); at the end, the last half line too."""
+        try:
+            data = os.read(self.fd, _READ)
+        except BlockingIOError:
+            return [], True
+        if not data:
+            self.open = False
+            rest = self.take_rest()
+            return ([rest] if rest else []), False
+        *lines, self.buf = (self.buf + data).split(b"\n")
+        return lines, True
+
+    def take_rest(self) -> bytes:
+        rest, self.buf = self.buf, b""
+        return rest
+
+
 class TerminalRelay:
     """Relays between the user's terminal (user_in/user_out) and the pty master.
 
@@ -88,27 +247,17 @@ class TerminalRelay:
         self.keys = keys
         # --no-clipboard: OSC 52 never reaches the user's terminal (docs/security.md).
         self.clipboard_filter = ClipboardFilter() if no_clipboard else None
-        self.user_in = user_in
-        self.user_out = user_out
-        self.master = None
+        self.user = UserTerminal(user_in, user_out)
+        self.pty = PtyMaster()
         self.master_from = master_from   # a socket the master will come over
         self.master_refused: str | None = None   # what came instead of a pty master
-        self.human_r = human_r
-        if human_r is not None:
-            os.set_blocking(human_r, False)
-        self.saved = termios.tcgetattr(user_in)
-        self.raw = False
+        self.human = HumanPipe(human_r)
         self.reading_keys = False
-        self.master_open = False
         # Raw only once the program is let go: until then Ctrl-C is vpnw's (it
         # stops the run at once) and what the user types stays for the shell.
         self.program_going = False
         self.sel = None
         self.master_mask = 0
-        self.human_open = human_r is not None
-        self.human_buf = b""
-        self.to_program = b""
-        self.output_gone = False     # the user's terminal went away: output is dropped
         self.key_filter = None       # guard --ask: takes its answer keys out (asker.py)
         self.tail = b""              # the program's last output bytes (see write_control)
         columns, rows = _columns_rows(_winsize(user_out))
@@ -118,61 +267,22 @@ class TerminalRelay:
 
     # ---- the user's terminal
 
-    def foreground(self) -> bool:
-        try:
-            return os.tcgetpgrp(self.user_in) == os.getpgrp()
-        except OSError:
-            return False
-
     def enter_raw(self) -> None:
-        if (self.raw or not self.keys or not self.program_going or not self.master_open
-                or not self.foreground()):
-            return
-        try:
-            termios.tcsetattr(self.user_in, termios.TCSADRAIN, _raw(self.saved))
-        except termios.error:
-            return
-        self.raw = True
-
-    def restore(self) -> None:
-        """The user's terminal exactly as it was. SIGTTOU is blocked meanwhile, so
-        a vpnw moved to the background cannot be stopped half way."""
-        if not self.raw:
-            return
-        old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTTOU})
-        try:
-            termios.tcsetattr(self.user_in, termios.TCSADRAIN, self.saved)
-        except termios.error:
-            pass
-        finally:
-            signal.pthread_sigmask(signal.SIG_SETMASK, old)
-        self.raw = False
+        """Raw mode only once the program is let go and its terminal is here."""
+        if self.keys and self.program_going and self.pty.open:
+            self.user.enter_raw()
 
     def resize(self) -> None:
-        size = _winsize(self.user_out) or _winsize(self.user_in)
-        if size is None or not self.master_open:
+        size = self.user.size()
+        if size is None or not self.pty.open:
             return
         self.merger.columns, self.merger.rows = _columns_rows(size)
-        try:
-            fcntl.ioctl(self.master, termios.TIOCSWINSZ, size)
-        except OSError:
-            pass
+        self.pty.resize(size)
 
     # ---- the master
 
     def _attach(self, master: int) -> None:
-        self.master = master
-        self.master_open = True
-        os.set_blocking(master, False)
-        # Termios and window-size calls on a master act on its slave: the
-        # program's terminal starts in the user's mode and size.
-        try:
-            termios.tcsetattr(master, termios.TCSANOW, self.saved)
-        except termios.error:
-            pass
-        size = _winsize(self.user_out) or _winsize(self.user_in)
-        if size:
-            fcntl.ioctl(master, termios.TIOCSWINSZ, size)
+        self.pty.attach(master, self.user.saved, self.user.size())
         if self.sel is not None:
             self.master_mask = self._master_events()
             self.sel.register(master, self.master_mask, "pty:master")
@@ -205,17 +315,17 @@ class TerminalRelay:
         self.sel = sel
         self.enter_raw()
         self.master_mask = self._master_events()
-        if self.master_open:
-            sel.register(self.master, self.master_mask, "pty:master")
+        if self.pty.open:
+            sel.register(self.pty.fd, self.master_mask, "pty:master")
         if self.master_from is not None:
             sel.register(self.master_from, 1, "pty:socket")
-        if self.human_r is not None:
-            sel.register(self.human_r, 1, "pty:human")
+        if self.human.fd is not None:
+            sel.register(self.human.fd, 1, "pty:human")
         self._update_keys()
 
     def _master_events(self) -> int:
         import selectors
-        return selectors.EVENT_READ | (selectors.EVENT_WRITE if self.to_program else 0)
+        return selectors.EVENT_READ | (selectors.EVENT_WRITE if self.pty.to_program else 0)
 
     def detach(self) -> None:
         """The orchestrator's selector is closing; the ending drains without it."""
@@ -234,15 +344,15 @@ class TerminalRelay:
         and only while the program keeps up with them."""
         if self.sel is None:
             return
-        want = self.raw and self.master_open and len(self.to_program) < _MAX_TO_PROGRAM
+        want = self.user.raw and self.pty.open and len(self.pty.to_program) < _MAX_TO_PROGRAM
         if want and not self.reading_keys:
-            self.sel.register(self.user_in, 1, "pty:keys")
+            self.sel.register(self.user.fd_in, 1, "pty:keys")
         elif not want and self.reading_keys:
-            self.sel.unregister(self.user_in)
+            self.sel.unregister(self.user.fd_in)
         self.reading_keys = want
         mask = self._master_events()
-        if self.master_open and mask != self.master_mask:
-            self.sel.modify(self.master, mask, "pty:master")
+        if self.pty.open and mask != self.master_mask:
+            self.sel.modify(self.pty.fd, mask, "pty:master")
             self.master_mask = mask
 
     def timeout(self, now: float, default: float) -> float:
@@ -258,23 +368,23 @@ class TerminalRelay:
             return
         if what == "pty:keys":
             try:
-                data = os.read(self.user_in, _READ)
+                data = os.read(self.user.fd_in, _READ)
             except OSError:
                 data = b""
             if not data:
                 # The user's terminal is gone (hang-up): stop reading it; the
                 # SIGHUP that comes with it ends the program as before.
-                self._unregister(self.user_in)
+                self._unregister(self.user.fd_in)
                 self.reading_keys = False
-                self.raw = False
+                self.user.raw = False
                 return
             if self.key_filter is not None:
                 data = self.key_filter(data)
-            self.to_program += data
-            self._flush_to_program()
+            self.pty.to_program += data
+            self.pty.flush()
         elif what == "pty:master":
             if events & 2:
-                self._flush_to_program()
+                self.pty.flush()
             if events & 1:
                 self._read_program(now)
         elif what == "pty:human":
@@ -282,77 +392,39 @@ class TerminalRelay:
         self._update_keys()
 
     def tick(self) -> None:
-        self._write(self.merger.tick(time.monotonic()))
-
-    def _flush_to_program(self) -> None:
-        if not self.to_program or not self.master_open:
-            return
-        try:
-            n = os.write(self.master, self.to_program)
-        except BlockingIOError:
-            return
-        except OSError:
-            self.to_program = b""
-            return
-        self.to_program = self.to_program[n:]
+        self.user.write(self.merger.tick(time.monotonic()))
 
     def _read_program(self, now: float) -> bool:
-        """What the master has now (a pty hands out at most a few kB a read:
-        several reads make one write); False once the program's side is closed."""
-        chunks = []
-        open_ = True
-        for _ in range(64):
-            try:
-                data = os.read(self.master, _READ)
-            except BlockingIOError:
-                break
-            except OSError as exc:
-                if exc.errno != errno.EIO:
-                    raise
-                data = b""  # EIO: every slave fd is closed
-            if not data:
-                open_ = False
-                break
-            chunks.append(data)
-        if chunks:
-            data = b"".join(chunks)
+        """What the master has now; False once the program's side is closed."""
+        data, open_ = self.pty.read()
+        if data:
             if self.clipboard_filter is not None:
                 data = self.clipboard_filter.feed(data)
             self.tail = (self.tail + data[-256:])[-256:]
-            self._write(self.merger.program_output(data, now))
+            self.user.write(self.merger.program_output(data, now))
         if not open_:
             self._close_master()
         return open_
 
     def _close_master(self) -> None:
-        if self.master_open:
-            self.master_open = False
-            self._unregister(self.master)
+        if self.pty.open:
+            self.pty.open = False
+            self._unregister(self.pty.fd)
             if self.reading_keys:
-                self._unregister(self.user_in)
+                self._unregister(self.user.fd_in)
                 self.reading_keys = False
 
     def _read_human(self, now: float) -> bool:
-        try:
-            data = os.read(self.human_r, _READ)
-        except BlockingIOError:
-            return True
-        if not data:
-            self.human_open = False
-            self._unregister(self.human_r)
-            if self.human_buf:
-                self._write(self.merger.human_line(self.human_buf, now))
-                self.human_buf = b""
-            return False
-        self.human_buf += data
-        *lines, self.human_buf = self.human_buf.split(b"\n")
+        lines, open_ = self.human.read()
         for line in lines:
-            self._write(self.merger.human_line(line, now))
-        return True
+            self.user.write(self.merger.human_line(line, now))
+        if not open_:
+            self._unregister(self.human.fd)
+        return open_
 
     def say(self, text: str) -> None:
         """One of vpnw's own lines (the orchestrator's messages)."""
-        self._write(self.merger.human_line(text.encode("utf-8", "replace"), time.monotonic()))
+        self.user.write(self.merger.human_line(text.encode("utf-8", "replace"), time.monotonic()))
 
     def write_control(self, data: bytes, force: bool = False) -> bool:
         """Control sequences of vpnw's own (a title, a bell) that draw
@@ -362,36 +434,21 @@ class TerminalRelay:
         from stages.orchestrator.ask import mid_escape
         if not force and mid_escape(self.tail):
             return False
-        self._write(data)
+        self.user.write(data)
         return True
-
-    def _write(self, data: bytes) -> None:
-        if not data or self.output_gone:
-            return
-        view = memoryview(data)
-        while view:
-            try:
-                view = view[os.write(self.user_out, view):]
-            except InterruptedError:
-                continue
-            except BlockingIOError:
-                select.select([], [self.user_out], [])
-            except OSError:
-                self.output_gone = True
-                return
 
     # ---- job control
 
     def program_stopped(self, signo: int) -> None:
         """The program stopped: stop vpnw with it, and on `fg` continue both."""
-        if signo in (signal.SIGTTIN, signal.SIGTTOU) and self.foreground():
+        if signo in (signal.SIGTTIN, signal.SIGTTOU) and self.user.foreground():
             # It wanted the terminal and vpnw holds it in the foreground: go on.
             self.enter_raw()
-            self._continue_program()
+            self.pty.continue_program()
             return
         self._drain_program(wait=0.0)
-        self._write(self.merger.finish() if self.merger.held else b"")
-        self.restore()
+        self.user.write(self.merger.finish() if self.merger.held else b"")
+        self.user.restore()
         stop = signal.SIGSTOP if signo == signal.SIGSTOP else signal.SIGTSTP
         old = signal.signal(signal.SIGTSTP, signal.SIG_DFL)
         try:
@@ -399,15 +456,15 @@ class TerminalRelay:
         finally:
             signal.signal(signal.SIGTSTP, old)
         self.resumed()
-        self._continue_program()
+        self.pty.continue_program()
 
     def resumed(self) -> None:
         """vpnw was continued (SIGCONT): raw again if it is in the foreground,
         from the mode the user's terminal has now (the shell may have set it
         while vpnw was stopped)."""
-        if not self.raw and self.foreground():
+        if not self.user.raw and self.user.foreground():
             try:
-                self.saved = termios.tcgetattr(self.user_in)
+                self.user.saved = termios.tcgetattr(self.user.fd_in)
             except termios.error:
                 pass
         self.enter_raw()
@@ -415,25 +472,13 @@ class TerminalRelay:
         if self.sel is not None:
             self._update_keys()
 
-    def _continue_program(self) -> None:
-        if not self.master_open:
-            return
-        try:
-            pgrp = os.tcgetpgrp(self.master)
-        except OSError:
-            return
-        try:
-            os.killpg(pgrp, signal.SIGCONT)
-        except OSError:
-            pass
-
     # ---- the end
 
     def _drain_program(self, wait: float) -> None:
         """Copy out what the program wrote; with `wait`, until its side closes
         (all slave fds gone) or nothing came for `wait` seconds."""
-        while self.master_open:
-            ready, _, _ = select.select([self.master], [], [], wait)
+        while self.pty.open:
+            ready, _, _ = select.select([self.pty.fd], [], [], wait)
             if not ready:
                 return
             if not self._read_program(time.monotonic()):
@@ -443,20 +488,20 @@ class TerminalRelay:
         """The program has ended: the rest of its output."""
         self._drain_program(wait=2.0)
         self._close_master()
-        self._write(self.merger.program_ended())
+        self.user.write(self.merger.program_ended())
 
     def finish_human(self, recorder_pidfd: int) -> None:
         """vpnw's remaining lines, until the recorder has exited and its pipe is empty."""
-        while self.human_open:
-            ready, _, _ = select.select([self.human_r, recorder_pidfd], [], [])
-            if self.human_r in ready:
+        while self.human.open:
+            ready, _, _ = select.select([self.human.fd, recorder_pidfd], [], [])
+            if self.human.fd in ready:
                 if not self._read_human(time.monotonic()):
                     break
             elif recorder_pidfd in ready:
                 # The recorder is gone: take what is left, without waiting on
                 # anything it may have left behind holding the pipe.
                 while self._read_human(time.monotonic()):
-                    if not select.select([self.human_r], [], [], 0)[0]:
+                    if not select.select([self.human.fd], [], [], 0)[0]:
                         break
                 break
 
@@ -464,18 +509,18 @@ class TerminalRelay:
         """Every ending: the last lines, the user's terminal as it was, fds closed."""
         try:
             if self.clipboard_filter is not None:
-                self._write(self.merger.program_output(self.clipboard_filter.finish(),
+                self.user.write(self.merger.program_output(self.clipboard_filter.finish(),
                                                        time.monotonic()))
-            if self.human_buf:
-                self._write(self.merger.human_line(self.human_buf, time.monotonic()))
-                self.human_buf = b""
-            self._write(self.merger.finish())
+            rest = self.human.take_rest()
+            if rest:
+                self.user.write(self.merger.human_line(rest, time.monotonic()))
+            self.user.write(self.merger.finish())
         finally:
-            self.restore()
+            self.user.restore()
             if self.master_from is not None:
                 self.master_from.close()
                 self.master_from = None
-            for fd in (self.master, self.human_r):
+            for fd in (self.pty.fd, self.human.fd):
                 if fd is not None:
                     try:
                         os.close(fd)
