@@ -165,3 +165,13 @@ def test_the_program_can_tell_it_runs_in_vpnw_and_in_which_run():
     assert env["VPNW"] == "1" and env["VPNW_RUN"] == "r-123abc"
     again, _ = program_env(env, python=None)     # the helper applies it again: unchanged
     assert again == env
+
+
+def test_an_own_ssh_command_without_proxycommand_is_warned_about():
+    from stages.config.client_env import own_ssh_command_warning
+    env = {"GIT_SSH_COMMAND": "ssh -i deploy"}
+    _, kept = program_env(env, python=PY)
+    assert "ProxyCommand=vpnw-ssh-proxy %h %p" in own_ssh_command_warning(env, kept)
+    env = {"GIT_SSH_COMMAND": "ssh -o ProxyCommand='vpnw-ssh-proxy %h %p'"}
+    assert own_ssh_command_warning(env, program_env(env, python=PY)[1]) is None
+    assert own_ssh_command_warning({}, program_env({}, python=PY)[1]) is None

@@ -14,6 +14,7 @@ import shutil
 
 import pytest
 
+from ci_support import cannot
 from e2e_support import assert_every_connection_accounted, describe, run_events
 from world import DEFAULT_NAMES, WORLD_V4
 
@@ -90,7 +91,7 @@ def results(stdout: str) -> dict[str, dict]:
 @pytest.fixture(scope="module")
 def clients(world):
     if shutil.which("nc") is None or shutil.which("nft") is None:
-        pytest.skip("capture's tests need nc and nft (scripts/setup installs netcat-openbsd, nftables)")
+        cannot("capture's tests need nc and nft (scripts/setup installs netcat-openbsd, nftables)")
     return world.file("capture_clients.py", CLIENTS)
 
 

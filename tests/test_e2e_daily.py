@@ -13,6 +13,7 @@ import time
 
 import pytest
 
+from ci_support import cannot
 from e2e_support import describe, run_events
 from tmux_support import PROMPT, Screen, wait_file
 
@@ -55,7 +56,7 @@ def _key() -> str:
 def dead_path(world):
     """A paths file whose only path is WireGuard to an endpoint nobody answers."""
     if shutil.which("wireguard-go") is None:
-        pytest.skip("wireguard-go is not installed (scripts/setup installs it)")
+        cannot("wireguard-go is not installed (scripts/setup installs it)")
     world.exit_site(SITE)
     world.file("daily-dead.conf", f"[Interface]\nPrivateKey = {_key()}\nAddress = 10.66.0.2/32\n\n"
                                   f"[Peer]\nPublicKey = {_key()}\nEndpoint = {SITE}:51999\n"
@@ -281,3 +282,53 @@ def test_a_failure_under_file_limits_says_what_the_table_did(world, user):
     assert ".ssh" in notes[0] and f"but {work}" in notes[0], notes
     ok = world.vpnw(["guard", "--policy", str(policy), "--", "true"], user=user, cwd=work)
     assert ok.returncode == 0 and _hints(ok) == [], describe(ok)
+
+
+# ── options that cannot do what they say are refused; help that says what it takes ──
+
+@pytest.mark.parametrize("args,message", [
+    (["--events-format", "ocsf"], "vpnw: --events-format ocsf: nothing carries the events; fix: add "
+                                  "--events-to COMMAND or --syslog"),
+    (["--events-to", ""], "vpnw: --events-to '': no command given; fix: "),
+    (["--events-to", "  "], "vpnw: --events-to '': no command given; fix: "),
+])
+def test_side_output_options_without_their_target_are_121(world, user, args, message):
+    marker = world.workdir(user) / "ran"
+    r = world.vpnw(["run", *args, "--", "touch", str(marker)], user=user)
+    assert r.returncode == 121 and r.stderr.startswith(message), describe(r)
+    assert not marker.exists() and list(r.state_home.iterdir()) == []
+
+
+def test_a_policy_too_large_says_so_and_the_limit(world, user):
+    big = world.file(f"daily-big-{user}.toml", 'version = 1\nname = "big"\n[policy]\n#' + "x" * 1_500_000 + "\n")
+    r = world.vpnw(["guard", "--policy", str(big), "--", "true"], user=user)
+    assert r.returncode == 121, describe(r)
+    assert r.stderr.startswith(f"vpnw: {big}: is too large: 1465 KiB, and a policy file may be at "
+                               f"most 1024 KiB; fix: make it smaller"), describe(r)
+
+
+def test_help_names_what_each_option_takes_and_shows_examples(world):
+    for mode in ("run", "trace", "guard"):
+        r = world.vpnw([mode, "--help"])
+        assert r.returncode == 0, describe(r)
+        for shown in ("--record FILE", "--events-to COMMAND", "--log FILE", "--via NAME", "Examples:",
+                      f"vpnw {mode} "):
+            assert shown in r.stdout, (mode, shown, r.stdout)
+
+
+# ── your own GIT_SSH_COMMAND without a ProxyCommand is said at the start ────
+
+def test_an_own_ssh_command_that_cannot_get_out_is_warned_about_in_every_mode(world, user):
+    policy = world.file("daily-allow.toml", 'version = 1\nname = "all"\n[policy]\ndefault = "allow"\n')
+    mine = {"GIT_SSH_COMMAND": "ssh -o BatchMode=yes"}
+    for args in (["run"], ["trace"], ["guard", "--policy", str(policy)]):
+        r = world.vpnw([*args, "--", "true"], user=user, env=mine)
+        assert r.returncode == 0, describe(r)
+        first = r.stderr.splitlines()[0]
+        assert first.startswith("vpnw: warning: your own GIT_SSH_COMMAND has no ProxyCommand"), describe(r)
+        assert "ProxyCommand=vpnw-ssh-proxy %h %p" in first and "ssh -o BatchMode" not in r.stderr
+    quiet = world.vpnw(["run", "--quiet", "--", "true"], user=user, env=mine)
+    assert "warning" not in quiet.stderr, describe(quiet)
+    fine = world.vpnw(["run", "--", "true"], user=user,
+                      env={"GIT_SSH_COMMAND": "ssh -o 'ProxyCommand=vpnw-ssh-proxy %h %p'"})
+    assert "warning" not in fine.stderr, describe(fine)

@@ -18,6 +18,7 @@ import time
 
 import pytest
 
+from ci_support import cannot
 from e2e_support import assert_every_connection_accounted, describe, run_events
 from stages.record.check import check_run
 from wg_support import CORP, INTERNAL, OUR_TUNNEL, PEER_TUNNEL, SITE, WEB, WEB_PORT, Office
@@ -31,7 +32,7 @@ pytestmark = pytest.mark.world
 def office(world):
     for tool in ("wireguard-go", "wg"):
         if shutil.which(tool) is None:
-            pytest.skip(f"{tool} is not installed (scripts/setup installs wireguard-go wireguard-tools)")
+            cannot(f"{tool} is not installed (scripts/setup installs wireguard-go wireguard-tools)")
     return Office(world)
 
 

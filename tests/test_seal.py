@@ -19,6 +19,8 @@ from pathlib import Path
 
 import pytest
 
+from ci_support import cannot
+
 PY = sys.executable
 PROGS = Path(__file__).parent / "progs"
 UNPRIVILEGED = "nobody"
@@ -187,7 +189,7 @@ def test_x32_syscall_is_refused(progs_dir):
 def test_int80_socket_is_refused(progs_dir):
     prog = progs_dir / "int80"
     if not prog.exists():
-        pytest.skip("gcc is not available to build the i386 syscall probe")
+        cannot("gcc is not available to build the i386 syscall probe")
     control_out = subprocess.run([str(prog)], capture_output=True, text=True).stdout
     if control_out.split()[1] != "OK":
         pytest.skip(f"this kernel has no i386 syscall table ({control_out.strip()})")

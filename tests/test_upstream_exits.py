@@ -12,6 +12,8 @@ import threading
 
 import pytest
 
+from ci_support import cannot
+
 import exits
 from stages.broker.dial import DialError, PathDownError
 from stages.broker.dialers import dialer_for
@@ -150,7 +152,7 @@ SOCKS = ["danted", "microsocks", "microsocks-auth"]
 def get_exit(exit_world, label):
     started = exit_world[2]
     if label not in started:
-        pytest.skip(f"{label}: {exits.missing(label.split('-')[0])}")
+        cannot(f"{label}: {exits.missing(label.split('-')[0])}")
     return started[label]
 
 
@@ -263,7 +265,7 @@ def test_nothing_listening_is_path_down(exit_world):
 def test_exit_killed_mid_run_fails_closed(exit_world, kind):
     ns, echo, _ = exit_world
     if exits.missing(kind):
-        pytest.skip(exits.missing(kind))
+        cannot(exits.missing(kind))
     exit_ = ns.run(exits.start_exit, kind, ns.run(exits.free_port))
     try:
         path = spec(exit_)

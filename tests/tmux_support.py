@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from ci_support import cannot
+
 TMUX = shutil.which("tmux")
 DEADLINE = 60.0          # generous: the machine is shared and loaded
 PROMPT = "$ "
@@ -23,7 +25,7 @@ PROMPT = "$ "
 
 def need_tmux() -> None:
     if TMUX is None:
-        pytest.skip("tmux is missing (scripts/setup installs it)")
+        cannot("tmux is missing (scripts/setup installs it)")
 
 
 class Screen:

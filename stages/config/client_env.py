@@ -238,6 +238,17 @@ def program_env(env: dict[str, str], *, python: str | None,
     return out, kept
 
 
+def own_ssh_command_warning(env: dict[str, str], kept: list[str]) -> str | None:
+    """What to tell the user whose own GIT_SSH_COMMAND (kept) has no
+    ProxyCommand: git over ssh then dials directly, and the sandbox has no way
+    out but the doors."""
+    if "GIT_SSH_COMMAND" not in kept or "proxycommand" in env.get("GIT_SSH_COMMAND", "").lower():
+        return None
+    return ("warning: your own GIT_SSH_COMMAND has no ProxyCommand, so ssh (and git over ssh) "
+            "cannot get out of the sandbox (\"Could not resolve hostname\"); fix: add "
+            "-o 'ProxyCommand=vpnw-ssh-proxy %h %p' to it, or run with --capture")
+
+
 def apply(env: dict[str, str], *, python: str | None,
           run_id: str | None = None) -> tuple[dict[str, str], list[str]]:
     """program_env with the git config files read from this machine: system,

@@ -58,6 +58,10 @@ def _read_bounded(fd: int, limit: int, what: str) -> bytes:
                                f"{what} file is", f"name the {what} file itself")
 
 
+def _kib(size: int) -> str:
+    return f"{size / 1024:.0f} KiB" if size < 10 * 1024 * 1024 else f"{size / 1048576:.0f} MiB"
+
+
 def read_bytes(name: str, what: str, *, limit: int = MAX_INPUT, stdin=None) -> bytes:
     """The bytes of file `name` ("-": stdin), at most `limit`; InputProblem otherwise."""
     if name == STDIN:
@@ -76,6 +80,11 @@ def read_bytes(name: str, what: str, *, limit: int = MAX_INPUT, stdin=None) -> b
             raise InputProblem("is a directory", f"name the {what} file itself")
         if not (stat.S_ISREG(mode) or stat.S_ISCHR(mode) or stat.S_ISFIFO(mode)):
             raise InputProblem("is not a regular file", f"name the {what} file itself")
+        size = os.fstat(fd).st_size
+        if stat.S_ISREG(mode) and size > limit:
+            raise InputProblem(f"is too large: {_kib(size)}, and a {what} file may be at most "
+                               f"{limit // 1024} KiB", f"make it smaller (or name the {what} file "
+                               f"itself, if this is another file)")
         os.set_blocking(fd, True)
         return _read_bounded(fd, limit, what)
     finally:

@@ -106,21 +106,22 @@ def _sandboxed(mode: str, *, require_policy: bool):
                               "shipped with vpnw (`vpnw presets`)."),
             click.option("--config", "config_file", metavar="FILE",
                          help="Paths file (TOML) naming the ways out."),
-            click.option("--via", help="Name of the path to use (default: the config's default, else direct)."),
-            click.option("--record", help="Write the record to FILE instead of the state directory; "
+            click.option("--via", metavar="NAME",
+                         help="Name of the path to use (default: the config's default, else direct)."),
+            click.option("--record", metavar="FILE", help="Write the record to FILE instead of the state directory; "
                                           "'-' writes it to stdout and moves the program's stdout to stderr."),
-            click.option("--log", type=click.Path(dir_okay=False),
+            click.option("--log", type=click.Path(dir_okay=False), metavar="FILE",
                          help="Write vpnw's human lines to FILE (appended) instead of stderr."),
             click.option("--quiet", is_flag=True,
                          help="Human lines: only denials and the summary."),
-            click.option("--events-to", help="Also feed the event stream (JSON Lines) to COMMAND's stdin."),
+            click.option("--events-to", metavar="COMMAND",
+                         help="Also feed the event stream (JSON Lines) to COMMAND's stdin (run by sh -c)."),
             click.option("--syslog", is_flag=False, flag_value="/dev/log", default=None, metavar="[TARGET]",
                          help="Also send every event to syslog: /dev/log (the default), another socket "
                               "path, udp://HOST:PORT or tcp://HOST:PORT (RFC 5424, JSON behind @cee:)."),
-            click.option("--events-format", type=click.Choice(["jsonl", "ocsf", "ecs"]), default="jsonl",
-                         show_default=True,
-                         help="What --events-to and --syslog carry: the record's events, or each "
-                              "connection outcome as OCSF Network Activity or ECS."),
+            click.option("--events-format", type=click.Choice(["jsonl", "ocsf", "ecs"]), default=None,
+                         help="What --events-to and --syslog carry: the record's events (jsonl, the "
+                              "default), or each connection outcome as OCSF Network Activity or ECS."),
             click.option("--allow-unix-sockets", is_flag=True,
                          help="Let the program reach every Unix socket on this machine (Docker, your "
                               "ssh-agent), datagram ones too; its own sockets work without it, and "
@@ -162,15 +163,29 @@ def _check_syslog_target(target):
         raise UsageProblem(f"--syslog: {exc}") from None
 
 
+def _check_side_outputs(events_to, syslog, events_format) -> str:
+    """--events-to and --events-format as the options they are: a command that
+    is there, a format only for an output that carries it."""
+    if events_to is not None and not events_to.strip():
+        raise UsageProblem("--events-to '': no command given; fix: name the command that reads the "
+                           "events, e.g. --events-to 'cat >> events.jsonl', or leave the option out")
+    if events_format is not None and events_to is None and syslog is None:
+        raise UsageProblem(f"--events-format {events_format}: nothing carries the events; fix: add "
+                           f"--events-to COMMAND or --syslog, or leave --events-format out (the "
+                           f"record is always JSON Lines)")
+    return events_format or "jsonl"
+
+
 def _execute(mode, program, policy_file, config_file, via, record, events_to,
              allow_unix_sockets, log=None, quiet=False, dry_run=False, syslog=None,
-             events_format="jsonl", ask=False, ask_timeout=60.0, capture=False,
+             events_format=None, ask=False, ask_timeout=60.0, capture=False,
              no_clipboard=False):
     from stages.orchestrator.run import RunRequest, execute
     from stages.config.policy import check_policy_for_path
     if policy_file == "-" and config_file == "-":
         raise UsageProblem("--policy - and --config - both read stdin; fix: read one of them from a file")
     syslog = _check_syslog_target(syslog)
+    events_format = _check_side_outputs(events_to, syslog, events_format)
     if ask and policy_file and policy_file.startswith("@"):
         # An answer is written into the policy file: never into vpnw's own copy.
         raise UsageProblem(f"--ask edits the policy file, and {policy_file} is vpnw's own; "
@@ -202,19 +217,37 @@ def _execute(mode, program, policy_file, config_file, via, record, events_to,
 
 @_sandboxed("run", require_policy=False)
 def run(program, **opts):
-    """Run PROGRAM sealed, through the chosen path; print failures and a summary."""
+    """Run PROGRAM sealed, through the chosen path; print failures and a summary.
+
+    \b
+    Examples:
+      vpnw run -- curl -sS https://example.com
+      vpnw run --config office.toml --via office -- ./agent
+    """
     return _execute("run", program, **opts)
 
 
 @_sandboxed("trace", require_policy=False)
 def trace(program, **opts):
-    """Run PROGRAM sealed and print every connection as it happens."""
+    """Run PROGRAM sealed and print every connection as it happens.
+
+    \b
+    Examples:
+      vpnw trace -- ./agent                  (then: vpnw learn > agent.toml)
+      vpnw trace --record run.jsonl -- npm install
+    """
     return _execute("trace", program, **opts)
 
 
 @_sandboxed("guard", require_policy=True)
 def guard(program, **opts):
-    """Run PROGRAM sealed under a policy; any denial makes vpnw exit 120."""
+    """Run PROGRAM sealed under a policy; any denial makes vpnw exit 120.
+
+    \b
+    Examples:
+      vpnw guard --policy agent.toml -- ./agent
+      vpnw guard --policy agent.toml --dry-run -- ./agent   (denies nothing, records what it would)
+    """
     return _execute("guard", program, **opts)
 
 

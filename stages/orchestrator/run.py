@@ -284,6 +284,7 @@ def _execute(request: RunRequest, terminal: _Terminal) -> int:
     protection = _protection(request, record)
     names_before = _identities(_evidence_names(request, record))
     program_env, env_kept = _program_env(_without_secrets(request), run_id)
+    _warn_own_settings(request, env_kept)
     emitter.emit("run.start", mode=request.mode, program=os.path.basename(request.argv[0]),
                  policy=policy_name if getattr(request.policy, "source", None) else None,
                  policy_file=getattr(request.policy, "source", None), via=path_name,
@@ -389,6 +390,15 @@ def _start_asker(request: RunRequest, ask_link, run_id: str, relay):
     return Asker(run_id=run_id, broker_end=ask_link[0], policy=request.policy, relay=relay,
                  say=say, timeout=request.ask_timeout, state_dir=vpnw_state_dir(),
                  program=os.path.basename(request.argv[0]))
+
+
+def _warn_own_settings(request: RunRequest, env_kept: list[str]) -> None:
+    """A setting of the user's own that cannot work in the sandbox, said at
+    the start of every mode (not with --quiet; capture makes it work)."""
+    from stages.config.client_env import own_ssh_command_warning
+    warning = own_ssh_command_warning(request.env, env_kept)
+    if warning and not request.quiet and not request.capture:
+        say(warning)
 
 
 def _protection(request: RunRequest, record: str):

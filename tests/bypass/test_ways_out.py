@@ -16,6 +16,7 @@ import os
 
 import pytest
 
+from ci_support import cannot
 from bypass_bench import (BROKER_V4, BROKER_V6, OK, TARGET_TCP, TARGET_UDP, WORLD_HOST_V4,
                           WORLD_HOST_V6, Way, check_control, errnos, plan_of, way)
 
@@ -166,7 +167,7 @@ PLAN = plan_of(WAYS)
 def test_way_out_is_refused(bench, user, way_id):
     w = WAY_BY_ID[way_id]
     if w.attempt == "native" and bench.int80 is None:
-        pytest.skip("no gcc to build the int 0x80 probe")
+        cannot("no gcc to build the int 0x80 probe")
     if way_id == "sysfs-write" and not __import__("os").path.exists(w.args[0]):
         pytest.skip(f"{w.args[0]} does not exist on this kernel")
     if w.attempt in ("kernel_entry", "open_for_write") and not glob.glob(w.args[0]):
