@@ -173,7 +173,21 @@ def _read_path(name: str, table, reader: _Reader, env, base_dir: str) -> PathSpe
         raise reader.error(where + ("url",), f"[paths.{name}] is a proxy but has no url",
                            'add url = "socks5h://host:port" (or socks5://, http://)')
     scheme, host, port, username, password = _parse_proxy_url(url, reader, where + ("url",))
+    username, secret = _credentials(name, table, reader, base_dir, scheme, username, password)
 
+    if "ca_file" in table:
+        raise reader.error(where + ("ca_file",), "ca_file applies only to https:// proxies, "
+                           "which are not supported yet", "remove ca_file")
+    return PathSpec(name=name, type="proxy", scheme=scheme, host=host, port=port,
+                    username=username, password=password,
+                    resolves_at_exit=RESOLVES_AT_EXIT[scheme], ca_file=None, secret=secret)
+
+
+def _credentials(name: str, table: dict, reader: _Reader, base_dir: str, scheme: str,
+                 username: str | None, password: str | None) -> tuple[str | None, SecretSource | None]:
+    """A proxy path's username and where its password comes from (the url,
+    password_env or password_file: one of them), checked together."""
+    where = ("paths", name)
     if "username" in table:
         if not isinstance(table["username"], str) or not table["username"]:
             raise reader.error(where + ("username",), "username must be a non-empty string",
@@ -217,13 +231,7 @@ def _read_path(name: str, table, reader: _Reader, env, base_dir: str) -> PathSpe
     if username is not None and ":" in username and scheme == "http":
         raise reader.error(where, "an HTTP proxy username cannot contain ':'",
                            "use another username")
-
-    if "ca_file" in table:
-        raise reader.error(where + ("ca_file",), "ca_file applies only to https:// proxies, "
-                           "which are not supported yet", "remove ca_file")
-    return PathSpec(name=name, type="proxy", scheme=scheme, host=host, port=port,
-                    username=username, password=password,
-                    resolves_at_exit=RESOLVES_AT_EXIT[scheme], ca_file=None, secret=secret)
+    return username, secret
 
 
 def _read_wireguard_path(name: str, table, reader: _Reader, base_dir: str) -> PathSpec:
