@@ -319,6 +319,7 @@ def _execute(request: RunRequest, terminal: _Terminal) -> int:
     unix_allow = _unix_sockets_named(request)
 
     def helper_body():
+        record_gate.unmap()   # the sandbox's side has no business with the gate
         from stages.wire.pty_handoff import ProgramTerminal
         from stages.helper.main import run_helper
         run_helper(request.argv, handoff_fd=helper_end.fileno(), status_fd=helper_status_w,
