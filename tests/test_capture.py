@@ -119,3 +119,22 @@ def test_install_in_a_scratch_namespace_reads_back_exactly():
     assert r.returncode == 0, r.stderr
     got = json.loads(r.stdout)
     assert got == {"before": [], "after": ["unexpected nftables table ip intruder"]}
+
+
+def test_doctor_says_whether_capture_works_here():
+    from stages.orchestrator.doctor import check_capture
+    try:
+        capture.Nftables().free()
+    except capture.CaptureError:
+        assert check_capture().status == "warn"
+        return
+    check = check_capture()
+    assert check.status == "ok", check
+
+
+def test_without_libnftables_capture_fails_closed_with_the_reason():
+    script = ("from stages.helper import capture\ncapture.LIBRARY = 'libnftables-missing.so.9'\n"
+              "try:\n    capture.Nftables()\nexcept capture.CaptureError as e:\n    print(e)\n")
+    r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=REPO,
+                       env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert "capture needs nftables' library libnftables-missing.so.9" in r.stdout, r

@@ -107,6 +107,7 @@ NETLOAD = os.path.join(HERE, "netload.py")
 NGINX = "/usr/sbin/nginx"
 AB = "/usr/bin/ab"
 SINK_PORT = 9000
+CAPTURE_ADDR = "10.77.0.1"     # not loopback, so a sandbox with --capture captures it
 NGINX_PORT = 9081
 SMALL_PATH = "/small"
 SMALL_BODY = "a small answer: one GET per connection, then nginx closes. 64 B\n"
@@ -135,6 +136,8 @@ def enter_private_namespace(tmp: str) -> None:
     if libc.mount(hosts.encode(), b"/etc/hosts", None, MS_BIND, None) != 0:
         raise SystemExit(f"bind /etc/hosts: {os.strerror(ctypes.get_errno())}")
     subprocess.run(["ip", "link", "set", "lo", "up"], check=True)
+    # The capture section's "outside" address: on this namespace's own lo.
+    subprocess.run(["ip", "addr", "add", f"{CAPTURE_ADDR}/32", "dev", "lo"], check=True)
 
 
 def raise_fd_limit() -> None:
@@ -218,6 +221,7 @@ http {{
     proxy_temp_path {self.tmp}/nginx-proxy;
     server {{
         listen 127.0.0.1:{NGINX_PORT} backlog=4096;
+        listen {CAPTURE_ADDR}:{NGINX_PORT} backlog=4096;
         root {www};
         location = {SMALL_PATH} {{ keepalive_timeout 0; return 200 "{SMALL_BODY.rstrip()}\\n"; }}
     }}
@@ -926,6 +930,92 @@ def bench_startup(rounds: int) -> dict:
     return {**figures(None), "true_ms": median(plain), "against": {rev: figures(rev) for rev in AGAINST}}
 
 
+# ------------------------------------------------------------------ capture
+
+CAPTURE = Way("vpnw capture door", None, None, ("--capture",))
+DNS_QUERIES = r"""
+import json, socket, struct, sys, time
+n = int(sys.argv[1])
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.connect(("127.0.0.1", 53))
+s.settimeout(5)
+took = []
+t0 = time.perf_counter()
+for i in range(n):
+    q = (struct.pack("!HHHHHH", i & 0xFFFF, 0x0100, 1, 0, 0, 0) + b"\x08" + b"host%04d" % (i % 500)
+         + b"\x05bench\x00" + struct.pack("!HH", 1, 1))
+    t = time.perf_counter()
+    s.send(q)
+    s.recv(512)
+    took.append(time.perf_counter() - t)
+total = time.perf_counter() - t0
+took.sort()
+print(json.dumps({"qps": n / total, "p50_ms": took[n // 2] * 1e3, "p99_ms": took[n * 99 // 100] * 1e3}))
+"""
+
+
+def bench_capture(rounds: int, seconds: int, count: int) -> dict:
+    """The capture door against the SOCKS door and direct, in the same rounds:
+    latency one connection at a time (netload lat, to the sink) and new
+    connections/s (netload conns, CLIENTS at a time, GET from nginx); the
+    DNS door's answers (one client, queries in sequence); and the start-up
+    cost of --capture (`vpnw run --capture -- true` against `vpnw run -- true`)."""
+    sink = subprocess.Popen([PYTHON, NETLOAD, "serve", str(SINK_PORT), CAPTURE_ADDR], stdout=subprocess.PIPE)
+    PLACE.procs.append(sink)
+    if sink.stdout.readline().strip() != b"ready":
+        raise SystemExit("the capture sink did not start")
+    socks = vpnw_way("socks")
+    lat_to = {DIRECT: f"127.0.0.1:{SINK_PORT}", socks: f"bench.test:{SINK_PORT}",
+              CAPTURE: f"{CAPTURE_ADDR}:{SINK_PORT}"}
+    conns_to = {DIRECT: f"127.0.0.1:{NGINX_PORT}", socks: f"bench.test:{NGINX_PORT}",
+                CAPTURE: f"{CAPTURE_ADDR}:{NGINX_PORT}"}
+    lat, conns, dns, plain, captured = {}, {}, [], [], []
+    record = os.path.join(PLACE.tmp, "capture-startup.jsonl")
+    for _ in range(rounds):
+        for way in (DIRECT, socks, CAPTURE):
+            lat.setdefault(way.label, []).append(
+                run_netload(["lat", "--to", lat_to[way], "--count", str(count)], way))
+            conns.setdefault(way.label, []).append(
+                run_netload(["conns", "--to", conns_to[way], "--get", SMALL_PATH, "--clients", str(CLIENTS),
+                             "--seconds", str(seconds)], way))
+        out, _ = run_program([PYTHON, "-c", DNS_QUERIES, str(count * 4)], CAPTURE)
+        dns.append(json.loads(out.strip().splitlines()[-1]))
+    for i in range(rounds * 2 + 1):      # interleaved; the first pair only warms the caches
+        for argv, into in ((["run"], plain), (["run", "--capture"], captured)):
+            t0 = time.perf_counter()
+            subprocess.run([VPNW, *argv, "--record", record, "--", "true"], check=True,
+                           stderr=subprocess.DEVNULL)
+            if i:
+                into.append((time.perf_counter() - t0) * 1e3)
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(record)
+    return {
+        "lat": {label: {k: median([r[k] for r in rs]) for k in ("p50_ms", "p99_ms")} for label, rs in lat.items()},
+        "conns": {label: {"rate": median([r["rate"] for r in rs]), "errors": sum(r["errors"] for r in rs)}
+                  for label, rs in conns.items()},
+        "dns": {k: median([d[k] for d in dns]) for k in ("qps", "p50_ms", "p99_ms")},
+        "startup": {"run_ms": median(plain), "capture_ms": median(captured),
+                    "over_ms": median(captured) - median(plain)},
+        "clients": CLIENTS, "count": count,
+    }
+
+
+def print_capture(w, c: dict) -> None:
+    w(f"\ncapture: the capture door against the SOCKS door and direct (lat: one at a time, {c['count']} "
+      f"connections; conns: {c['clients']} clients)\n"
+      f"    {'':<26} {'p50 ms':>8} {'p99 ms':>8} {'added p50':>10} {'conn/s':>8} {'x direct':>9}\n")
+    base, rate = c["lat"]["direct"]["p50_ms"], c["conns"]["direct"]["rate"]
+    for label, v in c["lat"].items():
+        r = c["conns"][label]["rate"]
+        w(f"    {label:<26} {v['p50_ms']:8.3f} {v['p99_ms']:8.3f} {v['p50_ms'] - base:10.3f} "
+          f"{r:8.0f} {r / rate if rate else 0:9.2f}\n")
+    d, s = c["dns"], c["startup"]
+    w(f"    DNS door: {d['qps']:,.0f} answers/s (one client, in sequence), p50 {d['p50_ms']:.3f} ms, "
+      f"p99 {d['p99_ms']:.3f} ms\n"
+      f"    start-up: vpnw run --capture -- true {s['capture_ms']:.1f} ms, vpnw run -- true "
+      f"{s['run_ms']:.1f} ms: capture costs {s['over_ms']:.1f} ms (target 10 ms)\n")
+
+
 # ------------------------------------------------------------------ the targets
 
 TARGETS = {
@@ -1138,6 +1228,8 @@ def print_table(res: dict, meta: dict, verdicts: list[dict]) -> None:
         held = leak["broker_fd_kinds_held"]
         w("    the broker's fds while held: " + ", ".join(f"{n:,} {kind}" for kind, n in sorted(held.items())) + "\n")
         w("    record: " + ", ".join(f"{k} {v:,}" for k, v in sorted(leak["record"].items())) + "\n")
+    if "capture" in res:
+        print_capture(w, res["capture"])
     for rev, rows in meta.get("against", {}).items():
         print_against(w, rev, rows)
     if verdicts:
@@ -1148,7 +1240,7 @@ def print_table(res: dict, meta: dict, verdicts: list[dict]) -> None:
 
 PLACE: Place
 AGAINST: dict[str, str] = {}     # --against: REV -> its vpnw executable
-SECTIONS = ("startup", "bulk", "httpget", "conns", "paced", "lat", "leak")
+SECTIONS = ("startup", "bulk", "httpget", "conns", "paced", "lat", "leak", "capture")
 
 
 def main() -> None:
@@ -1173,7 +1265,7 @@ def main() -> None:
     res: dict = {}
     try:
         proxies = PLACE.start_proxies() if which & {"bulk", "httpget", "conns", "paced", "lat"} else {}
-        if which & {"httpget", "conns", "paced", "leak"}:
+        if which & {"httpget", "conns", "paced", "leak", "capture"}:
             PLACE.start_nginx()
         if "startup" in which:
             res["startup"] = bench_startup(rounds * 2)
@@ -1189,6 +1281,8 @@ def main() -> None:
             res["lat"] = bench_latency(rounds, proxies, 200 if args.quick else 500)
         if "leak" in which:
             res["leak"] = bench_leak()
+        if "capture" in which:
+            res["capture"] = bench_capture(rounds, 1 if args.quick else 2, 200 if args.quick else 500)
     finally:
         PLACE.stop()
     meta = {"rounds": rounds, "cpus": os.cpu_count(), "load": " ".join(open("/proc/loadavg").read().split()[:3]),

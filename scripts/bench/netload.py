@@ -48,10 +48,10 @@ REQUEST = b"R" * 16
 
 # ------------------------------------------------------------------ server
 
-def serve(port: int) -> None:
+def serve(port: int, host: str = "127.0.0.1") -> None:
     lsock = socket.socket()
     lsock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    lsock.bind(("127.0.0.1", port))
+    lsock.bind((host, port))
     lsock.listen(4096)
     lsock.setblocking(False)
     sel = selectors.DefaultSelector()
@@ -551,6 +551,7 @@ def main(argv=None) -> None:
     sub = ap.add_subparsers(dest="cmd", required=True)
     s = sub.add_parser("serve")
     s.add_argument("port", type=int)
+    s.add_argument("host", nargs="?", default="127.0.0.1")
     for name in ("bulk", "conns", "lat", "get", "post", "hold"):
         p = sub.add_parser(name)
         p.add_argument("--to", required=True)
@@ -567,7 +568,7 @@ def main(argv=None) -> None:
         p.add_argument("--warm", type=int, default=100)
     args = ap.parse_args(argv)
     if args.cmd == "serve":
-        serve(args.port)
+        serve(args.port, args.host)
         return
     result = {"bulk": bulk, "conns": conns, "lat": lat, "get": get, "post": post,
               "hold": hold}[args.cmd](args)

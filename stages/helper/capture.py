@@ -181,26 +181,29 @@ RESOLV_CONF = b"# vpnw: the DNS door (docs/architecture.md, The DNS door)\nnames
 
 def bind_resolv_conf(path: str = "/etc/resolv.conf", scratch: str = "/tmp") -> None:
     """The sandbox's resolv.conf names the DNS door: a read-only bind over
-    the machine's (in the sandbox's own mount namespace). The file bound is
-    made in `scratch` and unlinked at once (the mount keeps it); a memfd
-    cannot be the source of a bind mount. No file there: the C library asks
-    127.0.0.1 anyway. Raises OSError."""
+    the machine's, in the sandbox's own mount namespace. Its source is a file
+    on a small tmpfs mounted over `scratch` for the moment of the bind and
+    detached at once, so nothing is made on the machine (a memfd cannot be
+    the source of a bind mount, and an unlinked file cannot be bound again
+    by init's read-only pass). No file there: the C library asks 127.0.0.1
+    anyway. Raises OSError."""
     from stages.kernel import mounts
     from stages.kernel import privileges as priv
     target = os.path.realpath(path)
     if not os.path.isfile(target):
         return
-    source = os.path.join(scratch, f".vpnw-resolv-{os.getpid()}-{os.urandom(6).hex()}")
-    fd = os.open(source, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+    priv.mount("tmpfs", scratch, "tmpfs", priv.MS_NOSUID | priv.MS_NODEV | priv.MS_NOEXEC,
+               "size=16k,mode=0755")
     try:
-        os.write(fd, RESOLV_CONF)
-        os.close(fd)
-        fd = None
+        source = os.path.join(scratch, "resolv.conf")
+        fd = os.open(source, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+        try:
+            os.write(fd, RESOLV_CONF)
+        finally:
+            os.close(fd)
         priv.mount(source, target, None, mounts.MS_BIND)
     finally:
-        if fd is not None:
-            os.close(fd)
-        os.unlink(source)
+        priv.umount(scratch, priv.MNT_DETACH)
     mounts.read_only(target)
 
 

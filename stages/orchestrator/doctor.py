@@ -127,6 +127,29 @@ def check_devpts() -> Check:
                  "every run exits 122 here", "use Linux 4.7 or newer with CONFIG_DEVPTS_FS")
 
 
+def check_capture() -> Check:
+    """--capture (docs/architecture.md "Capture"): the local default routes
+    and vpnw's nftables table, made and read back in a scratch user+net
+    namespace exactly as a run does; optional, so a warning when it fails."""
+    from stages.kernel import privileges as priv
+    from stages.wire import handoff
+
+    def attempt():
+        from stages.helper import capture, netlink
+        uid, gid = os.getuid(), os.getgid()
+        priv.unshare(priv.CLONE_NEWUSER | priv.CLONE_NEWNET)
+        priv.write_id_maps(uid, gid)
+        netlink.bring_up("lo")
+        capture.install(handoff.CAPTURE_DOORS["capture"], handoff.DNS_PORT)
+
+    err = _try_in_child(attempt)
+    if err is None:
+        return Check("capture", "ok", "--capture works: local default routes and vpnw's nftables "
+                     "table in the sandbox, read back exactly")
+    return Check("capture", "warn", f"--capture cannot work here: {err}; a run that asks for it "
+                 "exits 122", "install Debian's nftables (scripts/setup does)")
+
+
 def check_seccomp() -> list[Check]:
     out = []
     actions = _read("/proc/sys/kernel/seccomp/actions_avail")
@@ -308,6 +331,7 @@ def check_unix_supervisor() -> Check:
 
 def run_checks(config_file: str | None = None) -> list[Check]:
     checks = [check_kernel(), *check_userns_sysctls(), check_namespaces(), check_devpts(),
+              check_capture(),
               *check_seccomp(), check_unix_supervisor(),
               check_io_uring(), *check_file_limits(), check_state_dir(), check_program_env()]
     if config_file:
