@@ -332,3 +332,17 @@ def test_an_own_ssh_command_that_cannot_get_out_is_warned_about_in_every_mode(wo
     fine = world.vpnw(["run", "--", "true"], user=user,
                       env={"GIT_SSH_COMMAND": "ssh -o 'ProxyCommand=vpnw-ssh-proxy %h %p'"})
     assert "warning" not in fine.stderr, describe(fine)
+
+
+def test_a_wg_quick_file_given_to_config_is_named_and_the_lines_that_use_it_shown(world, user):
+    key = _key()
+    conf = world.file(f"daily-wg0-{user}.conf", f"[Interface]\nPrivateKey = {key}\nAddress = 10.66.0.2/32\n\n"
+                                                f"[Peer]\nPublicKey = {_key()}\nEndpoint = {SITE}:51820\n"
+                                                "AllowedIPs = 10.66.0.0/24\n")
+    r = world.vpnw(["run", "--config", str(conf), "--", "true"], user=user)
+    assert r.returncode == 121, describe(r)
+    assert r.stderr.startswith(f"vpnw: {conf}: is a WireGuard (wg-quick) file, not a paths config; fix: "), \
+        describe(r)
+    for line in ('[paths.office]', 'type = "wireguard"', f'conf = "{conf.name}"'):
+        assert f"\n    {line}" in r.stderr, describe(r)
+    assert key not in r.stderr and "Traceback" not in r.stderr

@@ -150,8 +150,10 @@ def test_denied_names_are_never_looked_up_and_allowed_ones_once_per_connection(w
     # Never asked: not the denied name, not the name no rule allows.
     asked = world.dns_queries(since=mark)
     assert "evil.example" not in asked and "pypi.world" not in asked, asked
-    for evs in conn_of(events, "evil.example", 443) + conn_of(events, "evil.example", 80) \
-            + conn_of(events, "pypi.world", 443) + conn_of(events, "pypi.world", 80):
+    refused = conn_of(events, "evil.example", 443) + conn_of(events, "evil.example", 80) \
+        + conn_of(events, "pypi.world", 443) + conn_of(events, "pypi.world", 80)
+    assert len(refused) == 6, refused     # each door's try at each, none missing from the record
+    for evs in refused:
         assert not any(e["type"] == "dns.resolve" for e in evs), evs
 
     deny_rule = 'evil.example:{port} matches deny rule "*.example" (%s line 7)' % policy
@@ -203,7 +205,9 @@ def test_one_private_address_among_public_ones_is_refused(world, user, clean_dns
     assert_http_denied(answers[0], reason)
     assert_http_denied(answers[1], reason)
     assert_socks_denied(answers[2])
-    for evs in conn_of(events, "sneaky.world", 443) + conn_of(events, "sneaky.world", 80):
+    sneaky = conn_of(events, "sneaky.world", 443) + conn_of(events, "sneaky.world", 80)
+    assert len(sneaky) == 3, sneaky
+    for evs in sneaky:
         resolved = only(evs, "dns.resolve")["fields"]["addresses"]
         assert slipped in resolved and "140.82.112.61" in resolved, resolved
         assert denial(evs) == {"rule": "deny_private", "reason": reason, "enforced": True}
@@ -342,7 +346,9 @@ def test_denial_in_each_doors_terms_and_the_human_deny_line(world, user):
     assert_http_denied(answers[0], reason443)
     assert_http_denied(answers[1], reason80)
     assert_socks_denied(answers[2])
-    for evs in conn_of(events, "evil.example", 443) + conn_of(events, "evil.example", 80):
+    evil = conn_of(events, "evil.example", 443) + conn_of(events, "evil.example", 80)
+    assert len(evil) == 3, evil
+    for evs in evil:
         conn = evs[0]["conn"]
         fields = denial(evs)
         assert fields["rule"] == "default" and fields["enforced"] is True
@@ -500,6 +506,8 @@ def test_a_port_in_a_rule_allows_that_port_only(world, user):
     assert_http_denied(answers[2], reason)
     assert_http_denied(answers[3], reason)
     assert_socks_denied(answers[4])
+    assert len(conn_of(events, "api.github.com", 443)) == 2
+    assert len(conn_of(events, "api.github.com", 80)) == 3
     for evs in conn_of(events, "api.github.com", 443):
         assert only(evs, "policy.allow")["fields"]["rule"] == 'allow "api.github.com:443" (line 6)'
     for evs in conn_of(events, "api.github.com", 80):

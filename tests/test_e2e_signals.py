@@ -224,9 +224,19 @@ conn = socket.create_connection(("127.0.0.1", 3128))
 conn.sendall(b"CONNECT api.github.com:80 HTTP/1.1\r\nHost: api.github.com:80\r\n\r\n")
 assert conn.recv(4096).startswith(b"HTTP/1.1 200")
 print("ready", flush=True)
-time.sleep(120)
-open(marker, "w").write("the program ran on unrecorded\n")
+with open(marker, "a") as beat:
+    for _ in range(2400):       # a heartbeat while it lives (about 2 minutes)
+        beat.write("alive\n")
+        beat.flush()
+        time.sleep(0.05)
 '''
+
+
+def _beats(marker) -> int:
+    try:
+        return marker.read_text().count("alive\n")
+    except FileNotFoundError:
+        return 0
 
 
 def test_recorder_killed_stops_the_program(world, user):
@@ -241,12 +251,20 @@ def test_recorder_killed_stops_the_program(world, user):
     while b'"conn.open"' not in record.read_bytes():
         assert proc.poll() is None
         time.sleep(0.05)
+    # The control: the heartbeat grows while the program lives.
+    beats = _beats(marker)
+    while _beats(marker) <= beats + 2:
+        assert proc.poll() is None
+        time.sleep(0.05)
     os.kill(recorder_of(proc.pid), signal.SIGKILL)
     out, err = proc.communicate(timeout=60)
     text = err.decode("utf-8", "replace")
     assert proc.returncode == EXIT_INTERNAL, text
     assert "unrecorded" in text, text
-    assert not marker.exists()
+    # Stopped with vpnw: no heartbeat after it ended (ten beats' time).
+    ended = _beats(marker)
+    time.sleep(0.5)
+    assert _beats(marker) == ended, "the program ran on unrecorded"
     data = record.read_bytes()
     assert data.endswith(b"\n")
     events = [json.loads(line) for line in data.split(b"\n")[:-1]]

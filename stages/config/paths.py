@@ -321,6 +321,22 @@ def with_secret(spec: PathSpec, env=os.environ) -> PathSpec:
     return replace(spec, password=password, secret=None)
 
 
+_WG_QUICK = re.compile(r"^\s*\[Interface\]\s*$(?s:.*)^\s*PrivateKey\s*=", re.M)
+
+
+def _refuse_wg_quick(path: str, text: str) -> None:
+    """A wg-quick .conf given where the paths config goes: say what it is and
+    the lines of a paths config that use it."""
+    if not _WG_QUICK.search(text):
+        return
+    conf = os.path.basename(path)
+    raise ConfigError("is a WireGuard (wg-quick) file, not a paths config",
+                      f"name it in a paths config (a TOML file of its own) and give that to --config:\n"
+                      f'    version = 1\n    name = "office"\n    [paths.office]\n'
+                      f'    type = "wireguard"\n    conf = "{conf}"    # beside the paths config\n'
+                      f"then: vpnw run --config office.toml --via office -- PROGRAM", file=path)
+
+
 def load_config(path: str, env=os.environ) -> Config:
     """Read and check a paths config; raises ConfigError."""
     from stages.config.inputs import InputProblem, read_text
@@ -328,6 +344,7 @@ def load_config(path: str, env=os.environ) -> Config:
         text = read_text(path, "config")
     except InputProblem as exc:
         raise ConfigError(exc.problem, exc.fix, file=path, line=exc.line) from None
+    _refuse_wg_quick(path, text)
     import tomllib    # only with a config: not on every run's start-up
     try:
         data = tomllib.loads(text)
