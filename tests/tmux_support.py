@@ -138,3 +138,17 @@ def wait_file(path: Path, predicate=lambda text: True, *, timeout: float = DEADL
         if time.monotonic() > end:
             raise AssertionError(f"{path} never reached the expected content")
         time.sleep(0.05)
+
+
+def world_shell(world, user: str, tmpdir: Path) -> Screen:
+    """A pane with an interactive bash in the test world, as `user`, in that
+    user's work directory (`screen.work`); `screen.vpnw` is the vpnw to type."""
+    tmpdir.chmod(0o755)
+    work = world.workdir(user)
+    argv, _state_home = world.command(["bash", "--norc", "--noprofile", "-i"], user=user,
+                                      env={"TERM": "screen", "PS1": PROMPT}, cwd=work)
+    screen = Screen(tmpdir, argv)
+    screen.work = work
+    screen.vpnw = str(world.vpnw_path)
+    screen.wait_for(r"^\$ ")
+    return screen
