@@ -44,8 +44,9 @@ AGENT_NAMES = {
 }
 # Claude Code's connectivity check: it goes on to its first screen when these answer.
 CLAUDE_HELLO = ("api/hello", "v1/oauth/hello")
-# Codex's background server needs a Unix socket by path (see README): this is
-# its own switch for running without it.
+# Codex's own switch for running without its background server (which works
+# inside since issue 26: test_codex_cli_starts_its_background_server_...);
+# the round-trip tests keep it off, as the version they were written for did.
 CODEX_ARGS = ["--disable", "daemon_auto_start"]
 CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
                   "--disable-background-networking", "--disable-component-update", "--disable-sync"]

@@ -173,21 +173,26 @@ def test_codex_cli_draws_reads_keys_and_round_trips(agents_world, user):
     assert status == 120 and "chatgpt.com" in denied(events)
 
 
-def test_codex_cli_background_server_needs_unix_sockets(agents_world, user):
+def test_codex_cli_starts_its_background_server_under_guard_with_no_flags(agents_world, user):
     """Codex starts a background app-server by default and talks to it over a
-    Unix socket by path: refused inside (a socket by path reaches any local
-    service), so it stops with a message naming `--no-daemon`. The control,
-    outside vpnw in the same world, draws its first screen."""
+    Unix socket by path: a socket of the sandbox's own, so the supervisor lets
+    it through (issue 26) and Codex draws its first screen under guard with
+    no flag of its own. The control, outside vpnw in the same world, draws
+    the same screen."""
     need(CODEX, "Codex CLI (npm @openai/codex)")
     w = agents_world
-    term = Terminal(w, [CODEX], vpnw_args=["run"], user=user, env=w.agent_env)
+    term = Terminal(w, [CODEX], vpnw_args=["guard", "--policy", str(policy(w, "codex", ["chatgpt.com"]))],
+                    user=user, env=w.agent_env)
     try:
-        status = term.wait_exit()
+        term.wait_for("Sign in with ChatGPT")
         said = term.screen() + term.log()
+        status = term.hang_up()     # its window closed: SIGHUP, 129 (or 120 if it asked more)
     finally:
         term.close()
-    assert status == 1, said
-    assert "Address family not supported by protocol" in said and "--no-daemon" in said, said
+    assert status in (120, 129), said
+    events = finished_record(term.state_home)
+    assert not [e for e in events if e["type"] == "unix.deny" and "/.codex/" in e["fields"]["path"]], \
+        [e for e in events if e["type"].startswith("unix.")]
     control = Terminal(w, [CODEX], user=user, env=w.agent_env)
     try:
         control.wait_for("Sign in with ChatGPT")
@@ -293,21 +298,22 @@ def _chromium(world, user, vpnw_args, url, *extra):
     return world.run(argv, user=user, env={"HOME": str(profile)}, timeout=180)
 
 
-def test_headless_chromium_needs_unix_sockets_for_its_process_singleton(agents_world, user):
+def test_headless_chromium_keeps_its_process_singleton_with_no_unix_socket_flag(agents_world, user):
     """Chromium's ProcessSingleton makes a Unix socket (a listener in a temp
-    directory) and aborts when it cannot: refused inside. Control: the same
-    command in the world, outside vpnw, fetches the page."""
+    directory) and aborts when it cannot: a socket of the sandbox's own, so
+    it works inside with no flag (issue 26; it aborted with 134 before).
+    Control: the same command in the world, outside vpnw, fetches the page."""
     need(CHROMIUM, "chromium (Debian)")
     w = agents_world
     r = _chromium(w, user, ["run"], PAGE, f"--proxy-server={DOOR_HTTP}")
-    assert r.returncode == 134, r.stderr
-    assert "process_singleton" in r.stderr and "Address family not supported" in r.stderr, r.stderr
+    assert r.returncode == 0 and '"peer"' in r.stdout, r.stderr
+    assert "process_singleton" not in r.stderr, r.stderr
     control = _chromium(w, user, [], PAGE)
     assert control.returncode == 0 and '"peer"' in control.stdout, control.stderr
 
 
 def test_headless_chromium_fetches_through_the_door_and_round_trips(agents_world, user):
-    """With --allow-unix-sockets (for its ProcessSingleton), and no
+    """With no flag of vpnw's (its ProcessSingleton's socket is its own), and no
     --proxy-server (it takes ALL_PROXY, the HTTP door), Chromium fetches the
     page through the HTTP door. Even with the flags that
     turn off its background networking it reaches for Google's update hosts
@@ -316,12 +322,13 @@ def test_headless_chromium_fetches_through_the_door_and_round_trips(agents_world
     need(CHROMIUM, "chromium (Debian)")
     w = agents_world
     url = PAGE
-    flags = ["--allow-unix-sockets"]
+    flags = []
     trace = _chromium(w, user, ["trace", *flags], url)
     assert trace.returncode == 0, trace.stderr
     assert '"peer": "10.200.0.1"' in trace.stdout, trace.stdout      # the broker dialled it
     trace_events = finished_record(trace.state_home)
-    assert trace_events[0]["fields"]["allow_unix_sockets"] is True   # and the record says so
+    ready = next(e for e in trace_events if e["type"] == "sandbox.ready")
+    assert ready["fields"]["unix"] == "own"                          # and the record says so
     trace_hosts = requested(trace_events)
     assert PAGE_HOST in opened(trace_events) and trace_hosts <= {PAGE_HOST, *CHROMIUM_PHONES_HOME}, \
         trace_hosts
