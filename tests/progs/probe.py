@@ -39,8 +39,8 @@ def udp4(_):
     socket.socket(socket.AF_INET, socket.SOCK_DGRAM).sendto(b"x", ("192.0.2.1", 53))
 
 
-def dns(_):
-    socket.getaddrinfo("vpnw-probe.example", 443)
+def dns(name):
+    socket.getaddrinfo(name or "vpnw-probe.example", 443)
 
 
 def unix_path(path):
