@@ -237,7 +237,11 @@ def _vpnw_pid(term) -> int:
             with open(f"/proc/{shell}/task/{task}/children") as f:
                 for child in f.read().split():
                     with open(f"/proc/{child}/cmdline", "rb") as c:
-                        if b"vpnw" in c.read().split(b"\0")[1]:
+                        # python [-I] .../bin/vpnw ...: the script is the
+                        # interpreter's first argument that is not an option
+                        args = c.read().split(b"\0")[1:]
+                        script = next((a for a in args if not a.startswith(b"-")), b"")
+                        if b"vpnw" in script:
                             return int(child)
         time.sleep(0.05)
     raise AssertionError("no vpnw under the pane's shell")
