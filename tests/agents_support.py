@@ -23,6 +23,7 @@ from world import DEFAULT_NAMES
 AGENTS = Path(os.environ.get("VPNW_AGENTS", "/opt/vpnw-agents"))
 CODEX = AGENTS / "node_modules" / ".bin" / "codex"
 CLAUDE = AGENTS / "node_modules" / ".bin" / "claude"
+COPILOT = AGENTS / "node_modules" / ".bin" / "copilot"
 AIDER = AGENTS / "aider" / "bin" / "aider"
 # The OpenAI and Anthropic Python SDKs and litellm, in a venv of their own.
 SDKS_PYTHON = AGENTS / "sdks" / "bin" / "python"

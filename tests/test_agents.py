@@ -28,7 +28,7 @@ from pathlib import Path
 
 import pytest
 
-from agents_support import (AGENT_NAMES, AIDER, CHROMIUM, CHROMIUM_FLAGS, CLAUDE, CODEX, CODEX_ARGS,
+from agents_support import (AGENT_NAMES, AIDER, CHROMIUM, CHROMIUM_FLAGS, CLAUDE, CODEX, CODEX_ARGS, COPILOT,
                             DOOR_HTTP, PAGE, PAGE_HOST, CHROMIUM_PHONES_HOME, PROGS, VPNW, Terminal,
                             SDKS_PYTHON, prepare_world, record_so_far, restore_world,
                             stop_codex_daemons)
@@ -511,3 +511,43 @@ def test_python_sdk_control_outside_vpnw(agents_world, user, sdk):
     need(SDKS_PYTHON, "the Python SDKs (PyPI openai, anthropic, litellm)")
     _, result = _sdk(agents_world, user, [], sdk)
     assert result["answered"], result
+
+
+# ── GitHub Copilot CLI ───────────────────────────────────────────────────
+# Headless (-p) with a token in the fine-grained form it accepts: it asks
+# api.github.com whose token that is, the world answers 404, and it stops
+# (exit 1) saying it could not fetch the user. Nothing else is reached.
+COPILOT_ARGV = ["-p", "say hi"]
+COPILOT_ENV = {"GH_TOKEN": "github_pat_11VPNWTEST0" + "a" * 71}
+
+
+def _copilot(world, user, argv_prefix):
+    return world.run([*argv_prefix, str(COPILOT), *COPILOT_ARGV], user=user,
+                     env={**world.agent_env, **COPILOT_ENV, "HOME": str(world.workdir(user))}, timeout=180)
+
+
+def test_copilot_cli_signs_in_through_the_door_and_round_trips(agents_world, user):
+    need(COPILOT, "GitHub Copilot CLI (npm @github/copilot)")
+    w = agents_world
+    trace = _copilot(w, user, [VPNW, "trace", "--"])
+    assert trace.returncode == 1 and "Failed to fetch" in trace.stderr, trace.stderr   # the world's 404
+    trace_events = finished_record(trace.state_home)
+    assert requested(trace_events) == {"api.github.com"} == opened(trace_events)
+    allow = learn(w, user, trace.state_home, "copilot")
+    assert allow == ["api.github.com"], allow
+    assert_within_preset(allow, "copilot")
+
+    guard = _copilot(w, user, [VPNW, "guard", "--policy", "@copilot", "--"])
+    assert guard.returncode == 1 and "Failed to fetch" in guard.stderr, guard.stderr
+    assert not denied(finished_record(guard.state_home))
+
+    left_out = _copilot(w, user, [VPNW, "guard", "--policy", str(policy(w, "copilot", ["nothing.world"])), "--"])
+    assert left_out.returncode == 120, left_out.stderr
+    assert denied(finished_record(left_out.state_home)) == {"api.github.com"}
+
+
+def test_copilot_cli_control_outside_vpnw(agents_world, user):
+    """The same command in the world without vpnw gets the same answer."""
+    need(COPILOT, "GitHub Copilot CLI (npm @github/copilot)")
+    r = _copilot(agents_world, user, [])
+    assert r.returncode == 1 and "Failed to fetch" in r.stderr, r.stderr

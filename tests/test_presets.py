@@ -14,7 +14,7 @@ import pytest
 from stages.config import presets
 from stages.config.policy import load_policy, parse_policy
 
-AGENTS = ("aider", "anthropic-python", "claude-code", "codex", "litellm", "openai-python")
+AGENTS = ("aider", "anthropic-python", "claude-code", "codex", "copilot", "litellm", "openai-python")
 
 
 def vpnw(*args):
