@@ -346,3 +346,22 @@ def test_a_wg_quick_file_given_to_config_is_named_and_the_lines_that_use_it_show
     for line in ('[paths.office]', 'type = "wireguard"', f'conf = "{conf.name}"'):
         assert f"\n    {line}" in r.stderr, describe(r)
     assert key not in r.stderr and "Traceback" not in r.stderr
+
+
+# ── a missing program is 127 as in the shell, whatever PATH holds ───────────
+
+def test_a_missing_program_behind_an_unsearchable_path_directory_is_127(world, user):
+    locked = world.file(f"locked-{user}/x", "").parent     # world.file makes files/ as it should be
+    locked.chmod(0o700)
+    os.chown(locked, 65534, 65534)      # nobody's: neither user can search it (nor root, sealed)
+    env = {"PATH": f"{locked}:/usr/bin:/bin"}
+    control = world.run(["bash", "-c", "vpnw-no-such-program"], user=user, env=env)
+    assert control.returncode == 127 and "command not found" in control.stderr, describe(control)
+    r = world.vpnw(["run", "--", "vpnw-no-such-program"], user=user, env=env)
+    assert r.returncode == 127, describe(r)
+    assert "vpnw-no-such-program: not found" in r.stderr, describe(r)
+    # What is there still runs; a file that is not executable is 126, as in the shell.
+    assert world.vpnw(["run", "--", "true"], user=user, env=env).returncode == 0
+    plain = world.file(f"not-executable-{user}", "echo hi\n", mode=0o644)
+    r = world.vpnw(["run", "--", plain.name], user=user, env={"PATH": f"{plain.parent}:/usr/bin:/bin"})
+    assert r.returncode == 126, describe(r)

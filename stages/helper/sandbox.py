@@ -23,6 +23,7 @@ import errno
 import os
 import signal
 import socket
+import stat
 import sys
 
 from stages.wire import handoff
@@ -729,13 +730,36 @@ def _program(argv, penv, seccomp_filter, err_w: int, files: dict | None = None,
         _report_exec(err_w, st.SandboxFailed(f"cannot seal the program's process: {e}; "
                                              f"{DOCTOR_HINT}", ExitCode.NO_SANDBOX))
     try:
-        os.execvpe(argv[0], argv, penv)
+        os.execve(_search_path(argv[0], penv.get("PATH")), argv, penv)
     except OSError as e:
         if e.errno in (errno.ENOENT, errno.ENOTDIR):
             code, what = ExitCode.NOT_FOUND, "not found"
         else:
             code, what = ExitCode.CANNOT_EXECUTE, "cannot be executed"
         _report_exec(err_w, st.ExecFailed(f"{argv[0]}: {what} ({e.strerror})", code))
+
+
+def _search_path(name: str, path: str | None) -> str:
+    """The file PATH finds for `name`, as the shell searches: a directory that
+    cannot be searched holds nothing (not found, 127, not "Permission
+    denied"); a file there that is not executable is used only when no
+    executable one comes later (then 126). OSError(ENOENT) when none."""
+    if "/" in name:
+        return name
+    first = None
+    for directory in (os.defpath if path is None else path).split(os.pathsep):
+        candidate = os.path.join(directory or ".", name)
+        try:
+            if not stat.S_ISREG(os.stat(candidate).st_mode):
+                continue
+        except OSError:
+            continue
+        if os.access(candidate, os.X_OK):
+            return candidate
+        first = first or candidate
+    if first:
+        return first
+    raise FileNotFoundError(errno.ENOENT, "No such file or directory", name)
 
 
 def _lead_terminal_session() -> None:
