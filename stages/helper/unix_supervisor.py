@@ -131,6 +131,7 @@ class Supervisor:
         # The connects we make name their target as self/fd/N relative to our
         # own /proc (the one from before init's).
         os.fchdir(self.proc)
+        sn.wake_up_synchronously(self.listener)
         import select
         poller = select.poll()
         poller.register(self.listener, select.POLLIN)

@@ -34,6 +34,8 @@ def _iowr(nr: int, size: int) -> int:
 NOTIF_RECV = _iowr(0, NOTIF.size)
 NOTIF_SEND = _iowr(1, NOTIF_RESP.size)
 NOTIF_ID_VALID = (1 << 30) | (8 << 16) | (ord("!") << 8) | 2
+NOTIF_SET_FLAGS = (1 << 30) | (8 << 16) | (ord("!") << 8) | 4
+USER_NOTIF_FD_SYNC_WAKE_UP = 1
 SIOCGSKNS = 0x894C
 PIDFD_THREAD = os.O_EXCL
 
@@ -79,6 +81,15 @@ def still_pending(listener: int, notif_id: int) -> bool:
     not been reused, so what was read through it was read from it."""
     value = ctypes.c_uint64(notif_id)
     return _libc.ioctl(listener, NOTIF_ID_VALID, ctypes.byref(value)) == 0
+
+
+def wake_up_synchronously(listener: int) -> bool:
+    """Ask the kernel (6.6+) to hand the CPU straight from the notifying
+    thread to the supervisor and back (SECCOMP_USER_NOTIF_FD_SYNC_WAKE_UP):
+    a round trip without a trip through the scheduler. False where the
+    kernel lacks it: the notifications work the same, more slowly."""
+    value = ctypes.c_uint64(USER_NOTIF_FD_SYNC_WAKE_UP)
+    return _libc.ioctl(listener, NOTIF_SET_FLAGS, ctypes.byref(value)) == 0
 
 
 def pidfd_open(pid: int, flags: int = 0) -> int:
