@@ -102,6 +102,7 @@ class Inputs:
     evidence: tuple[str, ...] = ()         # state dir, record, policy, config, log
     named: tuple[str, ...] = ()            # files the config names (CA files...)
     secrets: tuple[str, ...] = ()          # secret files the config names (hidden)
+    signing_key: tuple[str, ...] = ()      # vpnw's keys/ directory (hidden: docs/security.md)
     allow_write: tuple[str, ...] = ()      # the policy's allow_write, resolved
     writable_trees: tuple[str, ...] = ()   # allow_write directories
 
@@ -122,8 +123,9 @@ def protect(inputs: Inputs, locate, read_text) -> Protection:
             wanted += [(os.path.join(git_dir, n), "git hooks and configuration")
                        for n in GIT_DIR_START_UP]
     secrets = {locate(p)[0]: p for p in inputs.secrets}
+    keys = {locate(p)[0]: p for p in inputs.signing_key}
     lift = set(inputs.allow_write)
-    read_only, absent, lifted, seen = [], [], [], set(secrets)
+    read_only, absent, lifted, seen = [], [], [], set(secrets) | set(keys)
     for path, why in wanted:
         real, kind = locate(path)
         if real in seen:
@@ -144,6 +146,9 @@ def protect(inputs: Inputs, locate, read_text) -> Protection:
         kind = locate(path)[1]
         if kind != "absent":
             hidden.append(Protected(real, "a secret the config names", kind))
+    for real, path in keys.items():
+        if locate(path)[1] == "dir":
+            hidden.append(Protected(real, "vpnw's signing key", "dir"))
     return Protection(_outermost(read_only), tuple(hidden), tuple(absent), tuple(lifted))
 
 

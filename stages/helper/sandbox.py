@@ -658,6 +658,9 @@ def _out_of_program_reach(paths: list[str], secrets: list[list[str]] = ()) -> st
             file_mounts.hide(secrets)
         # A cwd inside a protected directory still points at the mount below.
         os.chdir(cwd)
+        problem = _still_shown(secrets)
+        if problem:
+            return problem
         for path in paths:
             try:
                 writable = not os.statvfs(path).f_flag & _ST_RDONLY
@@ -672,6 +675,20 @@ def _out_of_program_reach(paths: list[str], secrets: list[list[str]] = ()) -> st
 
 
 _ST_RDONLY = 1
+
+
+def _still_shown(hidden: list[list[str]]) -> str | None:
+    """The seal check of what is hidden (a secret the config names, vpnw's
+    signing key): through the path the program will use, an empty directory
+    or an empty file."""
+    for path, kind in hidden:
+        try:
+            shown = os.listdir(path) if kind == "dir" else os.stat(path).st_size
+        except FileNotFoundError:
+            continue
+        if shown:
+            return f"{path} still shows what it holds after its empty mount"
+    return None
 
 
 def _limit_files(files: dict | None) -> None:

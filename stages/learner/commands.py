@@ -57,6 +57,9 @@ def learn(name: str | None, sources: tuple[str, ...], directory: str | None = No
             click.echo(f"vpnw: cannot read the run file {source}: {exc.strerror or exc}; "
                        "fix: give an existing file to --from (see `vpnw runs`)", err=True)
             return ExitCode.USAGE
+    for source in files:
+        if source != "-":
+            _warn_unless_verified(source)
     try:
         draft = draft_policy(_events(files, stdin_first), name)
     except NoRuns:
@@ -66,6 +69,14 @@ def learn(name: str | None, sources: tuple[str, ...], directory: str | None = No
     sys.stdout.write(draft)
     sys.stdout.flush()
     return 0
+
+
+def _warn_unless_verified(path: str) -> None:
+    # learn drafts from evidence: a rewritten or replaced run file is said first.
+    from stages.record.evidence import warning_for
+    warning = warning_for(path)
+    if warning:
+        click.echo(f"vpnw: {warning}", err=True)
 
 
 @click.command("learn")

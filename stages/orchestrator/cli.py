@@ -22,6 +22,7 @@ LAZY_COMMANDS = {
     "show": ("stages.recorder.commands", "show_command"),
     "ask": ("stages.orchestrator.ask_command", "ask_command"),
     "presets": ("stages.orchestrator.preset_command", "presets_command"),
+    "key": ("stages.recorder.commands", "key_command"),
 }
 
 

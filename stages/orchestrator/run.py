@@ -272,7 +272,7 @@ def _execute(request: RunRequest, terminal: _Terminal) -> int:
         return main_from_fds(events_r, record=record, record_fd=record_fd, ready_fd=recorded_w,
                              human=human, tee_command=request.events_to, color=terminal.color,
                              syslog_target=request.syslog, events_format=request.events_format,
-                             record_gate=record_gate)
+                             record_gate=record_gate, sign=True)
 
     stage_stdio = (0, 1, terminal.human_fd)
     recorder_pid = _fork_stage([events_r, record_fd, recorded_w], recorder_body, stdio=stage_stdio)
@@ -411,10 +411,13 @@ def _protection(request: RunRequest, record: str):
     from stages.config import protected as pr
     from stages.config.file_limits import invoker_homes, locate
     state = vpnw_state_dir()
-    try:
-        os.makedirs(os.path.join(state, "runs"), mode=0o700, exist_ok=True)
-    except OSError:
-        pass
+    keys = os.path.join(state, "keys")
+    for made in (os.path.join(state, "runs"), keys):
+        try:
+            # keys/ too: there is always something to mount the key's empty directory on.
+            os.makedirs(made, mode=0o700, exist_ok=True)
+        except OSError:
+            pass
     cwd = os.getcwd()
     home, other_homes = invoker_homes(request.env)
     named = request.config_files
@@ -431,6 +434,7 @@ def _protection(request: RunRequest, record: str):
         evidence=tuple(p for p in dict.fromkeys(evidence) if p and p != "-"),
         named=tuple(named.named) if named else (),
         secrets=tuple(named.secret_files) if named else (),
+        signing_key=(keys,),
         allow_write=allow_write,
         writable_trees=tuple(l.path for l in files.writable() if l.kind == "dir") if files else ())
     return pr.protect(inputs, locate, pr.read_small)

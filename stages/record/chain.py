@@ -60,28 +60,37 @@ class Verdict:
 UNCHAINED = "no digest chain; written by an older vpnw (nothing to verify against)"
 
 
+def link_problem(prev: bytes, n: int, raw: bytes) -> tuple[str | None, bytes]:
+    """Line `n` (with its newline) after a line whose digest is `prev`: (None,
+    its digest) when it links, else (what is wrong, b""). The ledger of runs
+    (stages/record/ledger.py) is chained the same way."""
+    if not raw.endswith(b"\n"):
+        return f"line {n} is cut: the file ends inside it", b""
+    parts = split_digest(raw[:-1])
+    if parts is None:
+        return f"line {n} has no digest where vpnw puts one: it was added or changed", b""
+    body, digest = parts
+    if sha256(prev + body).hexdigest().encode() != digest:
+        where = "" if n == 1 else f", or a line before it (after line {n - 1}) was removed"
+        return (f"line {n}: the chain breaks here: this line was changed{where}, "
+                "or lines were added or moved"), b""
+    return None, digest
+
+
 def verify(lines: Iterable[bytes]) -> Verdict:
     """Check a run file read as lines (with their newlines)."""
     prev = b""
     n = 0
     last_type = None
     for n, raw in enumerate(lines, 1):
-        if not raw.endswith(b"\n"):
-            return Verdict("broken", n, f"line {n} is cut: the file ends inside it", _hex(prev))
-        line = raw[:-1]
-        parts = split_digest(line)
-        if parts is None:
-            if n == 1 and _has_no_digest(line):
+        problem, digest = link_problem(prev, n, raw)
+        if problem is not None:
+            if n == 1 and raw.endswith(b"\n") and split_digest(raw[:-1]) is None \
+                    and _has_no_digest(raw[:-1]):
                 return Verdict("unchained", n, UNCHAINED)
-            return Verdict("broken", n, f"line {n} has no digest where vpnw puts one: it was added "
-                                        "or changed", _hex(prev))
-        body, digest = parts
-        if sha256(prev + body).hexdigest().encode() != digest:
-            where = "" if n == 1 else f", or a line before it (after line {n - 1}) was removed"
-            return Verdict("broken", n, f"line {n}: the chain breaks here: this line was changed{where}, "
-                                        "or lines were added or moved", _hex(prev))
+            return Verdict("broken", n, problem, _hex(prev))
         try:
-            event = orjson.loads(line)
+            event = orjson.loads(raw)
         except orjson.JSONDecodeError:
             # Its digest matches but it is not JSON: it was written so.
             event = None

@@ -36,6 +36,8 @@ class RunSummary:
     failed: int
     exit_code: int | None      # None: the run has no run.end (killed, or still running)
     complete: bool
+    digest: str | None = None  # the last line's digest (the chain's head), None if unchained
+    ledger: str = "-"          # what the ledger says of it (ledger_status)
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -86,6 +88,7 @@ def summarize(path: str) -> RunSummary:
         counts = (f.get("connections", 0), f.get("denied", 0), f.get("would_deny", 0),
                   f.get("failed", 0))
         exit_code, complete = f.get("exit_code"), True
+        digest = end.get("d") if isinstance(end.get("d"), str) else None
     else:
         connections = denied = would_deny = failed = 0
         with open(path, "rb") as stream:
@@ -102,10 +105,11 @@ def summarize(path: str) -> RunSummary:
                     failed += 1
         counts = (connections, denied, would_deny, failed)
         exit_code, complete = None, False
+        digest = (end or {}).get("d") if isinstance((end or {}).get("d"), str) else None
     return RunSummary(id=run_id, file=path, start=start["ts"] if start else None,
                       program=start_fields.get("program"), mode=start_fields.get("mode"),
                       connections=counts[0], denied=counts[1], would_deny=counts[2],
-                      failed=counts[3], exit_code=exit_code, complete=complete)
+                      failed=counts[3], exit_code=exit_code, complete=complete, digest=digest)
 
 
 def _run_files(directory: str) -> list[str]:
@@ -149,6 +153,33 @@ def last_run(directory: str, mode: str | None = None) -> str | None:
         if best is None or key > best[0]:
             best = (key, path)
     return best[1] if best else None
+
+
+def ledger_of(directory: str) -> str:
+    """The ledger beside a runs directory (vpnw's state directory holds both)."""
+    from stages.record.ledger import LEDGER_NAME
+    return os.path.join(os.path.dirname(os.path.abspath(directory)), LEDGER_NAME)
+
+
+def with_ledger(summaries: list[RunSummary], directory: str):
+    """(the summaries, each with what the ledger says of it; the ledger's
+    entries for files in `directory` that are gone; the ledger's own problem).
+
+    ledger: "ok" (its entry names this file's last digest), "CHANGED" (it
+    names another: the file was replaced or rewritten), "unlisted" (no
+    entry: a run that was not signed), "-" (no ledger)."""
+    from dataclasses import replace
+    from stages.record import ledger as ledger_mod
+    book = ledger_mod.read(ledger_of(directory))
+    if not book.exists:
+        return summaries, [], None
+    marked = []
+    for s in summaries:
+        entry = book.by_file(s.file)
+        status = "unlisted" if entry is None else (
+            "ok" if entry.get("digest") == s.digest and entry.get("run") == s.id else "CHANGED")
+        marked.append(replace(s, ledger=status))
+    return marked, book.gone_from(directory), book.problem
 
 
 class RunNotFound(LookupError):

@@ -44,24 +44,90 @@ def _start_text(ts: str | None) -> str:
     return f"{ts[:10]} {ts[11:19]}Z" if ts else "?"
 
 
+def _evidence(path: str, key_file: str | None = None):
+    from stages.record import evidence, ledger
+    return evidence.check(path, key=evidence.public_key_for(key_file), ledger=ledger.read())
+
+
+def _verify(path: str, key_file: str | None) -> int:
+    """`show --verify`: the chain's verdict on the first line (as it always
+    was), then one line for the signature and one for the ledger."""
+    from stages.record.signing import KeyProblem
+    try:
+        found = _evidence(path, key_file)
+    except KeyProblem as exc:
+        click.echo(f"vpnw: --key: {exc}", err=True)
+        return ExitCode.USAGE
+    verdict = found.chain_verdict
+    text = f"{path}: {verdict.message}"
+    if verdict.status == "whole":
+        text += f"; last digest {verdict.digest}"
+    click.echo(text)
+    for layer in found.layers[1:]:
+        mark = {"ok": "", "failed": "FAILED: ", "absent": "not checked: "}[layer.status]
+        click.echo(f"{layer.name}: {mark}{layer.message}")
+    return found.exit_code
+
+
+def _warn_unless_verified(path: str) -> None:
+    """One line on stderr when the file does not verify: what follows may be
+    a rewritten record."""
+    from stages.record.evidence import warning_for
+    warning = warning_for(path)
+    if warning:
+        click.echo(f"vpnw: {warning}", err=True)
+
+
+@click.command("key")
+@click.option("--rotate", is_flag=True,
+              help="Make a new signing key; the old public key is kept beside it, so runs it "
+                   "signed still verify with `vpnw show --verify --key FILE`.")
+def key_command(rotate: bool) -> None:
+    """Print the public key that signs this user's runs (minisign format)."""
+    from stages.record import signing
+    try:
+        if rotate:
+            old = signing.retire_key()
+            if old:
+                click.echo(f"vpnw: the old key's public half is kept as {old}; runs it signed "
+                           f"verify with `vpnw show --verify --key {old}`", err=True)
+        secret = signing.load_secret()
+        public = signing.public_key_file(secret)
+    except (signing.KeyProblem, OSError) as exc:
+        click.echo(f"vpnw: {exc}", err=True)
+        sys.exit(ExitCode.INTERNAL)
+    with open(public, encoding="ascii") as stream:
+        sys.stdout.write(stream.read())
+    click.echo(f"vpnw: key {secret.id_text}, public key {public} (pin it elsewhere; check a run "
+               f"with: minisign -V -p {public} -m RUN.jsonl)", err=True)
+
+
 @click.command("runs")
 @click.option("--json", "as_json", is_flag=True, help="One JSON array, for machines.")
 @click.option("--dir", "directory", type=click.Path(file_okay=False), default=None, hidden=True)
 def runs_command(as_json: bool, directory: str | None) -> None:
     """List recorded runs, newest first."""
     directory = _runs_dir(directory)
-    summaries = runs_mod.list_runs(directory)
+    summaries, gone, problem = runs_mod.with_ledger(runs_mod.list_runs(directory), directory)
+    if problem:
+        click.echo(f"vpnw: the ledger of runs does not verify: {problem}", err=True)
     if as_json:
-        _emit_json([s.as_dict() for s in summaries])
+        _emit_json([s.as_dict() for s in summaries]
+                   + [{"id": e.get("run"), "file": e.get("file"), "start": e.get("start"),
+                       "ledger": "MISSING"} for e in gone])
         return
-    if not summaries:
+    if not summaries and not gone:
         click.echo(f"no runs recorded in {directory}", err=True)
         return
-    rows = [["RUN", "START (UTC)", "MODE", "PROGRAM", "CONNS", "DENIED", "FAILED", "EXIT"]]
+    rows = [["RUN", "START (UTC)", "MODE", "PROGRAM", "CONNS", "DENIED", "FAILED", "EXIT", "LEDGER"]]
     for s in summaries:
         rows.append([printable(s.id), _start_text(s.start), printable(s.mode or "?"),
                      printable(s.program or "?"), str(s.connections), str(s.denied),
-                     str(s.failed), "-" if s.exit_code is None else str(s.exit_code)])
+                     str(s.failed), "-" if s.exit_code is None else str(s.exit_code), s.ledger])
+    for e in gone:
+        # In the ledger, and its file is gone: deleted or moved away.
+        rows.append([printable(str(e.get("run"))), _start_text(e.get("start")), "-", "-", "-", "-",
+                     "-", "-", "MISSING"])
     for line in _table(rows, right={4, 5, 6, 7}):
         click.echo(line)
 
@@ -73,17 +139,24 @@ def runs_command(as_json: bool, directory: str | None) -> None:
 @click.option("--format", "fmt", type=click.Choice(["ocsf", "ecs"]), default=None,
               help="Each connection outcome as JSON Lines: OCSF Network Activity (4001) or ECS.")
 @click.option("--verify", is_flag=True,
-              help="Check the run file's digest chain: exit 0 whole and unaltered, 1 cut or "
-                   "changed (and where), 2 no chain to check (an older vpnw wrote it).")
+              help="Check the run file's digest chain, its signature and its entry in the ledger: "
+                   "exit 0 all hold, 1 cut, changed, replaced or removed (and where), 2 nothing "
+                   "to check against (no chain, no signature, or no key for it).")
+@click.option("--key", "key_file", type=click.Path(dir_okay=False), default=None, metavar="FILE",
+              help="With --verify: the minisign public key to check the signature with "
+                   "(default: this machine's, `vpnw key`).")
 @click.option("--dir", "directory", type=click.Path(file_okay=False), default=None, hidden=True)
 def show_command(run: str | None, summary: bool, as_json: bool, fmt: str | None, verify: bool,
-                 directory: str | None) -> None:
+                 key_file: str | None, directory: str | None) -> None:
     """Show a recorded run: RUN is a run id, a run file, or nothing for the newest."""
     if fmt and (summary or as_json):
         click.echo("vpnw: --format cannot be combined with --summary or --json", err=True)
         sys.exit(ExitCode.USAGE)
     if verify and (fmt or summary or as_json):
         click.echo("vpnw: --verify cannot be combined with --summary, --json or --format", err=True)
+        sys.exit(ExitCode.USAGE)
+    if key_file and not verify:
+        click.echo("vpnw: --key goes with --verify", err=True)
         sys.exit(ExitCode.USAGE)
     directory = _runs_dir(directory)
     try:
@@ -100,14 +173,8 @@ def show_command(run: str | None, summary: bool, as_json: bool, fmt: str | None,
         sys.exit(ExitCode.USAGE)
 
     if verify:
-        from stages.record.chain import verify as verify_chain
-        with open(path, "rb") as stream:
-            verdict = verify_chain(stream)
-        text = f"{path}: {verdict.message}"
-        if verdict.status == "whole":
-            text += f"; last digest {verdict.digest}"
-        click.echo(text)
-        sys.exit(verdict.exit_code)
+        sys.exit(_verify(path, key_file))
+    _warn_unless_verified(path)
 
     if fmt:
         from stages.recorder.shipping import stream_renderer

@@ -191,7 +191,7 @@ def main_from_fds(in_fd: int, *, record: str | None, record_fd: int | None = Non
                   ready_fd: int | None = None, human: str = "trace",
                   tee_command: str | None = None, color: bool | None = None,
                   syslog_target: str | None = None, events_format: str = "jsonl",
-                  record_gate=None) -> int:
+                  record_gate=None, sign: bool = False) -> int:
     """Record events from `in_fd` until end of stream. Returns an exit code:
     0, or 1 when the record file could not be opened or written (then it stops
     at once: the orchestrator stops the program rather than run it unrecorded).
@@ -201,7 +201,11 @@ def main_from_fds(in_fd: int, *, record: str | None, record_fd: int | None = Non
     the record, and is closed: the program starts only after that.
 
     The side outputs (`tee_command`, `syslog_target`) carry `events_format`:
-    the record's lines ("jsonl"), or OCSF/ECS documents."""
+    the record's lines ("jsonl"), or OCSF/ECS documents.
+
+    `sign`: once the events end, sign a run file (a regular file) with vpnw's
+    key and enter it in the ledger (stages/recorder/seal.py); a key or a
+    ledger that cannot be used makes this return 1 before the first line."""
     if human not in HUMAN_MODES:
         raise ValueError(f"human must be one of {HUMAN_MODES}, not {human!r}")
     if color is None:
@@ -215,6 +219,12 @@ def main_from_fds(in_fd: int, *, record: str | None, record_fd: int | None = Non
             _say(str(exc).replace("the program was not run", "nothing was recorded"))
             return 1
     run_file = _RunFile(record_fd, record) if record_fd is not None else None
+    sealer = None
+    if sign and run_file is not None:
+        sealer = _open_sealer(run_file)
+        if sealer is False:
+            os.close(run_file.fd)
+            return 1
     room = None
     if run_file is not None:
         # Room reserved before the first line, the broker's gate open only
@@ -252,6 +262,7 @@ def main_from_fds(in_fd: int, *, record: str | None, record_fd: int | None = Non
         signal.signal(signal.SIGURG, hurry)
 
     chain = Chain()
+    first = last = None     # the first and the last event recorded (the seal names them)
     status = 0
     bad_lines = 0
     pending = b""
@@ -311,6 +322,11 @@ def main_from_fds(in_fd: int, *, record: str | None, record_fd: int | None = Non
             if ready_fd is not None:
                 _signal_ready(ready_fd)
                 ready_fd = None
+                if sealer is not None:
+                    sealer.preload()
+            if first is None:
+                first = sealed[0][0]
+            last = sealed[-1][0]
             for event, line in sealed:
                 # Side outputs carry the line as recorded, digest included:
                 # a copy kept elsewhere anchors the chain (docs/record.md).
@@ -335,6 +351,8 @@ def main_from_fds(in_fd: int, *, record: str | None, record_fd: int | None = Non
                             _write_all(2, (text + "\n").encode("utf-8", "replace"))
                         except OSError:
                             pass
+        if status == 0 and sealer is not None and first is not None:
+            status = _seal(sealer, run_file, first, last, chain)
     finally:
         if run_file is not None:
             room.finish(run_file.offset)
@@ -368,6 +386,30 @@ def _into_the_record(run_file: _RunFile, room: RecordRoom, sealed: list, record)
              "(the lines written are whole)")
         return False
     return True
+
+
+def _open_sealer(run_file: _RunFile):
+    """The key and the ledger for a run file (None: not a regular file, so
+    nothing to sign; False: they cannot be used, said)."""
+    from stages.recorder.seal import Sealer, is_regular
+    from stages.record.signing import KeyProblem
+    if run_file.offset is None or not is_regular(run_file.fd):
+        return None
+    try:
+        return Sealer.open()
+    except (KeyProblem, OSError) as exc:
+        _say(f"{exc}; a run that cannot be signed is not run: the program was not run")
+        return False
+
+
+def _seal(sealer, run_file: _RunFile, first: dict, last: dict, chain: Chain) -> int:
+    try:
+        sealer.seal(run_file.fd, run_file.name, first, last, chain.prev.decode())
+    except Exception as exc:     # noqa: BLE001 - said, and the run ends 125 (fail closed)
+        _say(f"cannot sign the record {run_file.name} or enter it in the ledger: {exc}; "
+             "the record itself is whole")
+        return 1
+    return 0
 
 
 def _signal_ready(fd: int) -> None:

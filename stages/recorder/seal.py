@@ -1,0 +1,90 @@
+"""The recorder's end of a run (docs/record.md, "The signed end", "The
+ledger"): the run file signed with vpnw's key, entered in the ledger of
+runs, and its .minisig written beside it.
+
+Opened when the run starts, so a key or a ledger that cannot be used stops
+the run before the program exists (fail closed: a run that cannot be
+recorded whole is not run). The signing itself happens once, after the
+last line: nothing here runs per event.
+"""
+from __future__ import annotations
+
+import os
+import stat
+
+from stages.record import ledger, signing
+
+
+def _import_crypto() -> None:
+    import cryptography.hazmat.primitives.asymmetric.ed25519  # noqa: F401
+
+
+class Sealer:
+    """The key and the ledger, held from the run's start to its end."""
+
+    def __init__(self, key: signing.SecretKey, ledger_file: str):
+        self.key = key
+        self.ledger_file = ledger_file
+        self._preload = None
+
+    @classmethod
+    def open(cls) -> "Sealer":
+        """Raises signing.KeyProblem or OSError (the message says the fix)."""
+        key = signing.load_secret()
+        path = ledger.ledger_path()
+        try:
+            # Made now (0600) so that a ledger that cannot be written is known
+            # before the program runs.
+            os.close(os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600))
+        except OSError as exc:
+            raise OSError(f"cannot write the ledger of runs {path}: {exc.strerror or exc}; fix: "
+                          "make vpnw's state directory writable, or point XDG_STATE_HOME at a "
+                          "writable directory") from None
+        return cls(key, path)
+
+    def preload(self) -> None:
+        """Import the crypto library while the run goes on (some 20 ms), so
+        the end of the run does not wait for it."""
+        import threading
+        self._preload = threading.Thread(target=_import_crypto, name="vpnw-preload", daemon=True)
+        self._preload.start()
+
+    def seal(self, fd: int, record: str, start: dict | None, end: dict | None,
+             last_digest: str) -> str:
+        """Sign the run file open on `fd`, enter it in the ledger, write
+        `record`.minisig. Returns the signature (a .minisig text)."""
+        if self._preload is not None:
+            self._preload.join()
+        # The recorder's descriptor writes only; the same file, opened again
+        # through it (not by name: the name may point elsewhere by now).
+        reader = os.open(f"/proc/self/fd/{fd}", os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            digest, lines = signing.file_digest(reader)
+        finally:
+            os.close(reader)
+        run_id = (start or end or {}).get("run") or "-"
+        end_fields = end["fields"] if end and end.get("type") == "run.end" else None
+        path = os.path.realpath(record)
+        with ledger.locked(self.ledger_file) as book:
+            comment = signing.trusted_comment(run_id, end_fields, lines, last_digest, book.seq,
+                                              book.head)
+            sig = self.key.sign_file_digest(
+                digest, comment, f"vpnw run {run_id}, signed by key {self.key.id_text}; "
+                                 f"check with `vpnw show --verify` or minisign -V")
+            book.append({"run": run_id, "file": path, "start": (start or {}).get("ts"),
+                         "end": end["ts"] if end_fields is not None else None, "lines": lines,
+                         "digest": last_digest, "key": self.key.id_text, "sig": sig})
+        _write_beside(path + ".minisig", sig)
+        return sig
+
+
+def is_regular(fd: int) -> bool:
+    return stat.S_ISREG(os.fstat(fd).st_mode)
+
+
+def _write_beside(path: str, text: str) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
+    try:
+        os.write(fd, text.encode())
+    finally:
+        os.close(fd)
