@@ -122,15 +122,19 @@ def test_split_digest_only_takes_the_recorders_suffix():
     assert split_digest(b"") is None
 
 
-def test_show_verify_exit_codes_and_messages(tmp_path, chained):
+def test_show_verify_exit_codes_and_messages(tmp_path, chained, monkeypatch):
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
     whole = tmp_path / "whole.jsonl"
     whole.write_bytes(b"".join(chained))
     cut = tmp_path / "cut.jsonl"
     cut.write_bytes(b"".join(chained[:-2]))
     runner = CliRunner()
     result = runner.invoke(show_command, ["--verify", str(whole)])
-    assert result.exit_code == 0, result.output
+    # The chain is whole, but the recorder run alone signs nothing: nothing
+    # to check it against (2); tests/test_e2e_signed_end.py has signed runs.
+    assert result.exit_code == 2, result.output
     assert result.output.startswith(f"{whole}: whole and unaltered: {len(chained)} lines")
+    assert "signature: not checked: none: no .minisig beside the file" in result.output
     result = runner.invoke(show_command, ["--verify", str(cut)])
     assert result.exit_code == 1
     assert f"the file ends after line {len(chained) - 2} without run.end" in result.output

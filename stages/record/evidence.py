@@ -45,9 +45,9 @@ class Evidence:
         failed = [layer for layer in self.failures() if layer.name != "runs"]
         if not failed:
             return None
-        what = "; ".join(f"{layer.name}: {layer.message}" for layer in failed)
-        return (f"warning: {self.path} does not verify ({what}); what it says may not be what "
-                "happened (`vpnw show --verify` says more)")
+        names = ", ".join(layer.name for layer in failed)
+        return (f"warning: {self.path} does not verify ({names} failed): what it says may not be "
+                f"what happened; `vpnw show --verify {self.path}` says where")
 
 
 def public_key_for(key_file: str | None, key_directory: str | None = None) -> signing.PublicKey | None:

@@ -75,6 +75,9 @@ class Sealer:
                          "end": end["ts"] if end_fields is not None else None, "lines": lines,
                          "digest": last_digest, "key": self.key.id_text, "sig": sig})
         _write_beside(path + ".minisig", sig)
+        # The public half beside the key, kept in step with it (a key made
+        # anew by this run, or one whose .pub was removed).
+        signing.public_key_file(self.key)
         return sig
 
 

@@ -1,0 +1,128 @@
+"""Benchmark: what the signed end and the ledger cost (issue 30).
+
+1. `vpnw run -- true`, interleaved, this checkout's vpnw against the same
+   venv running another commit's stages (BASE, default the commit before
+   signatures: `git archive BASE stages` put first on PYTHONPATH), each
+   with a state directory of its own: the wall time a person waits.
+2. The recorder's end alone (stages/recorder/seal.py: the file read again
+   and hashed, two signatures, the ledger line under flock, the .minisig),
+   on run files of a few lines and of many, with the crypto library already
+   imported (the recorder imports it in a thread during the run).
+3. `vpnw show --verify`'s check (stages/record/evidence.py) on the same
+   files, crypto import included once.
+
+    /opt/vpnw-venv/bin/python scripts/bench_evidence.py [ROUNDS] [BASE]
+
+Nothing is added per event: the recorder's loop is unchanged but for
+remembering the first and the last event of each batch it reads.
+"""
+from __future__ import annotations
+
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(HERE)
+sys.path.insert(0, REPO)
+
+
+def startup(rounds: int, base: str) -> dict:
+    vpnw = os.path.join(os.path.dirname(sys.executable), "vpnw")
+    with tempfile.TemporaryDirectory() as tmp:
+        old = os.path.join(tmp, "base")
+        os.mkdir(old)
+        archive = subprocess.run(["git", "-C", REPO, "archive", base, "stages"], check=True,
+                                 capture_output=True).stdout
+        subprocess.run(["tar", "-x", "-C", old], input=archive, check=True)
+        times = {"base": [], "signed": []}
+        for i in range(rounds + 1):
+            for name in ("base", "signed") if i % 2 else ("signed", "base"):
+                env = dict(os.environ, XDG_STATE_HOME=os.path.join(tmp, f"state-{name}"))
+                if name == "base":
+                    env["PYTHONPATH"] = old
+                t0 = time.perf_counter()
+                subprocess.run([vpnw, "run", "--", "true"], env=env, check=True,
+                               stderr=subprocess.DEVNULL)
+                if i:                       # the first round warms the page cache
+                    times[name].append((time.perf_counter() - t0) * 1000)
+    return {name: statistics.median(t) for name, t in times.items()}
+
+
+def run_file(path: str, events: int) -> None:
+    from stages.record.chain import Chain
+    from stages.record.events import encode
+    chain = Chain()
+    _encode = encode
+
+    def encode(*args, **kw):
+        return _encode(*args, **kw).rstrip(b"\n")
+    with open(path, "wb") as out:
+        out.write(chain.seal(encode("r-bench0", "run.start", {"mode": "run"})) + b"\n")
+        for n in range(events):
+            out.write(chain.seal(encode("r-bench0", "conn.request", {"door": "http", "kind": "http-connect",
+                                                                    "host": "api.github.com", "port": 443},
+                                        conn=n + 1)) + b"\n")
+        out.write(chain.seal(encode("r-bench0", "run.end", {"exit_code": 0, "connections": events,
+                                                           "denied": 0, "would_deny": 0, "failed": 0,
+                                                           "ms": 1.0})) + b"\n")
+
+
+def seal_and_verify(rounds: int) -> list[tuple[int, float, float, float]]:
+    import orjson
+    from stages.record import evidence, ledger, signing
+    from stages.recorder.seal import Sealer, _import_crypto
+    _import_crypto()
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        os.environ["XDG_STATE_HOME"] = tmp
+        sealer = Sealer.open()
+        for events in (3, 1_000, 100_000):
+            path = os.path.join(tmp, f"run-{events}.jsonl")
+            run_file(path, events)
+            with open(path, "rb") as f:
+                lines = f.readlines()
+            start, end = orjson.loads(lines[0]), orjson.loads(lines[-1])
+            seals, checks = [], []
+            for i in range(rounds):
+                # A file of its own each time, as each run has (a .minisig made, not truncated).
+                copy = os.path.join(tmp, f"run-{events}-{i}.jsonl")
+                os.link(path, copy)
+                fd = os.open(copy, os.O_WRONLY)
+                t0 = time.perf_counter()
+                sealer.seal(fd, copy, start, end, end["d"])
+                seals.append((time.perf_counter() - t0) * 1000)
+                os.close(fd)
+                t0 = time.perf_counter()
+                found = evidence.check(copy, key=evidence.public_key_for(None), ledger=ledger.read())
+                checks.append((time.perf_counter() - t0) * 1000)
+                assert found.exit_code == 0, found.layers
+            rows.append((events, os.path.getsize(path), statistics.median(seals), statistics.median(checks)))
+        del signing
+    return rows
+
+
+def main() -> None:
+    rounds = int(sys.argv[1]) if len(sys.argv) > 1 else 20
+    base = sys.argv[2] if len(sys.argv) > 2 else "81ade30"
+    t0 = time.perf_counter()
+    subprocess.run([sys.executable, "-c", "import cryptography.hazmat.primitives.asymmetric.ed25519"],
+                   check=True)
+    t1 = time.perf_counter()
+    subprocess.run([sys.executable, "-c", "pass"], check=True)
+    print(f"import of cryptography's ed25519 (a fresh interpreter, minus a bare one): "
+          f"{(t1 - t0 - (time.perf_counter() - t1)) * 1000:.1f} ms")
+    print("\nthe recorder's end (seal) and show --verify's check, medians:")
+    print(f"{'events':>8} {'file':>10} {'seal ms':>9} {'verify ms':>10}")
+    for events, size, seal, check in seal_and_verify(max(5, rounds // 2)):
+        print(f"{events:>8} {size / 1e6:>8.2f}MB {seal:>9.2f} {check:>10.2f}")
+    s = startup(rounds, base)
+    print(f"\nvpnw run -- true, {rounds} interleaved rounds, medians: {base} {s['base']:.1f} ms, "
+          f"signed {s['signed']:.1f} ms, difference {s['signed'] - s['base']:+.1f} ms")
+
+
+if __name__ == "__main__":
+    main()

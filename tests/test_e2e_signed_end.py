@@ -1,0 +1,369 @@
+"""Evidence that holds after the run (issue 30), through real runs, as root
+and as vpnwtest: each run file signed at its end with a key the program
+never sees, checked by a stock tool (Debian's minisign) and by
+`vpnw show --verify`; a chained ledger of runs that shows a run deleted or
+replaced whole, and its own cuts; a key that cannot be used stops the run
+before the program exists; a rotated key's runs still verify with its
+public half (docs/record.md, "The signed end", "The ledger";
+docs/security.md says against whom each layer holds).
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+
+from e2e_support import describe
+from stages.record.chain import Chain, unchained, verify
+
+pytestmark = pytest.mark.world
+
+CURL_TWO = ["sh", "-c", "curl -sS --max-time 30 -o /dev/null http://api.github.com/whoami && "
+                        "curl -sS --max-time 30 -o /dev/null http://pypi.world/whoami"]
+
+
+def owner(user: str) -> tuple[int, int]:
+    import pwd
+    pw = pwd.getpwnam(user)
+    return pw.pw_uid, pw.pw_gid
+
+
+def runs_in(state: Path) -> list[Path]:
+    return sorted((state / "vpnw" / "runs").glob("*.jsonl"), key=lambda p: p.stat().st_mtime_ns)
+
+
+def keys(state: Path) -> Path:
+    return state / "vpnw" / "keys"
+
+
+def rechain(data: bytes) -> bytes:
+    """What someone who read docs/record.md can do: recompute every digest."""
+    chain = Chain()
+    return b"".join(chain.seal(unchained(line)) + b"\n" for line in data.splitlines())
+
+
+def overwrite(path: Path, data: bytes) -> None:
+    """Rewrite a file in place, as its owner would (ownership and mode kept)."""
+    with open(path, "r+b") as out:
+        out.write(data)
+        out.truncate()
+
+
+class Runs:
+    """vpnw runs of one user sharing one state directory."""
+
+    def __init__(self, world, user: str):
+        self.world, self.user = world, user
+        self.state = world.state_home(user)
+        self.work = world.workdir(user)
+
+    def vpnw(self, *args, **kw):
+        return self.world.vpnw(list(args), user=self.user, state_home=self.state, **kw)
+
+    def trace(self, *program) -> Path:
+        before = set(runs_in(self.state))
+        r = self.vpnw("trace", "--", *(program or ("true",)))
+        assert r.returncode == 0, describe(r)
+        [new] = set(runs_in(self.state)) - before
+        return new
+
+    def verify(self, *args):
+        return self.vpnw("show", "--verify", *map(str, args))
+
+    def run_as_user(self, argv, **kw):
+        return self.world.run(argv, user=self.user, state_home=self.state, **kw)
+
+    def ledger(self) -> list[dict]:
+        return [json.loads(line) for line in (self.state / "vpnw" / "ledger.jsonl").read_bytes().splitlines()]
+
+
+@pytest.fixture
+def runs(world, user) -> Runs:
+    return Runs(world, user)
+
+
+def key_id(public_key_text: str) -> str:
+    # "untrusted comment: minisign public key <ID>"
+    return public_key_text.splitlines()[0].split()[-1]
+
+
+def lines_of(r) -> list[str]:
+    return r.stdout.splitlines()
+
+
+def test_a_run_is_signed_and_minisign_checks_it(runs):
+    path = runs.trace(*CURL_TWO)
+    events = [json.loads(line) for line in path.read_bytes().splitlines()]
+    run_id, last = events[0]["run"], events[-1]["d"]
+    sig = Path(f"{path}.minisig")
+    assert sig.is_file() and sig.stat().st_mode & 0o777 == 0o600
+    secret = keys(runs.state) / "run-signing.key"
+    assert keys(runs.state).stat().st_mode & 0o777 == 0o700
+    assert secret.stat().st_mode & 0o777 == 0o600
+    assert (secret.stat().st_uid, secret.stat().st_gid) == owner(runs.user)
+
+    # `vpnw key` prints the public key; pinned elsewhere, a stock tool checks the run with it.
+    k = runs.vpnw("key")
+    assert k.returncode == 0, describe(k)
+    assert k.stdout.startswith("untrusted comment: minisign public key ") and len(lines_of(k)) == 2
+    assert k.stdout == (keys(runs.state) / "run-signing.pub").read_text()
+    pinned = runs.work / "vpnw.pub"
+    pinned.write_text(k.stdout)
+    m = runs.run_as_user(["minisign", "-V", "-p", str(pinned), "-m", str(path)])
+    assert m.returncode == 0, describe(m)
+    assert lines_of(m) == [
+        "Signature and comment signature verified",
+        f"Trusted comment: vpnw run={run_id} end=run.end lines={len(events)} exit=0 connections=2 "
+        f"denied=0 would_deny=0 failed=0 digest={last} ledger=1 prev=-"]
+
+    v = runs.verify()
+    assert v.returncode == 0, describe(v)
+    chain, signature, ledger = lines_of(v)
+    assert chain.endswith(f"last digest {last}")
+    assert signature.startswith(f"signature: good: signed by key {key_id(k.stdout)} ({sig})")
+    assert ledger.startswith(f"ledger: entry 1 of 1 in {runs.state}/vpnw/ledger.jsonl agrees")
+    [entry] = runs.ledger()
+    assert {k: entry[k] for k in ("seq", "run", "file", "lines", "digest")} == {
+        "seq": 1, "run": run_id, "file": str(path), "lines": len(events), "digest": last}
+    assert entry["sig"] == sig.read_text()
+    assert (runs.state / "vpnw" / "ledger.jsonl").stat().st_mode & 0o777 == 0o600
+
+
+def test_a_rewritten_and_rechained_run_fails_on_its_signature(runs):
+    path = runs.trace(*CURL_TWO)
+    forged = rechain(path.read_bytes().replace(b'"api.github.com"', b'"pypi.org"'))
+    # Control: the chain alone is whole again, which is all --verify checked before.
+    assert verify(forged.splitlines(keepends=True)).status == "whole"
+    overwrite(path, forged)
+
+    v = runs.verify(path)
+    assert v.returncode == 1, describe(v)
+    chain, signature, ledger = lines_of(v)
+    assert "whole and unaltered" in chain
+    assert signature == (f"signature: FAILED: {path}.minisig: the signature does not match the file: "
+                         "it was changed after it was signed")
+    assert ledger.startswith("ledger: FAILED: entry 1 of ") and ledger.endswith("it was replaced or rewritten")
+    m = runs.run_as_user(["minisign", "-V", "-p", str(keys(runs.state) / "run-signing.pub"), "-m", str(path)])
+    assert m.returncode == 1 and "Signature verification failed" in m.stderr, describe(m)
+
+    # What reads the file says so, in one line, and still does its work.
+    warning = (f"vpnw: warning: {path} does not verify (signature, ledger failed): what it says may not "
+               f"be what happened; `vpnw show --verify {path}` says where")
+    for args in (["show"], ["show", "--summary"], ["learn"]):
+        r = runs.vpnw(*args)
+        assert r.returncode == 0, describe(r)
+        said = [line for line in r.stderr.splitlines() if line.startswith("vpnw: warning:")]
+        assert said == [warning], (args, r.stderr)
+        assert "pypi.org" in r.stdout, (args, r.stdout)
+
+
+def test_a_run_replaced_or_deleted_whole_shows(runs):
+    first, second, third = runs.trace(), runs.trace(*CURL_TWO), runs.trace()
+    ids = [json.loads(p.read_bytes().splitlines()[0])["run"] for p in (first, second, third)]
+    # The first run's file and signature replaced by the second's: each is genuine.
+    shutil.copyfile(second, first)
+    shutil.copyfile(f"{second}.minisig", f"{first}.minisig")
+    v = runs.verify(first)
+    assert v.returncode == 1, describe(v)
+    chain, signature, ledger = lines_of(v)
+    assert "whole and unaltered" in chain and signature.startswith("signature: good:")
+    assert ledger.startswith(f"ledger: FAILED: entry 1 of {runs.state}/vpnw/ledger.jsonl says {first} "
+                             f"held run {ids[0]} ending in digest ")
+    assert f"this file holds run {ids[1]} ending in " in ledger and ledger.endswith("it was replaced or rewritten")
+
+    # The second run deleted whole (with its signature).
+    os.unlink(second)
+    os.unlink(f"{second}.minisig")
+    listing = {line.split()[0] + " " + line.split()[-1] for line in lines_of(runs.vpnw("runs"))[1:]}
+    assert listing == {f"{ids[1]} CHANGED", f"{ids[1]} MISSING", f"{ids[2]} ok"}, listing
+    v = runs.verify(third)
+    assert v.returncode == 1, describe(v)
+    assert lines_of(v)[1].startswith("signature: good:") and lines_of(v)[2].startswith("ledger: entry 3 of 3")
+    assert lines_of(v)[3] == (f"runs: FAILED: in {runs.state}/vpnw/ledger.jsonl, gone from {third.parent}: "
+                              f"{ids[1]} (entry 2): deleted or moved away")
+    # show and learn read only the third, which is whole: no warning.
+    assert "warning" not in runs.vpnw("show", str(third)).stderr
+
+
+def test_a_cut_or_edited_ledger_shows(runs):
+    made = [runs.trace() for _ in range(3)]
+    book = runs.state / "vpnw" / "ledger.jsonl"
+    whole = book.read_bytes()
+    lines = whole.splitlines(keepends=True)
+
+    overwrite(book, b"".join(lines[:2]))       # the last entry cut off
+    v = runs.verify(made[2])
+    assert v.returncode == 1, describe(v)
+    assert lines_of(v)[2] == (f"ledger: FAILED: the run was entered as entry 3 of {book}, which is "
+                              "missing (the ledger was cut or replaced)")
+    assert runs.verify(made[1]).returncode == 0
+
+    overwrite(book, whole[:-10])              # cut inside its last line
+    v = runs.verify(made[0])
+    assert v.returncode == 1 and lines_of(v)[2] == f"ledger: FAILED: {book}: line 3 is cut: the file ends inside it", v.stdout
+
+    # The middle entry removed, the rest renumbered and the chain recomputed.
+    entries = [json.loads(line) for line in lines]
+    del entries[1]
+    chain = Chain()
+    forged = b""
+    for seq, entry in enumerate(entries, 1):
+        entry["seq"] = seq
+        entry.pop("d")
+        forged += chain.seal(json.dumps(entry, separators=(",", ":")).encode()) + b"\n"
+    overwrite(book, forged)
+    v = runs.verify(made[0])
+    assert v.returncode == 1, describe(v)
+    assert lines_of(v)[2].startswith(f"ledger: FAILED: {book}: line 2 (run ") and \
+        lines_of(v)[2].endswith("was signed as entry 3 after another head: lines before it were removed, "
+                                "added or rewritten"), v.stdout
+
+    book.unlink()                              # the ledger gone
+    v = runs.verify(made[2])
+    assert v.returncode == 1 and lines_of(v)[2] == (
+        f"ledger: FAILED: the run was entered as entry 3 of {book}, which is missing: the ledger itself "
+        "is gone (the ledger was cut or replaced)"), v.stdout
+
+
+@pytest.mark.parametrize("case", ["unreadable", "a directory", "not a key"])
+def test_a_key_that_cannot_be_used_stops_the_run_before_the_program(runs, case):
+    runs.trace()                               # makes the key
+    secret = keys(runs.state) / "run-signing.key"
+    if case == "unreadable":
+        if runs.user == "root":
+            pytest.skip("root reads a file of mode 000 (CAP_DAC_OVERRIDE): 'a directory' covers root")
+        secret.chmod(0)
+        why = f"cannot read the vpnw signing key {secret}: Permission denied"
+    elif case == "a directory":
+        secret.unlink()
+        secret.mkdir()
+        why = f"cannot read the vpnw signing key {secret}: Is a directory"
+    else:
+        overwrite(secret, b"untrusted comment: hello\nnot base64 at all\n")
+        why = f"{secret} is not a vpnw signing key: its second line is not base64"
+    marker = runs.work / "the-program-ran"
+    r = runs.vpnw("run", "--", "touch", str(marker))
+    assert r.returncode == 125, describe(r)
+    assert why in r.stderr, r.stderr
+    assert "fix: make it readable by you, or move it away and vpnw makes a new key" in r.stderr
+    assert "a run that cannot be signed is not run: the program was not run" in r.stderr
+    assert not marker.exists()
+
+
+def test_a_missing_key_is_made_and_a_rotated_one_still_checks_its_runs(runs):
+    old_run = runs.trace(*CURL_TWO)
+    old_pub = runs.vpnw("key").stdout
+    old_id = key_id(old_pub)
+    # Rotation: a new key; the old public half kept beside it.
+    r = runs.vpnw("key", "--rotate")
+    assert r.returncode == 0, describe(r)
+    kept = keys(runs.state) / f"run-signing-{old_id}.pub"
+    assert kept.read_text() == old_pub and f"the old key's public half is kept as {kept}" in r.stderr
+    new_id = key_id(r.stdout)
+    assert new_id != old_id and r.stdout == (keys(runs.state) / "run-signing.pub").read_text()
+    new_run = runs.trace()
+    assert runs.verify(new_run).returncode == 0
+
+    v = runs.verify(old_run)
+    assert v.returncode == 2, describe(v)
+    assert lines_of(v)[1] == (f"signature: not checked: signed by key {old_id}, not by {new_id}: give key "
+                              f"{old_id}'s public key with --key FILE (a key rotated away, or another machine's)")
+    v = runs.verify("--key", kept, old_run)
+    assert v.returncode == 0, describe(v)
+    assert lines_of(v)[1].startswith(f"signature: good: signed by key {old_id}")
+    m = runs.run_as_user(["minisign", "-V", "-p", str(kept), "-m", str(old_run)])
+    assert m.returncode == 0, describe(m)
+
+    # The secret key removed: the next run makes a new one, and says nothing is wrong.
+    (keys(runs.state) / "run-signing.key").unlink()
+    third = runs.trace()
+    assert runs.verify(third).returncode == 0
+    assert key_id(runs.vpnw("key").stdout) not in (old_id, new_id)
+
+    # A public key that is not the signer's: another key (2), or a forged one
+    # under the signer's key id (1); a file that is not a key (121).
+    other = runs.work / "other"
+    g = runs.run_as_user(["minisign", "-G", "-W", "-p", f"{other}.pub", "-s", f"{other}.key"])
+    assert g.returncode == 0, describe(g)
+    assert runs.verify("--key", f"{other}.pub", third).returncode == 2
+    forged = runs.work / "forged.pub"
+    import base64
+    blob = base64.b64decode(Path(f"{other}.pub").read_text().splitlines()[1])
+    mine = base64.b64decode((keys(runs.state) / "run-signing.pub").read_text().splitlines()[1])
+    forged.write_text("untrusted comment: forged\n" + base64.b64encode(mine[:10] + blob[10:]).decode() + "\n")
+    v = runs.verify("--key", forged, third)
+    assert v.returncode == 1 and "the signature does not match the file" in v.stdout, describe(v)
+    v = runs.verify("--key", old_run, third)
+    assert v.returncode == 121 and "is not a minisign public key" in v.stderr, describe(v)
+
+
+# Every way to read the key from inside (the file-limits tests' ways): by
+# name, through /proc/self/root and /proc/1/root, relative to a cwd inside
+# the key directory, by listing the directory, and by walking the whole
+# state directory for the key's bytes. Prints {attempt: "ok:<what>" | errno}.
+READ_THE_KEY = r'''
+import errno, json, os, sys
+keys, state, secret = sys.argv[1], sys.argv[2], sys.argv[3].encode()
+name = os.path.join(keys, "run-signing.key")
+results = {}
+def attempt(label, fn):
+    try:
+        results[label] = "ok:" + fn()
+    except OSError as e:
+        results[label] = errno.errorcode.get(e.errno, str(e.errno))
+def read(path):
+    with open(path, "rb") as f:
+        return "key" if secret in f.read() else "other"
+attempt("open", lambda: read(name))
+attempt("via-proc-self-root", lambda: read("/proc/self/root" + name))
+attempt("via-proc-1-root", lambda: read("/proc/1/root" + name))
+attempt("relative-to-cwd", lambda: read("run-signing.key"))
+attempt("list-keys", lambda: ",".join(sorted(os.listdir(keys))))
+attempt("list-cwd", lambda: ",".join(sorted(os.listdir("."))))
+def walk():
+    found = []
+    for top, _dirs, files in os.walk(state):
+        for f in files:
+            try:
+                if read(os.path.join(top, f)) == "key":
+                    found.append(f)
+            except OSError:
+                pass
+    return ",".join(found)
+attempt("walk-state", walk)
+def raw_device():
+    # The key's bytes straight from the block device its file system lives on.
+    st = os.stat(state)
+    with open(f"/dev/block/{os.major(st.st_dev)}:{os.minor(st.st_dev)}", "rb") as f:
+        return "device:%d" % len(f.read(4096))
+attempt("raw-device", raw_device)
+print(json.dumps(results))
+'''
+
+
+def test_the_program_cannot_read_the_key(runs):
+    runs.trace()
+    secret = (keys(runs.state) / "run-signing.key").read_text().splitlines()[1]
+    attack = runs.world.file("read_the_key.py", READ_THE_KEY)
+    argv = [sys.executable, str(attack), str(keys(runs.state)), str(runs.state), secret]
+    r = runs.vpnw("run", "--", *argv, cwd=keys(runs.state))
+    assert r.returncode == 0, describe(r)
+    inside = json.loads(r.stdout)
+    # init (PID 1) is not dumpable: its /proc root is refused before any look-up.
+    assert inside.pop("via-proc-1-root") in ("ENOENT", "EACCES"), inside
+    # A device node opened from a user namespace: refused by the kernel, root included.
+    assert inside.pop("raw-device") in ("EPERM", "EACCES", "ENOENT"), inside
+    assert inside == {"open": "ENOENT", "via-proc-self-root": "ENOENT", "relative-to-cwd": "ENOENT",
+                      "list-keys": "ok:", "list-cwd": "ok:", "walk-state": "ok:"}, inside
+    # Control: the same attempts outside vpnw find the key.
+    control = runs.run_as_user(argv, cwd=keys(runs.state))
+    assert control.returncode == 0, describe(control)
+    outside = json.loads(control.stdout)
+    assert outside["open"] == outside["via-proc-self-root"] == outside["relative-to-cwd"] == "ok:key"
+    assert "run-signing.key" in outside["list-keys"] and outside["walk-state"] == "ok:run-signing.key"
+    # The run itself was signed with it: the recorder, outside, read it.
+    assert runs.verify().returncode == 0
