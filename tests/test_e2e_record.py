@@ -242,12 +242,13 @@ def test_runs_show_and_which_run_is_last(world, user):
                                  (ids["run"], "run", "curl", 1, 0, 0),
                                  (ids["trace"], "trace", "curl", 1, 0, 0)]
     table = world.vpnw(["runs"], user=user, state_home=state).stdout.splitlines()
-    assert table[0].split() == ["RUN", "START", "(UTC)", "MODE", "PROGRAM", "CONNS", "DENIED", "FAILED", "EXIT"]
+    assert table[0].split() == ["RUN", "START", "(UTC)", "MODE", "PROGRAM", "CONNS", "DENIED", "FAILED", "EXIT",
+                                "LEDGER"]
     rows = [line.split() for line in table[1:]]
-    assert [(row[0], row[3], row[4], row[5], row[6], row[-1]) for row in rows] == [
-        (ids["guard"], "guard", "sh", "2", "1", "120"),
-        (ids["run"], "run", "curl", "1", "0", "0"),
-        (ids["trace"], "trace", "curl", "1", "0", "0")]
+    assert [(row[0], row[3], row[4], row[5], row[6], row[-2], row[-1]) for row in rows] == [
+        (ids["guard"], "guard", "sh", "2", "1", "120", "ok"),
+        (ids["run"], "run", "curl", "1", "0", "0", "ok"),
+        (ids["trace"], "trace", "curl", "1", "0", "0", "ok")]
 
     # "The last run" is the guard; "the last trace", which learn reads, is the trace.
     newest = world.vpnw(["show"], user=user, state_home=state).stdout
