@@ -210,7 +210,9 @@ def test_the_secrets_a_config_names_never_reach_the_program(world, user):
                              "wg_conf_write": REFUSED, "config_write": REFUSED})
     assert not inside["pass_file"]["data"] and not inside["wg_conf"]["data"], inside
     protected = the_record(r.state_home)[0]["fields"]["protected"]
-    assert set(protected["hidden"]) == {str(d / "b.pass"), str(d / "office.conf")}
+    # The config's secrets, and vpnw's own signing key (tests/test_e2e_signed_end.py).
+    assert set(protected["hidden"]) == {str(d / "b.pass"), str(d / "office.conf"),
+                                        str(r.state_home / "vpnw" / "keys")}
 
     control = results_of(world.run(probe_argv(world, ops), user=user, cwd=d, env=env), ops)
     assert control["env"]["data"] == "SECRET-ENV"
