@@ -142,3 +142,17 @@ def test_terminal_escapes_in_names_are_made_printable():
                                     (3_400_000, "3.4 MB"), (5 * 10**12, "5.0 TB")])
 def test_bytes(n, text):
     assert human_bytes(n) == text
+
+
+def test_the_summary_names_the_last_digest_and_show_does_too():
+    from stages.recorder.human import human_lines
+    end = {"exit_code": 0, "connections": 0, "denied": 0, "would_deny": 0, "failed": 0, "ms": 1}
+    digest = "ab" * 32
+    state = utc(mode="run", record="-")
+    state.digest = digest
+    assert format_event(ev("run.end", end), state).endswith(f"; record on stdout; last digest {digest}")
+    # read back from a run file (vpnw show): the digest the record's last line carries
+    shown = list(human_lines([{**ev("run.end", end), "d": digest}], record="-"))
+    assert shown[-1].endswith(f"; last digest {digest}")
+    # a file of an older vpnw, without digests: no digest is named
+    assert "digest" not in list(human_lines([ev("run.end", end)], record="-"))[-1]
