@@ -138,3 +138,14 @@ def test_without_libnftables_capture_fails_closed_with_the_reason():
     r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=REPO,
                        env={**os.environ, "PYTHONPATH": str(REPO)})
     assert "capture needs nftables' library libnftables-missing.so.9" in r.stdout, r
+
+
+def test_localhost_ports_are_exact_localhost_rules_only():
+    from stages.config.policy import localhost_ports, localhost_rule
+    policy = parse_policy('version = 1\n[policy]\nallow = ["localhost:11434", "localhost:8080", '
+                          '"api.github.com:443", "127.0.0.1:9000", "localhost"]\n'
+                          'deny = ["localhost:8080"]\n')
+    assert localhost_ports(policy) == (8080, 11434)
+    assert localhost_rule(policy, 11434).text == "localhost:11434"
+    assert localhost_rule(policy, 8080) is None       # the deny rule takes it back
+    assert localhost_rule(policy, 9000) is None

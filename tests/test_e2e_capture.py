@@ -11,6 +11,8 @@ from __future__ import annotations
 import ipaddress
 import json
 import shutil
+import subprocess
+import time
 
 import pytest
 
@@ -282,3 +284,46 @@ def test_dns_door_answers_and_never_looks_anything_up(world, dns_clients, user, 
         assert not [q for q in world.dns_queries(mark) if "exfil" in q]
         denied = [evs[0]["fields"]["host"] for evs in by_conn.values() if evs[-1]["type"] == "policy.deny"]
         assert "evil.example" in denied
+
+
+# ------------------------------------------------- the machine's own loopback
+
+LOCAL_PORT = 18434
+
+
+@pytest.fixture(scope="module")
+def local_server(world):
+    """A server on the world's own loopback (the machine's, as vpnw sees it)."""
+    directory = world.file("local-server/index.html", "the machine's own service\n").parent
+    server = world.popen(["python3", "-m", "http.server", "--bind", "127.0.0.1", str(LOCAL_PORT),
+                          "--directory", str(directory)], stdout=subprocess.DEVNULL,
+                         stderr=subprocess.DEVNULL)
+    for _ in range(100):
+        if world.run(["curl", "-s", "-o", "/dev/null", f"http://127.0.0.1:{LOCAL_PORT}/"]).returncode == 0:
+            return server
+        time.sleep(0.05)
+    pytest.fail("the local server did not start")
+
+
+@pytest.mark.parametrize("rule", [True, False])
+def test_localhost_rule_opens_exactly_that_port(world, local_server, user, rule):
+    allow = f'"localhost:{LOCAL_PORT}"' if rule else '"api.github.com:443"'
+    policy = world.file(f"local-{user}-{rule}.toml",
+                        f'version = 1\n[policy]\ndeny_private = true\nallow = [{allow}]\n')
+    script = (f"curl -sS --max-time 10 http://localhost:{LOCAL_PORT}/index.html; echo rc=$?; "
+              f"curl -sS --max-time 10 http://127.0.0.1:{LOCAL_PORT + 1}/; echo rc=$?")
+    r = world.vpnw(["guard", "--policy", str(policy), "--", "sh", "-c", script], user=user)
+    # Control: outside vpnw the same user reaches the server.
+    control = world.run(["curl", "-sS", f"http://localhost:{LOCAL_PORT}/index.html"], user=user)
+    assert "the machine's own service" in control.stdout, describe(control)
+    codes = [line for line in r.stdout.splitlines() if line.startswith("rc=")]
+    assert codes[1] == "rc=7", describe(r)         # another port of the machine: never reached
+    events = run_events(r)
+    requests = [e["fields"] for e in events if e["type"] == "conn.request"]
+    if rule:
+        assert "the machine's own service" in r.stdout and codes[0] == "rc=0", describe(r)
+        assert requests == [{"door": "local", "kind": "local", "host": "localhost", "port": LOCAL_PORT}]
+        opened_ = [e["fields"] for e in events if e["type"] == "conn.open"]
+        assert opened_[0]["via"] == "localhost" and opened_[0]["address"] in ("127.0.0.1", "::1")
+    else:
+        assert codes[0] == "rc=7" and requests == [], describe(r)   # nothing listens in the sandbox

@@ -35,6 +35,7 @@ from stages.broker.handshake_cap import MAX_PENDING_HANDSHAKES
 from stages.broker.relay import Relay
 from stages.broker.capture_door import CaptureDoor
 from stages.broker.dns_door import DnsDatagrams, DnsTcpDoor
+from stages.broker.local_door import LocalDoor
 from stages.broker.sessions import DoorContext, HttpDoor, Socks5Door
 from stages.broker.workers import LOAD_PER_TICK, LOAD_TICK, Crew
 
@@ -79,7 +80,8 @@ class Broker:
         self.taken_this_tick = 0                        # for the crew's load check
         self.paused_said = False
         self.doors = {"socks": Socks5Door(self.context), "http": HttpDoor(self.context),
-                      "capture": CaptureDoor(self.context), "dns": DnsTcpDoor(self.context)}
+                      "capture": CaptureDoor(self.context), "dns": DnsTcpDoor(self.context),
+                      "local": LocalDoor(self.context)}
 
     async def check_path(self) -> bool:
         if self.path_reported:

@@ -183,6 +183,23 @@ class Policy:
         return f"{src} line {rule.line}" if rule.line else src
 
 
+def localhost_ports(policy: Policy) -> tuple[int, ...]:
+    """The machine's own services the policy opens (docs/architecture.md "The
+    machine's own loopback"): the ports of allow rules written exactly
+    `localhost:PORT`. Each becomes a door on the sandbox's loopback."""
+    return tuple(sorted({r.port for r in policy.allow
+                         if r.kind == "name" and r.host == "localhost" and r.port}))
+
+
+def localhost_rule(policy: Policy, port: int) -> Rule | None:
+    """The allow rule `localhost:PORT` for this port, unless a deny rule on
+    localhost takes it back."""
+    if policy.deny_index.match_name("localhost", port) is not None:
+        return None
+    return next((r for r in policy.allow if r.kind == "name" and r.host == "localhost"
+                 and r.port == port), None)
+
+
 def needs_addresses(policy: Policy) -> bool:
     """Whether any rule of the policy depends on the addresses a name resolves
     to (deny_private, or a deny rule written as an address or CIDR). Address

@@ -14,7 +14,7 @@ from stages.wire.pty_handoff import ProgramTerminal
 def run_helper(argv: list[str], *, handoff_fd: int, status_fd: int, go_fd: int,
                allow_unix_sockets: bool = False, env: dict[str, str] | None = None,
                files: dict | None = None, tty: ProgramTerminal | None = None,
-               protected: dict | None = None, capture: bool = False,
+               protected: dict | None = None, capture: bool = False, local_ports: tuple = (),
                unix_allow: list[tuple[str, str]] = ()) -> NoReturn:
     """Seal, report on status_fd, wait for go, run argv, report its end; never returns.
 
@@ -31,7 +31,8 @@ def run_helper(argv: list[str], *, handoff_fd: int, status_fd: int, go_fd: int,
     try:
         from stages.helper.sandbox import run
         code = run(argv, handoff_fd, status_fd, go_fd, allow_unix_sockets, env, files, tty=tty,
-                   protected=protected, capture=capture, unix_allow=unix_allow)
+                   protected=protected, capture=capture, local_ports=local_ports,
+                   unix_allow=unix_allow)
     except BaseException as e:  # never return into the orchestrator's code
         try:
             from stages.wire import status

@@ -121,10 +121,10 @@ def _install_capture() -> None:
                         f"door: {e}; {DOCTOR_HINT}")
 
 
-def _open_doors(opened: dict[str, int]) -> list[tuple[str, socket.socket]]:
+def _open_doors(opened: list[tuple[str, int]]) -> list[tuple[str, socket.socket]]:
     doors = []
     try:
-        for door, port in opened.items():
+        for door, port in opened:
             s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
             s.bind(("127.0.0.1", port))
             s.listen(4096)    # the kernel caps it at net.core.somaxconn
@@ -134,7 +134,7 @@ def _open_doors(opened: dict[str, int]) -> list[tuple[str, socket.socket]]:
         raise SealError(f"cannot listen on the doors: {e.strerror}")
     # [::1] too, for programs that resolve "localhost" to ::1 first. A kernel
     # without IPv6 simply has no ::1 to reach, so that is not an error.
-    for door, port in opened.items():
+    for door, port in opened:
         try:
             s = socket.socket(socket.AF_INET6, socket.SOCK_STREAM)
             s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
@@ -213,6 +213,7 @@ _KNOWN_SONAMES = {"c": "libc.so.6", "seccomp": "libseccomp.so.2"}
 def run(argv: list[str], handoff_fd: int, status_fd: int, go_fd: int,
         allow_unix_sockets: bool, env: dict[str, str] | None, files: dict | None = None,
         tty: ProgramTerminal | None = None, protected: dict | None = None, capture: bool = False,
+        local_ports: tuple = (),
         unix_allow: list[tuple[str, str]] = ()) -> int:
     """P's whole life; returns its exit code (the caller _exits with it)."""
     if not argv:
@@ -248,7 +249,9 @@ def run(argv: list[str], handoff_fd: int, status_fd: int, go_fd: int,
         # Opened now, while /proc is still the machine's: init mounts a fresh one.
         counters = _open_counters()
         opened = handoff.doors(capture)
-        doors = _open_doors(opened)
+        # A `localhost:PORT` rule: a door on that port (docs/architecture.md,
+        # "The machine's own loopback").
+        doors = _open_doors([*opened.items(), *(("local", port) for port in local_ports)])
         datagram_doors = _open_dns_datagrams() if capture else []
         _fresh_devpts()
         if tty is not None:

@@ -328,6 +328,7 @@ def _execute(request: RunRequest, terminal: _Terminal) -> int:
                    tty=ProgramTerminal(terminal.pty_socket[1].fileno(), stdio=terminal.on_tty)
                    if terminal.pty else None,
                    protected=protection.to_helper(), capture=request.capture,
+                   local_ports=_localhost_ports(request.policy),
                    unix_allow=unix_allow)
         return ExitCode.INTERNAL
 
@@ -505,6 +506,12 @@ def _without_secrets(request: RunRequest) -> dict:
     named = request.config_files
     drop = set(named.secret_vars) if named else set()
     return {k: v for k, v in request.env.items() if k not in drop}
+
+
+def _localhost_ports(policy) -> tuple:
+    """The `localhost:PORT` rules' ports: a door each in the sandbox."""
+    from stages.config.policy import localhost_ports
+    return localhost_ports(policy) if getattr(policy, "allow", None) else ()
 
 
 def _deny_private_scope(request) -> dict:

@@ -37,7 +37,10 @@ CAPTURE_DOORS = {"capture": 1081, "dns": 53}
 # UDP and TCP. Its TCP listener goes over like a door; its UDP socket as
 # b"U" + b"D" (a bound datagram socket).
 DNS_PORT = 53
-_DOOR_BYTE = {"http": b"H", "socks": b"S", "capture": b"T", "dns": b"D"}
+# A `localhost:PORT` allow rule: a door on that port of the sandbox's
+# loopback, forwarded to the same port on the machine's (its port is the
+# listening socket's own).
+_DOOR_BYTE = {"http": b"H", "socks": b"S", "capture": b"T", "dns": b"D", "local": b"O"}
 _BYTE_DOOR = {v: k for k, v in _DOOR_BYTE.items()}
 _KINDS = {b"L": "door", b"C": "conn", b"U": "datagram"}
 MESSAGE_SIZE = 2
