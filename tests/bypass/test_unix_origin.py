@@ -140,3 +140,67 @@ def test_each_refusal_is_in_the_record_with_its_path_and_process(bench, user, wa
     assert mine[0]["program"] == "python3" and mine[0]["process"] > 1, mine[0]
     ready = next(e for e in events if e["type"] == "sandbox.ready")
     assert ready["fields"]["unix"] == "own"
+
+
+# ── a socket made outside, passed in by a socket the policy names ────────
+PASSER = r'''
+import os, socket, sys
+path = sys.argv[1]
+server = socket.socket(socket.AF_UNIX)
+server.bind(path)
+os.chmod(path, 0o777)
+server.listen(16)
+print("ready", flush=True)
+while True:
+    conn, _ = server.accept()
+    made_outside = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    socket.send_fds(conn, [b"s"], [made_outside.fileno()])
+    made_outside.close()
+    conn.close()
+'''
+PASSED_WAYS = [
+    way("passed-in-abstract", "unix_passed_in", "{passer}", "@{abstract}", accept={"EPERM"},
+        control="world"),
+    way("passed-in-path", "unix_passed_in", "{passer}", "{unix_path}", accept={"EPERM"},
+        control="world"),
+]
+PASSED_PLAN = plan_of(PASSED_WAYS)
+
+
+def _passer(bench) -> str:
+    if "passer" not in bench.__dict__:
+        w = bench.world
+        script = w.file("unix_passer.py", PASSER)
+        path = str(bench.dir / "passer.sock")
+        proc = w.popen([PYTHON, str(script), path], stdout=subprocess.PIPE)
+        bench._cleanups.append(lambda: (proc.kill(), proc.wait()))
+        if proc.stdout.readline() != b"ready\n":
+            raise WorldError("the socket passer outside did not start")
+        bench.passer = path
+        bench.passer_policy = str(w.file("unix_passer.toml",
+                                          'version = 1\n[policy]\ndefault = "allow"\n'
+                                          f'[unix]\nallow = ["{path}"]\n'))
+    return bench.passer
+
+
+@pytest.mark.parametrize("way_id", [w.id for w in PASSED_WAYS])
+def test_a_socket_made_outside_and_passed_in_reaches_nothing_outside(bench, user, way_id):
+    """The policy names the passer, a server outside that hands every client
+    a fresh Unix socket made outside (in the world's network namespace).
+    Connected inside, that socket reaches neither an abstract name of the
+    world (it would look there: abstract names are found in the connecting
+    socket's namespace) nor a listener by path."""
+    passer = _passer(bench)
+    bench.targets_for(user)["passer"] = passer
+    w = next(x for x in PASSED_WAYS if x.id == way_id)
+    results, events = bench.inside("unix-passed-in", user, PASSED_PLAN,
+                                   vpnw_args=("run", "--policy", bench.passer_policy))
+    res = results[w.id]
+    assert not res["ok"], f"a way out: {w.id} worked inside the sandbox: {res}"
+    assert errnos(res) <= w.accept, f"{w.id}: expected one of {sorted(w.accept)}, got {res}"
+    assert [e for e in events if e["type"] == "unix.allow" and e["fields"]["path"] == passer]
+    if way_id == "passed-in-abstract":
+        denied = [e["fields"] for e in events if e["type"] == "unix.deny"]
+        assert any(f["reason"].startswith("an abstract socket from a socket made outside")
+                   for f in denied), denied
+    check_control(bench, user, "unix-passed-in", PASSED_PLAN, w)

@@ -793,6 +793,20 @@ def unix_scm_rights(target):
         return _banner(s)
 
 
+def unix_passed_in(server, target):
+    """A socket made outside, received over SCM_RIGHTS from a server outside
+    (one the policy names), then connected to `target` here."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+        s.settimeout(TIMEOUT)
+        s.connect(server)
+        _msg, fds, _f, _a = socket.recv_fds(s, 16, 1)
+    if not fds:
+        raise Refused("NO_FD", "the server outside sent no descriptor")
+    with socket.socket(fileno=fds[0]) as passed:
+        passed.connect(_unix_address(target))
+        return _banner(passed)
+
+
 def unix_socket_type(kind):
     """socket(AF_UNIX, kind): only the connected kinds may be made."""
     sock_type = {"dgram": socket.SOCK_DGRAM, "raw": socket.SOCK_RAW,
