@@ -205,10 +205,21 @@ def test_doctor_lists_the_variables_vpnw_sets(world, user):
 
 # ── the daily-use install ────────────────────────────────────────────────────
 
+def _documented_install_lines() -> list[str]:
+    """The README's "Install for daily use" commands, but for the clone itself."""
+    text = (ROOT / "README.md").read_text()
+    section = text[text.index("## Install for daily use"):]
+    block = section[section.index("```sh\n") + 6:]
+    lines = block[:block.index("```")].splitlines()
+    assert lines[0].startswith("git clone "), lines
+    return lines[1:]
+
+
 def test_daily_use_install_from_a_fresh_clone(world, user):
-    """README "Install for daily use": a fresh clone, a venv of the user's own,
-    pip with no index (the wheels vpnw needs at run time come from the
-    wheelhouse scripts/setup made), then `vpnw doctor` and one `vpnw run`."""
+    """README "Install for daily use", as written, as `user`, from a clone
+    owned by root that the user cannot write; pip with no index (the wheels
+    vpnw needs come from the wheelhouse scripts/setup made, through pip's own
+    environment variables); then `vpnw run` through the installed command."""
     wheelhouse = Path(sys.executable).parent.parent / "wheelhouse"
     if not any(wheelhouse.glob("pyseccomp-*.whl")):
         _cannot(f"no run-time wheels in {wheelhouse}: scripts/setup makes them")
@@ -219,17 +230,24 @@ def test_daily_use_install_from_a_fresh_clone(world, user):
         bundle.parent.mkdir(parents=True, exist_ok=True)
         _check(["git", "-C", str(ROOT), "bundle", "create", "-q", str(bundle), "HEAD"])
         bundle.chmod(0o644)
-    work = world.workdir(user)
-    venv = work / "vpnw-venv"
-    script = (f"git clone -q {bundle} vpnw && /usr/bin/python3 -m venv {venv} && "
-              f"{venv}/bin/pip install -q --no-index --find-links {wheelhouse} ./vpnw && "
-              f"{venv}/bin/vpnw doctor && "
-              f"{venv}/bin/vpnw run -- sh -c 'echo \"$GIT_SSH_COMMAND\"; "
-              f"curl -sS --max-time 20 http://api.github.com/whoami'")
-    r = world.run(["sh", "-c", script], user=user, cwd=work, timeout=300,
-                  env={"PIP_DISABLE_PIP_VERSION_CHECK": "1"})
+    where = world.workdir("root")              # root's, readable by all: the user cannot write it
+    world.run(["git", "clone", "-q", str(bundle), "vpnw"], cwd=where, check=True)
+    home = world.workdir(user)                 # a new user's home
+    env = {"HOME": str(home), "PATH": f"{home}/.local/bin:/usr/local/bin:/usr/bin:/bin",
+           "PIP_NO_INDEX": "1", "PIP_FIND_LINKS": str(wheelhouse), "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
+    r = world.run(["sh", "-ec", "\n".join(_documented_install_lines())], user=user, cwd=where,
+                  env=env, timeout=300)
     assert r.returncode == 0, describe(r)
-    assert "ok    program_env" in r.stdout
+    assert "ok    program_env" in r.stdout and "deprecated" not in r.stderr, describe(r)
+    venv = home / ".local" / "share" / "vpnw-venv"
+    assert (home / ".local" / "bin" / "vpnw").resolve() == (venv / "bin" / "vpnw").resolve()
+    # Nothing was written into the clone.
+    status = world.run(["git", "-C", str(where / "vpnw"), "status", "--porcelain", "--ignored"])
+    assert status.returncode == 0 and status.stdout == "", describe(status)
+    r = world.run(["sh", "-c", "vpnw run -- sh -c 'echo \"$GIT_SSH_COMMAND\"; "
+                               "curl -sS --max-time 20 http://api.github.com/whoami'"],
+                  user=user, cwd=home, env=env, timeout=120)
+    assert r.returncode == 0, describe(r)
     lines = r.stdout.strip().splitlines()
     # The ssh relay runs on the python of the user's own venv.
     assert lines[-2].startswith(f"ssh -o 'ProxyCommand={venv}/bin/python"), r.stdout
