@@ -149,3 +149,23 @@ def test_localhost_ports_are_exact_localhost_rules_only():
     assert localhost_rule(policy, 11434).text == "localhost:11434"
     assert localhost_rule(policy, 8080) is None       # the deny rule takes it back
     assert localhost_rule(policy, 9000) is None
+
+
+def test_learn_drafts_capture_and_exact_localhost_rules():
+    from stages.config.policy import localhost_ports
+    from stages.learner.draft import draft_policy
+    from stages.record.events import encode, read_events
+    golden = REPO / "tests" / "golden" / "capture_trace.jsonl"
+    events = list(read_events(open(golden, "rb"), strict=True))
+    local = [json.loads(encode("r-c4f7e1", t, f, path="direct", conn=9, pid=1, ts_ns=1))
+             for t, f in (("conn.request", {"door": "local", "kind": "local", "host": "localhost",
+                                            "port": 80}),
+                          ("policy.allow", {"rule": "allow", "reason": "x"}),
+                          ("conn.open", {"address": "127.0.0.1", "port": 80, "via": "localhost",
+                                         "ms": 0}),
+                          ("conn.close", {"bytes_up": 1, "bytes_down": 2, "ms": 1}))]
+    draft = draft_policy(events[:-2] + local + events[-2:])
+    policy = parse_policy(draft)
+    assert policy.capture is True
+    assert localhost_ports(policy) == (80,)
+    assert "git.world:22" in [r.text for r in policy.allow]

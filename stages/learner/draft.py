@@ -97,6 +97,7 @@ class _Learner:
         # [unix]: entry or path -> (connects, programs), allowed by the policy / refused
         self.unix_allowed: dict[str, tuple[int, set]] = {}
         self.unix_refused: dict[str, tuple[int, set]] = {}
+        self.captured = False   # a run captured what ignores the proxy settings (--capture)
 
     def feed(self, event: dict) -> None:
         type_ = event.get("type")
@@ -110,6 +111,7 @@ class _Learner:
                 self.runs[run] = (ts or "", str(f.get("mode", "?")), str(f.get("program", "?")))
             if self.first_program is None and isinstance(f.get("program"), str):
                 self.first_program = f["program"]
+            self.captured = self.captured or f.get("capture") is True
             return
         if type_ in ("unix.allow", "unix.deny"):
             self._unix(type_, f)
@@ -268,13 +270,14 @@ class _Draft:
     """What the runs say, sorted for the draft: its allow entries and what a
     person should review."""
     entries: dict[str, _Entry] = field(default_factory=dict)
+    captured: bool = False     # capture = true in the draft: the traced program needed it
     review: dict[str, list] = field(default_factory=lambda: {k: [] for k in REVIEW_HEADINGS})
     hosts_reached: dict[str, tuple] = field(default_factory=dict)
     exit_resolved: set[str] = field(default_factory=set)   # names opened where the exit resolved them
 
 
 def render(learner: _Learner, name: str) -> str:
-    draft = _Draft()
+    draft = _Draft(captured=learner.captured)
     for (host, port), dest in sorted(learner.tally.table.items()):
         _take_destination(draft, host, port, dest)
     _review_hosts(draft)
@@ -326,11 +329,13 @@ def _take_destination(draft: _Draft, host: str, port: int, dest) -> None:
             review["unreached"].append((sort, port, f"{target}: {_plural(dest.failed, 'attempt')}"
                                         f" failed ({printable(dest.fail_reason or '')})"))
         return
-    rule = _rule(kind, chost, None if port in PLAIN_PORTS else port)
+    # The machine's own services: a door opens only for exactly localhost:PORT.
+    keep_port = port not in PLAIN_PORTS or chost == "localhost"
+    rule = _rule(kind, chost, port if keep_port else None)
     entry = draft.entries.get(rule)
     if entry is None:
         entry = draft.entries[rule] = _Entry(rule, kind, chost,
-                                             sort + (0 if port in PLAIN_PORTS else port,))
+                                             sort + (port if keep_port else 0,))
     entry.add(dest)
     draft.hosts_reached[chost] = (kind, sort)
     if dest.would_deny:
@@ -342,7 +347,7 @@ def _take_destination(draft: _Draft, host: str, port: int, dest) -> None:
                                   "deny_private = true refuses it"))
     if kind == "name":
         from stages.config.addresses import classify_name
-        why = classify_name(chost)
+        why = classify_name(chost) if chost != "localhost" else None   # localhost:PORT is its own door
         if why:
             review["special"].append((sort, port, f"{target}: {why}; deny_private = true "
                                       "refuses this name before any look-up"))
@@ -422,6 +427,8 @@ def _policy_table(draft: _Draft, clean: str) -> list[str]:
     denied = draft.review["denied"]
     out = ["", "version = 1", f"name = {toml_string(clean)}", "", "[policy]",
            'default = "deny"', "deny_private = true"]
+    if draft.captured:
+        out.append("capture = true   # the traced runs captured what ignores the proxy settings")
     ordered = sorted(draft.entries.values(), key=lambda e: e.sort)
     if not ordered and not denied:
         out.append("allow = []")
