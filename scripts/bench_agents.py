@@ -14,7 +14,7 @@ What is timed (the agents as scripts/setup installs them):
                                  ChatGPT" / "Choose the text style"
   aider --exit                   its whole start: update check, model metadata
   chromium --dump-dom            headless Chromium fetching a page of the world
-                                 (inside: --allow-unix-sockets, --proxy-server)
+                                 (inside: --allow-unix-sockets; the proxy from ALL_PROXY)
   python agent                   import httpx and aiohttp, GET a page with aiohttp
 
 Needs root (it builds the test world, tests/world.py).
@@ -32,7 +32,7 @@ sys.path.insert(0, os.path.join(HERE, ".."))
 sys.path.insert(0, os.path.join(HERE, "..", "tests"))
 
 from agents_support import (AIDER, CHROMIUM, CHROMIUM_FLAGS, CLAUDE, CODEX, CODEX_ARGS,  # noqa: E402
-                            DOOR_HTTP, PAGE, VPNW, Terminal, prepare_world, restore_world)
+                            PAGE, VPNW, Terminal, prepare_world, restore_world)
 from world import World  # noqa: E402
 
 AGENT_HTTP = r'''
@@ -94,7 +94,6 @@ def cases(world, user):
         def chromium(inside):
             profile = world.workdir(user)
             argv = [CHROMIUM, *CHROMIUM_FLAGS, f"--user-data-dir={profile}"]
-            argv += [f"--proxy-server={DOOR_HTTP}"] if inside else []
             return timed_command(world, user, [*argv, "--dump-dom", PAGE], inside=inside,
                                  vpnw_args=("run", "--allow-unix-sockets"), env={"HOME": str(profile)})
         out.append(("chromium --dump-dom", chromium))
