@@ -218,8 +218,10 @@ def test_a_full_disk_never_hides_an_upload(world, user, small_disk):
     opened = [e for e in events if e["type"] == "conn.open"]
     allowed = {e["conn"] for e in events if e["type"] == "policy.allow"}
     served = [line for line in world.web_log() if f"?{mark}-" in line]
-    # Never silent: each request the server got came over a connection in the record.
-    assert len(served) <= len(opened), (len(served), len(opened), describe(r))
+    # Never silent: each request the server got came over a connection whose
+    # decision is in the record (its conn.open may be lost when the run stops
+    # while it is being dialed; the decision, written before the dial, never).
+    assert len(served) <= len(allowed), (len(served), len(allowed), describe(r))
     assert all(e["conn"] in allowed for e in opened)
     assert len(served) >= 100, "the reserve let no upload through"
     assert r.returncode == EXIT_INTERNAL, describe(r)
