@@ -6,9 +6,12 @@ keys outside vpnw as the control)."""
 from __future__ import annotations
 
 import base64
+import json
 import os
 import re
 import shutil
+import signal
+import subprocess
 import time
 
 import pytest
@@ -365,3 +368,36 @@ def test_a_missing_program_behind_an_unsearchable_path_directory_is_127(world, u
     plain = world.file(f"not-executable-{user}", "echo hi\n", mode=0o644)
     r = world.vpnw(["run", "--", plain.name], user=user, env={"PATH": f"{plain.parent}:/usr/bin:/bin"})
     assert r.returncode == 126, describe(r)
+
+
+# ── runs and show tell a run still running from one cut short ───────────────
+
+def test_runs_and_show_tell_running_from_cut(world, user):
+    state = world.state_home(user)
+    proc = world.popen([str(world.vpnw_path), "run", "--", "sleep", "600"], user=user, state_home=state,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    runs_dir = state / "vpnw" / "runs"
+    try:
+        end = time.monotonic() + 60
+        while not (runs_dir.exists() and any(runs_dir.glob("*.jsonl"))):
+            assert time.monotonic() < end and proc.poll() is None
+            time.sleep(0.05)
+        row = world.vpnw(["runs"], user=user, state_home=state).stdout.splitlines()[1].split()
+        assert row[3:5] == ["run", "sleep"] and row[-2] == "running", row
+        shown = world.vpnw(["show"], user=user, state_home=state).stdout
+        assert shown.splitlines()[-1].startswith("vpnw  this run is still running"), shown
+        os.kill(proc.pid, signal.SIGKILL)          # vpnw itself: the record is left without run.end
+        proc.wait(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    end = time.monotonic() + 30
+    while True:
+        listed = json.loads(world.vpnw(["runs", "--json"], user=user, state_home=state).stdout)
+        if listed[0]["state"] == "cut" or time.monotonic() > end:
+            break
+        time.sleep(0.1)
+    assert listed[0]["state"] == "cut" and listed[0]["exit_code"] is None, listed
+    assert world.vpnw(["runs"], user=user, state_home=state).stdout.splitlines()[1].split()[-2] == "cut"
+    shown = world.vpnw(["show"], user=user, state_home=state).stdout
+    assert shown.splitlines()[-1].startswith("vpnw  this run was cut short"), shown

@@ -38,6 +38,7 @@ class RunSummary:
     complete: bool
     digest: str | None = None  # the last line's digest (the chain's head), None if unchained
     ledger: str = "-"          # what the ledger says of it (ledger_status)
+    state: str = "ended"       # ended | running (its vpnw is alive) | cut (no run.end, and no vpnw)
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -106,10 +107,25 @@ def summarize(path: str) -> RunSummary:
         counts = (connections, denied, would_deny, failed)
         exit_code, complete = None, False
         digest = (end or {}).get("d") if isinstance((end or {}).get("d"), str) else None
+    state = "ended" if complete else ("running" if _vpnw_alive((start or {}).get("pid")) else "cut")
     return RunSummary(id=run_id, file=path, start=start["ts"] if start else None,
                       program=start_fields.get("program"), mode=start_fields.get("mode"),
                       connections=counts[0], denied=counts[1], would_deny=counts[2],
-                      failed=counts[3], exit_code=exit_code, complete=complete, digest=digest)
+                      failed=counts[3], exit_code=exit_code, complete=complete, digest=digest,
+                      state=state)
+
+
+def _vpnw_alive(pid) -> bool:
+    """Whether the vpnw that wrote run.start (its envelope's pid) still runs:
+    that pid is alive and is a vpnw (not a later process given the number)."""
+    if not isinstance(pid, int) or pid <= 0:
+        return False
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            cmdline = f.read()
+    except OSError:
+        return False
+    return b"vpnw" in cmdline or b"stages" in cmdline
 
 
 def _run_files(directory: str) -> list[str]:

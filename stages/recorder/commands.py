@@ -123,7 +123,7 @@ def runs_command(as_json: bool, directory: str | None) -> None:
     for s in summaries:
         rows.append([printable(s.id), _start_text(s.start), printable(s.mode or "?"),
                      printable(s.program or "?"), str(s.connections), str(s.denied),
-                     str(s.failed), "-" if s.exit_code is None else str(s.exit_code), s.ledger])
+                     str(s.failed), s.state if s.exit_code is None else str(s.exit_code), s.ledger])
     for e in gone:
         # In the ledger, and its file is gone: deleted or moved away.
         rows.append([printable(str(e.get("run"))), _start_text(e.get("start")), "-", "-", "-", "-",
@@ -208,3 +208,8 @@ def show_command(run: str | None, summary: bool, as_json: bool, fmt: str | None,
     with open(path, "rb") as stream:
         for line in human_lines(read_events(stream), record=path):
             click.echo(line)
+    state = runs_mod.summarize(path).state
+    if state != "ended":
+        click.echo("vpnw  this run is still running: its record goes on" if state == "running" else
+                   "vpnw  this run was cut short: vpnw ended without closing its record (no run.end); "
+                   "what is above is all that was recorded")
