@@ -197,8 +197,10 @@ def test_the_command_line_takes_syslog_with_or_without_a_target(monkeypatch):
     assert runner.invoke(cli.cli, ["run", "--syslog", "tcp://[::1]:514", "--events-format", "ocsf",
                                    "--", "true"]).exit_code == 0
     assert runner.invoke(cli.cli, ["run", "--", "true"]).exit_code == 0
+    # No --events-format: None here, jsonl once _execute has checked it (_check_side_outputs).
     assert [(o["syslog"], o["events_format"]) for o in seen] == \
-        [("/dev/log", "jsonl"), ("tcp://[::1]:514", "ocsf"), (None, "jsonl")]
+        [("/dev/log", None), ("tcp://[::1]:514", "ocsf"), (None, None)]
+    assert cli._check_side_outputs(None, "/dev/log", None) == "jsonl"
     bad = runner.invoke(cli.cli, ["run", "--events-format", "cef", "--", "true"])
     assert bad.exit_code != 0 and len(seen) == 3
 
@@ -253,3 +255,24 @@ def test_an_odd_duration_is_left_out_not_a_failure(ms):
         docs = [orjson.loads(d) for e in events for d in render(e, orjson.dumps(e))]
         closed = docs[-1]
         assert "duration" not in closed and "duration" not in closed.get("event", {}), (fmt, closed)
+
+
+def test_a_udp_target_nobody_listens_on_is_said_so_not_slow(capfd):
+    """Loopback only: a port bound and closed again, so nothing listens."""
+    import socket
+    import time
+
+    from stages.recorder.syslog_out import SyslogOut
+    probe = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    probe.bind(("127.0.0.1", 0))
+    port = probe.getsockname()[1]
+    probe.close()
+    out = SyslogOut(f"udp://127.0.0.1:{port}")
+    raw = encode("r-1", "program.exit", {"code": 0, "signal": None}, pid=7001)
+    for _ in range(20):          # the ICMP answer turns the next send into ECONNREFUSED
+        out.write(parse_line(raw), raw)
+        time.sleep(0.01)
+    out.close()
+    said = capfd.readouterr().err
+    assert f"syslog udp://127.0.0.1:{port} refuses messages: nothing listens there" in said, said
+    assert "not keeping up" not in said and out.lost > 0

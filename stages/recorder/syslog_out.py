@@ -51,6 +51,16 @@ class _UdpFeeder(_DatagramFeeder):
         super()._gone(exc)
 
 
+def _lost_text(target, error: OSError | None) -> str:
+    """Why the syslog copy lost messages: a UDP target that answers "port
+    unreachable" has nothing listening; anything else is a slow collector."""
+    if error is not None and error.errno == errno.ECONNREFUSED:
+        return (f"syslog {target} refuses messages: nothing listens there (connection refused); "
+                "they are dropped from its copy (counted in run.end), never from the record")
+    return (f"syslog {target} is not keeping up; messages it cannot take are dropped "
+            "from its copy (counted in run.end), never from the record")
+
+
 def _say(text: str) -> None:
     try:
         os.write(2, f"vpnw: {text}\n".encode("utf-8", "replace"))
@@ -110,8 +120,7 @@ class SyslogOut:
                  "the rest of the run is still recorded to its file (losses counted in run.end)")
         elif self.feeder.lost and not self._said and not self.feeder.closed:
             self._said = True
-            _say(f"syslog {self.target} is not keeping up; messages it cannot take are dropped "
-                 "from its copy (counted in run.end), never from the record")
+            _say(_lost_text(self.target, self.feeder.error))
 
     def lost_before_end(self) -> int:
         """Before run.end: a last bounded chance for the backlog, then what the
