@@ -434,3 +434,28 @@ def test_bypass_attempts_with_capture(world, bypass, user):
     answers = [e for e in events if e["type"] == "dns.answer" and e["fields"]["name"].startswith("flood.")]
     assert got["flood"]["ok"] and 0 < got["flood"]["answered"] <= len(answers) <= FLOOD, describe(r)
     assert events[-1]["type"] == "run.end"
+
+
+NODE_FETCH = ("fetch('http://api.github.com/whoami').then(r => r.json())"
+              ".then(j => console.log(JSON.stringify(j)), e => { console.log('error', e.cause || e); process.exit(3); })")
+
+
+@pytest.mark.parametrize("mode", ["trace", "guard"])
+def test_node_fetch_is_captured(world, user, mode):
+    node = shutil.which("node")
+    if node is None:
+        cannot("Node is not installed (scripts/setup installs nodejs)")
+    policy = world.file(f"capture-node-{user}.toml",
+                        'version = 1\n[policy]\ncapture = true\nallow = ["pypi.world"]\n')
+    args = ["trace", "--capture"] if mode == "trace" else ["guard", "--policy", str(policy)]
+    mark = world.dns_mark()
+    r = world.vpnw([*args, "--", *NO_PROXY_ENV, node, "-e", NODE_FETCH], user=user)
+    events = run_events(r)
+    requests = [e["fields"] for e in events if e["type"] == "conn.request"]
+    assert requests and requests[0]["host"] == "api.github.com" and requests[0]["door"] == "capture"
+    if mode == "trace":
+        assert r.returncode == 0 and json.loads(r.stdout)["peer"] == WORLD_V4, describe(r)
+    else:
+        # Denied: nothing looked up for the name, and guard says so with 120.
+        assert r.returncode == 120, describe(r)
+        assert "api.github.com" not in world.dns_queries(mark)
