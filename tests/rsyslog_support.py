@@ -126,12 +126,19 @@ class Rsyslog:
                              capture_output=True, text=True).stdout
         return all(f"127.0.0.1:{port} " in out for port in (self.udp_port, self.tcp_port) if port)
 
-    def records(self) -> list[dict]:
+    def all_records(self) -> list[dict]:
         if not self.parsed_file.exists():
             return []
         # rsyslog may be mid-write: only whole lines count.
         lines = self.parsed_file.read_bytes().split(b"\n")[:-1]
         return [json.loads(line) for line in lines if line.strip()]
+
+    def records(self) -> list[dict]:
+        """The events' messages (the chain's heads, docs/record.md, are heads())."""
+        return [r for r in self.all_records() if "vpnw_chain" not in r.get("doc", {})]
+
+    def heads(self) -> list[dict]:
+        return [r["doc"]["vpnw_chain"] for r in self.all_records() if "vpnw_chain" in r.get("doc", {})]
 
     def unparsed(self) -> str:
         path = self.dir / "unparsed.log"

@@ -351,8 +351,10 @@ def main_from_fds(in_fd: int, *, record: str | None, record_fd: int | None = Non
                             _write_all(2, (text + "\n").encode("utf-8", "replace"))
                         except OSError:
                             pass
+            if syslog is not None:
+                syslog.after_batch(sealed)     # the chain's head, when one is due
         if status == 0 and sealer is not None and first is not None:
-            status = _seal(sealer, run_file, first, last, chain)
+            status = _seal(sealer, run_file, first, last, chain, syslog)
     finally:
         if run_file is not None:
             room.finish(run_file.offset)
@@ -388,6 +390,11 @@ def _into_the_record(run_file: _RunFile, room: RecordRoom, sealed: list, record)
     return True
 
 
+def last_line(chain: Chain) -> bytes:
+    """A stand-in line carrying the chain's head (what SyslogOut.head reads)."""
+    return b'{,"d":"' + chain.prev + b'"}'
+
+
 def _open_sealer(run_file: _RunFile):
     """The key and the ledger for a run file (None: not a regular file, so
     nothing to sign; False: they cannot be used, said)."""
@@ -402,9 +409,11 @@ def _open_sealer(run_file: _RunFile):
         return False
 
 
-def _seal(sealer, run_file: _RunFile, first: dict, last: dict, chain: Chain) -> int:
+def _seal(sealer, run_file: _RunFile, first: dict, last: dict, chain: Chain, syslog=None) -> int:
     try:
-        sealer.seal(run_file.fd, run_file.name, first, last, chain.prev.decode())
+        _sig, seq, ledger_d = sealer.seal(run_file.fd, run_file.name, first, last, chain.prev.decode())
+        if syslog is not None:
+            syslog.sealed(last_line(chain), last.get("ts"), seq, ledger_d, sealer.key.id_text)
     except Exception as exc:     # noqa: BLE001 - said, and the run ends 125 (fail closed)
         _say(f"cannot sign the record {run_file.name} or enter it in the ledger: {exc}; "
              "the record itself is whole")

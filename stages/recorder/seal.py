@@ -12,6 +12,8 @@ from __future__ import annotations
 import os
 import stat
 
+import orjson
+
 from stages.record import ledger, signing
 
 
@@ -50,9 +52,10 @@ class Sealer:
         self._preload.start()
 
     def seal(self, fd: int, record: str, start: dict | None, end: dict | None,
-             last_digest: str) -> str:
+             last_digest: str) -> tuple[str, int, str]:
         """Sign the run file open on `fd`, enter it in the ledger, write
-        `record`.minisig. Returns the signature (a .minisig text)."""
+        `record`.minisig. Returns the signature (a .minisig text), the
+        ledger entry's seq and the ledger's new head (its `d`)."""
         if self._preload is not None:
             self._preload.join()
         # The recorder's descriptor writes only; the same file, opened again
@@ -71,14 +74,14 @@ class Sealer:
             sig = self.key.sign_file_digest(
                 digest, comment, f"vpnw run {run_id}, signed by key {self.key.id_text}; "
                                  f"check with `vpnw show --verify` or minisign -V")
-            book.append({"run": run_id, "file": path, "start": (start or {}).get("ts"),
+            entry = book.append({"run": run_id, "file": path, "start": (start or {}).get("ts"),
                          "end": end["ts"] if end_fields is not None else None, "lines": lines,
                          "digest": last_digest, "key": self.key.id_text, "sig": sig})
         _write_beside(path + ".minisig", sig)
         # The public half beside the key, kept in step with it (a key made
         # anew by this run, or one whose .pub was removed).
         signing.public_key_file(self.key)
-        return sig
+        return sig, book.seq, orjson.loads(entry)["d"]
 
 
 def is_regular(fd: int) -> bool:

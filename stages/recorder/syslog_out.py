@@ -76,6 +76,9 @@ class SyslogOut:
         self.target = parse_target(target)
         self.messages = SyslogMessages(fmt=fmt, local=self.target.local_format)
         self.hurry = False
+        self.run = None
+        self._lines = self._head_line = 0
+        self._head_time = time.monotonic()
         self.unsent = 0            # messages for a target that could not be opened
         self._said = False
         try:
@@ -103,11 +106,51 @@ class SyslogOut:
 
     def write(self, event: dict, raw: bytes) -> None:
         for message in self.messages.feed(event, raw):
-            if self.feeder is None:
-                self.unsent += 1
-                continue
-            self.feeder.offer(message if self.target.datagrams else octet_counted(message))
+            self._offer(message)
         self.pump()
+
+    def _offer(self, message: bytes) -> None:
+        if self.feeder is None:
+            self.unsent += 1
+            return
+        self.feeder.offer(message if self.target.datagrams else octet_counted(message))
+
+    # The chain's head leaves the machine at run.start, at a checkpoint every
+    # CHECKPOINT_LINES lines or CHECKPOINT_SECONDS (whichever comes first, at
+    # the end of a batch), at run.end, and once the run is signed.
+    CHECKPOINT_LINES = 256
+    CHECKPOINT_SECONDS = 5.0
+
+    def after_batch(self, sealed: list) -> None:
+        """`sealed`: the batch just recorded, [(event, line)]; one head at most."""
+        self._lines += len(sealed)
+        first, last = sealed[0][0], sealed[-1][0]
+        at = None
+        if last.get("type") == "run.end":
+            at = "run.end"
+        elif self._lines == len(sealed) and first.get("type") == "run.start":
+            at = "run.start"
+        elif self._lines - self._head_line >= self.CHECKPOINT_LINES or \
+                time.monotonic() - self._head_time >= self.CHECKPOINT_SECONDS:
+            at = "checkpoint"
+        if at is not None:
+            self.run = last.get("run") if isinstance(last.get("run"), str) else self.run
+            self.head(at, sealed[-1][1], last.get("ts"))
+
+    def head(self, at: str, line: bytes, ts, **extra) -> None:
+        from stages.record.events import split_digest
+        parts = split_digest(line.rstrip(b"\n"))
+        if parts is None:
+            return
+        self._head_line, self._head_time = self._lines, time.monotonic()
+        doc = {"run": self.run, "at": at, "line": self._lines, "d": parts[1].decode(), **extra}
+        self._offer(self.messages.chain_head(doc, ts if isinstance(ts, str) else ""))
+        self.pump()
+
+    def sealed(self, last_line: bytes, ts, ledger_seq, ledger_d, key: str) -> None:
+        """The run signed and entered in the ledger: the ledger's place and
+        head go off the machine too (a ledger cut later disagrees)."""
+        self.head("sealed", last_line, ts, ledger=ledger_seq, ledger_d=ledger_d, key=key)
 
     def pump(self) -> None:
         if self.feeder is None:

@@ -177,6 +177,19 @@ class SyslogMessages:
         return out
 
 
+    def chain_head(self, head: dict, ts: str) -> bytes:
+        """The chain's head as a message of its own (docs/record.md, "The
+        chain's head off the machine"): MSGID `vpnw.chain`, severity info,
+        MSG `@cee:{"vpnw_chain": {...}}` whatever `fmt` the events carry."""
+        event = {"type": "vpnw.chain", "ts": ts}
+        if self.local:
+            header = local_header(event, procid=self.procid, facility=self.facility)
+        else:
+            header = rfc5424_header(event, hostname=self.hostname, procid=self.procid,
+                                    facility=self.facility)
+        return header + CEE + orjson.dumps({"vpnw_chain": head})
+
+
 def octet_counted(message: bytes) -> bytes:
     """RFC 6587 §3.4.1 framing for TCP: `MSG-LEN SP SYSLOG-MSG`."""
     return b"%d " % len(message) + message
