@@ -199,6 +199,8 @@ def test_a_stuck_target_never_stalls_the_run_and_its_losses_are_counted(world, u
     assert lost > 0 and delivered
     # Everything is accounted for: what the socket holds plus what was counted
     # lost is every message, run.end's own aside (it is sent after the count).
+    # The chain's heads go only to a copy that keeps up, uncounted (docs/record.md).
+    delivered = [d for d in delivered if b'"vpnw_chain"' not in d]
     assert len(delivered) + lost in (len(events) - 1, len(events))
     assert all(m.startswith(b"<") and b"@cee:{" in m for m in delivered)
 

@@ -79,6 +79,7 @@ class SyslogOut:
         self.run = None
         self._lines = self._head_line = 0
         self._head_time = time.monotonic()
+        self.heads_dropped = 0
         self.unsent = 0            # messages for a target that could not be opened
         self._said = False
         try:
@@ -144,7 +145,22 @@ class SyslogOut:
             return
         self._head_line, self._head_time = self._lines, time.monotonic()
         doc = {"run": self.run, "at": at, "line": self._lines, "d": parts[1].decode(), **extra}
-        self._offer(self.messages.chain_head(doc, ts if isinstance(ts, str) else ""))
+        self._offer_head(self.messages.chain_head(doc, ts if isinstance(ts, str) else ""))
+
+    def _offer_head(self, message: bytes) -> None:
+        """A head goes only to a copy that is keeping up: never queued behind
+        events (the next head says more), never counted in syslog_lost,
+        which counts the events' copy."""
+        if self.feeder is None or self.feeder.closed or self.feeder.wants_write():
+            self.heads_dropped += 1
+            return
+        if self.target.datagrams:
+            try:
+                self.sock.send(message)        # one datagram, whole or not at all
+            except OSError:
+                self.heads_dropped += 1
+            return
+        self.feeder.offer(octet_counted(message))
         self.pump()
 
     def sealed(self, last_line: bytes, ts, ledger_seq, ledger_d, key: str) -> None:
