@@ -25,6 +25,7 @@ import signal
 import socket
 import stat
 import sys
+from typing import NamedTuple
 
 from stages.wire import handoff
 from stages.kernel.descriptors import close_all_but
@@ -225,37 +226,7 @@ def run(argv: list[str], handoff_fd: int, status_fd: int, go_fd: int,
     for sig in FORWARDED_SIGNALS:
         signal.signal(sig, signal.SIG_IGN)
     try:
-        # Before unshare: pyseccomp looks libseccomp up by running ldconfig, and
-        # a process spawned after unshare(CLONE_NEWPID) would become the new
-        # namespace's PID 1 and spend it.
-        try:
-            from stages.helper.seccomp_rules import build_filter
-            with _sonames_known():
-                unix = _unix_plan(allow_unix_sockets, unix_allow)
-                seccomp_filter = build_filter(allow_unix_sockets, supervised=unix is not None)
-        except (ImportError, OSError, RuntimeError) as e:
-            raise SealError(f"cannot build the seccomp filter (libseccomp via pyseccomp): {e}; "
-                            f"{DOCTOR_HINT}")
-        # The PID namespace comes last, once the Unix-socket supervisor is
-        # forked: outside it, the program cannot see or signal the supervisor.
-        _unshare_and_map(priv.SANDBOX_NAMESPACES & ~priv.CLONE_NEWPID)
-        # Non-dumpable: a program that somehow saw us could not ptrace us and
-        # borrow the handoff socket. Children (init) inherit it.
-        priv.prctl(priv.PR_SET_DUMPABLE, 0)
-        unix_link = _unix_link(unix)
-        supervisor = _spawn_supervisor(unix_link, unix, status_fd)
-        _unshare_pid()
-        _check_network(capture)
-        # Opened now, while /proc is still the machine's: init mounts a fresh one.
-        counters = _open_counters()
-        opened = handoff.doors(capture)
-        # A `localhost:PORT` rule: a door on that port (docs/architecture.md,
-        # "The machine's own loopback").
-        doors = _open_doors([*opened.items(), *(("local", port) for port in local_ports)])
-        datagram_doors = _open_dns_datagrams() if capture else []
-        _fresh_devpts()
-        if tty is not None:
-            _own_terminal(tty.socket_fd, tty.stdio)
+        sealed = _seal(allow_unix_sockets, unix_allow, capture, local_ports, tty, status_fd)
     except SealError as e:
         st.write(status_fd, st.SandboxFailed(str(e), ExitCode.NO_SANDBOX))
         return ExitCode.NO_SANDBOX
@@ -263,12 +234,14 @@ def run(argv: list[str], handoff_fd: int, status_fd: int, go_fd: int,
     report_r, report_w = os.pipe2(os.O_CLOEXEC)
     go_r, go_w = os.pipe2(os.O_CLOEXEC)
     keep = {report_w, go_r}
+    unix_link = sealed.unix_link
     if unix_link is not None:
         keep.add(unix_link.program_end.fileno())
     init_pid = os.fork()
     if init_pid == 0:
-        os._exit(_init(argv, penv, seccomp_filter, report_w, go_r, keep, files, tty is not None,
-                       protected or {}, unix_link.program_end.fileno() if unix_link else None))
+        os._exit(_init(argv, penv, sealed.seccomp_filter, report_w, go_r, keep, files,
+                       tty is not None, protected or {},
+                       unix_link.program_end.fileno() if unix_link else None))
     os.close(report_w)
     os.close(go_r)
     if unix_link is not None:
@@ -282,41 +255,99 @@ def run(argv: list[str], handoff_fd: int, status_fd: int, go_fd: int,
         _reap(init_pid)
         return ExitCode.NO_SANDBOX
 
-    # The doors go to the broker before the program can knock: it accepts on
-    # them itself (handoff.py). Our copies close; the broker's keep them open.
-    # A link that fails here is vpnw's own failure (125, never "no sandbox"),
-    # reported by run_helper, and the program never starts.
-    try:
-        with socket.socket(fileno=os.dup(handoff_fd)) as link:
-            for door, lsock in doors:
-                handoff.send_door(link, door, lsock.fileno())
-            for usock in datagram_doors:
-                handoff.send_datagram_door(link, usock.fileno())
-    finally:
-        for _door, lsock in doors:
-            lsock.close()
-        for usock in datagram_doors:
-            usock.close()
+    _hand_doors_over(handoff_fd, sealed)
     st.write(status_fd, st.Ready(namespaces=tuple(priv.NAMESPACE_NAMES), seccomp=True,
                                  unix_sockets=allow_unix_sockets,
                                  unix="all" if allow_unix_sockets else
-                                 "none" if unix is None else "own",
-                                 doors=tuple(opened.items())))
+                                 "none" if sealed.unix is None else "own",
+                                 doors=tuple(sealed.opened.items())))
     if not _go_byte(go_fd):
         return ExitCode.NO_SANDBOX  # the orchestrator gave up; init dies with us (pdeathsig)
     for sig in FORWARDED_SIGNALS:
         signal.signal(sig, lambda s, _f: _kill_quietly(init_pid, s))
-    before = _no_route_count(counters)     # the seal's own checks are not the program's
+    before = _no_route_count(sealed.counters)     # the seal's own checks are not the program's
     os.write(go_w, b"g")
     os.close(go_w)
+    return _the_end(report, status_fd, init_pid, sealed, before)
 
+
+class _Sealed(NamedTuple):
+    """What the seal made, for the rest of the helper's life."""
+    seccomp_filter: object
+    unix: object                 # the Unix-socket plan (None: every Unix socket refused)
+    unix_link: object
+    supervisor: object
+    counters: object             # the sandbox network's no-route counters
+    opened: dict                 # door -> port
+    doors: list                  # (door, listening socket)
+    datagram_doors: list
+
+
+def _seal(allow_unix_sockets: bool, unix_allow, capture: bool, local_ports: tuple,
+          tty: ProgramTerminal | None, status_fd: int) -> _Sealed:
+    """Namespaces, the network check, the doors, the terminal; SealError when any fails."""
+    # Before unshare: pyseccomp looks libseccomp up by running ldconfig, and
+    # a process spawned after unshare(CLONE_NEWPID) would become the new
+    # namespace's PID 1 and spend it.
+    try:
+        from stages.helper.seccomp_rules import build_filter
+        with _sonames_known():
+            unix = _unix_plan(allow_unix_sockets, unix_allow)
+            seccomp_filter = build_filter(allow_unix_sockets, supervised=unix is not None)
+    except (ImportError, OSError, RuntimeError) as e:
+        raise SealError(f"cannot build the seccomp filter (libseccomp via pyseccomp): {e}; "
+                        f"{DOCTOR_HINT}")
+    # The PID namespace comes last, once the Unix-socket supervisor is
+    # forked: outside it, the program cannot see or signal the supervisor.
+    _unshare_and_map(priv.SANDBOX_NAMESPACES & ~priv.CLONE_NEWPID)
+    # Non-dumpable: a program that somehow saw us could not ptrace us and
+    # borrow the handoff socket. Children (init) inherit it.
+    priv.prctl(priv.PR_SET_DUMPABLE, 0)
+    unix_link = _unix_link(unix)
+    supervisor = _spawn_supervisor(unix_link, unix, status_fd)
+    _unshare_pid()
+    _check_network(capture)
+    # Opened now, while /proc is still the machine's: init mounts a fresh one.
+    counters = _open_counters()
+    opened = handoff.doors(capture)
+    # A `localhost:PORT` rule: a door on that port (docs/architecture.md,
+    # "The machine's own loopback").
+    doors = _open_doors([*opened.items(), *(("local", port) for port in local_ports)])
+    datagram_doors = _open_dns_datagrams() if capture else []
+    _fresh_devpts()
+    if tty is not None:
+        _own_terminal(tty.socket_fd, tty.stdio)
+    return _Sealed(seccomp_filter, unix, unix_link, supervisor, counters, opened, doors,
+                   datagram_doors)
+
+
+def _hand_doors_over(handoff_fd: int, sealed: _Sealed) -> None:
+    """The doors go to the broker before the program can knock: it accepts on
+    them itself (handoff.py). Our copies close; the broker's keep them open.
+    A link that fails here is vpnw's own failure (125, never "no sandbox"),
+    reported by run_helper, and the program never starts."""
+    try:
+        with socket.socket(fileno=os.dup(handoff_fd)) as link:
+            for door, lsock in sealed.doors:
+                handoff.send_door(link, door, lsock.fileno())
+            for usock in sealed.datagram_doors:
+                handoff.send_datagram_door(link, usock.fileno())
+    finally:
+        for _door, lsock in sealed.doors:
+            lsock.close()
+        for usock in sealed.datagram_doors:
+            usock.close()
+
+
+def _the_end(report, status_fd: int, init_pid: int, sealed: _Sealed, before: int) -> int:
+    """The program's end, reported once; returns its exit code."""
     final = _wait_for_the_end(report, status_fd)
     status = _reap(init_pid)
-    if supervisor is not None:
+    if sealed.supervisor is not None:
         # Its last reports come before our last message; once every process
         # of the sandbox is gone, it ends by itself.
-        _reap_supervisor(supervisor)
-    no_route = max(0, _no_route_count(counters) - before)
+        _reap_supervisor(sealed.supervisor)
+    no_route = max(0, _no_route_count(sealed.counters) - before)
     if isinstance(final, st.Exited):
         final = st.Exited(final.code, final.signal, no_route=no_route)
     if isinstance(final, (st.ExecFailed, st.SandboxFailed, st.Exited)):
