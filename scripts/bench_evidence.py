@@ -1,9 +1,8 @@
 """Benchmark: what the signed end and the ledger cost (issue 30).
 
-1. `vpnw run -- true`, interleaved, this checkout's vpnw against the same
-   venv running another commit's stages (BASE, default the commit before
-   signatures: `git archive BASE stages` put first on PYTHONPATH), each
-   with a state directory of its own: the wall time a person waits.
+1. `vpnw run -- true`, interleaved: `--record -` (nothing to sign) against
+   the record in the state directory (signed, entered in the ledger), the
+   same vpnw otherwise: the wall time a person waits, and the CPU time.
 2. The recorder's end alone (stages/recorder/seal.py: the file read again
    and hashed, two signatures, the ledger line under flock, the .minisig),
    on run files of a few lines and of many, with the crypto library already
@@ -11,7 +10,7 @@
 3. `vpnw show --verify`'s check (stages/record/evidence.py) on the same
    files, crypto import included once.
 
-    /opt/vpnw-venv/bin/python scripts/bench_evidence.py [ROUNDS] [BASE]
+    /opt/vpnw-venv/bin/python scripts/bench_evidence.py [ROUNDS]
 
 Nothing is added per event: the recorder's loop is unchanged but for
 remembering the first and the last event of each batch it reads.
@@ -30,26 +29,31 @@ REPO = os.path.dirname(HERE)
 sys.path.insert(0, REPO)
 
 
-def startup(rounds: int, base: str) -> dict:
+def startup(rounds: int) -> dict:
+    """`vpnw run -- true`, interleaved: the record to stdout (not signed:
+    nothing to sign, no ledger line) against the record in the state
+    directory (signed, entered in the ledger), the same code otherwise.
+    Wall time, and CPU time of vpnw and all its processes."""
+    import resource
     vpnw = os.path.join(os.path.dirname(sys.executable), "vpnw")
+    runs = {"unsigned": ["run", "--record", "-", "--", "true"], "signed": ["run", "--", "true"]}
+    wall = {name: [] for name in runs}
+    cpu = {name: [] for name in runs}
     with tempfile.TemporaryDirectory() as tmp:
-        old = os.path.join(tmp, "base")
-        os.mkdir(old)
-        archive = subprocess.run(["git", "-C", REPO, "archive", base, "stages"], check=True,
-                                 capture_output=True).stdout
-        subprocess.run(["tar", "-x", "-C", old], input=archive, check=True)
-        times = {"base": [], "signed": []}
+        env = dict(os.environ, XDG_STATE_HOME=tmp)
         for i in range(rounds + 1):
-            for name in ("base", "signed") if i % 2 else ("signed", "base"):
-                env = dict(os.environ, XDG_STATE_HOME=os.path.join(tmp, f"state-{name}"))
-                if name == "base":
-                    env["PYTHONPATH"] = old
+            for name in runs if i % 2 else reversed(list(runs)):
+                before = resource.getrusage(resource.RUSAGE_CHILDREN)
                 t0 = time.perf_counter()
-                subprocess.run([vpnw, "run", "--", "true"], env=env, check=True,
+                subprocess.run([vpnw, *runs[name]], env=env, check=True, stdout=subprocess.DEVNULL,
                                stderr=subprocess.DEVNULL)
+                took = (time.perf_counter() - t0) * 1000
+                after = resource.getrusage(resource.RUSAGE_CHILDREN)
                 if i:                       # the first round warms the page cache
-                    times[name].append((time.perf_counter() - t0) * 1000)
-    return {name: statistics.median(t) for name, t in times.items()}
+                    wall[name].append(took)
+                    cpu[name].append((after.ru_utime + after.ru_stime - before.ru_utime
+                                      - before.ru_stime) * 1000)
+    return {name: (statistics.median(wall[name]), statistics.median(cpu[name])) for name in runs}
 
 
 def run_file(path: str, events: int) -> None:
@@ -107,7 +111,6 @@ def seal_and_verify(rounds: int) -> list[tuple[int, float, float, float]]:
 
 def main() -> None:
     rounds = int(sys.argv[1]) if len(sys.argv) > 1 else 20
-    base = sys.argv[2] if len(sys.argv) > 2 else "81ade30"
     t0 = time.perf_counter()
     subprocess.run([sys.executable, "-c", "import cryptography.hazmat.primitives.asymmetric.ed25519"],
                    check=True)
@@ -119,10 +122,11 @@ def main() -> None:
     print(f"{'events':>8} {'file':>10} {'seal ms':>9} {'verify ms':>10}")
     for events, size, seal, check in seal_and_verify(max(5, rounds // 2)):
         print(f"{events:>8} {size / 1e6:>8.2f}MB {seal:>9.2f} {check:>10.2f}")
-    s = startup(rounds, base)
-    print(f"\nvpnw run -- true, {rounds} interleaved rounds, medians: {base} {s['base']:.1f} ms, "
-          f"signed {s['signed']:.1f} ms, difference {s['signed'] - s['base']:+.1f} ms")
-
+    s = startup(rounds)
+    (uw, uc), (sw, sc) = s["unsigned"], s["signed"]
+    print(f"\nvpnw run -- true, {rounds} interleaved rounds, medians: --record - (unsigned) "
+          f"{uw:.1f} ms wall, {uc:.1f} ms CPU; signed {sw:.1f} ms wall, {sc:.1f} ms CPU; "
+          f"difference {sw - uw:+.1f} ms wall, {sc - uc:+.1f} ms CPU")
 
 if __name__ == "__main__":
     main()

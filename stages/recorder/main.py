@@ -225,6 +225,10 @@ def main_from_fds(in_fd: int, *, record: str | None, record_fd: int | None = Non
         if sealer is False:
             os.close(run_file.fd)
             return 1
+        if sealer is not None:
+            # The crypto library loads in a thread from now on, while the
+            # other stages start: the end of a short run need not wait for it.
+            sealer.preload()
     room = None
     if run_file is not None:
         # Room reserved before the first line, the broker's gate open only
@@ -322,8 +326,6 @@ def main_from_fds(in_fd: int, *, record: str | None, record_fd: int | None = Non
             if ready_fd is not None:
                 _signal_ready(ready_fd)
                 ready_fd = None
-                if sealer is not None:
-                    sealer.preload()
             if first is None:
                 first = sealed[0][0]
             last = sealed[-1][0]
