@@ -211,7 +211,6 @@ def main_from_fds(in_fd: int, *, record: str | None, record_fd: int | None = Non
     if color is None:
         color = "NO_COLOR" not in os.environ and os.isatty(2)
     state = HumanState(mode=human, color=color, record=record, facts=RunFacts())
-
     if record_fd is None and record is not None:
         try:
             record, record_fd, _ = open_run_file(record)
@@ -219,64 +218,84 @@ def main_from_fds(in_fd: int, *, record: str | None, record_fd: int | None = Non
             _say(str(exc).replace("the program was not run", "nothing was recorded"))
             return 1
     run_file = _RunFile(record_fd, record) if record_fd is not None else None
-    sealer = None
-    if sign and run_file is not None:
-        sealer = _open_sealer(run_file)
-        if sealer is False:
-            os.close(run_file.fd)
-            return 1
-        if sealer is not None:
+    sealer = room = None
+    if run_file is not None:
+        sealer = _open_sealer(run_file) if sign else None
+        if sealer:
             # The crypto library loads in a thread from now on, while the
             # other stages start: the end of a short run need not wait for it.
             sealer.preload()
-    room = None
-    if run_file is not None:
-        # Room reserved before the first line, the broker's gate open only
-        # then (record/gate.py): a full disk never hides a connection.
-        room = RecordRoom(run_file.fd, run_file.offset, in_fd, record_gate)
-        error = room.start(run_file.offset)
-        if error is not None:
-            _say(f"cannot reserve room for the record {record}: {error.strerror or error}; "
-                 "fix: free space on its file system, or give --record a file elsewhere; "
-                 "the program was not run")
+        room = _reserve_room(run_file, record, in_fd, record_gate) if sealer is not False else None
+        if sealer is False or room is None:
             os.close(run_file.fd)
             return 1
     elif record_gate is not None:
         record_gate.open()
-    tee = None
-    if tee_command:
-        try:
-            tee = _Tee(tee_command)
-        except OSError as exc:
-            _say(f"cannot start --events-to command {tee_command!r}: {exc.strerror or exc}")
-    tee_render = None
-    if tee is not None and events_format != "jsonl":
-        from stages.recorder.shipping import stream_renderer
-        tee_render = stream_renderer(events_format)
-    syslog = _open_syslog(syslog_target, events_format)
-    sides = [side for side in (tee, syslog) if side is not None]
-    if sides:
-        import signal
-
-        def hurry(_signum, _frame):
-            for side in sides:
-                side.hurry = True
-        # The orchestrator was told to stop: the copy gets no grace at the end
-        # (SIGURG: ignored by default, so harmless before this handler is set).
-        signal.signal(signal.SIGURG, hurry)
-
-    chain = Chain()
-    first = last = None     # the first and the last event recorded (the seal names them)
-    status = 0
-    bad_lines = 0
-    pending = b""
+    recorder = _Recorder(record, run_file, room, sealer, state, ready_fd)
+    recorder.open_side_outputs(tee_command, syslog_target, events_format)
     try:
-        while status == 0:
+        status = recorder.record_from(in_fd)
+    finally:
+        recorder.close()
+    return status
+
+
+def _reserve_room(run_file: _RunFile, record, in_fd: int, record_gate) -> RecordRoom | None:
+    """Room reserved before the first line, the broker's gate open only then
+    (record/gate.py): a full disk never hides a connection. None: said why."""
+    room = RecordRoom(run_file.fd, run_file.offset, in_fd, record_gate)
+    error = room.start(run_file.offset)
+    if error is None:
+        return room
+    _say(f"cannot reserve room for the record {record}: {error.strerror or error}; "
+         "fix: free space on its file system, or give --record a file elsewhere; "
+         "the program was not run")
+    return None
+
+
+class _Recorder:
+    """One run's recording: lines sealed into the chain, into the run file
+    first, then into the side outputs and the human lines."""
+
+    def __init__(self, record, run_file, room, sealer, state: HumanState, ready_fd):
+        self.record, self.run_file, self.room, self.sealer = record, run_file, room, sealer
+        self.state, self.ready_fd = state, ready_fd
+        self.tee = self.tee_render = self.syslog = None
+        self.sides: list = []
+        self.chain = Chain()
+        self.first = self.last = None     # the first and the last event recorded (the seal names them)
+        self.bad_lines = 0
+
+    def open_side_outputs(self, tee_command, syslog_target, events_format: str) -> None:
+        if tee_command:
+            try:
+                self.tee = _Tee(tee_command)
+            except OSError as exc:
+                _say(f"cannot start --events-to command {tee_command!r}: {exc.strerror or exc}")
+        if self.tee is not None and events_format != "jsonl":
+            from stages.recorder.shipping import stream_renderer
+            self.tee_render = stream_renderer(events_format)
+        self.syslog = _open_syslog(syslog_target, events_format)
+        self.sides = [side for side in (self.tee, self.syslog) if side is not None]
+        if self.sides:
+            import signal
+            sides = self.sides
+
+            def hurry(_signum, _frame):
+                for side in sides:
+                    side.hurry = True
+            # The orchestrator was told to stop: the copy gets no grace at the end
+            # (SIGURG: ignored by default, so harmless before this handler is set).
+            signal.signal(signal.SIGURG, hurry)
+
+    def record_from(self, in_fd: int) -> int:
+        """Until the end of the stream: 0, or 1 when the run file refused a line."""
+        room, pending = self.room, b""
+        while True:
             if room is not None and room.drained:
-                status = 1    # the gate is closed and every dial's line is written: stop
-                break
-            if any(side.wants_write() for side in sides):
-                _wait_readable(in_fd, sides)
+                return 1    # the gate is closed and every dial's line is written: stop
+            if any(side.wants_write() for side in self.sides):
+                _wait_readable(in_fd, self.sides)
             chunk = os.read(in_fd, 65536)
             if room is not None:
                 room.read(len(chunk))
@@ -291,85 +310,97 @@ def main_from_fds(in_fd: int, *, record: str | None, record_fd: int | None = Non
                 if b"\n" not in chunk:
                     if len(pending) > _MAX_PENDING:
                         pending = b""
-                        bad_lines += 1
+                        self.bad_lines += 1
                     continue
                 *lines, pending = pending.split(b"\n")
-            sealed = []
-            for raw in lines:
-                if not raw.strip():
-                    continue
-                try:
-                    event = parse_line(raw)
-                except RecordError as exc:
-                    bad_lines += 1
-                    if bad_lines == 1:
-                        _say(f"skipping a line that is not a version-1 event ({exc})")
-                    continue
-                if sides and event["type"] == "run.end":
-                    losses = {}
-                    if tee is not None:
-                        losses["events_to_lost"] = tee.lost_before_end()
-                    if syslog is not None:
-                        losses["syslog_lost"] = syslog.lost_before_end()
-                    event["fields"].update(losses)
-                    raw = _with_fields(raw, **losses)
-                elif "d" in event:
-                    raw = unchained(raw)
-                sealed.append((event, chain.seal(raw.rstrip()) + b"\n"))
-            if not sealed:
+            sealed = self.seal(lines)
+            if sealed and not self.take(sealed):
+                return 1
+        if self.sealer is not None and self.first is not None:
+            return _seal(self.sealer, self.run_file, self.first, self.last, self.chain, self.syslog)
+        return 0
+
+    def seal(self, lines: list[bytes]) -> list[tuple[dict, bytes]]:
+        """(event, its line sealed into the chain) for each line that is an event."""
+        sealed = []
+        for raw in lines:
+            if not raw.strip():
                 continue
-            # Into the record first, then the copies: a copy never holds a
-            # line the record lacks.
-            if run_file is not None and not _into_the_record(run_file, room, sealed, record):
-                status = 1
-                break
-            if ready_fd is not None:
-                _signal_ready(ready_fd)
-                ready_fd = None
-            if first is None:
-                first = sealed[0][0]
-            last = sealed[-1][0]
-            for event, line in sealed:
-                # Side outputs carry the line as recorded, digest included:
-                # a copy kept elsewhere anchors the chain (docs/record.md).
-                if tee is not None:
-                    if tee_render is None:
-                        tee.write(line)
-                    else:
-                        for doc in tee_render(event, line):
-                            tee.write(doc + b"\n")
-                if syslog is not None:
-                    # The record's own line, digest included: a copy that can be checked.
-                    syslog.write(event, line[:-1])
-                if human != QUIET:
-                    if event.get("type") == "run.end":
-                        # The summary names the last digest: the user can hold the
-                        # record to it later (`vpnw show --verify` prints it too).
-                        split = split_digest(line[:-1])
-                        state.digest = split[1].decode() if split else None
-                    text = format_event(event, state)
-                    if text is not None:
-                        try:
-                            _write_all(2, (text + "\n").encode("utf-8", "replace"))
-                        except OSError:
-                            pass
-            if syslog is not None:
-                syslog.after_batch(sealed)     # the chain's head, when one is due
-        if status == 0 and sealer is not None and first is not None:
-            status = _seal(sealer, run_file, first, last, chain, syslog)
-    finally:
-        if run_file is not None:
-            room.finish(run_file.offset)
-            os.close(run_file.fd)
-        if ready_fd is not None:
-            os.close(ready_fd)
-        if tee is not None:
-            tee.close()
-        if syslog is not None:
-            syslog.close()
-    if bad_lines > 1:
-        _say(f"{bad_lines} lines were not version-1 events and were not recorded")
-    return status
+            try:
+                event = parse_line(raw)
+            except RecordError as exc:
+                self.bad_lines += 1
+                if self.bad_lines == 1:
+                    _say(f"skipping a line that is not a version-1 event ({exc})")
+                continue
+            if self.sides and event["type"] == "run.end":
+                losses = {}
+                if self.tee is not None:
+                    losses["events_to_lost"] = self.tee.lost_before_end()
+                if self.syslog is not None:
+                    losses["syslog_lost"] = self.syslog.lost_before_end()
+                event["fields"].update(losses)
+                raw = _with_fields(raw, **losses)
+            elif "d" in event:
+                raw = unchained(raw)
+            sealed.append((event, self.chain.seal(raw.rstrip()) + b"\n"))
+        return sealed
+
+    def take(self, sealed: list[tuple[dict, bytes]]) -> bool:
+        """Into the record first, then the copies: a copy never holds a line
+        the record lacks. False when the run file refused them."""
+        if self.run_file is not None and not _into_the_record(self.run_file, self.room, sealed,
+                                                              self.record):
+            return False
+        if self.ready_fd is not None:
+            _signal_ready(self.ready_fd)
+            self.ready_fd = None
+        if self.first is None:
+            self.first = sealed[0][0]
+        self.last = sealed[-1][0]
+        for event, line in sealed:
+            self.copy_out(event, line)
+        if self.syslog is not None:
+            self.syslog.after_batch(sealed)     # the chain's head, when one is due
+        return True
+
+    def copy_out(self, event: dict, line: bytes) -> None:
+        # Side outputs carry the line as recorded, digest included: a copy
+        # kept elsewhere anchors the chain (docs/record.md).
+        if self.tee is not None:
+            if self.tee_render is None:
+                self.tee.write(line)
+            else:
+                for doc in self.tee_render(event, line):
+                    self.tee.write(doc + b"\n")
+        if self.syslog is not None:
+            self.syslog.write(event, line[:-1])
+        if self.state.mode == QUIET:
+            return
+        if event.get("type") == "run.end":
+            # The summary names the last digest: the user can hold the
+            # record to it later (`vpnw show --verify` prints it too).
+            split = split_digest(line[:-1])
+            self.state.digest = split[1].decode() if split else None
+        text = format_event(event, self.state)
+        if text is not None:
+            try:
+                _write_all(2, (text + "\n").encode("utf-8", "replace"))
+            except OSError:
+                pass
+
+    def close(self) -> None:
+        if self.run_file is not None:
+            self.room.finish(self.run_file.offset)
+            os.close(self.run_file.fd)
+        if self.ready_fd is not None:
+            os.close(self.ready_fd)
+        if self.tee is not None:
+            self.tee.close()
+        if self.syslog is not None:
+            self.syslog.close()
+        if self.bad_lines > 1:
+            _say(f"{self.bad_lines} lines were not version-1 events and were not recorded")
 
 
 def _into_the_record(run_file: _RunFile, room: RecordRoom, sealed: list, record) -> bool:
