@@ -15,6 +15,7 @@ import signal
 import sys
 import time
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from stages import __version__
 from stages.wire import handoff
@@ -263,41 +264,59 @@ def _execute(request: RunRequest, terminal: _Terminal) -> int:
     # dials only while the recorder holds room for the lines (record/gate.py).
     from stages.record.gate import RecordGate
     record_gate = RecordGate()
-    events_r, events_w = os.pipe()
-    recorded_r, recorded_w = os.pipe()
-    human = "denials" if request.quiet else {"trace": "trace"}.get(request.mode, "run")
-
-    def recorder_body():
-        from stages.recorder.main import main_from_fds
-        return main_from_fds(events_r, record=record, record_fd=record_fd, ready_fd=recorded_w,
-                             human=human, tee_command=request.events_to, color=terminal.color,
-                             syslog_target=request.syslog, events_format=request.events_format,
-                             record_gate=record_gate, sign=True)
-
     stage_stdio = (0, 1, terminal.human_fd)
-    recorder_pid = _fork_stage([events_r, record_fd, recorded_w], recorder_body, stdio=stage_stdio)
-    for fd in (events_r, record_fd, recorded_w):
-        os.close(fd)
+    recorder_pid, events_w, recorded_r = _start_recorder(request, terminal, record, record_fd,
+                                                         record_gate, stage_stdio)
     emitter = Emitter(events_w, run_id, path=path_name)
-    policy_name = getattr(request.policy, "name", None)
     files_plan, files_record = _file_limits(request.files)
     protection = _protection(request, record)
     names_before = _identities(_evidence_names(request, record))
     program_env, env_kept = _program_env(_without_secrets(request), run_id)
     _warn_own_settings(request, env_kept)
-    emitter.emit("run.start", mode=request.mode, program=os.path.basename(request.argv[0]),
-                 policy=policy_name if getattr(request.policy, "source", None) else None,
-                 policy_file=getattr(request.policy, "source", None), via=path_name,
-                 dry_run=request.dry_run, allow_unix_sockets=request.allow_unix_sockets,
-                 version=__version__, record=record, **files_record,
-                 env_kept=env_kept, **_deny_private_scope(request),
-                 **({"capture": True} if request.capture else {}),
-                 **({"ask": True} if request.ask else {}),
-                 protected=protection.to_record(budget=800 if files_record else 2800))
+    _emit_run_start(emitter, request, record, files_record, env_kept, protection)
     for entry in protection.lifted:
         say(f"allow_write names {entry.path} ({entry.why}): the program may change it, "
             f"and what it writes there runs outside the sandbox later")
 
+    stages = _start_broker_and_helper(request, terminal, run_id, events_w, record_gate,
+                                      stage_stdio, files_plan, program_env, protection)
+    if terminal.pty:
+        relay = _start_relay(terminal)
+    asker = _start_asker(request, stages.ask_link, run_id, relay)
+
+    run = _Run(request, emitter, stages.helper_pid, stages.broker_pid, recorder_pid,
+               stages.helper_status_r, stages.broker_status_r, stages.go_w, recorded_r, relay, asker)
+    code, error = run.wait()
+    moved = _after_the_program(protection, names_before, run_id)
+    if moved:
+        say(moved)
+        code, error = ExitCode.INTERNAL, error or moved
+    if relay is not None:
+        relay.finish_program()
+
+    totals = run.totals or st.Totals()
+    emitter.emit("run.end", exit_code=int(code), connections=totals.connections,
+                 denied=totals.denied, would_deny=totals.would_deny, failed=totals.failed,
+                 ms=round((time.monotonic() - started) * 1000, 3),
+                 **({"error": error} if error else {}))
+    os.close(events_w)
+    return _wait_for_the_recorder(recorder_pid, relay, record, int(code))
+
+
+class _SandboxStages(NamedTuple):
+    broker_pid: int
+    helper_pid: int
+    broker_status_r: int
+    helper_status_r: int
+    go_w: int
+    ask_link: object
+
+
+def _start_broker_and_helper(request: RunRequest, terminal: _Terminal, run_id: str, events_w: int,
+                             record_gate, stage_stdio, files_plan, program_env,
+                             protection) -> _SandboxStages:
+    """The broker, then the helper (which builds the sandbox and runs the
+    program), joined by the handoff link; the pipes their status comes on."""
     helper_end, broker_end = handoff.link()
     broker_status_r, broker_status_w = os.pipe()
     helper_status_r, helper_status_w = os.pipe()
@@ -343,26 +362,47 @@ def _execute(request: RunRequest, terminal: _Terminal) -> int:
         os.close(fd)
     helper_end.close()
     broker_end.close()
-    if terminal.pty:
-        relay = _start_relay(terminal)
-    asker = _start_asker(request, ask_link, run_id, relay)
+    return _SandboxStages(broker_pid, helper_pid, broker_status_r, helper_status_r, go_w, ask_link)
 
-    run = _Run(request, emitter, helper_pid, broker_pid, recorder_pid,
-               helper_status_r, broker_status_r, go_w, recorded_r, relay, asker)
-    code, error = run.wait()
-    moved = _after_the_program(protection, names_before, run_id)
-    if moved:
-        say(moved)
-        code, error = ExitCode.INTERNAL, error or moved
-    if relay is not None:
-        relay.finish_program()
 
-    totals = run.totals or st.Totals()
-    emitter.emit("run.end", exit_code=int(code), connections=totals.connections,
-                 denied=totals.denied, would_deny=totals.would_deny, failed=totals.failed,
-                 ms=round((time.monotonic() - started) * 1000, 3),
-                 **({"error": error} if error else {}))
-    os.close(events_w)
+def _start_recorder(request: RunRequest, terminal: _Terminal, record: str, record_fd: int,
+                    record_gate, stage_stdio) -> tuple[int, int, int]:
+    """The recorder, forked first: nothing happens that it does not see.
+    -> (its pid, the event pipe's write end, the pipe that says run.start is written)."""
+    events_r, events_w = os.pipe()
+    recorded_r, recorded_w = os.pipe()
+    human = "denials" if request.quiet else {"trace": "trace"}.get(request.mode, "run")
+
+    def recorder_body():
+        from stages.recorder.main import main_from_fds
+        return main_from_fds(events_r, record=record, record_fd=record_fd, ready_fd=recorded_w,
+                             human=human, tee_command=request.events_to, color=terminal.color,
+                             syslog_target=request.syslog, events_format=request.events_format,
+                             record_gate=record_gate, sign=True)
+
+    recorder_pid = _fork_stage([events_r, record_fd, recorded_w], recorder_body, stdio=stage_stdio)
+    for fd in (events_r, record_fd, recorded_w):
+        os.close(fd)
+    return recorder_pid, events_w, recorded_r
+
+
+def _emit_run_start(emitter: Emitter, request: RunRequest, record: str, files_record: dict,
+                    env_kept, protection) -> None:
+    policy_name = getattr(request.policy, "name", None)
+    emitter.emit("run.start", mode=request.mode, program=os.path.basename(request.argv[0]),
+                 policy=policy_name if getattr(request.policy, "source", None) else None,
+                 policy_file=getattr(request.policy, "source", None), via=request.path.name,
+                 dry_run=request.dry_run, allow_unix_sockets=request.allow_unix_sockets,
+                 version=__version__, record=record, **files_record,
+                 env_kept=env_kept, **_deny_private_scope(request),
+                 **({"capture": True} if request.capture else {}),
+                 **({"ask": True} if request.ask else {}),
+                 protected=protection.to_record(budget=800 if files_record else 2800))
+
+
+def _wait_for_the_recorder(recorder_pid: int, relay, record: str, code: int) -> int:
+    """vpnw's last lines through the terminal, then the recorder's end: a
+    recorder that failed makes the run vpnw's failure (125)."""
     if relay is not None:
         recorder_fd = os.pidfd_open(recorder_pid)
         try:
@@ -373,7 +413,7 @@ def _execute(request: RunRequest, terminal: _Terminal) -> int:
     if os.waitstatus_to_exitcode(status) != 0 and code != ExitCode.INTERNAL:
         say(f"the recorder failed; the record {record} may be incomplete")
         return ExitCode.INTERNAL
-    return int(code)
+    return code
 
 
 def _ask_link(request: RunRequest):
