@@ -18,7 +18,7 @@ import pytest
 
 from ci_support import cannot
 from e2e_support import describe, run_events
-from tmux_support import PROMPT, Screen, wait_file
+from tmux_support import wait_file, world_shell
 
 pytestmark = pytest.mark.world
 
@@ -71,15 +71,8 @@ def dead_path(world):
 @pytest.fixture
 def term(world, user, tmp_path):
     """A tmux pane with an interactive bash in the test world, as `user`."""
-    tmp_path.chmod(0o755)
-    work = world.workdir(user)
-    argv, state_home = world.command(["bash", "--norc", "--noprofile", "-i"], user=user,
-                                     env={"TERM": "screen", "PS1": PROMPT}, cwd=work)
-    screen = Screen(tmp_path, argv)
-    screen.work = work
-    screen.vpnw = str(world.vpnw_path)
+    screen = world_shell(world, user, tmp_path)
     try:
-        screen.wait_for(r"^\$ ")
         yield screen
     finally:
         screen.close()

@@ -24,7 +24,7 @@ import pytest
 
 from e2e_support import describe
 from stages.record.check import check_run
-from tmux_support import PROMPT, Screen, wait_file
+from tmux_support import PROMPT, wait_file, world_shell
 
 pytestmark = pytest.mark.world
 
@@ -35,16 +35,8 @@ SYSTEM_PYTHON = "/usr/bin/python3"
 def term(world, user, tmp_path):
     """A tmux pane with an interactive bash in the test world, as `user`,
     in a fresh work directory of that user's."""
-    tmp_path.chmod(0o755)
-    work = world.workdir(user)
-    argv, state_home = world.command(["bash", "--norc", "--noprofile", "-i"], user=user,
-                                     env={"TERM": "screen", "PS1": PROMPT}, cwd=work)
-    screen = Screen(tmp_path, argv)
-    screen.work = work
-    screen.state_home = state_home
-    screen.vpnw = str(world.vpnw_path)
+    screen = world_shell(world, user, tmp_path)
     try:
-        screen.wait_for(r"^\$ ")
         yield screen
     finally:
         screen.close()

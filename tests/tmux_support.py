@@ -145,10 +145,11 @@ def world_shell(world, user: str, tmpdir: Path) -> Screen:
     user's work directory (`screen.work`); `screen.vpnw` is the vpnw to type."""
     tmpdir.chmod(0o755)
     work = world.workdir(user)
-    argv, _state_home = world.command(["bash", "--norc", "--noprofile", "-i"], user=user,
-                                      env={"TERM": "screen", "PS1": PROMPT}, cwd=work)
+    argv, state_home = world.command(["bash", "--norc", "--noprofile", "-i"], user=user,
+                                     env={"TERM": "screen", "PS1": PROMPT}, cwd=work)
     screen = Screen(tmpdir, argv)
     screen.work = work
+    screen.state_home = state_home
     screen.vpnw = str(world.vpnw_path)
     screen.wait_for(r"^\$ ")
     return screen
