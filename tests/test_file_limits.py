@@ -151,15 +151,15 @@ def test_plan_drops_nested_and_absent_and_root_lifts_the_write_limit():
                    Limit("c", 3, "/h/.aws", "absent"), Limit("d", 4, "/h/.netrc", "file")),
         allow_write=(Limit(".", 5, "/w/sub", "dir"), Limit(".", 6, "/w", "dir")))
     plan = limits.to_helper(landlock_abi=7)
-    assert plan["hide"] == [["/h/.ssh", "dir"], ["/h/.netrc", "file"]]
-    assert plan["writable"] == [["/w", "dir"]] and plan["limit_writes"]
-    assert plan["landlock_abi"] == 7
+    assert plan.hide == (("/h/.ssh", "dir"), ("/h/.netrc", "file"))
+    assert plan.writable == (("/w", "dir"),) and plan.limit_writes
+    assert plan.landlock_abi == 7
     # deny_read wins: a writable path inside a hidden directory is not bound
     covered = FileLimits(deny_read=(Limit("~", 1, "/h", "dir"),),
                          allow_write=(Limit("~/p", 2, "/h/p", "dir"), Limit("/t", 3, "/t", "dir")))
-    assert covered.to_helper(7)["writable"] == [["/t", "dir"]]
+    assert covered.to_helper(7).writable == (("/t", "dir"),)
     everything = FileLimits(deny_read=(), allow_write=(Limit("/", 1, "/", "dir"),))
-    assert not everything.limits_writes and everything.to_helper(7)["landlock_abi"] == 0
+    assert not everything.limits_writes and everything.to_helper(7).landlock_abi == 0
     assert everything.layers(7) == {"deny_read": [], "allow_write": []}
 
 

@@ -49,6 +49,17 @@ class Limit:
 
 
 @dataclass(frozen=True)
+class MountPlan:
+    """A run's [files] limits as the helper enforces them: paths to hide
+    (path, "dir" | "file"), and, when writes are limited, the writable paths
+    and the Landlock ABI to use for them (0: mounts only)."""
+    hide: tuple[tuple[str, str], ...]
+    limit_writes: bool
+    writable: tuple[tuple[str, str], ...]
+    landlock_abi: int
+
+
+@dataclass(frozen=True)
 class FileLimits:
     deny_read: tuple[Limit, ...]
     allow_write: tuple[Limit, ...] | None    # None: no write limit
@@ -80,12 +91,12 @@ class FileLimits:
                 out.append(limit)
         return out
 
-    def to_helper(self, landlock_abi: int) -> dict:
-        """Plain data for the helper's init (mounts) and program (Landlock)."""
-        return {"hide": [[l.path, l.kind] for l in self.hidden()],
-                "limit_writes": self.limits_writes,
-                "writable": [[l.path, l.kind] for l in self.writable()],
-                "landlock_abi": landlock_abi if self.limits_writes else 0}
+    def to_helper(self, landlock_abi: int) -> "MountPlan":
+        """What the helper's init mounts and its program's Landlock ruleset enforce."""
+        return MountPlan(hide=tuple((l.path, l.kind) for l in self.hidden()),
+                         limit_writes=self.limits_writes,
+                         writable=tuple((l.path, l.kind) for l in self.writable()),
+                         landlock_abi=landlock_abi if self.limits_writes else 0)
 
     def layers(self, landlock_abi: int) -> dict:
         return {"deny_read": ["mount"] if self.deny_read else [],

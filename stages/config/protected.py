@@ -70,9 +70,9 @@ class Protection:
     absent: tuple[Protected, ...]
     lifted: tuple[Protected, ...]
 
-    def to_helper(self) -> dict:
-        return {"read_only": [p.path for p in self.read_only],
-                "hide": [[p.path, p.kind] for p in self.hidden]}
+    def to_helper(self) -> "HelperProtection":
+        return HelperProtection(read_only=tuple(p.path for p in self.read_only),
+                                hide=tuple((p.path, p.kind) for p in self.hidden))
 
     def to_record(self, budget: int = 2400) -> dict:
         """run.start's "protected": the paths by what they are (what fits in
@@ -217,3 +217,11 @@ def installation(executable: str, sys_path: list[str], prefix: str, base_prefix:
     if entry_script:
         paths.append(entry_script)
     return tuple(dict.fromkeys(os.path.abspath(p) for p in paths))
+
+
+@dataclass(frozen=True)
+class HelperProtection:
+    """What init binds read-only and what it hides (path, "dir" | "file"),
+    after the [files] limits."""
+    read_only: tuple[str, ...] = ()
+    hide: tuple[tuple[str, str], ...] = ()

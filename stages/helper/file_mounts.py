@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import errno
 import os
+from typing import TYPE_CHECKING
 
 from stages.kernel import privileges as priv
 from stages.kernel.mounts import (
@@ -32,17 +33,20 @@ from stages.kernel.mounts import (
     _MS_REMOUNT, mount_points_under as _mount_points_under,
 )
 
+if TYPE_CHECKING:   # annotations only: the helper imports no policy code at run time
+    from stages.config.file_limits import MountPlan
+
 _ST_RDONLY = 1
 _HIDDEN = priv.MS_NOSUID | priv.MS_NODEV | priv.MS_NOEXEC
 _STAGING = "/dev"
 
 
-def apply(plan: dict) -> None:
-    """plan: FileLimits.to_helper(). Raises OSError (the sandbox is then not built)."""
+def apply(plan: MountPlan) -> None:
+    """Raises OSError (the sandbox is then not built)."""
     cwd = os.getcwd()
-    if plan["limit_writes"]:
-        _read_only_except(plan["writable"])
-    hide(plan["hide"])
+    if plan.limit_writes:
+        _read_only_except(plan.writable)
+    hide(plan.hide)
     os.chdir(cwd)
 
 

@@ -6,15 +6,19 @@ imported inside the forked helper process.
 from __future__ import annotations
 
 import os
-from typing import NoReturn
+from typing import TYPE_CHECKING, NoReturn
 
 from stages.wire.pty_handoff import ProgramTerminal
+
+if TYPE_CHECKING:   # annotations only: the helper imports no policy code at run time
+    from stages.config.file_limits import MountPlan
+    from stages.config.protected import HelperProtection
 
 
 def run_helper(argv: list[str], *, handoff_fd: int, status_fd: int, go_fd: int,
                allow_unix_sockets: bool = False, env: dict[str, str] | None = None,
-               files: dict | None = None, tty: ProgramTerminal | None = None,
-               protected: dict | None = None, capture: bool = False, local_ports: tuple = (),
+               files: MountPlan | None = None, tty: ProgramTerminal | None = None,
+               protected: HelperProtection | None = None, capture: bool = False, local_ports: tuple = (),
                unix_allow: list[tuple[str, str]] = ()) -> NoReturn:
     """Seal, report on status_fd, wait for go, run argv, report its end; never returns.
 

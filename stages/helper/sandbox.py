@@ -25,7 +25,7 @@ import signal
 import socket
 import stat
 import sys
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 from stages.wire import handoff
 from stages.kernel.descriptors import close_all_but
@@ -34,6 +34,10 @@ from stages.wire.exits import ExitCode, killed_by
 from stages.kernel import mounts
 from stages.kernel import privileges as priv
 from stages.wire.pty_handoff import ProgramTerminal, send_master
+
+if TYPE_CHECKING:   # annotations only: the helper imports no policy code at run time
+    from stages.config.file_limits import MountPlan
+    from stages.config.protected import HelperProtection
 
 FORWARDED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP,
                      signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2)
@@ -212,8 +216,8 @@ _KNOWN_SONAMES = {"c": "libc.so.6", "seccomp": "libseccomp.so.2"}
 
 
 def run(argv: list[str], handoff_fd: int, status_fd: int, go_fd: int,
-        allow_unix_sockets: bool, env: dict[str, str] | None, files: dict | None = None,
-        tty: ProgramTerminal | None = None, protected: dict | None = None, capture: bool = False,
+        allow_unix_sockets: bool, env: dict[str, str] | None, files: MountPlan | None = None,
+        tty: ProgramTerminal | None = None, protected: HelperProtection | None = None, capture: bool = False,
         local_ports: tuple = (),
         unix_allow: list[tuple[str, str]] = ()) -> int:
     """P's whole life; returns its exit code (the caller _exits with it)."""
@@ -240,7 +244,7 @@ def run(argv: list[str], handoff_fd: int, status_fd: int, go_fd: int,
     init_pid = os.fork()
     if init_pid == 0:
         os._exit(_init(argv, penv, sealed.seccomp_filter, report_w, go_r, keep, files,
-                       tty is not None, protected or {},
+                       tty is not None, protected,
                        unix_link.program_end.fileno() if unix_link else None))
     os.close(report_w)
     os.close(go_r)
@@ -542,7 +546,7 @@ def _wait_for_the_end(report: st.StatusReader, status_fd: int) -> st.Message | N
 # ---------------------------------------------------------------- C: init
 
 def _init(argv, penv, seccomp_filter, report_w: int, go_r: int, keep: set[int],
-          files: dict | None = None, tty: bool = False, protected: dict | None = None,
+          files: MountPlan | None = None, tty: bool = False, protected: HelperProtection | None = None,
           listener_end: int | None = None) -> int:
     try:
         for sig in FORWARDED_SIGNALS:
@@ -566,7 +570,7 @@ def _init(argv, penv, seccomp_filter, report_w: int, go_r: int, keep: set[int],
     except OSError as e:
         st.write(report_w, st.InitFailed(f"cannot enforce the policy's [files] limits: {e}"))
         return ExitCode.NO_SANDBOX
-    problem = _out_of_program_reach(protected.get("read_only", ()), protected.get("hide", ()))
+    problem = _out_of_program_reach(protected.read_only, protected.hide) if protected else None
     if problem:
         st.write(report_w, st.InitFailed(problem))
         return ExitCode.NO_SANDBOX
@@ -725,7 +729,7 @@ def _still_shown(hidden: list[list[str]]) -> str | None:
     return None
 
 
-def _limit_files(files: dict | None) -> None:
+def _limit_files(files: MountPlan | None) -> None:
     """The policy's [files] table: a minimal /dev (root could otherwise read
     disks, consoles and serial lines: device files check the uid, not
     capabilities), then the mount layer (stages/helper/file_mounts.py)."""
@@ -757,7 +761,7 @@ def _wait_for(program_pid: int, stops_to: int | None = None) -> int:
 
 # ---------------------------------------------------------------- G: program
 
-def _program(argv, penv, seccomp_filter, err_w: int, files: dict | None = None,
+def _program(argv, penv, seccomp_filter, err_w: int, files: MountPlan | None = None,
              tty: bool = False, listener_end: int | None = None) -> None:
     try:
         for sig in FORWARDED_SIGNALS + (signal.SIGPIPE, signal.SIGXFSZ):
@@ -769,10 +773,10 @@ def _program(argv, penv, seccomp_filter, err_w: int, files: dict | None = None,
         priv.prctl(priv.PR_SET_PDEATHSIG, signal.SIGKILL)
         close_all_but({err_w} if listener_end is None else {err_w, listener_end})
         priv.drop_all_privileges()
-        if files and files["landlock_abi"]:
+        if files and files.landlock_abi:
             # After no_new_privs (the drop), before the filter and exec.
             from stages.helper import landlock
-            landlock.restrict_writes(files["writable"], files["landlock_abi"])
+            landlock.restrict_writes(files.writable, files.landlock_abi)
         seccomp_filter.load()
         if listener_end is not None:
             from stages.helper.unix_supervisor import hand_over_listener
