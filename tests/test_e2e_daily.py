@@ -372,7 +372,9 @@ def test_runs_and_show_tell_running_from_cut(world, user):
     runs_dir = state / "vpnw" / "runs"
     try:
         end = time.monotonic() + 60
-        while not (runs_dir.exists() and any(runs_dir.glob("*.jsonl"))):
+        # The file is made before its first line: wait for run.start itself.
+        while not (runs_dir.exists()
+                   and any(b"\n" in f.read_bytes() for f in runs_dir.glob("*.jsonl"))):
             assert time.monotonic() < end and proc.poll() is None
             time.sleep(0.05)
         row = world.vpnw(["runs"], user=user, state_home=state).stdout.splitlines()[1].split()
