@@ -88,7 +88,8 @@ def pane_terminal(term) -> dict:
 
 def _stop(term, out) -> str:
     (out / "STOP").touch()
-    return wait_file(out / "done")
+    # "done" is made, then written: wait for what the program read (a repr).
+    return wait_file(out / "done", lambda text: text.endswith(("'", '"')))
 
 
 @pytest.mark.parametrize("where", ["vpnw", "outside"])

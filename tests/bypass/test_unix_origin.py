@@ -10,7 +10,7 @@ says why each one fails inside.
 
 The races ("swap-*"): a second thread changes what the connect() names while
 it waits for the supervisor (the address in memory, a symlink, the socket
-under the fd number); 300 connects each, and not one may reach the listener
+under the fd number); 1,000 connects each, and not one may reach the listener
 outside (NEVER_OUTSIDE). Outside, the same race reaches it.
 """
 from __future__ import annotations

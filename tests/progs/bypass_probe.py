@@ -674,10 +674,15 @@ def unix_own(kind, where):
     return f"{kind} {where}: {got}"
 
 
-def _race(target, flip, connect, rounds=300):
+def _race(target, flip, connect, rounds=1000):
     """`flip(i)` runs in a second thread while this one connects `rounds`
-    times; ok as soon as one connection reaches anything but our own listener."""
+    times; ok as soon as one connection reaches anything but our own listener.
+    The interpreter switches threads every 10 us here, not every 5 ms: with
+    the default, the flipper ran only a few times in a whole race and the
+    control outside sometimes never won it."""
     stop = threading.Event()
+    switch = sys.getswitchinterval()
+    sys.setswitchinterval(1e-5)
 
     def flipper():
         i = 0
@@ -699,6 +704,7 @@ def _race(target, flip, connect, rounds=300):
     finally:
         stop.set()
         t.join()
+        sys.setswitchinterval(switch)
     raise Refused("NEVER_OUTSIDE", json.dumps(seen))
 
 
