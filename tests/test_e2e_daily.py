@@ -82,13 +82,13 @@ def _descendants(pid: int) -> list[int]:
     found = []
     try:
         tasks = os.listdir(f"/proc/{pid}/task")
-    except FileNotFoundError:     # gone meanwhile
+    except (FileNotFoundError, ProcessLookupError):     # gone meanwhile
         return []
     for task in tasks:
         try:
             with open(f"/proc/{pid}/task/{task}/children") as f:
                 found += [int(c) for c in f.read().split()]
-        except FileNotFoundError:
+        except (FileNotFoundError, ProcessLookupError):
             pass
     return found + [d for c in found for d in _descendants(c)]
 
@@ -97,7 +97,7 @@ def _cmdline(pid: int) -> bytes:
     try:
         with open(f"/proc/{pid}/cmdline", "rb") as f:
             return f.read()
-    except FileNotFoundError:
+    except (FileNotFoundError, ProcessLookupError):   # gone meanwhile
         return b""
 
 

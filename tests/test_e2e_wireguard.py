@@ -129,7 +129,7 @@ def test_every_process_of_the_path_ends_with_the_run(world, office, user, ending
                 break
             time.sleep(0.05)
         assert started.exists(), proc.communicate(timeout=30)
-        ours = {p: open(f"/proc/{p}/cmdline", "rb").read() for p in _descendants(proc.pid)}
+        ours = {p: cmd for p in _descendants(proc.pid) if (cmd := _cmdline(p)) is not None}
         path_pids = [p for p, cmd in ours.items()
                      if cmd.startswith(b"wireguard-go\0") or b"stages.broker.wireguard.path_process" in cmd]
         assert len(path_pids) == 2, ours
@@ -306,3 +306,12 @@ def test_a_public_host_through_the_tunnel_sees_the_tunnel_address(world, office,
     assert len([line for line in log if "/whoami" in line]) == 2, log
     assert not [line for line in log if line.startswith(WORLD_V4)], log
     assert_no_key(office, r.stdout, r.stderr)
+
+
+def _cmdline(pid: int) -> bytes | None:
+    """A process's argv as the kernel has it; None once it is gone."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read()
+    except (FileNotFoundError, ProcessLookupError):
+        return None
