@@ -92,23 +92,34 @@ def _stop(term, out) -> str:
     return wait_file(out / "done", lambda text: text.endswith(("'", '"')))
 
 
-@pytest.mark.parametrize("where", ["vpnw", "outside"])
-def test_a_background_program_without_stdin_leaves_the_terminal_to_the_shell(world, term, where):
+def _arm_planted(world, term, where: str, outside: str, start) -> tuple:
+    """Start PLANTED with `start(command, out)`, under vpnw or, as the control,
+    outside behind `outside` (a setsid line), and wait until it has touched
+    every terminal it holds. Returns its folder, the user's terminal before
+    and during, and what `start` gave. The control has changed the terminal:
+    a process holding it outside job control changes it for the shell and
+    everything after."""
     program = write(world, term, "planted.py", PLANTED)
     out = term.work / f"out-{where}"
     out.mkdir()
     os.chown(out, term.work.stat().st_uid, term.work.stat().st_gid)
     before = pane_terminal(term)
-    prefix = f"{term.vpnw} run -- " if where == "vpnw" else "setsid "
-    term.line(f"{prefix}{SYSTEM_PYTHON} {program} {out} < /dev/null &")
+    prefix = f"{term.vpnw} run -- " if where == "vpnw" else outside
+    started = start(f"{prefix}{SYSTEM_PYTHON} {program} {out}", out)
     wait_file(out / "armed")
     during = pane_terminal(term)
     if where == "outside":
-        # The control: a process holding the user's terminal outside job
-        # control changes it for the shell and everything after.
         assert during["exclusive"] == 1 and during["size"] == (11, 33), during
         assert during["mode"][5] == termios.B300, during
         _stop(term, out)
+    return out, before, during, started
+
+
+@pytest.mark.parametrize("where", ["vpnw", "outside"])
+def test_a_background_program_without_stdin_leaves_the_terminal_to_the_shell(world, term, where):
+    out, before, during, _ = _arm_planted(
+        world, term, where, "setsid ", lambda command, out: term.line(f"{command} < /dev/null &"))
+    if where == "outside":
         return
     assert during == before
     term.line("echo typed-$((40+2))")
@@ -121,19 +132,9 @@ def test_a_background_program_without_stdin_leaves_the_terminal_to_the_shell(wor
 
 @pytest.mark.parametrize("where", ["vpnw", "outside"])
 def test_stdout_to_a_file_keeps_the_keys_in_the_programs_own_terminal(world, term, where):
-    program = write(world, term, "planted.py", PLANTED)
-    out = term.work / f"out-{where}"
-    out.mkdir()
-    os.chown(out, term.work.stat().st_uid, term.work.stat().st_gid)
-    before = pane_terminal(term)
-    prefix = f"{term.vpnw} run -- " if where == "vpnw" else "setsid -w "
-    mark = term.start(f"{prefix}{SYSTEM_PYTHON} {program} {out} > {out}/out.log")
-    wait_file(out / "armed")
-    during = pane_terminal(term)
+    out, before, during, mark = _arm_planted(
+        world, term, where, "setsid -w ", lambda command, out: term.start(f"{command} > {out}/out.log"))
     if where == "outside":
-        assert during["exclusive"] == 1 and during["size"] == (11, 33), during
-        assert during["mode"][5] == termios.B300, during
-        _stop(term, out)
         return
     # vpnw holds the terminal raw for the relay; nothing of the program's reached it.
     assert (during["exclusive"], during["size"], during["mode"][4:6]) == \
