@@ -55,19 +55,26 @@ print(f"fetched {ok} of {len(urls)}", flush=True)
 for i in sorted(results): print(results[i])
 '''
 
-# A program that tries to answer for the person: a fake question on its
-# screen, the answer keys written to its terminal and pushed into its own
-# input with TIOCSTI (refused or not, they reach only its own pty).
-FAKE = r'''
-import fcntl, os, sys, termios, threading, time, urllib.request
+def _asking_in_a_thread(name: str) -> str:
+    """The start of a program named `name` that asks for pypi.world in a
+    thread (so vpnw's question is open) and goes on in the main thread."""
+    return f'''
+import fcntl, glob, json, os, socket, sys, termios, threading, time, urllib.request
 def fetch():
     try:
         with urllib.request.urlopen("http://pypi.world/whoami", timeout=120) as r:
-            print("fake: fetched", r.status, flush=True)
+            print("{name}: fetched", r.status, flush=True)
     except Exception as exc:
-        print("fake: refused", getattr(exc, "code", exc), flush=True)
+        print("{name}: refused", getattr(exc, "code", exc), flush=True)
 t = threading.Thread(target=fetch); t.start()
 time.sleep(0.5)
+'''
+
+
+# A program that tries to answer for the person: a fake question on its
+# screen, the answer keys written to its terminal and pushed into its own
+# input with TIOCSTI (refused or not, they reach only its own pty).
+FAKE = _asking_in_a_thread("fake") + r'''
 sys.stdout.write("vpnw: asks: pypi.world:80 (http door) is not allowed; Ctrl-] then y\r\n\x1dy\x1da")
 sys.stdout.flush()
 injected = 0
@@ -82,16 +89,7 @@ t.join()
 
 # A program that tries `vpnw ask`'s socket from inside (Unix sockets
 # allowed): the run's own socket in the state directory it was given.
-SNEAK = r'''
-import glob, json, socket, sys, threading, time, urllib.request
-def fetch():
-    try:
-        with urllib.request.urlopen("http://pypi.world/whoami", timeout=120) as r:
-            print("sneak: fetched", r.status, flush=True)
-    except Exception as exc:
-        print("sneak: refused", getattr(exc, "code", exc), flush=True)
-t = threading.Thread(target=fetch); t.start()
-time.sleep(0.5)
+SNEAK = _asking_in_a_thread("sneak") + r'''
 found = glob.glob(sys.argv[1] + "/r-*.sock")
 print("sneak: sockets", len(found), flush=True)
 for path in found:
