@@ -156,3 +156,23 @@ def test_the_summary_names_the_last_digest_and_show_does_too():
     assert shown[-1].endswith(f"; last digest {digest}")
     # a file of an older vpnw, without digests: no digest is named
     assert "digest" not in list(human_lines([ev("run.end", end)], record="-"))[-1]
+
+
+@pytest.mark.parametrize("mode", ["trace", "run"])
+def test_an_error_vpnw_says_itself_is_not_repeated_by_the_lines(mode):
+    # Live, vpnw's own message carries the error on the same stream: the path
+    # check's line and the summary do not repeat it (issue 28: the wrong-key
+    # message was printed three times). `show` (nobody said it) keeps both.
+    error = "office (wireguard 10.7.0.1:51820): no handshake with 10.7.0.1:51820 within 3 s"
+    down = ev("path.check", {"path": "office", "type": "wireguard", "ok": False, "ms": 3004.2,
+                             "error": error})
+    end = ev("run.end", {"exit_code": 123, "connections": 0, "denied": 0, "would_deny": 0,
+                         "failed": 0, "ms": 3100, "error": f"the path 'office' is down: {error}"})
+    live = utc(mode=mode, record="-", errors_said=True)
+    lines = [format_event(down, live), format_event(end, live)]
+    assert lines[0] == ("vpnw 11:44:36.244  path office DOWN  (3004 ms)" if mode == "trace" else None)
+    assert lines[1].endswith("  run r-36e0ba: 0 connections, 0 denied, 0 failed; exit 123; "
+                             "record on stdout"), lines
+    replay = utc(mode=mode, record="-")
+    assert format_event(down, replay) == f"vpnw 11:44:36.244  path office DOWN: {error}"
+    assert f"; error: the path 'office' is down: {error};" in format_event(end, replay)

@@ -378,7 +378,8 @@ def _start_recorder(request: RunRequest, terminal: _Terminal, record: str, recor
         return main_from_fds(events_r, record=record, record_fd=record_fd, ready_fd=recorded_w,
                              human=human, tee_command=request.events_to, color=terminal.color,
                              syslog_target=request.syslog, events_format=request.events_format,
-                             record_gate=record_gate, sign=True)
+                             record_gate=record_gate, sign=True,
+                             errors_said=not request.log)   # say() writes on the same stream
 
     recorder_pid = _fork_stage([events_r, record_fd, recorded_w], recorder_body, stdio=stage_stdio)
     for fd in (events_r, record_fd, recorded_w):

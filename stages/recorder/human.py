@@ -43,7 +43,10 @@ class HumanState:
 
     `conns` maps a connection number to its "host:port" while it is in flight
     (bounded by the number of open connections); `record` is the run file to
-    name in the summary (None: take it from run.start).
+    name in the summary (None: take it from run.start). `errors_said`: vpnw
+    itself says the run's error on this same stream (a live run whose human
+    lines go to its stderr), so neither the summary nor the path check's
+    line repeats it: one fact, said once.
     """
     mode: str = TRACE
     color: bool = False
@@ -54,6 +57,7 @@ class HumanState:
     start_record: str | None = None  # the record named in run.start
     facts: RunFacts | None = None    # set: the closing hints follow the summary (stages/recorder/hints.py)
     digest: str | None = None        # the run's last digest, once run.end is sealed
+    errors_said: bool = False
     _second_key: str = ""
     _second_text: str = ""
 
@@ -102,7 +106,7 @@ def summary_text(event: dict, state: HumanState) -> str:
         parts.append(f"{f.get('would_deny')} would be denied")
     parts.append(f"{f.get('failed', 0)} failed")
     text = f"run {printable(event.get('run', '?'))}: {', '.join(parts)}; exit {f.get('exit_code', '?')}"
-    if f.get("error"):
+    if f.get("error") and not state.errors_said:
         text += f"; error: {printable(f['error'])}"
     if f.get("events_to_lost"):
         text += f"; --events-to copy lost {printable(f['events_to_lost'])} events (the record has them all)"
@@ -266,8 +270,11 @@ def _path_check(x: _Line) -> str | None:
         if not x.trace:
             return None
         return f"{x.head()}path {name} ok  ({printable(x.f.get('type', '?'))}, {human_ms(x.f.get('ms'))})"
-    return (f"{x.head()}path {name} {_paint('DOWN', _RED, x.state)}: "
-            f"{printable(x.f.get('error', 'unreachable'))}")
+    down = _paint("DOWN", _RED, x.state)
+    if x.state.errors_said:
+        # vpnw says why in its own message right after: the trace keeps the step.
+        return f"{x.head()}path {name} {down}  ({human_ms(x.f.get('ms'))})" if x.trace else None
+    return f"{x.head()}path {name} {down}: {printable(x.f.get('error', 'unreachable'))}"
 
 
 def _sandbox_ready(x: _Line) -> str | None:

@@ -191,7 +191,7 @@ def main_from_fds(in_fd: int, *, record: str | None, record_fd: int | None = Non
                   ready_fd: int | None = None, human: str = "trace",
                   tee_command: str | None = None, color: bool | None = None,
                   syslog_target: str | None = None, events_format: str = "jsonl",
-                  record_gate=None, sign: bool = False) -> int:
+                  record_gate=None, sign: bool = False, errors_said: bool = False) -> int:
     """Record events from `in_fd` until end of stream. Returns an exit code:
     0, or 1 when the record file could not be opened or written (then it stops
     at once: the orchestrator stops the program rather than run it unrecorded).
@@ -203,6 +203,9 @@ def main_from_fds(in_fd: int, *, record: str | None, record_fd: int | None = Non
     The side outputs (`tee_command`, `syslog_target`) carry `events_format`:
     the record's lines ("jsonl"), or OCSF/ECS documents.
 
+    `errors_said`: the orchestrator says the run's error on the same stream
+    as these human lines (HumanState.errors_said).
+
     `sign`: once the events end, sign a run file (a regular file) with vpnw's
     key and enter it in the ledger (stages/recorder/seal.py); a key or a
     ledger that cannot be used makes this return 1 before the first line."""
@@ -210,7 +213,8 @@ def main_from_fds(in_fd: int, *, record: str | None, record_fd: int | None = Non
         raise ValueError(f"human must be one of {HUMAN_MODES}, not {human!r}")
     if color is None:
         color = "NO_COLOR" not in os.environ and os.isatty(2)
-    state = HumanState(mode=human, color=color, record=record, facts=RunFacts())
+    state = HumanState(mode=human, color=color, record=record, facts=RunFacts(),
+                       errors_said=errors_said)
     if record_fd is None and record is not None:
         try:
             record, record_fd, _ = open_run_file(record)
