@@ -11,7 +11,11 @@ loopback. Debian's proxies run on the same loopback as the baselines people
 already use: tinyproxy and squid (HTTP), dante and microsocks (SOCKS5), each
 with the bench's own configuration (see "the Debian proxies" below).
 
-`startup`: `vpnw run -- true` against `true`, and each stage's share.
+`startup`: `vpnw run -- true` against `true`, four ways: the record to a file
+(signed) and to stdout (`--record -`), each without and with --capture. This
+tree's runs are traced (VPNW_STARTUP_TRACE, stages/wire/startup_trace.py):
+the median time each process reached each of its marks is the start-up
+budget (docs/architecture.md, "Start-up budget").
 
 `bulk`: one upload of the bulk file to netload's sink: direct, through each
 door (a tunnel) and through dante and squid. Timed by the client from its
@@ -881,53 +885,102 @@ def _ts(record_ts: str) -> int:
     return int(secs) * 1_000_000_000 + int(frac.ljust(9, "0")[:9])
 
 
-def startup_once(vpnw: str, record: str) -> tuple[float, dict[str, int]]:
-    """One `vpnw run -- true`: its wall time (ms) and each stage's share (ns)
-    from the record (a share REV's record cannot tell is left out)."""
-    t0 = time.time_ns()
-    subprocess.run([vpnw, "run", "--record", record, "--", "true"], check=True, stderr=subprocess.DEVNULL)
-    t_end = time.time_ns()
-    with open(record) as f:
-        at = {e["type"]: _ts(e["ts"]) for e in map(json.loads, f)}
-    os.unlink(record)
-    shares = {}
-    if {"run.start", "sandbox.ready", "path.check", "program.exit", "run.end"} <= at.keys():
-        go = max(at["sandbox.ready"], at["path.check"])
-        shares = {
-            "start-up to run.start (interpreter, imports, command line)": at["run.start"] - t0,
-            "helper: seal ready (after run.start)": at["sandbox.ready"] - at["run.start"],
-            "broker: path checked (after run.start)": at["path.check"] - at["run.start"],
-            "program: go to program.exit": at["program.exit"] - go,
-            "wind-down: program.exit to run.end": at["run.end"] - at["program.exit"],
-            "recorder drain + exit after run.end": t_end - at["run.end"],
-        }
-    return (t_end - t0) / 1e6, shares
+# `vpnw run -- true` four ways: the record to a file (signed) or to stdout
+# (`--record -`, not signed), each without and with --capture.
+STARTUP_WAYS = {"signed": ("--record", "{record}"), "--record -": ("--record", "-"),
+                "signed --capture": ("--capture", "--record", "{record}"),
+                "--record - --capture": ("--capture", "--record", "-")}
+TRACE_VARIABLE = "VPNW_STARTUP_TRACE"     # stages/wire/startup_trace.py
+
+
+def startup_once(vpnw: str, args: tuple[str, ...], record: str, trace: str | None) -> tuple[float, dict]:
+    """One `vpnw run ARGS -- true`: its wall time (ms) and, with `trace`
+    (a file for stages/wire/startup_trace.py), when each process reached
+    each of its marks, in ms from the start (REV's vpnw may know none)."""
+    env = dict(os.environ)
+    env.pop(TRACE_VARIABLE, None)
+    if trace:
+        env[TRACE_VARIABLE] = trace
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(trace)
+    argv = [vpnw, "run", *(a.format(record=record) for a in args), "--", "true"]
+    t0 = time.monotonic_ns()     # CLOCK_MONOTONIC, the trace's clock
+    subprocess.run(argv, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+    t_end = time.monotonic_ns()
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(record)
+    return (t_end - t0) / 1e6, (read_trace(trace, t0) if trace else {})
+
+
+def read_trace(path: str, t0: int) -> dict[str, float]:
+    """"stage: what" -> ms from t0 (a mark seen twice keeps its first time)."""
+    marks = {}
+    with contextlib.suppress(FileNotFoundError), open(path) as f:
+        for line in sorted(f, key=lambda l: int(l.split(" ", 1)[0])):
+            ns, _pid, stage, what = line.rstrip("\n").split(" ", 3)
+            marks.setdefault(f"{stage}: {what}", (int(ns) - t0) / 1e6)
+    return marks
 
 
 def bench_startup(rounds: int) -> dict:
-    """`vpnw run -- true` against `true` (and REV's vpnw, with --against), the
-    runs interleaved; each stage's share from the record."""
+    """`vpnw run -- true` against `true` (and REV's vpnw, with --against),
+    each of STARTUP_WAYS, the runs interleaved; this tree's runs traced
+    (each process's marks: the start-up budget)."""
     record = os.path.join(PLACE.tmp, "startup.jsonl")
+    trace = os.path.join(PLACE.tmp, "startup.trace")
     builds = {None: VPNW, **AGAINST}
-    walls = {rev: [] for rev in builds}
-    stages = {rev: [] for rev in builds}
+    walls = {(rev, way): [] for rev in builds for way in STARTUP_WAYS}
+    timelines = {way: [] for way in STARTUP_WAYS}
     plain = []
-    for i in range(rounds + 1):          # the first run only warms the page cache
+    for i in range(rounds + 1):          # the first round only warms the page cache
         t0 = time.time_ns()
         subprocess.run(["true"], check=True)
         if i:
             plain.append((time.time_ns() - t0) / 1e6)
-        for rev, vpnw in builds.items():
-            wall, shares = startup_once(vpnw, record)
-            if i:
-                walls[rev].append(wall)
-                stages[rev].append(shares)
+        for way, args in STARTUP_WAYS.items():
+            for rev, vpnw in builds.items():
+                wall, marks = startup_once(vpnw, args, record, trace if rev is None else None)
+                if i:
+                    walls[(rev, way)].append(wall)
+                    if rev is None:
+                        timelines[way].append(marks)
+    true_ms = median(plain)
 
     def figures(rev) -> dict:
-        known = [s for s in stages[rev] if s]
-        return {"vpnw_ms": median(walls[rev]),
-                "stages_ms": {k: median([s[k] for s in known]) / 1e6 for k in (known[0] if known else {})}}
-    return {**figures(None), "true_ms": median(plain), "against": {rev: figures(rev) for rev in AGAINST}}
+        return {way: median(walls[(rev, way)]) - true_ms for way in STARTUP_WAYS}
+    return {"true_ms": true_ms, "vpnw_ms": median(walls[(None, "signed")]), "over_ms": figures(None),
+            "timeline_ms": {way: _median_marks(ts) for way, ts in timelines.items()},
+            "against": {rev: {"over_ms": figures(rev)} for rev in AGAINST}}
+
+
+def _median_marks(runs: list[dict]) -> dict[str, float]:
+    """Each mark's median time, in the order the marks come."""
+    keys = dict.fromkeys(k for run in runs for k in run)
+    out = {k: median([run.get(k) for run in runs]) for k in keys}
+    return dict(sorted(out.items(), key=lambda kv: kv[1]))
+
+
+def print_startup(w, s: dict, verdict: str) -> None:
+    w(f"\nstart-up: vpnw run -- true, ms over true ({s['true_ms']:.1f} ms)   target: {verdict}\n")
+    revs = list(s["against"])
+    w(f"    {'':<24} {'this tree':>10}" + "".join(f" {'@' + r:>12} {'new/old':>7}" for r in revs) + "\n")
+    for way, over in s["over_ms"].items():
+        row = f"    {way:<24} {over:10.1f}"
+        for r in revs:
+            old = s["against"][r]["over_ms"][way]
+            row += f" {old:12.1f} {over / old if old else 0:7.2f}"
+        w(row + "\n")
+    for way in ("signed", "--record -"):
+        marks = s["timeline_ms"].get(way) or {}
+        if not marks:
+            continue
+        w(f"    the budget, {way} (median ms from the start of `vpnw` to each process's mark; "
+          f"VPNW_STARTUP_TRACE)\n")
+        last = 0.0
+        for k, at in marks.items():
+            w(f"      {at:7.1f} {at - last:+6.1f}  {k}\n")
+            last = at
+        w(f"      {s['true_ms'] + s['over_ms'][way]:7.1f}          vpnw has exited (wall)\n")
 
 
 # ------------------------------------------------------------------ capture
@@ -1063,9 +1116,10 @@ def judge(res: dict) -> list[dict]:
         out.append({"section": section, "row": row, "figure": figure, "target": target, "ok": bool(ok)})
 
     if "startup" in res:
-        over = res["startup"]["vpnw_ms"] - res["startup"]["true_ms"]
-        add("startup", "vpnw run -- true", f"{over:.1f} ms over true",
-            f"<= {t['startup_over_true_ms']:.0f} ms over true", over <= t["startup_over_true_ms"])
+        for way, over in res["startup"]["over_ms"].items():
+            add("startup", "vpnw run -- true" + ("" if way == "signed" else f" ({way})"),
+                f"{over:.1f} ms over true", f"<= {t['startup_over_true_ms']:.0f} ms over true",
+                over <= t["startup_over_true_ms"])
     if "bulk" in res:
         for label, v in res["bulk"].items():
             if label.startswith("vpnw") and "@" not in label:
@@ -1131,9 +1185,10 @@ def compare_against(res: dict, rev: str) -> list[dict]:
                         "ratio": new / old if old else None})
 
     if "startup" in res and rev in res["startup"].get("against", {}):
-        s, true = res["startup"], res["startup"]["true_ms"]
-        add("startup", "vpnw run -- true, over true", s["vpnw_ms"] - true,
-            s["against"][rev]["vpnw_ms"] - true, "ms")
+        s = res["startup"]
+        for way, over in s["over_ms"].items():
+            add("startup", f"vpnw run -- true, over true ({way})", over,
+                s["against"][rev]["over_ms"][way], "ms")
     for section, unit in (("bulk", "GB/s"), ("httpget", "GB/s")):
         for label, v in res.get(section, {}).items():
             if label.startswith("vpnw") and "@" not in label:
@@ -1191,11 +1246,7 @@ def print_table(res: dict, meta: dict, verdicts: list[dict]) -> None:
     w(f"vpnw benchmarks  ({meta['rounds']} rounds, medians; {meta['cpus']} CPUs, "
       f"load {meta['load']}; bulk {meta['size_mib']} MiB)\n")
     if "startup" in res:
-        s = res["startup"]
-        w(f"\nstart-up: vpnw run -- true {s['vpnw_ms']:.1f} ms   true {s['true_ms']:.1f} ms   "
-          f"target: {_mark(mark.get(('startup', 'vpnw run -- true')))}\n")
-        for k, v in s["stages_ms"].items():
-            w(f"    {k:<60} {v:7.1f} ms\n")
+        print_startup(w, res["startup"], _mark(mark.get(("startup", "vpnw run -- true"))))
     if "bulk" in res:
         w(f"\nbulk, one transfer                GB/s   x direct   connect ms  after it x direct   "
           f"peak RSS / PSS of vpnw (MiB)   target\n")

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 
 from stages.broker.warn import warn
+from stages.wire.startup_trace import mark
 
 
 def main_from_fds(handoff_fd: int, event_fd: int, status_fd: int, *, run_id: str,
@@ -36,6 +37,7 @@ def main_from_fds(handoff_fd: int, event_fd: int, status_fd: int, *, run_id: str
         Emitter(event_fd, run_id, path="direct").emit("path.check", path="direct", type="direct",
                                                        ok=True, ms=0)
         status.write(status_fd, status.PathOk(path="direct", type="direct", ms=0))
+        mark("broker", "path reported")
         path_reported = True
     early = None
     if path_reported:
@@ -43,6 +45,7 @@ def main_from_fds(handoff_fd: int, event_fd: int, status_fd: int, *, run_id: str
         # never knocks at a door ends without waiting for it, or for workers.
         from stages.broker.startup import load_while_watching
         early = load_while_watching(handoff_fd, _load_the_loop)
+        mark("broker", "link over, no connection" if early.quiet_end else "loop loaded or needed")
         if early.quiet_end:
             return _end_without_the_loop(early, status_fd)
     fake_names = None
@@ -97,4 +100,5 @@ def _end_without_the_loop(early, status_fd: int) -> int:
     for handed in early.handed:
         handed.sock.close()
     status.write(status_fd, status.Totals())
+    mark("broker", "totals sent")
     return 0

@@ -34,6 +34,7 @@ from stages.wire.exits import ExitCode, killed_by
 from stages.kernel import mounts
 from stages.kernel import privileges as priv
 from stages.wire.pty_handoff import ProgramTerminal, send_master
+from stages.wire.startup_trace import mark
 
 if TYPE_CHECKING:   # annotations only: the helper imports no policy code at run time
     from stages.config.file_limits import MountPlan
@@ -224,6 +225,7 @@ def run(argv: list[str], handoff_fd: int, status_fd: int, go_fd: int,
     if not argv:
         st.write(status_fd, st.ExecFailed("no program given", ExitCode.NOT_FOUND))
         return ExitCode.NOT_FOUND
+    mark("helper", "imported")
     penv = program_env(dict(os.environ if env is None else env))
     # The orchestrator forwards these to us once the program runs; until init
     # exists to pass them on, they must not kill the helper (and so the run).
@@ -250,8 +252,10 @@ def run(argv: list[str], handoff_fd: int, status_fd: int, go_fd: int,
     os.close(go_r)
     if unix_link is not None:
         unix_link.program_end.close()
+    mark("helper", "init forked")
     report = st.StatusReader(report_r, st.INIT_REPORT)
     first = _next_report(report)
+    mark("helper", "init ready")
     if not isinstance(first, st.InitOk):
         why = first.error if isinstance(first, st.InitFailed) else \
             "the sandbox's init process died while starting"
@@ -265,11 +269,13 @@ def run(argv: list[str], handoff_fd: int, status_fd: int, go_fd: int,
                                  unix="all" if allow_unix_sockets else
                                  "none" if sealed.unix is None else "own",
                                  doors=tuple(sealed.opened.items())))
+    mark("helper", "Ready sent")
     if not _go_byte(go_fd):
         return ExitCode.NO_SANDBOX  # the orchestrator gave up; init dies with us (pdeathsig)
     for sig in FORWARDED_SIGNALS:
         signal.signal(sig, lambda s, _f: _kill_quietly(init_pid, s))
     before = _no_route_count(sealed.counters)     # the seal's own checks are not the program's
+    mark("helper", "go")
     os.write(go_w, b"g")
     os.close(go_w)
     return _the_end(report, status_fd, init_pid, sealed, before)
@@ -301,16 +307,20 @@ def _seal(allow_unix_sockets: bool, unix_allow, capture: bool, local_ports: tupl
     except (ImportError, OSError, RuntimeError) as e:
         raise SealError(f"cannot build the seccomp filter (libseccomp via pyseccomp): {e}; "
                         f"{DOCTOR_HINT}")
+    mark("helper", "seccomp filter built")
     # The PID namespace comes last, once the Unix-socket supervisor is
     # forked: outside it, the program cannot see or signal the supervisor.
     _unshare_and_map(priv.SANDBOX_NAMESPACES & ~priv.CLONE_NEWPID)
+    mark("helper", "namespaces made")
     # Non-dumpable: a program that somehow saw us could not ptrace us and
     # borrow the handoff socket. Children (init) inherit it.
     priv.prctl(priv.PR_SET_DUMPABLE, 0)
     unix_link = _unix_link(unix)
     supervisor = _spawn_supervisor(unix_link, unix, status_fd)
+    mark("helper", "supervisor started")
     _unshare_pid()
     _check_network(capture)
+    mark("helper", "network sealed")
     # Opened now, while /proc is still the machine's: init mounts a fresh one.
     counters = _open_counters()
     opened = handoff.doors(capture)
@@ -318,9 +328,11 @@ def _seal(allow_unix_sockets: bool, unix_allow, capture: bool, local_ports: tupl
     # "The machine's own loopback").
     doors = _open_doors([*opened.items(), *(("local", port) for port in local_ports)])
     datagram_doors = _open_dns_datagrams() if capture else []
+    mark("helper", "doors open")
     _fresh_devpts()
     if tty is not None:
         _own_terminal(tty.socket_fd, tty.stdio)
+    mark("helper", "devpts")
     return _Sealed(seccomp_filter, unix, unix_link, supervisor, counters, opened, doors,
                    datagram_doors)
 
@@ -346,11 +358,14 @@ def _hand_doors_over(handoff_fd: int, sealed: _Sealed) -> None:
 def _the_end(report, status_fd: int, init_pid: int, sealed: _Sealed, before: int) -> int:
     """The program's end, reported once; returns its exit code."""
     final = _wait_for_the_end(report, status_fd)
+    mark("helper", "init's last report")
     status = _reap(init_pid)
+    mark("helper", "init reaped")
     if sealed.supervisor is not None:
         # Its last reports come before our last message; once every process
         # of the sandbox is gone, it ends by itself.
         _reap_supervisor(sealed.supervisor)
+        mark("helper", "supervisor reaped")
     no_route = max(0, _no_route_count(sealed.counters) - before)
     if isinstance(final, st.Exited):
         final = st.Exited(final.code, final.signal, no_route=no_route)
@@ -556,6 +571,7 @@ def _init(argv, penv, seccomp_filter, report_w: int, go_r: int, keep: set[int],
         priv.prctl(priv.PR_SET_DUMPABLE, 0)
         close_all_but(keep)
         priv.mount("proc", "/proc", "proc", priv.MS_NOSUID | priv.MS_NODEV | priv.MS_NOEXEC)
+        mark("init", "fresh /proc")
     except OSError as e:
         st.write(report_w, st.InitFailed(f"cannot set up the sandbox's init (fresh /proc): {e}"))
         return ExitCode.NO_SANDBOX
@@ -565,12 +581,15 @@ def _init(argv, penv, seccomp_filter, report_w: int, go_r: int, keep: set[int],
         st.write(report_w, st.InitFailed(f"cannot make /proc/sys, /proc/irq, /proc/bus, /proc/fs and /sys "
                                               f"read-only or mask /proc/kcore and its kind: {e}"))
         return ExitCode.NO_SANDBOX
+    mark("init", "kernel knobs read-only")
     try:
         _limit_files(files)
     except OSError as e:
         st.write(report_w, st.InitFailed(f"cannot enforce the policy's [files] limits: {e}"))
         return ExitCode.NO_SANDBOX
+    mark("init", "file limits")
     problem = _out_of_program_reach(protected.read_only, protected.hide) if protected else None
+    mark("init", "protected paths bound read-only")
     if problem:
         st.write(report_w, st.InitFailed(problem))
         return ExitCode.NO_SANDBOX
@@ -586,6 +605,7 @@ def _init(argv, penv, seccomp_filter, report_w: int, go_r: int, keep: set[int],
             st.write(report_w, st.SandboxFailed(f"cannot give the program its terminal: {e}",
                                                 ExitCode.INTERNAL))
             return ExitCode.INTERNAL
+    mark("init", "go")
     err_r, err_w = os.pipe2(os.O_CLOEXEC)
     program_pid = os.fork()
     if program_pid == 0:
@@ -607,6 +627,7 @@ def _init(argv, penv, seccomp_filter, report_w: int, go_r: int, keep: set[int],
         failure += chunk
     os.close(err_r)
     status = _wait_for(program_pid, report_w if tty else None)
+    mark("init", "program reaped")
     if failure:
         try:
             report = st.decode(failure.rstrip(b"\n"), st.PROGRAM_REPORT)
@@ -785,6 +806,7 @@ def _program(argv, penv, seccomp_filter, err_w: int, files: MountPlan | None = N
         _report_exec(err_w, st.SandboxFailed(f"cannot seal the program's process: {e}; "
                                              f"{DOCTOR_HINT}", ExitCode.NO_SANDBOX))
     try:
+        mark("program", "sealed, exec")
         os.execve(_search_path(argv[0], penv.get("PATH")), argv, penv)
     except OSError as e:
         if e.errno in (errno.ENOENT, errno.ENOTDIR):

@@ -8,7 +8,10 @@ import os
 import signal
 import sys
 
-import click
+from stages.wire.startup_trace import mark
+mark("vpnw", "interpreter up")
+
+import click  # noqa: E402
 
 from stages import __version__
 from stages.wire.exits import ExitCode, killed_by
@@ -181,6 +184,7 @@ def _execute(mode, program, policy_file, config_file, via, record, events_to,
              allow_unix_sockets, log=None, quiet=False, dry_run=False, syslog=None,
              events_format=None, ask=False, ask_timeout=60.0, capture=False,
              no_clipboard=False):
+    mark("vpnw", "command line parsed")
     from stages.orchestrator.run import RunRequest, execute
     from stages.config.policy import check_policy_for_path
     if policy_file == "-" and config_file == "-":
@@ -213,6 +217,7 @@ def _execute(mode, program, policy_file, config_file, via, record, events_to,
                          ask_timeout=ask_timeout,
                          capture=capture or getattr(policy, "capture", False),
                          no_clipboard=no_clipboard)
+    mark("vpnw", "policy and paths loaded")
     return execute(request)
 
 
@@ -253,6 +258,7 @@ def guard(program, **opts):
 
 
 def main(argv=None) -> None:
+    mark("vpnw", "cli imported")
     try:
         code = cli.main(args=argv, prog_name="vpnw", standalone_mode=False)
     except click.exceptions.NoSuchOption as exc:
@@ -283,6 +289,7 @@ def _exit_now(code: int) -> None:
                 stream.flush()
     except (OSError, ValueError):
         sys.exit(code)
+    mark("vpnw", "exit")
     os._exit(code)
 
 

@@ -23,6 +23,7 @@ from stages.orchestrator import outcome
 from stages.wire import status as st
 from stages.kernel.descriptors import close_all_but
 from stages.wire.exits import ExitCode
+from stages.wire.startup_trace import mark
 from stages.record.events import (
     Emitter, RecordUnwritable, open_run_file, vpnw_state_dir,
 )
@@ -259,6 +260,7 @@ def _execute(request: RunRequest, terminal: _Terminal) -> int:
     except RecordUnwritable as exc:
         say(str(exc))
         return ExitCode.INTERNAL
+    mark("vpnw", "record opened")
 
     # The recorder first: nothing happens that it does not see. The broker
     # dials only while the recorder holds room for the lines (record/gate.py).
@@ -267,19 +269,23 @@ def _execute(request: RunRequest, terminal: _Terminal) -> int:
     stage_stdio = (0, 1, terminal.human_fd)
     recorder_pid, events_w, recorded_r = _start_recorder(request, terminal, record, record_fd,
                                                          record_gate, stage_stdio)
+    mark("vpnw", "recorder forked")
     emitter = Emitter(events_w, run_id, path=path_name)
     files_plan, files_record = _file_limits(request.files)
     protection = _protection(request, record)
     names_before = _identities(_evidence_names(request, record))
     program_env, env_kept = _program_env(_without_secrets(request), run_id)
     _warn_own_settings(request, env_kept)
+    mark("vpnw", "protection and environment computed")
     _emit_run_start(emitter, request, record, files_record, env_kept, protection)
+    mark("vpnw", "run.start sent")
     for entry in protection.lifted:
         say(f"allow_write names {entry.path} ({entry.why}): the program may change it, "
             f"and what it writes there runs outside the sandbox later")
 
     stages = _start_broker_and_helper(request, terminal, run_id, events_w, record_gate,
                                       stage_stdio, files_plan, program_env, protection)
+    mark("vpnw", "broker and helper forked")
     if terminal.pty:
         relay = _start_relay(terminal)
     asker = _start_asker(request, stages.ask_link, run_id, relay)
@@ -287,6 +293,7 @@ def _execute(request: RunRequest, terminal: _Terminal) -> int:
     run = _Run(request, emitter, stages.helper_pid, stages.broker_pid, recorder_pid,
                stages.helper_status_r, stages.broker_status_r, stages.go_w, recorded_r, relay, asker)
     code, error = run.wait()
+    mark("vpnw", "stages reaped")
     moved = _after_the_program(protection, names_before, run_id)
     if moved:
         say(moved)
@@ -300,6 +307,7 @@ def _execute(request: RunRequest, terminal: _Terminal) -> int:
                  ms=round((time.monotonic() - started) * 1000, 3),
                  **({"error": error} if error else {}))
     os.close(events_w)
+    mark("vpnw", "run.end sent")
     return _wait_for_the_recorder(recorder_pid, relay, record, int(code))
 
 
@@ -324,6 +332,7 @@ def _start_broker_and_helper(request: RunRequest, terminal: _Terminal, run_id: s
     ask_link = _ask_link(request)
 
     def broker_body():
+        mark("broker", "forked")
         from stages.broker.main import main_from_fds
         return main_from_fds(broker_end.fileno(), events_w, broker_status_w, run_id=run_id,
                              policy=request.policy, path=request.path,
@@ -331,13 +340,16 @@ def _start_broker_and_helper(request: RunRequest, terminal: _Terminal, run_id: s
                              ask_fd=ask_link[1].fileno() if ask_link else None,
                              capture=request.capture)
 
+    mark("vpnw", "pipes made")
     broker_pid = _fork_stage([broker_end.fileno(), events_w, broker_status_w,
                               *([ask_link[1].fileno()] if ask_link else [])], broker_body,
                              stdio=stage_stdio)
 
+    mark("vpnw", "broker forked")
     unix_allow = _unix_sockets_named(request)
 
     def helper_body():
+        mark("helper", "forked")
         record_gate.unmap()   # the sandbox's side has no business with the gate
         from stages.wire.pty_handoff import ProgramTerminal
         from stages.helper.main import run_helper
@@ -374,6 +386,7 @@ def _start_recorder(request: RunRequest, terminal: _Terminal, record: str, recor
     human = "denials" if request.quiet else {"trace": "trace"}.get(request.mode, "run")
 
     def recorder_body():
+        mark("recorder", "forked")
         from stages.recorder.main import main_from_fds
         return main_from_fds(events_r, record=record, record_fd=record_fd, ready_fd=recorded_w,
                              human=human, tee_command=request.events_to, color=terminal.color,
@@ -411,6 +424,7 @@ def _wait_for_the_recorder(recorder_pid: int, relay, record: str, code: int) -> 
         finally:
             os.close(recorder_fd)
     _, status = os.waitpid(recorder_pid, 0)
+    mark("vpnw", "recorder reaped")
     if os.waitstatus_to_exitcode(status) != 0 and code != ExitCode.INTERNAL:
         say(f"the recorder failed; the record {record} may be incomplete")
         return ExitCode.INTERNAL
@@ -691,6 +705,7 @@ class _Run:
                         os.read(wake_r, 512)
                     elif key.data == "recorded":
                         self.recorded = os.read(self.recorded_r, 1) == b"r" or self.recorded
+                        mark("vpnw", "run.start recorded")
                         sel.unregister(self.recorded_r)
                     elif key.data == "recorder":
                         sel.unregister(recorder_fd)
@@ -700,6 +715,7 @@ class _Run:
                         reader = getattr(self, key.data)
                         self._read(key.data, reader)
                         if reader.eof:
+                            mark("vpnw", f"{key.data}'s status ended")
                             sel.unregister(reader.fd)
                             self._on_eof(key.data)
                 if self.relay is not None:
@@ -733,6 +749,7 @@ class _Run:
                 phase = self._phase(stage)
                 if phase not in ACCEPTED[stage][type(message)]:
                     raise st.StatusError(f"{type(message).__name__} while {PHASE_WORDS[phase]}")
+                mark("vpnw", f"{stage}: {type(message).__name__}")
                 problem = self._HANDLERS[type(message)](self, message)
                 if problem:
                     raise st.StatusError(problem)
@@ -832,6 +849,7 @@ class _Run:
                 self.go_w = None
             elif self.path_ok and self.ready is not None and self.recorded and \
                     (self.relay is None or not self.relay.awaiting_master()):
+                mark("vpnw", "go")
                 os.write(self.go_w, b"g")
                 os.close(self.go_w)
                 self.go_w = None

@@ -17,6 +17,7 @@ from stages.recorder.feeder import BoundedFeeder
 from stages.recorder.hints import RunFacts
 from stages.recorder.human import HUMAN_MODES, QUIET, HumanState, format_event
 from stages.recorder.reserve import RecordRoom
+from stages.wire.startup_trace import mark
 
 # A line longer than this with no newline is not an event; drop it rather
 # than let a broken writer grow our buffer without end.
@@ -209,6 +210,7 @@ def main_from_fds(in_fd: int, *, record: str | None, record_fd: int | None = Non
     `sign`: once the events end, sign a run file (a regular file) with vpnw's
     key and enter it in the ledger (stages/recorder/seal.py); a key or a
     ledger that cannot be used makes this return 1 before the first line."""
+    mark("recorder", "imported")
     if human not in HUMAN_MODES:
         raise ValueError(f"human must be one of {HUMAN_MODES}, not {human!r}")
     if color is None:
@@ -229,7 +231,9 @@ def main_from_fds(in_fd: int, *, record: str | None, record_fd: int | None = Non
             # The crypto library loads in a thread from now on, while the
             # other stages start: the end of a short run need not wait for it.
             sealer.preload()
+        mark("recorder", "key and ledger opened")
         room = _reserve_room(run_file, record, in_fd, record_gate) if sealer is not False else None
+        mark("recorder", "room reserved")
         if sealer is False or room is None:
             os.close(run_file.fd)
             return 1
@@ -304,6 +308,7 @@ class _Recorder:
             if room is not None:
                 room.read(len(chunk))
             if not chunk:
+                mark("recorder", "events ended")
                 if not pending.strip():
                     break
                 # A last line with no newline (a hand-written file); a torn
@@ -321,7 +326,9 @@ class _Recorder:
             if sealed and not self.take(sealed):
                 return 1
         if self.sealer is not None and self.first is not None:
-            return _seal(self.sealer, self.run_file, self.first, self.last, self.chain, self.syslog)
+            status = _seal(self.sealer, self.run_file, self.first, self.last, self.chain, self.syslog)
+            mark("recorder", "signed")
+            return status
         return 0
 
     def seal(self, lines: list[bytes]) -> list[tuple[dict, bytes]]:
@@ -459,6 +466,7 @@ def _seal(sealer, run_file: _RunFile, first: dict, last: dict, chain: Chain, sys
 
 
 def _signal_ready(fd: int) -> None:
+    mark("recorder", "run.start written")
     try:
         os.write(fd, b"r")
     except OSError:

@@ -1,0 +1,90 @@
+"""The start-up trace (stages/wire/startup_trace.py): off, it writes nothing;
+on, every process of a run marks its steps in one file, and the marks show
+the order the seal demands (docs/architecture.md, "Start-up budget"): the
+program is let go only after the seal is reported ready, the path is
+checked and run.start is in the record, and it execs only after that."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from stages.wire import startup_trace
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+
+FORKED_MARKS = """
+import os
+from stages.wire.startup_trace import mark
+mark("vpnw", "parent")
+pid = os.fork()
+if pid == 0:
+    mark("helper", "child with spaces in what")
+    os._exit(0)
+os.waitpid(pid, 0)
+mark("vpnw", "parent again")
+"""
+
+
+def _run_marks(tmp_path, value):
+    env = {k: v for k, v in os.environ.items() if k != startup_trace.VARIABLE}
+    if value is not None:
+        env[startup_trace.VARIABLE] = value
+    # Run in tmp_path, with the checkout on the path: a relative trace file would land there.
+    env["PYTHONPATH"] = ROOT
+    subprocess.run([sys.executable, "-c", FORKED_MARKS], check=True, cwd=tmp_path, env=env)
+
+
+def read_marks(path) -> list[tuple[int, int, str, str]]:
+    out = []
+    for line in open(path).read().splitlines():
+        ns, pid, stage, what = line.split(" ", 3)
+        out.append((int(ns), int(pid), stage, what))
+    return out
+
+
+@pytest.mark.parametrize("value", [None, ""])
+def test_off_writes_nothing(tmp_path, value):
+    _run_marks(tmp_path, value)
+    assert os.listdir(tmp_path) == []
+
+
+def test_on_each_process_appends_its_marks(tmp_path):
+    trace = tmp_path / "trace"
+    _run_marks(tmp_path, str(trace))
+    marks = read_marks(trace)
+    assert [(stage, what) for _ns, _pid, stage, what in marks] == [
+        ("vpnw", "parent"), ("helper", "child with spaces in what"), ("vpnw", "parent again")]
+    assert marks[0][1] == marks[2][1] != marks[1][1]           # the child's own pid
+    assert marks[0][0] <= marks[1][0] <= marks[2][0]           # one clock for all
+
+
+def test_a_trace_that_cannot_be_written_changes_nothing(tmp_path):
+    _run_marks(tmp_path, str(tmp_path / "no such directory" / "trace"))   # exits 0
+
+
+@pytest.mark.world
+@pytest.mark.parametrize("capture", [False, True], ids=["plain", "capture"])
+def test_a_traced_run_marks_every_process_in_the_seal_order(world, user, capture):
+    work = world.workdir(user)
+    trace = work / "trace"
+    result = world.vpnw(["run", *(["--capture"] if capture else []), "--record", str(work / "run.jsonl"),
+                         "--", "true"], user=user, env={startup_trace.VARIABLE: str(trace)})
+    assert result.returncode == 0, result.stderr
+    marks = read_marks(trace)
+    at = {}
+    for ns, _pid, stage, what in marks:
+        at.setdefault(f"{stage}: {what}", ns)
+    assert {stage for _ns, _pid, stage, _what in marks} == {
+        "vpnw", "recorder", "broker", "helper", "init", "program"}
+    go = at["vpnw: go"]
+    for before_go in ("vpnw: helper: Ready", "vpnw: broker: PathOk", "vpnw: run.start recorded",
+                      "helper: network sealed", "init: protected paths bound read-only",
+                      "recorder: run.start written"):
+        assert at[before_go] <= go, before_go
+    assert go <= at["helper: go"] <= at["init: go"] <= at["program: sealed, exec"]
+    assert at["program: sealed, exec"] <= at["init: program reaped"] <= at["vpnw: run.end sent"]
+    assert at["vpnw: run.end sent"] <= at["recorder: signed"] <= at["vpnw: recorder reaped"]
