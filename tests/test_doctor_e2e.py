@@ -10,6 +10,7 @@ program. As the control, the same run with namespaces on does run it.
 from __future__ import annotations
 
 import json
+import re
 import shlex
 import sys
 from pathlib import Path
@@ -92,3 +93,36 @@ def test_vpnw_builds_its_sandbox_inside_a_nested_user_namespace(world, user, net
     assert not check_run(events), check_run(events)
     assert [e["fields"]["namespaces"] for e in events if e["type"] == "sandbox.ready"]
     assert sum(1 for e in events if e["type"] == "conn.open") == 1
+
+
+# --- on a terminal: lines wrapped to its width (issue 28) ---------------------
+
+def test_doctor_wraps_its_lines_to_the_terminal_width(world, user, tmp_path):
+    from tmux_support import world_shell
+    width = 72
+    # The control: through a pipe every check is one line, and some are wider than the pane.
+    piped = world.vpnw(["doctor"], user=user)
+    assert piped.returncode == 0, describe(piped)
+    assert max(len(line) for line in piped.stdout.splitlines()) > width, piped.stdout
+    screen = world_shell(world, user, tmp_path)
+    try:
+        screen.resize(width, 40)
+        mark = screen.start(f"{screen.vpnw} doctor")
+        assert screen.finished(mark) == 0
+        # capture-pane -J joins the rows a terminal wrapped: a joined line wider
+        # than the pane is one doctor did not wrap.
+        shown = screen.history().splitlines()
+        start = next(i for i, line in enumerate(shown) if "doctor; echo" in line)
+        end = next(i for i, line in enumerate(shown) if line.startswith(f"@@{mark}@@42@@"))
+        output = shown[start + 1:end]
+    finally:
+        screen.close()
+    checks = [line for line in output if re.match(r"^(ok|warn|fail) ", line)]
+    assert {c.name for c in run_checks()} <= {line.split()[1] for line in checks}, output
+    variables = [line for line in output if re.match(r"^ {8}[A-Za-z_]+=", line)]
+    too_wide = [line for line in output if len(line) > width and line not in variables]
+    assert not too_wide, output
+    assert any(line.startswith(" " * 6) and not line.startswith(" " * 8) for line in output), output
+    # The variables' values stay whole, to be copied (the terminal wraps them).
+    assert any(line.strip().startswith("GIT_SSH_COMMAND=ssh -o 'ProxyCommand=") and
+               line.endswith("%h %p'") for line in variables), variables

@@ -589,3 +589,62 @@ def test_quiet_and_log(world, term):
     assert re.search(r"#1\s+open ", text), text
     assert text.count("run r-") >= 2  # the run.start line and the summary
     assert term.history().count("1 connections") == 1  # only the --quiet run's, on the screen
+
+
+# ── trace: a line editor's prompt and half-typed input drawn again (issue 28) ──
+
+INNER_PROMPT = "in> "
+
+
+def _cursor_x(term) -> int:
+    return int(term._tmux("display-message", "-p", "-t", "t", "#{cursor_x}").strip())
+
+
+def test_trace_draws_a_readline_prompt_and_the_half_typed_input_again(world, term):
+    """bash (readline: bracketed paste on, the input edited in place) waits at
+    its prompt with half a line typed; a background job connects, and trace's
+    lines for it go out on lines of their own after the hold. Below them the
+    prompt and the half-typed input are drawn again, the cursor where it was,
+    and readline goes on editing that line."""
+    job = (f"(while [ ! -e go ]; do sleep 0.05; done; "
+           f"curl -sS -o /dev/null --max-time 20 http://api.github.com/whoami) &")
+    term.line(f"{term.vpnw} trace -- env PS1='{INNER_PROMPT}' bash --norc --noprofile -i")
+    term.wait_for(rf"^{INNER_PROMPT}$")
+    term.line(job)
+    term.wait_for(r"^\[1\] \d+$")
+    term.wait_for(rf"^{INNER_PROMPT}$")
+    term.type("echo half")
+    term.keys("Left", "Left")
+    term.wait_for(rf"^{INNER_PROMPT}echo half$")
+    assert _cursor_x(term) == len(f"{INNER_PROMPT}echo ha")
+    (term.work / "go").touch()
+    # trace's lines for the connection, then the prompt and the input again, last.
+    term.wait_for(rf"^vpnw \S+\s+#1\s+open .*\n(?:.*\n)*{INNER_PROMPT}echo half\s*\Z")
+    assert _cursor_x(term) == len(f"{INNER_PROMPT}echo ha"), term.screen()
+    term.type("X")
+    term.keys("Enter")
+    term.wait_for(r"^haXlf$")
+    term.line("exit")
+    term.wait_for(r"^vpnw \S+\s+run r-\S+: .*exit 0", whole=True)
+
+
+def test_control_outside_vpnw_a_line_written_at_the_prompt_leaves_it_as_it_was(world, term):
+    """The control: the same prompt outside vpnw, and a background job that
+    writes a line there: bash draws nothing again (the line ends up after the
+    half-typed input, and no prompt below it), which is what the test above
+    would see if vpnw did not draw it."""
+    job = "(while [ ! -e go ]; do sleep 0.05; done; echo from-the-job) &"
+    term.line(f"env PS1='{INNER_PROMPT}' bash --norc --noprofile -i")
+    term.wait_for(rf"^{INNER_PROMPT}$")
+    term.line(job)
+    term.wait_for(r"^\[1\] \d+$")
+    term.wait_for(rf"^{INNER_PROMPT}$")
+    term.type("echo half")
+    term.keys("Left", "Left")
+    term.wait_for(rf"^{INNER_PROMPT}echo half$")
+    (term.work / "go").touch()
+    term.wait_for(r"from-the-job")
+    time.sleep(1)   # what vpnw's hold would have waited, and more: nothing is drawn again
+    assert not re.search(rf"from-the-job\s*\n{INNER_PROMPT}echo half\s*\Z", term.screen()), term.screen()
+    term.keys("C-c")
+    term.line("exit")

@@ -66,8 +66,47 @@ def test_a_wrapped_half_line_is_erased_over_all_its_rows():
     assert m2.tick(1.0) == b"\x1b[1A\r\x1b[Jv\r\n" + b"x" * 20
 
 
+# What bash (readline, Debian's 5.2) writes for `PS1='\[\e[01;32m\]me\[\e[0m\]$ '`,
+# then for typing "echo hal", Backspace, "l", Left twice, "X" (inserted).
+READLINE = (b"\x1b[?2004h\x1b[01;32mme\x1b[0m$ " + b"echo hal" + b"\x08 \x08" + b"l"
+            + b"\x08\x08" + b"\x1b[1@X")
+
+
+def test_a_readline_prompt_and_the_half_typed_input_are_drawn_again_below():
+    m = merger()
+    m.program_output(b"line\r\n" + READLINE, 0.0)
+    m.human_line(b"vpnw DENY x", 0.0)
+    # Erased, vpnw's line, then the prompt (its colour) and "echo hXal", the
+    # cursor back on the "a" where readline left it.
+    assert m.tick(0.5) == (b"\r\x1b[Jvpnw DENY x\r\n"
+                           b"\x1b[0m\x1b[01;32mme\x1b[0m$ echo hXal\x1b[2D")
+    # readline goes on editing from there: its next bytes land where it thinks.
+    assert m.program_output(b"\x1b[1@Y", 0.6) == b"\x1b[1@Y"
+
+
+def test_a_progress_bar_is_drawn_again_as_it_stands():
+    m = merger()
+    m.program_output(b"progress 10%\rprogress 20%", 0.0)
+    m.human_line(b"v", 0.0)
+    assert m.tick(0.5) == b"\r\x1b[Jv\r\nprogress 20%"
+
+
+def test_rebuild_follows_what_one_line_shows():
+    from stages.orchestrator.half_line import rebuild
+    assert rebuild(READLINE, 80) == (b"\x1b[0m\x1b[01;32mme\x1b[0m$ echo hXal\x1b[2D", 13, 11)
+    assert rebuild(b"abcdef\r\x1b[2Cx\x1b[K", 80).redraw == b"abx"        # erased to the end
+    assert rebuild(b"abcdef\x1b[3G\x1b[2P", 80).redraw == b"abef\x1b[2D"  # two deleted at column 3
+    assert rebuild(b"ab\x1b[4Cz\x1b]0;title\x07", 80).redraw == b"ab    z"  # a title draws nothing
+    assert rebuild("日本\b\bx".encode(), 80).redraw == "日x".encode()   # half a wide one blanked
+    assert rebuild(b"\x1b[31mred", 80).redraw == b"\x1b[0m\x1b[31mred"     # the colour stays set
+    assert rebuild(b"x" * 80, 80) is None                                   # wraps: not one row
+    for other in (b"up\x1b[A", b"\x1b[5;5H", b"\x1b[?1049h", b"tab\t", b"\x1b[", b"\x1b[4hins",
+                  b"\xff"):
+        assert rebuild(other, 80) is None, other
+
+
 def test_a_half_line_that_cannot_be_replayed_gets_a_newline_first():
-    for partial in (b"\x1b[1mbold", b"progress 10%\rprogress 20%", b"tab\there", b"\xff\xfe"):
+    for partial in (b"up\x1b[A", b"\x1b[?5hreverse", b"tab\there", b"\xff\xfe", b"x" * 80 + b"\x1b[1m"):
         m = merger()
         m.program_output(b"line\r\n" + partial, 0.0)
         m.human_line(b"v", 0.0)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from typing import NamedTuple
 
 import click
@@ -224,8 +225,6 @@ def check_paths(config_file: str) -> list[Check]:
     except (ConfigError, OSError) as e:
         return [Check("config", "fail", str(e), "fix the config file")]
     checks = []
-    if any(path.type == "wireguard" for path in config.paths.values()):
-        checks += check_wireguard_support()
     for name, path in sorted(config.paths.items()):
         try:
             path = with_secret(path)
@@ -246,28 +245,44 @@ def check_paths(config_file: str) -> list[Check]:
     return checks
 
 
-def check_wireguard_support() -> list[Check]:
+def config_names_wireguard(config_file: str) -> bool:
+    """Whether the paths file has a [paths.X] of type "wireguard", even one
+    that is wrong in other ways (check_paths says what is)."""
+    import tomllib
+    try:
+        with open(config_file, "rb") as f:
+            paths = tomllib.load(f).get("paths", {})
+    except (OSError, tomllib.TOMLDecodeError):
+        return False
+    return isinstance(paths, dict) and any(
+        isinstance(table, dict) and table.get("type") == "wireguard" for table in paths.values())
+
+
+def check_wireguard_support(needed: bool = False) -> list[Check]:
     """What a WireGuard path needs here: wireguard-go, and /dev/net/tun
     usable by this user (the tun is made in a namespace of vpnw's own, but
-    opening the device is checked against the machine's file mode)."""
+    opening the device is checked against the machine's file mode). Always
+    checked: a lack is a failure when the paths file given names a WireGuard
+    path (`needed`), a warning otherwise (nothing else needs them)."""
     import shutil
     import stat
+    bad = "fail" if needed else "warn"
     checks = []
     if shutil.which("wireguard-go"):
         checks.append(Check("wireguard-go", "ok", f"{shutil.which('wireguard-go')} is installed"))
     else:
-        checks.append(Check("wireguard-go", "fail", "wireguard-go is not installed: WireGuard paths "
+        checks.append(Check("wireguard-go", bad, "wireguard-go is not installed: WireGuard paths "
                             "exit 123", "apt-get install wireguard-go (no kernel module needed)"))
     try:
         mode = stat.S_IMODE(os.stat("/dev/net/tun").st_mode)
     except OSError:
-        checks.append(Check("tun", "fail", "/dev/net/tun does not exist: WireGuard paths exit 123",
+        checks.append(Check("tun", bad, "/dev/net/tun does not exist: WireGuard paths exit 123",
                             "load the tun module (modprobe tun) or give the container /dev/net/tun"))
         return checks
     if os.access("/dev/net/tun", os.R_OK | os.W_OK):
         checks.append(Check("tun", "ok", f"/dev/net/tun (mode {mode:04o}) is usable by this user"))
     else:
-        checks.append(Check("tun", "fail", f"/dev/net/tun is mode {mode:04o}, not usable by this user: "
+        checks.append(Check("tun", bad, f"/dev/net/tun is mode {mode:04o}, not usable by this user: "
                             "WireGuard paths exit 123. Opening it gives no power over the machine's "
                             "network (a tun device is created in vpnw's own namespace); Debian's udev "
                             "makes it 0666, some machines and containers keep it 0600",
@@ -329,20 +344,79 @@ def check_unix_supervisor() -> Check:
                  "unless the policy's [unix] allow names them")
 
 
+# Node honours NODE_USE_ENV_PROXY (which vpnw sets) from these versions on.
+NODE_ENV_PROXY_SINCE = ((22, 21), (24, 0))
+
+
+def node_honours_env_proxy(version: str) -> bool | None:
+    """Whether `node --version`'s answer (v22.21.0) is a Node that reads the
+    proxy variables itself; None when it is not a version."""
+    found = re.match(r"v?(\d+)\.(\d+)", version.strip())
+    if found is None:
+        return None
+    have = (int(found.group(1)), int(found.group(2)))
+    return any(have >= since and (since[0] == 24 or have[0] == since[0])
+               for since in NODE_ENV_PROXY_SINCE)
+
+
+def check_node() -> Check:
+    """A Node older than 22.21 ignores NODE_USE_ENV_PROXY: its fetch() and
+    https requests do not go to the doors unless the program sets an agent."""
+    import shutil
+    import subprocess
+    node = shutil.which("node") or shutil.which("nodejs")
+    if node is None:
+        return Check("node", "ok", "no Node.js on PATH")
+    try:
+        version = subprocess.run([node, "--version"], capture_output=True, text=True,
+                                 timeout=10).stdout.strip()
+    except (OSError, subprocess.SubprocessError) as e:
+        return Check("node", "warn", f"{node} --version failed: {e}")
+    honours = node_honours_env_proxy(version)
+    if honours:
+        return Check("node", "ok", f"{node} is Node {version}, which honours NODE_USE_ENV_PROXY")
+    return Check("node", "warn",
+                 f"{node} is Node {version or '(no version)'}, older than 22.21: it ignores "
+                 "NODE_USE_ENV_PROXY, so a Node program's fetch() and https requests cannot go "
+                 "out unless the program reads HTTPS_PROXY itself (npm does, from the "
+                 "npm_config_ variables vpnw sets)", "use Node 22.21 or newer")
+
+
 def run_checks(config_file: str | None = None) -> list[Check]:
     checks = [check_kernel(), *check_userns_sysctls(), check_namespaces(), check_devpts(),
               check_capture(),
               *check_seccomp(), check_unix_supervisor(),
-              check_io_uring(), *check_file_limits(), check_state_dir(), check_program_env()]
+              check_io_uring(), *check_file_limits(), check_state_dir(), check_program_env(),
+              check_node(),
+              *check_wireguard_support(needed=bool(config_file) and config_names_wireguard(config_file))]
     if config_file:
         checks += check_paths(config_file)
     return checks
+
+
+def render(check: Check, columns: int | None) -> str:
+    """One check as text; wrapped to `columns` (a terminal's width) when given,
+    each further row indented under the name, words and paths never cut."""
+    text = f"{check.status:<5} {check.name}  {check.detail}" + (f"  (fix: {check.fix})" if check.fix else "")
+    if not columns:
+        return text
+    import textwrap
+    return textwrap.fill(text, width=max(columns, 40), subsequent_indent=" " * 6,
+                         break_long_words=False, break_on_hyphens=False)
 
 
 def guard_can_work(checks: list[Check]) -> bool:
     return all(c.status != "fail" for c in checks if c.name in
                ("kernel", "max_user_namespaces", "unprivileged_userns_clone", "namespaces",
                 "seccomp", "libseccomp"))
+
+
+def terminal_columns() -> int | None:
+    """The width of the terminal stdout is, or None (a pipe, a file: one line per check)."""
+    try:
+        return os.get_terminal_size(1).columns if os.isatty(1) else None
+    except OSError:
+        return None
 
 
 @click.command("doctor")
@@ -353,13 +427,15 @@ def doctor_command(as_json: bool, config_file: str | None) -> None:
     """Say what this machine supports; exit 0 if guard can work here."""
     checks = run_checks(config_file)
     variables = program_variables()
+    columns = terminal_columns()
     for c in checks:
         if as_json:
             extra = {"variables": variables} if c.name == "program_env" else {}
             click.echo(json.dumps({**c._asdict(), **extra}))
         else:
-            click.echo(f"{c.status:<5} {c.name}  {c.detail}" + (f"  (fix: {c.fix})" if c.fix else ""))
+            click.echo(render(c, columns))
             if c.name == "program_env":
+                # Values whole, never wrapped: they are there to be copied.
                 for name, value in variables.items():
                     click.echo(f"        {name}={value}")
     raise SystemExit(0 if guard_can_work(checks) else 1)

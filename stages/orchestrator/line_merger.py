@@ -13,9 +13,12 @@ What the user sees:
   wrapped over), vpnw's lines are written, and the half line is written
   again, so a prompt such as "Passphrase: " reappears below them, whole,
   with the cursor where the program left it, and a long line being written
-  in pieces is never seen cut. A half line that cannot be replayed safely
-  (escape sequences, carriage returns, tabs, taller than the screen) is left
-  as it is and vpnw's lines start on the next line.
+  in pieces is never seen cut. A line editor's half line (bash's readline:
+  a coloured prompt, bracketed paste, the half-typed input edited in place)
+  is drawn again as the terminal shows it (half_line.py), cursor included.
+  A half line that cannot be redrawn safely (cursor up, absolute positions,
+  tabs, wider than the screen) is left as it is and vpnw's lines start on
+  the next line.
 - While the program uses the alternate screen (full-screen programs: less,
   vim, most agent interfaces), a line written there would be painted over
   or corrupt the picture; vpnw's lines wait until it leaves the alternate
@@ -29,6 +32,7 @@ import unicodedata
 from collections import deque
 
 from stages.orchestrator.escapes import ScreenModes
+from stages.orchestrator.half_line import rebuild
 
 # Leave the alternate screen, show the cursor, mouse reporting (every mode and
 # encoding) and bracketed paste off.
@@ -146,23 +150,28 @@ class LineMerger:
         if self._waiting_since is None or now < self._waiting_since + self.hold:
             return b""
         # The program has sat mid-line for the whole hold: lines of our own.
-        erase = self._erase_partial()
-        if erase is not None:
-            return erase + self._lines() + self.partial
+        redraw = self._redraw_partial()
+        if redraw is not None:
+            erase, picture = redraw
+            return erase + self._lines() + picture
         self.at_boundary = True
         self.partial = b""
         return self.newline + self._lines()
 
-    def _erase_partial(self) -> bytes | None:
+    def _redraw_partial(self) -> tuple[bytes, bytes] | None:
         """What erases the half line from the screen (it started at column 0,
-        after a newline), or None when that cannot be done safely."""
+        after a newline) and what draws it again, or None when that cannot be
+        done safely."""
         if self.partial_overflow or not self.partial or self.columns <= 0:
             return None
         width = display_width(self.partial)
-        if width is None or width > self.columns * max(self.rows - 1, 1):
+        if width is None:
+            line = rebuild(self.partial, self.columns)      # one row, edited in place
+            return None if line is None else (b"\r\x1b[J", line.redraw)
+        if width > self.columns * max(self.rows - 1, 1):
             return None
         up = (width - 1) // self.columns if width else 0
-        return (b"\x1b[%dA" % up if up else b"") + b"\r\x1b[J"
+        return (b"\x1b[%dA" % up if up else b"") + b"\r\x1b[J", self.partial
 
 
 def display_width(text: bytes) -> int | None:
