@@ -121,6 +121,44 @@ def test_install_in_a_scratch_namespace_reads_back_exactly():
     assert got == {"before": [], "after": ["unexpected nftables table ip intruder"]}
 
 
+RESOLV_SCRATCH = textwrap.dedent("""
+    import json, os, subprocess
+    from stages.helper import capture
+    subprocess.run(["mount", "--make-rprivate", "/"], check=True)
+    capture.bind_resolv_conf()
+    target = os.path.realpath("/etc/resolv.conf")
+    mounts = [line.split() for line in open("/proc/self/mountinfo")]
+    bound = [m for m in mounts if m[4] == target]
+    try:
+        capture.bind_resolv_conf(source="/etc")
+        refused = None
+    except OSError as e:
+        refused = e.errno
+    print(json.dumps({"text": open("/etc/resolv.conf").read(), "root": bound[-1][3],
+                      "options": bound[-1][5],
+                      "refused": refused}))
+""")
+
+
+def test_resolv_conf_is_the_shipped_file_bound_read_only_with_no_mount_made_per_run():
+    """One bind of the file vpnw ships (no tmpfs made and unmounted per run,
+    whose RCU grace period stalled the seal); a source that is not a regular
+    file is refused."""
+    if shutil.which("unshare") is None or not os.path.isfile(os.path.realpath("/etc/resolv.conf")):
+        pytest.skip("needs unshare (util-linux) and an /etc/resolv.conf")
+    r = subprocess.run(["unshare", "-Urm", sys.executable, "-c", RESOLV_SCRATCH], capture_output=True,
+                       text=True, cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)})
+    if r.returncode and "unshare failed" in r.stderr:
+        pytest.skip(f"no user namespaces here: {r.stderr.strip()}")
+    assert r.returncode == 0, r.stderr
+    got = json.loads(r.stdout)
+    assert got["text"] == (REPO / "stages/helper/resolv.conf").read_text()
+    assert "nameserver 127.0.0.1\n" in got["text"]
+    assert got["root"].endswith("/stages/helper/resolv.conf"), got
+    assert got["options"].split(",")[0] == "ro"
+    assert got["refused"] == 22
+
+
 def test_doctor_says_whether_capture_works_here():
     from stages.orchestrator.doctor import check_capture
     try:

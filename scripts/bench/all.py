@@ -1042,7 +1042,7 @@ def bench_capture(rounds: int, seconds: int, count: int) -> dict:
               CAPTURE: f"{CAPTURE_ADDR}:{SINK_PORT}"}
     conns_to = {DIRECT: f"127.0.0.1:{NGINX_PORT}", socks: f"bench.test:{NGINX_PORT}",
                 CAPTURE: f"{CAPTURE_ADDR}:{NGINX_PORT}"}
-    lat, conns, dns, plain, captured = {}, {}, [], [], []
+    lat, conns, dns = {}, {}, []
     record = os.path.join(PLACE.tmp, "capture-startup.jsonl")
     for _ in range(rounds):
         for way in (DIRECT, socks, CAPTURE):
@@ -1053,27 +1053,46 @@ def bench_capture(rounds: int, seconds: int, count: int) -> dict:
                              "--seconds", str(seconds)], way))
         out, _ = run_program([PYTHON, "-c", DNS_QUERIES, str(count * 4)], CAPTURE)
         dns.append(json.loads(out.strip().splitlines()[-1]))
-    for i in range(rounds * 2 + 1):      # interleaved; the first pair only warms the caches
-        for argv, into in ((["run"], plain), (["run", "--capture"], captured)):
-            t0 = time.perf_counter()
-            subprocess.run([VPNW, *argv, "--record", record, "--", "true"], check=True,
-                           stderr=subprocess.DEVNULL)
-            if i:
-                into.append((time.perf_counter() - t0) * 1e3)
-    with contextlib.suppress(FileNotFoundError):
-        os.unlink(record)
-    setup = [json.loads(subprocess.run([PYTHON, "-c", CAPTURE_SETUP], check=True, capture_output=True,
-                                       text=True, cwd=ROOT).stdout) for _ in range(rounds * 4)]
+    startup = capture_startup(rounds, record)
     return {
-        "setup_ms": {k: median([x[k] for x in setup]) for k in ("install_ms", "resolv_ms")},
+        **startup[None],
+        "against": {rev: startup[rev] for rev in AGAINST},
         "lat": {label: {k: median([r[k] for r in rs]) for k in ("p50_ms", "p99_ms")} for label, rs in lat.items()},
         "conns": {label: {"rate": median([r["rate"] for r in rs]), "errors": sum(r["errors"] for r in rs)}
                   for label, rs in conns.items()},
         "dns": {k: median([d[k] for d in dns]) for k in ("qps", "p50_ms", "p99_ms")},
-        "startup": {"run_ms": median(plain), "capture_ms": median(captured),
-                    "over_ms": median(captured) - median(plain)},
         "clients": CLIENTS, "count": count,
     }
+
+
+def capture_startup(rounds: int, record: str) -> dict:
+    """`vpnw run --capture -- true` against `vpnw run -- true`, this tree's
+    and each --against REV's, interleaved; then what the helper alone spends
+    on capture (CAPTURE_SETUP, in each build's own interpreter), interleaved."""
+    builds = {None: VPNW, **AGAINST}
+    plain = {rev: [] for rev in builds}
+    captured = {rev: [] for rev in builds}
+    setup = {rev: [] for rev in builds}
+    for i in range(rounds * 2 + 1):      # interleaved; the first pairs only warm the caches
+        for rev, vpnw in builds.items():
+            for argv, into in ((["run"], plain), (["run", "--capture"], captured)):
+                t0 = time.perf_counter()
+                subprocess.run([vpnw, *argv, "--record", record, "--", "true"], check=True,
+                               stderr=subprocess.DEVNULL)
+                if i:
+                    into[rev].append((time.perf_counter() - t0) * 1e3)
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(record)
+    for _ in range(rounds * 4):
+        for rev, vpnw in builds.items():
+            # This tree's modules from the checkout; REV's from its own venv.
+            python, cwd = (PYTHON, ROOT) if rev is None else (os.path.join(os.path.dirname(vpnw), "python"), "/")
+            setup[rev].append(json.loads(subprocess.run([python, "-c", CAPTURE_SETUP], check=True,
+                                                        capture_output=True, text=True, cwd=cwd).stdout))
+    return {rev: {"setup_ms": {k: median([x[k] for x in setup[rev]]) for k in ("install_ms", "resolv_ms")},
+                  "startup": {"run_ms": median(plain[rev]), "capture_ms": median(captured[rev]),
+                              "over_ms": median(captured[rev]) - median(plain[rev])}}
+            for rev in builds}
 
 
 def print_capture(w, c: dict) -> None:
@@ -1092,6 +1111,11 @@ def print_capture(w, c: dict) -> None:
       f"{s['run_ms']:.1f} ms: capture costs {s['over_ms']:.1f} ms (target 10 ms); in the helper alone: "
       f"routes + table + read-back {c['setup_ms']['install_ms']:.1f} ms, resolv.conf "
       f"{c['setup_ms']['resolv_ms']:.1f} ms\n")
+    for rev, r in c.get("against", {}).items():
+        s = r["startup"]
+        w(f"    start-up @{rev}: run --capture {s['capture_ms']:.1f} ms, run {s['run_ms']:.1f} ms: capture "
+          f"costs {s['over_ms']:.1f} ms; helper alone: {r['setup_ms']['install_ms']:.1f} ms + resolv.conf "
+          f"{r['setup_ms']['resolv_ms']:.1f} ms\n")
 
 
 # ------------------------------------------------------------------ the targets
@@ -1206,6 +1230,12 @@ def compare_against(res: dict, rev: str) -> list[dict]:
                 old = rows.get(twin_label(label, rev))
                 add("paced", f"{label}, added p50", r["added_p50_ms"], old and old["added_p50_ms"], "ms")
                 add("paced", f"{label}, added p99", r["added_p99_ms"], old and old["added_p99_ms"], "ms")
+    if "capture" in res and rev in res["capture"].get("against", {}):
+        c, old = res["capture"], res["capture"]["against"][rev]
+        add("capture", "run --capture -- true, over run -- true", c["startup"]["over_ms"],
+            old["startup"]["over_ms"], "ms")
+        for k in ("install_ms", "resolv_ms"):
+            add("capture", f"helper alone: {k[:-3]}", c["setup_ms"][k], old["setup_ms"][k], "ms")
     for label, v in res.get("lat", {}).items():
         if label.startswith("vpnw") and "@" not in label:
             old = res["lat"].get(twin_label(label, rev))
