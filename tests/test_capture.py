@@ -18,6 +18,7 @@ import pytest
 from stages.broker.capture_door import NoOriginalDestination, parse_original_destination
 from stages.config.policy import PolicyError, parse_policy
 from stages.helper import capture, netlink
+from stages.helper.unix_supervisor import loopback_port
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -207,3 +208,45 @@ def test_learn_drafts_capture_and_exact_localhost_rules():
     assert policy.capture is True
     assert localhost_ports(policy) == (80,)
     assert "git.world:22" in [r.text for r in policy.allow]
+
+
+def test_loopback_port_reads_only_127_0_0_1_and_1():
+    import struct as _struct
+    v4 = lambda a, p: _struct.pack("<H", socket.AF_INET) + _struct.pack(">H", p) + bytes(a) + bytes(8)
+    v6 = lambda a, p: (_struct.pack("<H", socket.AF_INET6) + _struct.pack(">H", p) + bytes(4)
+                       + socket.inet_pton(socket.AF_INET6, a) + bytes(4))
+    assert loopback_port(v4([127, 0, 0, 1], 11434)) == 11434
+    assert loopback_port(v6("::1", 8080)) == 8080
+    assert loopback_port(v6("::ffff:127.0.0.1", 5432)) == 5432
+    for raw in (v4([127, 0, 0, 2], 80), v4([10, 0, 0, 1], 80), v6("::2", 80), b"", b"\x02\x00",
+                v4([127, 0, 0, 1], 80)[:7]):
+        assert loopback_port(raw) is None
+
+
+def test_inet_diag_sees_loopback_and_wildcard_listeners_only(tmp_path):
+    """In a scratch network namespace: 127.0.0.1, ::1, 0.0.0.0 and :: reach
+    from loopback; 127.0.0.2 and a closed port do not."""
+    if shutil.which("unshare") is None:
+        pytest.skip("needs unshare (util-linux)")
+    script = textwrap.dedent("""
+        import json, socket
+        from stages.kernel.inet_diag import loopback_listener
+        from stages.helper import netlink
+        netlink.bring_up("lo")
+        held = []
+        for family, address, port in ((socket.AF_INET, "127.0.0.1", 18001), (socket.AF_INET6, "::1", 18002),
+                                      (socket.AF_INET, "0.0.0.0", 18003), (socket.AF_INET6, "::", 18004),
+                                      (socket.AF_INET, "127.0.0.2", 18005)):
+            s = socket.socket(family)
+            s.bind((address, port))
+            s.listen()
+            held.append(s)
+        print(json.dumps({p: loopback_listener(p) for p in range(18001, 18007)}))
+    """)
+    r = subprocess.run(["unshare", "-Urn", sys.executable, "-c", script], capture_output=True, text=True,
+                       cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)})
+    if r.returncode and "unshare failed" in r.stderr:
+        pytest.skip(f"no user namespaces here: {r.stderr.strip()}")
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout) == {"18001": True, "18002": True, "18003": True, "18004": True,
+                                    "18005": False, "18006": False}

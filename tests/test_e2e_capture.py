@@ -311,7 +311,8 @@ def test_localhost_rule_opens_exactly_that_port(world, local_server, user, rule)
     policy = world.file(f"local-{user}-{rule}.toml",
                         f'version = 1\n[policy]\ndeny_private = true\nallow = [{allow}]\n')
     script = (f"curl -sS --max-time 10 http://localhost:{LOCAL_PORT}/index.html; echo rc=$?; "
-              f"curl -sS --max-time 10 http://127.0.0.1:{LOCAL_PORT + 1}/; echo rc=$?")
+              f"curl -sS --max-time 10 http://127.0.0.1:{LOCAL_PORT + 1}/; echo rc=$?; "
+              f"curl -sS --max-time 10 -o /dev/null http://127.0.0.1:{LOCAL_PORT}/index.html")
     r = world.vpnw(["guard", "--policy", str(policy), "--", "sh", "-c", script], user=user)
     # Control: outside vpnw the same user reaches the server.
     control = world.run(["curl", "-sS", f"http://localhost:{LOCAL_PORT}/index.html"], user=user)
@@ -320,13 +321,26 @@ def test_localhost_rule_opens_exactly_that_port(world, local_server, user, rule)
     assert codes[1] == "rc=7", describe(r)         # another port of the machine: never reached
     events = run_events(r)
     requests = [e["fields"] for e in events if e["type"] == "conn.request"]
+    ready = next(e["fields"] for e in events if e["type"] == "sandbox.ready")
+    exit_ = next(e["fields"] for e in events if e["type"] == "program.exit")
+    rule_hint = f'allow = ["localhost:{LOCAL_PORT}"]'
     if rule:
         assert "the machine's own service" in r.stdout and codes[0] == "rc=0", describe(r)
-        assert requests == [{"door": "local", "kind": "local", "host": "localhost", "port": LOCAL_PORT}]
+        assert r.returncode == 0, describe(r)
+        assert requests == [{"door": "local", "kind": "local", "host": "localhost", "port": LOCAL_PORT}] * 2
         opened_ = [e["fields"] for e in events if e["type"] == "conn.open"]
         assert opened_[0]["via"] == "localhost" and opened_[0]["address"] in ("127.0.0.1", "::1")
+        assert ready["local_doors"] == [LOCAL_PORT]
+        # Refused inside, but the machine has no listener on LOCAL_PORT + 1: no hint.
+        assert "loopback_refused" not in exit_ and rule_hint not in r.stderr, describe(r)
     else:
         assert codes[0] == "rc=7" and requests == [], describe(r)   # nothing listens in the sandbox
+        assert "local_doors" not in ready
+        # The closing hint, on evidence: refused inside on a port the machine
+        # listens on (LOCAL_PORT + 1, where it does not, is not named).
+        assert r.returncode == 7 and exit_["loopback_refused"] == [LOCAL_PORT], describe(r)
+        assert rule_hint in r.stderr and f"port {LOCAL_PORT} of the sandbox's own loopback" in r.stderr, \
+            describe(r)
 
 
 # ------------------------------------------------------ bypass attempts, captured

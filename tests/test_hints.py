@@ -67,3 +67,20 @@ def test_a_refused_unix_socket_is_named():
         ev("unix.deny", path="/run/docker.sock", process=6, program="curl", reason="x"),
         ev("program.exit", code=7, signal=None), ev("run.end", exit_code=7)))
     assert len(hints) == 1 and "Unix socket /run/docker.sock (" in hints[0], hints
+
+
+def test_a_refused_loopback_port_the_machine_listens_on_names_the_rule():
+    hints = closing_hints(facts_of(START, ev("program.exit", code=7, signal=None, loopback_refused=[11434]),
+                                   ev("run.end", exit_code=7)))
+    assert hints == ["hint: the program exited 7 after a connection to port 11434 of the sandbox's own "
+                     "loopback was refused: nothing listens there inside the sandbox, but this machine "
+                     "has a listener on it; to let the program reach it, add "
+                     "allow = [\"localhost:11434\"] to the policy"]
+    two = closing_hints(facts_of(START, ev("program.exit", code=1, signal=None,
+                                           loopback_refused=[5432, 6379]), ev("run.end", exit_code=1)))
+    assert len(two) == 1 and 'allow = ["localhost:5432", "localhost:6379"]' in two[0]
+    # Evidence only: none on a run that succeeded, nor from a field that is not a port list.
+    assert closing_hints(facts_of(START, ev("program.exit", code=0, signal=None, loopback_refused=[80]),
+                                  ev("run.end", exit_code=0))) == []
+    assert closing_hints(facts_of(START, ev("program.exit", code=1, signal=None, loopback_refused="80"),
+                                  ev("run.end", exit_code=1))) == []

@@ -40,11 +40,14 @@ SAMPLES = [
     st.PathOk(path="office", type="proxy", ms=12),
     st.PathDown(path="office", error="127.0.0.1:9 refused the connection"),
     st.Totals(connections=3, denied=1, would_deny=0, failed=2),
+    st.Ready(namespaces=("user", "net"), seccomp=True, unix_sockets=False, unix="own",
+             doors=(("http", 3128), ("socks", 1080)), local=(11434, 8080)),
+    st.LoopbackRefused(port=11434, process=7, program="curl"),
     st.UnixConnect(path="/run/docker.sock", allowed=False, process=7, program="curl",
                    reason="a socket bound outside the sandbox"),
 ]
 ALL_KINDS = (st.Ready, st.SandboxFailed, st.ExecFailed, st.Exited, st.Stopped, st.InitOk,
-             st.InitFailed, st.PathOk, st.PathDown, st.Totals, st.UnixConnect)
+             st.InitFailed, st.PathOk, st.PathDown, st.Totals, st.UnixConnect, st.LoopbackRefused)
 
 
 def test_the_samples_cover_every_kind():
@@ -67,6 +70,9 @@ def test_the_wire_form_is_the_documented_one():
                                       b'"process":7,"program":"curl",'
                                       b'"reason":"a socket bound outside the sandbox"}}\n')
     assert st.encode(st.SandboxFailed("x", ExitCode.INTERNAL)) == b'{"error":"x","code":125}\n'
+    # The local doors' ports only when a localhost:PORT rule opened some.
+    assert st.encode(SAMPLES[-3]).endswith(b'"doors":{"http":3128,"socks":1080},"local":[11434,8080]}}\n')
+    assert st.encode(SAMPLES[-2]) == b'{"loopback_refused":{"port":11434,"process":7,"program":"curl"}}\n'
     assert st.encode(st.Exited(1, None)) == b'{"exit":{"code":1,"signal":null}}\n'
     assert st.encode(st.Totals()) == (b'{"totals":{"connections":0,"denied":0,"would_deny":0,'
                                       b'"failed":0}}\n')

@@ -268,7 +268,7 @@ def run(argv: list[str], handoff_fd: int, status_fd: int, go_fd: int,
                                  unix_sockets=allow_unix_sockets,
                                  unix="all" if allow_unix_sockets else
                                  "none" if sealed.unix is None else "own",
-                                 doors=tuple(sealed.opened.items())))
+                                 doors=tuple(sealed.opened.items()), local=tuple(local_ports)))
     mark("helper", "Ready sent")
     if not _go_byte(go_fd):
         return ExitCode.NO_SANDBOX  # the orchestrator gave up; init dies with us (pdeathsig)
@@ -404,7 +404,10 @@ def _spawn_supervisor(unix_link, named, status_fd: int) -> int | None:
         return None
     from stages.helper import unix_supervisor
 
-    def report(r: unix_supervisor.Report) -> None:
+    def report(r: unix_supervisor.Report | unix_supervisor.LoopbackRefused) -> None:
+        if isinstance(r, unix_supervisor.LoopbackRefused):
+            st.write(status_fd, st.LoopbackRefused(port=r.port, process=r.process, program=r.program))
+            return
         st.write(status_fd, st.UnixConnect(path=r.path, allowed=r.allowed, process=r.process,
                                            program=r.program, reason=r.reason))
     try:

@@ -48,6 +48,9 @@ SOCKADDR_MAX = 128              # sizeof(struct sockaddr_storage): the kernel's 
 # not hold every other connect in the sandbox; past this many, the program
 # only waits on itself.
 WORKERS = 32
+# The loopback ports whose refusals are reported (evidence for a hint; the
+# rest of a scan adds nothing).
+MAX_REFUSED_PORTS = 16
 
 
 class Destination(NamedTuple):
@@ -107,12 +110,36 @@ class Report(NamedTuple):
     reason: str           # why refused / the policy's entry
 
 
+class LoopbackRefused(NamedTuple):
+    """A TCP connect to a port of the sandbox's own loopback that nothing
+    there listens on, which the kernel refuses: the evidence for the closing
+    hint that names a `localhost:PORT` rule (stages/recorder/hints.py)."""
+    port: int
+    process: int
+    program: str
+
+
+_LOOPBACK_V4 = bytes([127, 0, 0, 1])
+_LOOPBACK_V6 = (bytes(15) + b"\1", bytes(10) + b"\xff\xff" + _LOOPBACK_V4)
+
+
+def loopback_port(raw: bytes) -> int | None:
+    """Pure: the port a sockaddr_in / sockaddr_in6 asks for when its address
+    is 127.0.0.1 or ::1 (or ::ffff:127.0.0.1); None for anything else."""
+    family = int.from_bytes(raw[:2], "little") if len(raw) >= 2 else None
+    if family == socket.AF_INET and len(raw) >= 8 and raw[4:8] == _LOOPBACK_V4:
+        return int.from_bytes(raw[2:4], "big")
+    if family == socket.AF_INET6 and len(raw) >= 24 and raw[8:24] in _LOOPBACK_V6:
+        return int.from_bytes(raw[2:4], "big")
+    return None
+
+
 class Supervisor:
     """The loop over one seccomp listener. `report` is called (and must have
     written the record) before the program is answered."""
 
     def __init__(self, listener: int, proc_fd: int, named: dict[tuple[int, int], str],
-                 report: Callable[[Report], None]):
+                 report: Callable[[Report | LoopbackRefused], None]):
         self.listener = listener
         self.proc = proc_fd
         self.named = named
@@ -123,6 +150,7 @@ class Supervisor:
         self.workers = 0
         self.idle = 0
         self.lock = threading.Lock()
+        self.refused_ports: set[int] = set()
 
     # ------------------------------------------------------------ loop
 
@@ -226,7 +254,7 @@ class Supervisor:
         except OSError as e:
             return e.errno        # ENOTSOCK, as connect() on a file that is no socket
         if family != AF_UNIX:
-            return self._connect(n.id, sock, raw)
+            return self._connect(n.id, sock, raw, watch=n.pid if loopback_port(raw) else None)
         try:
             target = self._unix_target(n, sock, raw, held)
         except Refusal as why:
@@ -236,10 +264,41 @@ class Supervisor:
             return target
         return self._connect(n.id, sock, target)
 
-    def _connect(self, notif_id: int, sock: int, address: bytes):
+    def _connect(self, notif_id: int, sock: int, address: bytes, watch: int | None = None):
+        """`watch`: the thread of a connect to the sandbox's loopback, whose
+        refusal is reported before the program hears it."""
         if fcntl.fcntl(sock, fcntl.F_GETFL) & os.O_NONBLOCK:
-            return sn.connect_raw(sock, address)
-        return lambda: self._respond(notif_id, sn.connect_raw(sock, address))
+            result = sn.connect_raw(sock, address)
+            if watch is not None:
+                self._refused_at_loopback(watch, address, result)
+            return result
+
+        def connect_and_answer():
+            result = sn.connect_raw(sock, address)
+            if watch is not None:
+                self._refused_at_loopback(watch, address, result)
+            self._respond(notif_id, result)
+        return connect_and_answer
+
+    def _refused_at_loopback(self, tid: int, address: bytes, result: int) -> None:
+        """Refused for certain (ECONNREFUSED), or under way on a port nothing
+        in the sandbox listens on (a non-blocking connect hears the reset
+        later): reported once per port, as evidence, never as a decision."""
+        port = loopback_port(address)
+        if port in self.refused_ports or result not in (errno.ECONNREFUSED, errno.EINPROGRESS):
+            return
+        if result == errno.EINPROGRESS:
+            from stages.kernel.inet_diag import loopback_listener
+            try:
+                if loopback_listener(port):
+                    return
+            except (OSError, unix_diag.DiagError):
+                return          # no evidence: no report
+        with self.lock:
+            if port in self.refused_ports or len(self.refused_ports) >= MAX_REFUSED_PORTS:
+                return
+            self.refused_ports.add(port)
+        self.report(LoopbackRefused(port, *self._who(tid)))
 
     def _pidfd(self, tid: int) -> int:
         try:
@@ -423,7 +482,7 @@ def hand_over_listener(program_end: int, seccomp_filter) -> None:
 
 
 def spawn(link_: Link, named: dict[tuple[int, int], str], status_fd: int,
-          report: Callable[[Report], None]) -> int:
+          report: Callable[[Report | LoopbackRefused], None]) -> int:
     """In the helper, inside the new user and network namespaces but before
     the new PID namespace: the supervisor process (its PID). Forked there, it
     is out of the program's PID namespace (the program can neither see nor

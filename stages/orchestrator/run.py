@@ -601,6 +601,7 @@ ACCEPTED = {
         st.Ready: {"sealing"},
         st.Stopped: {"running"},                       # only on a terminal
         st.UnixConnect: {"running"},                   # the supervisor's, while the program runs
+        st.LoopbackRefused: {"running"},               # the supervisor's too
         st.SandboxFailed: {"sealing", "sealed", "running"},
         st.ExecFailed: {"sealing", "sealed", "running"},
         st.Exited: {"running"},
@@ -644,6 +645,7 @@ class _Run:
         self.recorded = False
         self.pending_signals: list[int] = []
         self.interrupted = None      # a signal that came before the program started
+        self.loopback_refused = []   # ports refused inside that the machine listens on
 
     def _on_signal(self, signum, _frame):
         self.pending_signals.append(signum)
@@ -778,7 +780,8 @@ class _Run:
         self.ready = message
         self.emitter.emit("sandbox.ready", namespaces=list(message.namespaces),
                           seccomp=message.seccomp, unix_sockets=message.unix_sockets,
-                          unix=message.unix, doors=dict(message.doors))
+                          unix=message.unix, doors=dict(message.doors),
+                          **({"local_doors": list(message.local)} if message.local else {}))
 
     def _on_unix(self, message: st.UnixConnect) -> str | None:
         if self.ready.unix != "own":
@@ -787,6 +790,22 @@ class _Run:
                           process=message.process, program=message.program,
                           **({"rule": message.reason} if message.allowed else
                              {"reason": message.reason}))
+        return None
+
+    def _on_loopback_refused(self, message: st.LoopbackRefused) -> str | None:
+        """Evidence for the closing hint: a port nothing inside listens on,
+        kept when the machine (this network namespace) has a listener there
+        that a `localhost:PORT` rule would reach."""
+        if self.ready.unix != "own":
+            return "a loopback report from a sandbox without the supervisor"
+        if message.port in self.loopback_refused or len(self.loopback_refused) >= 16:
+            return None
+        from stages.kernel.inet_diag import DiagError, loopback_listener
+        try:
+            if loopback_listener(message.port):
+                self.loopback_refused.append(message.port)
+        except (OSError, DiagError):
+            pass                     # no evidence, no hint
         return None
 
     def _on_stopped(self, message: st.Stopped) -> str | None:
@@ -810,7 +829,8 @@ class _Run:
         self.helper_over = True
         self.program_exit = message
         self.emitter.emit("program.exit", code=message.code, signal=message.signal,
-                          **({"no_route": message.no_route} if message.no_route else {}))
+                          **({"no_route": message.no_route} if message.no_route else {}),
+                          **({"loopback_refused": self.loopback_refused} if self.loopback_refused else {}))
 
     def _on_path_report(self, message: st.PathOk | st.PathDown) -> None:
         self.path_ok = isinstance(message, st.PathOk)
@@ -821,6 +841,7 @@ class _Run:
         self.totals = message
 
     _HANDLERS = {st.Ready: _on_ready, st.Stopped: _on_stopped, st.UnixConnect: _on_unix,
+                 st.LoopbackRefused: _on_loopback_refused,
                  st.SandboxFailed: _on_sandbox_failed,
                  st.ExecFailed: _on_exec_failed, st.Exited: _on_exited,
                  st.PathOk: _on_path_report, st.PathDown: _on_path_report, st.Totals: _on_totals}

@@ -10,6 +10,9 @@ with no evidence (a plain `exit 1`, Ctrl-C, a killed program). The evidence:
   way out that was not a door (it may ignore the proxy settings);
 - a `conn.fail` of kind `dns`: a name could not be resolved;
 - a `unix.deny`: the sandbox refused a Unix socket (its path is named);
+- `program.exit`'s `loopback_refused`: a connection to a port of the
+  sandbox's own loopback was refused (nothing listens there) while the
+  machine has a listener on that port: a `localhost:PORT` rule reaches it;
 - `run.start`'s `files`: the policy's [files] table hid some paths and made
   the rest read-only, which a program meets as "No such file or directory"
   and "Read-only file system".
@@ -34,6 +37,7 @@ class RunFacts:
     exit_code: int | None = None
     program_ran: bool = False                          # a program.exit came
     no_route: int = 0
+    loopback_refused: list = field(default_factory=list)  # ports, from program.exit
     unresolved: list = field(default_factory=list)   # names, each once, in order
     unix_refused: list = field(default_factory=list) # socket paths, each once, in order
     files: dict | None = None                          # run.start's "files"
@@ -63,6 +67,8 @@ class RunFacts:
             self.program_ran = True
             no_route = f.get("no_route")
             self.no_route = no_route if isinstance(no_route, int) else 0
+            ports = f.get("loopback_refused")
+            self.loopback_refused = [p for p in ports if type(p) is int] if isinstance(ports, list) else []
         elif type_ == "run.end":
             self.exit_code = f.get("exit_code")
 
@@ -77,6 +83,8 @@ def closing_hints(facts: RunFacts) -> list[str]:
         hints.append(f"hint: the program exited {facts.exit_code} after {tries} at a way out other "
                      f"than vpnw's doors, which the sandbox refused; it may ignore the proxy "
                      f"settings ({CLIENTS})")
+    if facts.loopback_refused:
+        hints.append(_loopback_hint(facts))
     if facts.unresolved:
         names = ", ".join(printable(n) for n in facts.unresolved[:_NAMES_SHOWN])
         more = len(facts.unresolved) - _NAMES_SHOWN
@@ -91,6 +99,16 @@ def closing_hints(facts: RunFacts) -> list[str]:
     if facts.files is not None:
         hints.append(_files_hint(facts))
     return hints
+
+
+def _loopback_hint(facts: RunFacts) -> str:
+    ports = facts.loopback_refused[:_NAMES_SHOWN]
+    rules = ", ".join(f'"localhost:{p}"' for p in ports)
+    which = f"port {ports[0]}" if len(ports) == 1 else "ports " + ", ".join(str(p) for p in ports)
+    return (f"hint: the program exited {facts.exit_code} after a connection to {which} of the "
+            f"sandbox's own loopback was refused: nothing listens there inside the sandbox, but "
+            f"this machine has a listener on {'it' if len(ports) == 1 else 'them'}; to let the "
+            f"program reach {'it' if len(ports) == 1 else 'them'}, add allow = [{rules}] to the policy")
 
 
 def _paths(paths, unlisted: bool) -> str:

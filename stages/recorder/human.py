@@ -287,7 +287,9 @@ def _sandbox_ready(x: _Line) -> str | None:
     unix = {"own": "own unix sockets", "all": "unix sockets ALLOWED"}.get(
         f.get("unix"), "unix sockets ALLOWED" if f.get("unix_sockets") else "no unix sockets")
     seccomp = "seccomp on" if f.get("seccomp") else "seccomp OFF"
-    return f"{x.head()}sandbox ready: {namespaces}; {seccomp}; {unix}; doors {door_text}"
+    local = f.get("local_doors") or []
+    local_text = f"; the machine's loopback on {', '.join(printable(p) for p in local)}" if local else ""
+    return f"{x.head()}sandbox ready: {namespaces}; {seccomp}; {unix}; doors {door_text}{local_text}"
 
 
 def _program_exit(x: _Line) -> str | None:

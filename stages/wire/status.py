@@ -11,8 +11,8 @@ it expects (docs/architecture.md, "Status messages").
 
 Channels and the kinds each may carry:
 
-    helper -> orchestrator   HELPER_STATUS   Ready, Stopped, UnixConnect, SandboxFailed, ExecFailed,
-                                             Exited
+    helper -> orchestrator   HELPER_STATUS   Ready, Stopped, UnixConnect, LoopbackRefused,
+                                             SandboxFailed, ExecFailed, Exited
     init   -> helper         INIT_REPORT     InitOk, InitFailed, Stopped, SandboxFailed, ExecFailed,
                                              Exited
     program's process -> init (before exec)  PROGRAM_REPORT  SandboxFailed, ExecFailed
@@ -150,22 +150,26 @@ def _kind(*keys: str):
 class Ready(_Message):
     """The seal holds and both doors listen; the helper waits for go.
     `{"ready": {"namespaces": [...], "seccomp": true, "unix_sockets": false,
-    "unix": "own", "doors": {"http": 3128, "socks": 1080}}}`"""
+    "unix": "own", "doors": {"http": 3128, "socks": 1080}}}`; `local`: the
+    ports `localhost:PORT` rules opened on the sandbox's loopback (sent only
+    when there are some)."""
     namespaces: tuple[str, ...]
     seccomp: bool
     unix_sockets: bool
     doors: tuple[tuple[str, int], ...]     # (door, port), as handoff.DOORS
     unix: str = "none"                     # UNIX_MODES: which Unix sockets the program reaches
+    local: tuple[int, ...] = ()            # the local doors' ports (localhost:PORT rules)
 
     def to_wire(self) -> dict:
         return {"ready": {"namespaces": list(self.namespaces), "seccomp": self.seccomp,
                           "unix_sockets": self.unix_sockets, "unix": self.unix,
-                          "doors": dict(self.doors)}}
+                          "doors": dict(self.doors), **({"local": list(self.local)} if self.local else {})}}
 
     @classmethod
     def from_wire(cls, obj: dict) -> "Ready":
-        body = _object(obj["ready"], "ready", {"namespaces", "seccomp", "unix_sockets", "unix",
-                                               "doors"})
+        keys = {"namespaces", "seccomp", "unix_sockets", "unix", "doors"}
+        body = _object(obj["ready"], "ready", keys | ({"local"} if isinstance(obj["ready"], dict)
+                                                      and "local" in obj["ready"] else set()))
         if body["unix"] not in UNIX_MODES:
             raise StatusError(f"ready.unix must be one of {list(UNIX_MODES)}, not {_clip(body['unix'])}")
         names = body["namespaces"]
@@ -174,12 +178,20 @@ class Ready(_Message):
         doors = body["doors"]
         if not isinstance(doors, dict) or len(doors) > 8:
             raise StatusError(f"ready.doors must be a small object, not {_clip(doors)}")
+        local = body.get("local", [])
+        if not isinstance(local, list) or len(local) > MAX_LOCAL_DOORS:
+            raise StatusError(f"ready.local must be a list of at most {MAX_LOCAL_DOORS} ports, "
+                              f"not {_clip(local)}")
         return cls(namespaces=tuple(_text(n, "a namespace") for n in names),
                    seccomp=_bool(body["seccomp"], "ready.seccomp"),
                    unix_sockets=_bool(body["unix_sockets"], "ready.unix_sockets"),
                    unix=body["unix"],
                    doors=tuple((_text(door, "a door"), _int(port, "a door's port", 1, 65535))
-                               for door, port in doors.items()))
+                               for door, port in doors.items()),
+                   local=tuple(_int(port, "a local door's port", 1, 65535) for port in local))
+
+
+MAX_LOCAL_DOORS = 1024
 
 
 # "own": sockets bound inside the sandbox and those the policy names (the
@@ -215,6 +227,29 @@ class UnixConnect(_Message):
                    process=_int(body["process"], "unix.process", 0, 2**22),
                    program=_text(body["program"], "unix.program"),
                    reason=_text(body["reason"], "unix.reason"))
+
+
+@_kind("loopback_refused")
+class LoopbackRefused(_Message):
+    """The supervisor saw a TCP connect to a port of the sandbox's own
+    loopback that nothing there listens on (the kernel refuses it); sent
+    once per port, before the program hears the answer. Evidence for the
+    closing hint, never a decision.
+    `{"loopback_refused": {"port": 11434, "process": 7, "program": "curl"}}`"""
+    port: int
+    process: int
+    program: str
+
+    def to_wire(self) -> dict:
+        return {"loopback_refused": {"port": self.port, "process": self.process,
+                                     "program": self.program}}
+
+    @classmethod
+    def from_wire(cls, obj: dict) -> "LoopbackRefused":
+        body = _object(obj["loopback_refused"], "loopback_refused", {"port", "process", "program"})
+        return cls(port=_int(body["port"], "loopback_refused.port", 1, 65535),
+                   process=_int(body["process"], "loopback_refused.process", 0, 2**22),
+                   program=_text(body["program"], "loopback_refused.program"))
 
 
 @_kind("error", "code")
@@ -372,10 +407,10 @@ class Totals(_Message):
         return cls(**{key: _int(value, f"totals.{key}", 0, 2**53) for key, value in body.items()})
 
 
-Message = Union[Ready, UnixConnect, SandboxFailed, ExecFailed, Exited, Stopped, InitOk, InitFailed, PathOk,
+Message = Union[Ready, UnixConnect, LoopbackRefused, SandboxFailed, ExecFailed, Exited, Stopped, InitOk, InitFailed, PathOk,
                 PathDown, Totals]
 
-HELPER_STATUS = (Ready, Stopped, UnixConnect, SandboxFailed, ExecFailed, Exited)
+HELPER_STATUS = (Ready, Stopped, UnixConnect, LoopbackRefused, SandboxFailed, ExecFailed, Exited)
 INIT_REPORT = (InitOk, InitFailed, Stopped, SandboxFailed, ExecFailed, Exited)
 PROGRAM_REPORT = (SandboxFailed, ExecFailed)
 BROKER_STATUS = (PathOk, PathDown, Totals)
