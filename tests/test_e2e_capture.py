@@ -18,7 +18,7 @@ import pytest
 
 from ci_support import cannot
 from e2e_support import assert_every_connection_accounted, describe, run_events
-from world import DEFAULT_NAMES, WORLD_V4, WORLD_V6
+from world import DEFAULT_NAMES, WORLD_V4
 
 pytestmark = pytest.mark.world
 GITHUB = DEFAULT_NAMES["api.github.com"][0]          # the whoami server, port 80
@@ -347,111 +347,7 @@ def test_localhost_rule_opens_exactly_that_port(world, local_server, user, rule)
             describe(r)
 
 
-# ------------------------------------------------------ bypass attempts, captured
-
-BYPASS = r"""
-import errno, json, socket, struct, sys, time
-v6, count = sys.argv[1], int(sys.argv[2])
-
-def say(id, ok, error=None, **more):
-    print(json.dumps({"id": id, "ok": ok, "error": error, **more}), flush=True)
-
-def attempt(id, fn):
-    try:
-        say(id, True, **(fn() or {}))
-    except OSError as e:
-        say(id, False, errno.errorcode.get(e.errno, str(e)))
-
-def raw():
-    socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_TCP).close()
-
-def packet():
-    socket.socket(socket.AF_PACKET, socket.SOCK_RAW, 0).close()
-
-def so_mark():
-    with socket.socket() as s:
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_MARK, 1)
-
-def transparent():
-    with socket.socket() as s:
-        s.setsockopt(socket.SOL_IP, 19, 1)      # IP_TRANSPARENT
-
-def ipv6():
-    with socket.create_connection((v6, 80), timeout=20) as s:
-        s.sendall(b"GET /whoami HTTP/1.0\r\nHost: dual.world\r\n\r\n")
-        data = b""
-        while chunk := s.recv(65536):
-            data += chunk
-    return {"seen": json.loads(data.split(b"\r\n\r\n", 1)[1])}
-
-def door_port():
-    # The SOCKS door's port at another address: captured like any port.
-    with socket.create_connection(("198.51.100.7", 1080), timeout=20) as s:
-        s.sendall(b"\x05\x01\x00")
-        return {"got": s.recv(16).hex()}
-
-def flood():
-    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    s.settimeout(0.5)
-    s.connect(("127.0.0.1", 53))
-    for i in range(count):
-        s.send(struct.pack("!HHHHHH", i, 0x0100, 1, 0, 0, 0) + b"\x05flood" + bytes([4])
-               + b"%04d" % i + b"\x00" + struct.pack("!HH", 1, 1))
-    answered = 0
-    try:
-        while answered < count:
-            s.recv(512)
-            answered += 1
-    except socket.timeout:
-        pass
-    return {"answered": answered}
-
-for id, fn in (("raw", raw), ("packet", packet), ("so_mark", so_mark), ("transparent", transparent),
-               ("ipv6", ipv6)):
-    attempt(id, fn)
-if count:
-    attempt("door-port", door_port)
-    attempt("flood", flood)
-"""
-V6 = DEFAULT_NAMES["dual.world"][1]
-FLOOD = 3000
-
-
-@pytest.fixture(scope="module")
-def bypass(world):
-    return world.file("capture_bypass.py", BYPASS)
-
-
-def test_bypass_attempts_control_outside(world, bypass, user):
-    r = world.run(["python3", str(bypass), V6, "0"], user=user)
-    got = results(r.stdout)
-    assert got["ipv6"]["ok"], describe(r)
-    if user == "root":     # root outside may do all of these
-        assert all(got[k]["ok"] for k in ("raw", "packet", "so_mark", "transparent")), describe(r)
-
-
-def test_bypass_attempts_with_capture(world, bypass, user):
-    r = world.vpnw(["trace", "--capture", "--", *NO_PROXY_ENV, "python3", str(bypass), V6, str(FLOOD)],
-                   user=user, timeout=120)
-    got = results(r.stdout)
-    # The seccomp filter refuses the packet family; no capability is left for the rest.
-    accepted = {"raw": ("EPERM",), "packet": ("EAFNOSUPPORT", "EPERM"), "so_mark": ("EPERM",),
-                "transparent": ("EPERM",)}
-    for k, errors in accepted.items():
-        assert not got[k]["ok"] and got[k]["error"] in errors, (k, describe(r))
-    # IPv6 is captured like IPv4: the broker dialled dual.world's v6 address.
-    assert got["ipv6"]["ok"] and got["ipv6"]["seen"]["peer"] == WORLD_V6, describe(r)
-    events = run_events(r)
-    requests = [e["fields"] for e in events if e["type"] == "conn.request"]
-    assert {"door": "capture", "kind": "capture", "host": V6, "port": 80} in requests
-    # A door's port at another address is that address's port: decided and
-    # dialled as asked (here nothing answers there), never the door itself.
-    assert {"door": "capture", "kind": "capture", "host": "198.51.100.7", "port": 1080} in requests
-    assert not got["door-port"]["ok"] or got["door-port"]["got"] != "0500", describe(r)
-    # The flood: every query the door answered is in the record, and the run ended.
-    answers = [e for e in events if e["type"] == "dns.answer" and e["fields"]["name"].startswith("flood.")]
-    assert got["flood"]["ok"] and 0 < got["flood"]["answered"] <= len(answers) <= FLOOD, describe(r)
-    assert events[-1]["type"] == "run.end"
+# The ways around capture and the DNS door: tests/bypass/test_capture.py.
 
 
 NODE_FETCH = ("fetch('http://api.github.com/whoami').then(r => r.json())"
