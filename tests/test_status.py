@@ -274,6 +274,7 @@ def scripted_run(helper_before_go, helper_after_go, broker_lines, tmp_path):
                recorded_r)
     code, message = run.wait()
     os.close(events_w)
+    run.reap()
     _, status = os.waitpid(recorder_pid, 0)
     assert os.waitstatus_to_exitcode(status) == 0
     os.close(helper_r)

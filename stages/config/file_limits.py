@@ -42,6 +42,7 @@ RECORD_PATH_CHARS = 2400
 
 @dataclass(frozen=True)
 class Limit:
+    """One [files] entry resolved for this run."""
     written: str       # as in the policy
     line: int | None
     path: str          # absolute, symlinks resolved
@@ -61,6 +62,7 @@ class MountPlan:
 
 @dataclass(frozen=True)
 class FileLimits:
+    """A policy's [files] table resolved for one run."""
     deny_read: tuple[Limit, ...]
     allow_write: tuple[Limit, ...] | None    # None: no write limit
     source: str | None = None

@@ -49,6 +49,7 @@ class SecretSource:
 
 @dataclass(frozen=True)
 class PathSpec:
+    """One way out: direct, a proxy or a WireGuard tunnel."""
     name: str
     type: str                      # "direct" | "proxy" | "wireguard"
     scheme: str | None = None      # "socks5" | "socks5h" | "http"
@@ -79,6 +80,7 @@ DIRECT = PathSpec(name="direct", type="direct")
 
 @dataclass(frozen=True)
 class Config:
+    """A paths file: its named paths and its default."""
     name: str
     paths: dict[str, PathSpec]
     default: str | None

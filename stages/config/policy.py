@@ -31,7 +31,6 @@ line of each key and array item, for the paths config as well.
 """
 from __future__ import annotations
 
-import hashlib
 import os
 import re
 from dataclasses import dataclass, field
@@ -61,6 +60,7 @@ class PolicyError(Exception):
 
 @dataclass(frozen=True)
 class Rule:
+    """One allow or deny rule as parsed."""
     text: str                      # as written in the file
     kind: str                      # 'name' | 'wildcard' | 'ip' | 'cidr'
     port: int | None
@@ -148,6 +148,7 @@ class RuleIndex:
 
 @dataclass(frozen=True)
 class Policy:
+    """A policy file, parsed and checked."""
     name: str
     default: str                   # "allow" | "deny"
     default_explicit: bool         # False: the default came from the presence of an allow list
@@ -479,6 +480,7 @@ def parse_policy(text: str, source: str = "<policy>") -> Policy:
     explicit = default is not None
     if default is None:
         default = "deny" if has_allow_list else "allow"
+    import hashlib    # only with a policy file (OpenSSL's module): not on every run's start-up
     return Policy(name=name, default=default, default_explicit=explicit,
                   allow=lists["allow"], deny=lists["deny"], **flags,
                   source=source, has_allow_list=has_allow_list, files=files, unix_allow=unix_allow,
@@ -598,12 +600,14 @@ FILES_KEYS = ("deny_read", "allow_write")
 
 @dataclass(frozen=True)
 class FileEntry:
+    """One path of the [files] table, as written."""
     text: str                      # as written: "~/.ssh", ".", "/tmp"
     line: int | None
 
 
 @dataclass(frozen=True)
 class FileRules:
+    """The [files] table as written."""
     deny_read: tuple[FileEntry, ...] = ()
     allow_write: tuple[FileEntry, ...] | None = None   # None: no write limit (key absent)
 

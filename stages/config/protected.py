@@ -58,6 +58,7 @@ NAME_LOOKUP = ("/etc/hosts", "/etc/resolv.conf")
 
 @dataclass(frozen=True)
 class Protected:
+    """A path kept out of the program's reach, and why."""
     path: str          # absolute, symlinks resolved
     why: str           # what it is, for the record and the messages
     kind: str          # "dir" | "file" | "absent"
@@ -65,6 +66,7 @@ class Protected:
 
 @dataclass(frozen=True)
 class Protection:
+    """What one run keeps read-only or hidden."""
     read_only: tuple[Protected, ...]
     hidden: tuple[Protected, ...]
     absent: tuple[Protected, ...]
@@ -96,6 +98,7 @@ class Protection:
 
 @dataclass(frozen=True)
 class Inputs:
+    """What protect() looks at."""
     homes: tuple[str, ...]                 # the invoker's home first (sudo: the user's too)
     cwd: str
     install: tuple[str, ...] = ()          # vpnw's interpreter, sys.path, package

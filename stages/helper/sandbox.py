@@ -278,7 +278,7 @@ def run(argv: list[str], handoff_fd: int, status_fd: int, go_fd: int,
     mark("helper", "go")
     os.write(go_w, b"g")
     os.close(go_w)
-    return _the_end(report, status_fd, init_pid, sealed, before)
+    return _the_end(report, status_fd, init_pid, sealed, before, handoff_fd)
 
 
 class _Sealed(NamedTuple):
@@ -355,10 +355,17 @@ def _hand_doors_over(handoff_fd: int, sealed: _Sealed) -> None:
             usock.close()
 
 
-def _the_end(report, status_fd: int, init_pid: int, sealed: _Sealed, before: int) -> int:
+def _the_end(report, status_fd: int, init_pid: int, sealed: _Sealed, before: int,
+             handoff_fd: int) -> int:
     """The program's end, reported once; returns its exit code."""
     final = _wait_for_the_end(report, status_fd)
     mark("helper", "init's last report")
+    # The program has ended: the link's end tells the broker to wind down
+    # (take what the doors' backlogs hold, then its totals) while init and
+    # the supervisor are reaped, not after (docs/architecture.md, "Start-up
+    # budget"). Whatever of the sandbox still lives dies with init now; a
+    # connection it makes after the doors close is refused, never unrecorded.
+    os.close(handoff_fd)
     status = _reap(init_pid)
     mark("helper", "init reaped")
     if sealed.supervisor is not None:

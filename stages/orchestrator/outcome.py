@@ -18,6 +18,7 @@ from stages.wire.exits import ExitCode, killed_by
 
 @dataclass(frozen=True)
 class Reports:
+    """What the stages reported."""
     path_name: str = "direct"
     started: bool = False
     path_ok: bool | None = None             # None: the broker never said

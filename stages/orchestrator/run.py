@@ -37,6 +37,7 @@ PR_SET_PDEATHSIG = 1
 
 @dataclass
 class RunRequest:
+    """One run as the command line asked for it."""
     mode: str                      # run | trace | guard
     argv: list[str]
     policy: object                 # stages.config.policy.Policy
@@ -93,6 +94,7 @@ def _fork_stage(keep: list[int], body, *, die_with_parent: bool = False,
         return pid
     code = ExitCode.INTERNAL
     try:
+        gc.enable()     # off only while vpnw starts (cli.py)
         # Terminal signals go to the orchestrator only; it forwards what it must.
         os.setpgid(0, 0)
         for sig in FORWARDED_SIGNALS:
@@ -261,8 +263,20 @@ def _execute(request: RunRequest, terminal: _Terminal) -> int:
         say(str(exc))
         return ExitCode.INTERNAL
     mark("vpnw", "record opened")
+    files_plan, files_record = _file_limits(request.files)
+    protection = _protection(request, record)
+    names_before = _identities(_evidence_names(request, record))
+    program_env, env_kept = _program_env(_without_secrets(request), run_id)
+    mark("vpnw", "protection and environment computed")
 
-    # The recorder first: nothing happens that it does not see. The broker
+    # The helper first: sealing the sandbox is the longest step before the
+    # program, and it needs nothing of the other stages (docs/architecture.md,
+    # "Start-up budget"). It reports ready and then waits for go, which
+    # comes only once the recorder has written run.start and the broker has
+    # checked the path.
+    helper = _start_helper(request, terminal, files_plan, program_env, protection)
+    mark("vpnw", "helper forked")
+    # Then the recorder: nothing is recorded that it does not see. The broker
     # dials only while the recorder holds room for the lines (record/gate.py).
     from stages.record.gate import RecordGate
     record_gate = RecordGate()
@@ -271,25 +285,20 @@ def _execute(request: RunRequest, terminal: _Terminal) -> int:
                                                          record_gate, stage_stdio)
     mark("vpnw", "recorder forked")
     emitter = Emitter(events_w, run_id, path=path_name)
-    files_plan, files_record = _file_limits(request.files)
-    protection = _protection(request, record)
-    names_before = _identities(_evidence_names(request, record))
-    program_env, env_kept = _program_env(_without_secrets(request), run_id)
     _warn_own_settings(request, env_kept)
-    mark("vpnw", "protection and environment computed")
     _emit_run_start(emitter, request, record, files_record, env_kept, protection)
     mark("vpnw", "run.start sent")
     for entry in protection.lifted:
         say(f"allow_write names {entry.path} ({entry.why}): the program may change it, "
             f"and what it writes there runs outside the sandbox later")
 
-    stages = _start_broker_and_helper(request, terminal, run_id, events_w, record_gate,
-                                      stage_stdio, files_plan, program_env, protection)
-    mark("vpnw", "broker and helper forked")
+    stages = _start_broker(request, terminal, helper, run_id, events_w, record_gate, stage_stdio)
+    mark("vpnw", "broker forked")
     if terminal.pty:
         relay = _start_relay(terminal)
     asker = _start_asker(request, stages.ask_link, run_id, relay)
 
+    gc.enable()     # every stage is forked: off only while vpnw started (cli.py)
     run = _Run(request, emitter, stages.helper_pid, stages.broker_pid, recorder_pid,
                stages.helper_status_r, stages.broker_status_r, stages.go_w, recorded_r, relay, asker)
     code, error = run.wait()
@@ -308,6 +317,7 @@ def _execute(request: RunRequest, terminal: _Terminal) -> int:
                  **({"error": error} if error else {}))
     os.close(events_w)
     mark("vpnw", "run.end sent")
+    run.reap()
     return _wait_for_the_recorder(recorder_pid, relay, record, int(code))
 
 
@@ -320,37 +330,24 @@ class _SandboxStages(NamedTuple):
     ask_link: object
 
 
-def _start_broker_and_helper(request: RunRequest, terminal: _Terminal, run_id: str, events_w: int,
-                             record_gate, stage_stdio, files_plan, program_env,
-                             protection) -> _SandboxStages:
-    """The broker, then the helper (which builds the sandbox and runs the
-    program), joined by the handoff link; the pipes their status comes on."""
+class _Helper(NamedTuple):
+    pid: int
+    status_r: int
+    go_w: int
+    broker_end: object           # the handoff link's far end, for the broker
+
+
+def _start_helper(request: RunRequest, terminal: _Terminal, files_plan, program_env,
+                  protection) -> _Helper:
+    """The helper (which builds the sandbox and runs the program), with the
+    handoff link whose far end goes to the broker."""
     helper_end, broker_end = handoff.link()
-    broker_status_r, broker_status_w = os.pipe()
     helper_status_r, helper_status_w = os.pipe()
     go_r, go_w = os.pipe()
-    ask_link = _ask_link(request)
-
-    def broker_body():
-        mark("broker", "forked")
-        from stages.broker.main import main_from_fds
-        return main_from_fds(broker_end.fileno(), events_w, broker_status_w, run_id=run_id,
-                             policy=request.policy, path=request.path,
-                             dry_run=request.dry_run, record_gate=record_gate,
-                             ask_fd=ask_link[1].fileno() if ask_link else None,
-                             capture=request.capture)
-
-    mark("vpnw", "pipes made")
-    broker_pid = _fork_stage([broker_end.fileno(), events_w, broker_status_w,
-                              *([ask_link[1].fileno()] if ask_link else [])], broker_body,
-                             stdio=stage_stdio)
-
-    mark("vpnw", "broker forked")
     unix_allow = _unix_sockets_named(request)
 
     def helper_body():
         mark("helper", "forked")
-        record_gate.unmap()   # the sandbox's side has no business with the gate
         from stages.wire.pty_handoff import ProgramTerminal
         from stages.helper.main import run_helper
         run_helper(request.argv, handoff_fd=helper_end.fileno(), status_fd=helper_status_w,
@@ -370,11 +367,37 @@ def _start_broker_and_helper(request: RunRequest, terminal: _Terminal, run_id: s
         helper_keep.append(terminal.pty_socket[1].fileno())
     helper_pid = _fork_stage(helper_keep, helper_body, die_with_parent=True, stdin_null=False,
                              stdio=terminal.program_stdio)
-    for fd in (broker_status_w, helper_status_w, go_r, *terminal.own_fds):
+    for fd in (helper_status_w, go_r):
         os.close(fd)
     helper_end.close()
+    return _Helper(helper_pid, helper_status_r, go_w, broker_end)
+
+
+def _start_broker(request: RunRequest, terminal: _Terminal, helper: _Helper, run_id: str,
+                  events_w: int, record_gate, stage_stdio) -> _SandboxStages:
+    """The broker, once run.start is on the event pipe (its path.check comes
+    after it), on the handoff link's far end; the pipes status comes on."""
+    broker_end = helper.broker_end
+    broker_status_r, broker_status_w = os.pipe()
+    ask_link = _ask_link(request)
+
+    def broker_body():
+        mark("broker", "forked")
+        from stages.broker.main import main_from_fds
+        return main_from_fds(broker_end.fileno(), events_w, broker_status_w, run_id=run_id,
+                             policy=request.policy, path=request.path,
+                             dry_run=request.dry_run, record_gate=record_gate,
+                             ask_fd=ask_link[1].fileno() if ask_link else None,
+                             capture=request.capture)
+
+    broker_pid = _fork_stage([broker_end.fileno(), events_w, broker_status_w,
+                              *([ask_link[1].fileno()] if ask_link else [])], broker_body,
+                             stdio=stage_stdio)
+    for fd in (broker_status_w, *terminal.own_fds):
+        os.close(fd)
     broker_end.close()
-    return _SandboxStages(broker_pid, helper_pid, broker_status_r, helper_status_r, go_w, ask_link)
+    return _SandboxStages(broker_pid, helper.pid, broker_status_r, helper.status_r, helper.go_w,
+                          ask_link)
 
 
 def _start_recorder(request: RunRequest, terminal: _Terminal, record: str, record_fd: int,
@@ -741,7 +764,7 @@ class _Run:
             os.close(wake_w)
             os.close(self.recorded_r)
             os.close(recorder_fd)
-        self._reap()
+        self._stop_the_broker()
         return self._exit_code()
 
     def _read(self, stage: str, reader: st.StatusReader) -> None:
@@ -889,14 +912,21 @@ class _Run:
         if not self.started:
             # Interrupted: do not wait for a path check to finish; _reap stops the broker.
             return helper_over and (broker_over or self.path_ok is not None or bool(self.interrupted))
-        return helper_over and broker_over
+        # The helper's last message comes once init and the supervisor are
+        # reaped (the sandbox's processes are all gone), the broker's Totals
+        # last of all: neither needs their process's exit to be waited for
+        # first (reap() comes after run.end).
+        return (helper_over or self.helper_over) and (broker_over or self.totals is not None)
 
-    def _reap(self):
-        if not self.broker.eof:
+    def _stop_the_broker(self):
+        if not self.broker.eof and self.totals is None:
             try:
                 os.kill(self.pids["broker"], signal.SIGTERM)
             except ProcessLookupError:
                 pass
+
+    def reap(self):
+        """The helper's and the broker's exit, once they have said their last."""
         for name in ("helper", "broker"):
             os.waitpid(self.pids[name], 0)
 

@@ -442,10 +442,11 @@ def last_line(chain: Chain) -> bytes:
 def _open_sealer(run_file: _RunFile):
     """The key and the ledger for a run file (None: not a regular file, so
     nothing to sign; False: they cannot be used, said)."""
-    from stages.recorder.seal import Sealer, is_regular
+    import stat
+    if run_file.offset is None or not stat.S_ISREG(os.fstat(run_file.fd).st_mode):
+        return None     # before the imports: `--record -` never loads the signing code
+    from stages.recorder.seal import Sealer
     from stages.record.signing import KeyProblem
-    if run_file.offset is None or not is_regular(run_file.fd):
-        return None
     try:
         return Sealer.open()
     except (KeyProblem, OSError) as exc:
