@@ -7,6 +7,7 @@ Every way at a socket bound outside: tests/bypass/test_unix_origin.py.
 """
 from __future__ import annotations
 
+import json
 import shutil
 
 import pytest
@@ -49,6 +50,84 @@ def test_a_program_serves_itself_over_a_unix_socket(world, user):
     events = run_events(r)
     assert not [e for e in events if e["type"].startswith("unix.")]
     assert next(e for e in events if e["type"] == "sandbox.ready")["fields"]["unix"] == "own"
+
+
+def test_run_start_names_the_unix_allow_list_as_this_run_resolved_it(world, user):
+    """[unix] allow's $VARIABLES are read once, when the run starts: run.start
+    says what each entry named on this run (null for one that names nothing)."""
+    policy = world.file("unix_allow.toml", 'version = 1\n[policy]\ndefault = "allow"\n[unix]\n'
+                        'allow = ["$VPNW_TEST_SOCK", "$VPNW_TEST_UNSET", "/run/vpnw-test.sock"]\n')
+    r = world.vpnw(["run", "--policy", str(policy), "--", "/bin/true"], user=user,
+                   env={"VPNW_TEST_SOCK": "/tmp/vpnw-test-agent.sock"}, timeout=120)
+    assert r.returncode == 0, describe(r)
+    start = run_events(r)[0]
+    assert start["type"] == "run.start"
+    assert start["fields"]["unix_allow"] == [
+        {"entry": "$VPNW_TEST_SOCK", "path": "/tmp/vpnw-test-agent.sock"},
+        {"entry": "$VPNW_TEST_UNSET", "path": None},
+        {"entry": "/run/vpnw-test.sock", "path": "/run/vpnw-test.sock"}]
+    assert "unix_allow_unlisted" not in start["fields"]
+
+
+INTERRUPTED = r'''
+import ctypes, errno, json, os, signal, socket, struct, tempfile, threading, time
+libc = ctypes.CDLL(None, use_errno=True)
+path = os.path.join(tempfile.mkdtemp(), "full.sock")
+server = socket.socket(socket.AF_UNIX)
+server.bind(path)
+server.listen(0)
+queued = []
+while True:                       # the backlog filled: a blocking connect now waits
+    c = socket.socket(socket.AF_UNIX)
+    c.setblocking(False)
+    try:
+        c.connect(path)
+    except BlockingIOError:
+        c.close()
+        break
+    queued.append(c)
+signal.signal(signal.SIGUSR1, lambda *_: None)
+signal.siginterrupt(signal.SIGUSR1, True)        # no SA_RESTART: EINTR comes back
+main = threading.get_ident()
+accepted = []
+
+def interrupt_then_make_room():
+    time.sleep(0.3)
+    signal.pthread_kill(main, signal.SIGUSR1)
+    time.sleep(0.5)
+    accepted.append(server.accept()[0])       # room again: a connect still going on ends now
+threading.Thread(target=interrupt_then_make_room).start()
+s = socket.socket(socket.AF_UNIX)
+addr = struct.pack("=H", socket.AF_UNIX) + path.encode() + b"\0"
+rc = libc.connect(s.fileno(), addr, len(addr))
+err = ctypes.get_errno() if rc else 0
+time.sleep(1.5)
+try:
+    s.getpeername()
+    connected = True
+except OSError:
+    connected = False
+print(json.dumps({"error": errno.errorcode.get(err, "0"), "connected": connected}))
+'''
+
+
+@pytest.mark.parametrize("where", ["vpnw", "outside"])
+def test_a_connect_a_signal_ends_is_not_made_behind_the_programs_back(world, user, where):
+    """A blocking connect() waits on a full backlog; a signal (handled, no
+    SA_RESTART) comes while it waits, then room is made. Outside, the connect
+    ends with EINTR and the socket stays unconnected. Inside, the supervisor
+    makes the connect: the program must never be told EINTR while its socket
+    gets connected anyway (the filter waits killable once the supervisor has
+    the notification: the connect ends when room is made, with 0)."""
+    script = world.file("interrupted_connect.py", INTERRUPTED)
+    argv = ["/usr/bin/python3", str(script)]
+    r = world.vpnw(["run", "--", *argv], user=user, timeout=60) if where == "vpnw" \
+        else world.run(argv, user=user, timeout=60)
+    assert r.returncode == 0, describe(r)
+    got = json.loads(r.stdout.strip().splitlines()[-1])
+    assert got in ({"error": "0", "connected": True}, {"error": "EINTR", "connected": False}), got
+    if where == "outside":
+        assert got == {"error": "EINTR", "connected": False}, got     # the kernel's own way
 
 
 @pytest.fixture

@@ -122,3 +122,37 @@ def test_without_what_the_supervisor_needs_every_unix_socket_stays_refused(monke
     unix_refused = [r for r in rules if r.syscall == "socket" and len(r.args) == 1
                     and socket.AF_UNIX & r.args[0][1] == r.args[0][2]]
     assert unix_refused
+
+
+def test_a_path_is_followed_through_its_symlinks_to_proc_self():
+    from stages.helper.unix_supervisor import leads_through_proc_self
+    links = {b"/tmp/l": b"/proc/self/root/run/docker.sock", b"/tmp/rel": b"../proc/thread-self/cwd",
+             b"/tmp/chain": b"/tmp/l", b"/tmp/loop": b"/tmp/loop", b"/tmp/other": b"/run/x.sock",
+             b"/p": b"proc"}
+    through = lambda path: leads_through_proc_self(path, links.get)  # noqa: E731
+    assert through(b"/tmp/l")
+    assert through(b"/tmp/rel/s.sock")
+    assert through(b"/tmp/chain")
+    assert through(b"/tmp/../../proc/./self/root/x")            # ".." stops at the root
+    assert through(b"/p/self/cwd/x.sock")
+    assert not through(b"/tmp/other")
+    assert not through(b"/tmp/loop")                               # ELOOP, not /proc
+    assert not through(b"/proc/1/root/x")
+    assert not through(b"/proc/selfish/x")
+
+
+def test_run_start_names_the_unix_allow_entries_as_resolved_within_its_budget():
+    from types import SimpleNamespace
+    from stages.orchestrator.run import UNIX_ALLOW_BUDGET, _unix_allow_record
+    request = SimpleNamespace(policy=SimpleNamespace(unix_allow=("$SSH_AUTH_SOCK", "$UNSET", "/run/x.sock")),
+                              env={"SSH_AUTH_SOCK": "/tmp/ssh-a/agent.1"})
+    assert _unix_allow_record(request) == {"unix_allow": [
+        {"entry": "$SSH_AUTH_SOCK", "path": "/tmp/ssh-a/agent.1"},
+        {"entry": "$UNSET", "path": None}, {"entry": "/run/x.sock", "path": "/run/x.sock"}]}
+    assert _unix_allow_record(SimpleNamespace(policy=SimpleNamespace(unix_allow=()), env={})) == {}
+    many = tuple(f"/run/user/1000/s{i:03}-" + "é" * 10 for i in range(60))
+    got = _unix_allow_record(SimpleNamespace(policy=SimpleNamespace(unix_allow=many), env={}))
+    assert 0 < len(got["unix_allow"]) < 60
+    assert got["unix_allow_unlisted"] == 60 - len(got["unix_allow"])
+    import orjson
+    assert len(orjson.dumps(got["unix_allow"])) <= UNIX_ALLOW_BUDGET

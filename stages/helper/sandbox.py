@@ -808,10 +808,11 @@ def _program(argv, penv, seccomp_filter, err_w: int, files: MountPlan | None = N
             # After no_new_privs (the drop), before the filter and exec.
             from stages.helper import landlock
             landlock.restrict_writes(files.writable, files.landlock_abi)
-        seccomp_filter.load()
-        if listener_end is not None:
+        if listener_end is None:
+            seccomp_filter.load()
+        else:
             from stages.helper.unix_supervisor import hand_over_listener
-            hand_over_listener(listener_end, seccomp_filter)
+            hand_over_listener(listener_end, seccomp_filter)    # loads it, with its listener
     except BaseException as e:  # noqa: BLE001 - whatever went wrong, never exec unsealed
         _report_exec(err_w, st.SandboxFailed(f"cannot seal the program's process: {e}; "
                                              f"{DOCTOR_HINT}", ExitCode.NO_SANDBOX))

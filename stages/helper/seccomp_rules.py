@@ -22,6 +22,7 @@ which connects only to sockets bound inside the sandbox or named by the policy.
 from __future__ import annotations
 
 import errno
+import os
 from typing import NamedTuple
 
 AF_UNIX, AF_INET, AF_INET6, AF_NETLINK = 1, 2, 10, 16
@@ -145,13 +146,56 @@ def build_filter(allow_unix_sockets: bool, supervised: bool = False):
     return f
 
 
-def notify_fd(seccomp_filter) -> int:
-    """The listener fd a loaded filter with a notify rule made (libseccomp keeps
-    it; pyseccomp 0.1 does not expose it)."""
+# seccomp(2): SECCOMP_SET_MODE_FILTER and its flags (include/uapi/linux/seccomp.h).
+SYS_SECCOMP = 317
+SECCOMP_SET_MODE_FILTER = 1
+FILTER_FLAG_NEW_LISTENER = 1 << 3
+FILTER_FLAG_WAIT_KILLABLE_RECV = 1 << 5     # Linux 5.19
+
+
+def load_with_listener(seccomp_filter) -> int:
+    """Load a filter that has a notify rule, in the calling thread; its listener fd.
+
+    libseccomp 2.5 (Debian 12's) cannot ask for SECCOMP_FILTER_FLAG_WAIT_KILLABLE_RECV,
+    so the BPF it makes is loaded here with seccomp(2) itself. With that flag,
+    once the supervisor has read a notification the program's thread waits
+    for its answer, and only a fatal signal ends the wait: a signal can no
+    longer make the program give up on a connect() the supervisor then makes
+    behind its back (docs/security.md, "Unix sockets by origin"). A kernel
+    before 5.19 refuses the flag (EINVAL): the filter is loaded without it."""
     import ctypes
-    lib = ctypes.CDLL("libseccomp.so.2", use_errno=True)
-    lib.seccomp_notify_fd.argtypes = (ctypes.c_void_p,)
-    fd = lib.seccomp_notify_fd(seccomp_filter._filter)
-    if fd < 0:
-        raise OSError(-fd, "the loaded filter has no notification listener")
-    return fd
+    from stages.kernel.privileges import PR_SET_NO_NEW_PRIVS, prctl
+
+    bpf = _exported_bpf(seccomp_filter)
+    code = ctypes.create_string_buffer(bpf, len(bpf))
+
+    class SockFprog(ctypes.Structure):
+        _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
+    prog = SockFprog(len(bpf) // 8, ctypes.addressof(code))     # sizeof(struct sock_filter)
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.syscall.restype = ctypes.c_long
+    prctl(PR_SET_NO_NEW_PRIVS, 1)         # as libseccomp does (and the drop did)
+    for flags in (FILTER_FLAG_NEW_LISTENER | FILTER_FLAG_WAIT_KILLABLE_RECV,
+                  FILTER_FLAG_NEW_LISTENER):
+        fd = libc.syscall(ctypes.c_long(SYS_SECCOMP), ctypes.c_uint(SECCOMP_SET_MODE_FILTER),
+                          ctypes.c_uint(flags), ctypes.byref(prog))
+        if fd >= 0:
+            return fd
+        err = ctypes.get_errno()
+        if err != errno.EINVAL:
+            break
+    raise OSError(err, f"seccomp(SECCOMP_SET_MODE_FILTER): {os.strerror(err)}")
+
+
+def _exported_bpf(seccomp_filter) -> bytes:
+    """The BPF program libseccomp makes of the filter (what its own load would load)."""
+    fd = os.memfd_create("vpnw-seccomp-bpf", os.MFD_CLOEXEC)
+    try:
+        class _Fd:
+            def fileno(self) -> int:
+                return fd
+        seccomp_filter.export_bpf(_Fd())
+        size = os.fstat(fd).st_size
+        return os.pread(fd, size, 0)
+    finally:
+        os.close(fd)

@@ -28,9 +28,7 @@ before init mounts the sandbox's over it.
 from __future__ import annotations
 
 import errno
-import fcntl
 import os
-import queue
 import socket
 import stat
 import threading
@@ -41,13 +39,18 @@ from stages.kernel import unix_diag
 from stages.kernel import privileges as priv
 
 AF_UNIX = socket.AF_UNIX
+UNIX_FAMILY = AF_UNIX.to_bytes(2, "little")     # a sockaddr's first two bytes, for AF_UNIX
 SUN_PATH_AT = 2                 # offsetof(struct sockaddr_un, sun_path)
 SOCKADDR_UN_MAX = 110           # sizeof(struct sockaddr_un)
 SOCKADDR_MAX = 128              # sizeof(struct sockaddr_storage): the kernel's limit
-# Blocking connects run on workers, so one that waits on a full backlog does
-# not hold every other connect in the sandbox; past this many, the program
-# only waits on itself.
-WORKERS = 32
+# Threads take the notifications and each answers its own, blocking connects
+# included; one more starts whenever none is left waiting, up to this many, so
+# a connect that waits on a full backlog holds only its own thread. Past this
+# many, the program only waits on itself.
+MOST_RECEIVERS = 32
+# The pidfds a receiving thread keeps open, by TID (its own: no other thread
+# closes them).
+PIDFDS_KEPT = 8
 # The loopback ports whose refusals are reported (evidence for a hint; the
 # rest of a scan adds nothing).
 MAX_REFUSED_PORTS = 16
@@ -134,127 +137,181 @@ def loopback_port(raw: bytes) -> int | None:
     return None
 
 
+class Pidfds:
+    """One receiving thread's pidfds of the program's threads, kept by TID
+    (PIDFD_THREAD): a program that connects again from the same thread costs
+    no pidfd_open. Sound because a pidfd names one thread for life (a later
+    thread with the same TID has another struct pid): when the kept one is
+    gone, pidfd_getfd fails and the pidfd is opened again; when it succeeds,
+    the thread it named was alive with that TID while the notified one was
+    waiting (NOTIF_ID_VALID after the take), so they are the same thread.
+    Only thread pidfds are kept (a kernel before 6.9 has none: then one per
+    connect, of the thread group)."""
+
+    def __init__(self, thread_group: Callable[[int], int]):
+        self.by_tid: dict[int, int] = {}
+        self.thread_group = thread_group
+
+    def take(self, tid: int, fd: int) -> int:
+        """A duplicate of the thread's fd `fd` (pidfd_getfd)."""
+        pidfd = self.by_tid.pop(tid, None)
+        if pidfd is not None:
+            try:
+                sock = sn.pidfd_getfd(pidfd, fd)
+            except OSError:
+                os.close(pidfd)          # gone, or a bad fd: asked again below
+            else:
+                self.by_tid[tid] = pidfd
+                return sock
+        try:
+            pidfd = sn.pidfd_open(tid, sn.PIDFD_THREAD)
+        except OSError as e:
+            if e.errno != errno.EINVAL:
+                raise
+            pidfd = sn.pidfd_open(self.thread_group(tid))   # a kernel before 6.9
+            try:
+                return sn.pidfd_getfd(pidfd, fd)
+            finally:
+                os.close(pidfd)
+        self._keep(tid, pidfd)
+        return sn.pidfd_getfd(pidfd, fd)
+
+    def _keep(self, tid: int, pidfd: int) -> None:
+        if len(self.by_tid) >= PIDFDS_KEPT:
+            oldest = next(iter(self.by_tid))
+            os.close(self.by_tid.pop(oldest))
+        self.by_tid[tid] = pidfd
+
+
 class Supervisor:
-    """The loop over one seccomp listener. `report` is called (and must have
-    written the record) before the program is answered."""
+    """The threads over one seccomp listener. `report` is called (and must
+    have written the record) before the program is answered."""
 
     def __init__(self, listener: int, proc_fd: int, named: dict[tuple[int, int], str],
                  report: Callable[[Report | LoopbackRefused], None]):
         self.listener = listener
         self.proc = proc_fd
         self.named = named
-        self.report = report
+        self._report = report
         self.diag = unix_diag.open_diag()
         self.netns = os.stat("self/ns/net", dir_fd=proc_fd).st_ino
-        self.work: queue.SimpleQueue = queue.SimpleQueue()
-        self.workers = 0
-        self.idle = 0
-        self.lock = threading.Lock()
-        self.refused_ports: set[int] = set()
+        self.lock = threading.Lock()        # the counts below
+        self.receivers = 0
+        self.waiting = 0
+        self.over = False                   # serve() has returned
+        self.diag_lock = threading.Lock()   # one dump at a time on the one socket
+        self.report_lock = threading.Lock()  # one message at a time on the status pipe
+        self.refused_ports: set[int] = set()     # reported (self.lock)
+        self.listened_ports: set[int] = set()    # seen with a listener inside (self.lock)
 
-    # ------------------------------------------------------------ loop
+    # ------------------------------------------------------------ threads
 
     def serve(self) -> None:
-        """Answer notifications until no process uses the filter any more."""
+        """Answer notifications until no process uses the filter any more. The
+        receiving threads answer; this one only waits for the listener's
+        hang-up (registered for no event, poll wakes for POLLHUP/POLLERR only)."""
+        import select
         # The connects we make name their target as self/fd/N relative to our
         # own /proc (the one from before init's).
         os.fchdir(self.proc)
         sn.wake_up_synchronously(self.listener)
-        import select
+        self.receivers = self.waiting = 1
+        self._start_receiver()
         poller = select.poll()
-        poller.register(self.listener, select.POLLIN)
-        while True:
-            events = poller.poll()
-            if any(mask & (select.POLLHUP | select.POLLERR | select.POLLNVAL) for _, mask in events):
-                return
-            try:
-                notification = sn.receive(self.listener)
-            except OSError as e:
-                if e.errno in (errno.EINTR, errno.ENOENT):
-                    continue    # the program's call ended before we read it
-                raise
-            self._answer(notification)
+        poller.register(self.listener, 0)
+        while not poller.poll():
+            pass
+        self.over = True
 
-    def _answer(self, n: sn.Notification) -> None:
+    def _start_receiver(self) -> None:
+        threading.Thread(target=self._receive, daemon=True).start()
+
+    def _receive(self) -> None:
+        pidfds = Pidfds(self._thread_group)
+        try:
+            while True:
+                try:
+                    notification = sn.receive(self.listener)
+                except OSError as e:
+                    if e.errno in (errno.EINTR, errno.ENOENT):
+                        continue    # the program's call ended before we read it
+                    raise
+                with self.lock:
+                    self.waiting -= 1
+                    more = self.waiting == 0 and self.receivers < MOST_RECEIVERS
+                    if more:
+                        self.receivers += 1
+                        self.waiting += 1
+                if more:
+                    self._start_receiver()
+                self._answer(notification, pidfds)
+                with self.lock:
+                    self.waiting += 1
+        except BaseException:  # noqa: BLE001 - a supervisor that cannot answer must end
+            if self.over:
+                return      # serve() returned: the listener is closed, on purpose
+            # The listener closes with us: every connect still to come fails
+            # (ENOSYS), never one that nobody checked.
+            os._exit(1)
+
+    def _answer(self, n: sn.Notification, pidfds: Pidfds) -> None:
         held: list[int] = []
         try:
-            result = self._decide(n, held)
+            result = self._decide(n, pidfds, held)
         except OSError as e:
             result = e.errno or errno.EPERM
         except Exception:  # noqa: BLE001 - a connect we could not judge is refused
             result = errno.EPERM
-        if callable(result):
-            self._run(result, held)
-            return
-        self._close(held)
-        if result is not None:
-            self._respond(n.id, result)
+        try:
+            if result is not None:
+                self._respond(n.id, result)
+        finally:
+            for fd in held:
+                os.close(fd)
 
     def _respond(self, notif_id: int, error: int) -> None:
         try:
             sn.respond(self.listener, notif_id, error=error)
         except OSError as e:
-            if e.errno != errno.ENOENT:     # ENOENT: the program's call was interrupted
+            if e.errno != errno.ENOENT:     # ENOENT: the program's thread is gone
                 raise
 
-    @staticmethod
-    def _close(fds: list[int]) -> None:
-        for fd in fds:
-            os.close(fd)
-        fds.clear()
-
-    def _run(self, connect: Callable[[], None], held: list[int]) -> None:
-        """A blocking connect: on a worker, so it may wait without holding the
-        loop. Workers are started as needed, up to WORKERS, and kept."""
-        with self.lock:
-            start = self.idle == 0 and self.workers < WORKERS
-            if start:
-                self.workers += 1
-        if start:
-            threading.Thread(target=self._worker, daemon=True).start()
-        self.work.put((connect, held))
-
-    def _worker(self) -> None:
-        while True:
-            with self.lock:
-                self.idle += 1
-            connect, held = self.work.get()
-            with self.lock:
-                self.idle -= 1
-            try:
-                connect()
-            except Exception:  # noqa: BLE001 - the program's call then ends in ENOSYS at the latest
-                pass
-            finally:
-                self._close(held)
+    def report(self, report: Report | LoopbackRefused) -> None:
+        with self.report_lock:
+            self._report(report)
 
     # ------------------------------------------------------------ one connect
 
-    def _decide(self, n: sn.Notification, held: list[int]):
-        """None (nobody waits any more), an errno to answer, or a callable
-        that connects and answers (for a blocking socket)."""
-        pidfd = self._pidfd(n.pid)
-        held.append(pidfd)
-        if not sn.still_pending(self.listener, n.id):
-            return None
-        try:
-            sock = sn.pidfd_getfd(pidfd, _int32(n.args[0]))
-        except OSError as e:
-            return errno.EBADF if e.errno == errno.EBADF else e.errno
+    def _decide(self, n: sn.Notification, pidfds: Pidfds, held: list[int]) -> int | None:
+        """None (nobody waits any more), or the errno to answer (0: connected),
+        once the connect is made."""
+        sock = pidfds.take(n.pid, _int32(n.args[0]))
         held.append(sock)
         length = _int32(n.args[2])
         if not 0 <= length <= SOCKADDR_MAX:
             return errno.EINVAL
         # The address is read once; everything after decides on these bytes.
         raw = sn.read_memory(n.pid, n.args[1], length) if length else b""
+        # The thread still waits: the TID named it all along, so the socket
+        # and the bytes came from it.
         if not sn.still_pending(self.listener, n.id):
             return None
+        if raw[:SUN_PATH_AT] != UNIX_FAMILY:
+            # Another family (TCP, UDP, netlink): connected as asked, the
+            # network namespace is that boundary. On a Unix socket the kernel
+            # refuses such an address itself (EINVAL; AF_UNSPEC only
+            # disconnects a datagram one), so no SO_DOMAIN is needed here.
+            result = sn.connect_raw(sock, raw)
+            port = loopback_port(raw)
+            if port is not None and result in (errno.ECONNREFUSED, errno.EINPROGRESS):
+                self._refused_at_loopback(n.pid, port, result)
+            return result
         try:
             family = sn.socket_domain(sock)
         except OSError as e:
             return e.errno        # ENOTSOCK, as connect() on a file that is no socket
         if family != AF_UNIX:
-            return self._connect(n.id, sock, raw, watch=n.pid if loopback_port(raw) else None)
+            return sn.connect_raw(sock, raw)    # the kernel's own answer (EAFNOSUPPORT)
         try:
             target = self._unix_target(n, sock, raw, held)
         except Refusal as why:
@@ -262,35 +319,27 @@ class Supervisor:
             return errno.EPERM
         if isinstance(target, int):
             return target
-        return self._connect(n.id, sock, target)
+        return sn.connect_raw(sock, target)
 
-    def _connect(self, notif_id: int, sock: int, address: bytes, watch: int | None = None):
-        """`watch`: the thread of a connect to the sandbox's loopback, whose
-        refusal is reported before the program hears it."""
-        if fcntl.fcntl(sock, fcntl.F_GETFL) & os.O_NONBLOCK:
-            result = sn.connect_raw(sock, address)
-            if watch is not None:
-                self._refused_at_loopback(watch, address, result)
-            return result
-
-        def connect_and_answer():
-            result = sn.connect_raw(sock, address)
-            if watch is not None:
-                self._refused_at_loopback(watch, address, result)
-            self._respond(notif_id, result)
-        return connect_and_answer
-
-    def _refused_at_loopback(self, tid: int, address: bytes, result: int) -> None:
-        """Refused for certain (ECONNREFUSED), or under way on a port nothing
-        in the sandbox listens on (a non-blocking connect hears the reset
-        later): reported once per port, as evidence, never as a decision."""
-        port = loopback_port(address)
-        if port in self.refused_ports or result not in (errno.ECONNREFUSED, errno.EINPROGRESS):
-            return
+    def _refused_at_loopback(self, tid: int, port: int, result: int) -> None:
+        """A connect to the sandbox's loopback refused for certain
+        (ECONNREFUSED), or under way on a port nothing in the sandbox listens
+        on (a non-blocking connect hears the reset later): reported once per
+        port, as evidence for a hint, never as a decision, before the program
+        hears it. A port once seen with a listener (the doors, the program's
+        own servers) is not asked about again: every non-blocking connect to
+        a door would otherwise cost a sock_diag dump."""
+        with self.lock:
+            if port in self.refused_ports or len(self.refused_ports) >= MAX_REFUSED_PORTS:
+                return
+            if result == errno.EINPROGRESS and port in self.listened_ports:
+                return
         if result == errno.EINPROGRESS:
             from stages.kernel.inet_diag import loopback_listener
             try:
                 if loopback_listener(port):
+                    with self.lock:
+                        self.listened_ports.add(port)
                     return
             except (OSError, unix_diag.DiagError):
                 return          # no evidence: no report
@@ -299,14 +348,6 @@ class Supervisor:
                 return
             self.refused_ports.add(port)
         self.report(LoopbackRefused(port, *self._who(tid)))
-
-    def _pidfd(self, tid: int) -> int:
-        try:
-            return sn.pidfd_open(tid, sn.PIDFD_THREAD)
-        except OSError as e:
-            if e.errno != errno.EINVAL:
-                raise
-        return sn.pidfd_open(self._thread_group(tid))   # a kernel before 6.9
 
     def _thread_group(self, tid: int) -> int:
         for line in self._proc_text(tid, "status").splitlines():
@@ -340,7 +381,9 @@ class Supervisor:
         st = os.fstat(target)
         if not stat.S_ISSOCK(st.st_mode):
             return errno.ECONNREFUSED        # what connect() says for a file that is no socket
-        verdict = judge((st.st_dev, st.st_ino), unix_diag.listening_files(self.diag), self.named)
+        with self.diag_lock:
+            inside = unix_diag.listening_files(self.diag)
+        verdict = judge((st.st_dev, st.st_ino), inside, self.named)
         if not verdict.allowed:
             raise Refusal("a socket bound outside the sandbox")
         if verdict.rule is not None:
@@ -366,6 +409,12 @@ class Supervisor:
                 try:
                     return sn.openat2(root, path, os.O_PATH | os.O_CLOEXEC, sn.RESOLVE_IN_ROOT)
                 except OSError as e:
+                    if e.errno == errno.ENOENT and leads_through_proc_self(
+                            path, lambda prefix: _link_in_root(root, prefix)):
+                        # A symlink into /proc/self: for us (outside the PID
+                        # namespace) "self" is nothing, for the program its
+                        # own magic links. Refused and recorded as those are.
+                        raise OSError(errno.EXDEV, "a symlink into /proc/self") from None
                     if e.errno != errno.EAGAIN:     # a rename raced the lookup: again
                         raise
             raise OSError(errno.EAGAIN, "the path kept changing")
@@ -408,6 +457,56 @@ class Supervisor:
             return pid, self._proc_text(tid, "comm").strip()
         except (OSError, ValueError):
             return 0, ""
+
+
+PROC_SELF_NAMES = (b"self", b"thread-self")
+MAXSYMLINKS = 40                # the kernel's limit on links followed in one lookup
+
+
+def leads_through_proc_self(path: bytes, readlink: Callable[[bytes], bytes | None]) -> bool:
+    """Pure: does the absolute `path`, its symlinks followed as the kernel
+    follows them (RESOLVE_IN_ROOT: ".." stops at the root), pass through
+    /proc/self or /proc/thread-self? `readlink(prefix)` gives the target of
+    the symlink at `prefix` (an absolute path with no symlink left in it), or
+    None when it is no symlink (or nothing)."""
+    done: list[bytes] = []
+    todo = [part for part in path.split(b"/") if part]
+    links = 0
+    while todo:
+        part = todo.pop(0)
+        if part == b".":
+            continue
+        if part == b"..":
+            if done:
+                done.pop()
+            continue
+        if done == [b"proc"] and part in PROC_SELF_NAMES:
+            return True
+        target = readlink(b"/" + b"/".join([*done, part]))
+        if target is None:
+            done.append(part)
+            continue
+        links += 1
+        if links > MAXSYMLINKS:
+            return False
+        if target.startswith(b"/"):
+            done = []
+        todo[:0] = [part for part in target.split(b"/") if part]
+    return False
+
+
+def _link_in_root(root: int, path: bytes) -> bytes | None:
+    """The target of the symlink at `path` under `root`, or None."""
+    try:
+        fd = sn.openat2(root, path, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, sn.RESOLVE_IN_ROOT)
+    except OSError:
+        return None
+    try:
+        return os.readlink(b"", dir_fd=fd)
+    except OSError:
+        return None         # EINVAL: no symlink
+    finally:
+        os.close(fd)
 
 
 def _int32(value: int) -> int:
@@ -471,11 +570,11 @@ def link() -> Link:
 
 
 def hand_over_listener(program_end: int, seccomp_filter) -> None:
-    """In the program's process, right after the filter is loaded, before exec:
-    the listener goes to the supervisor and no copy stays (a program holding
-    its own listener could answer its own connects)."""
-    from stages.helper.seccomp_rules import notify_fd
-    listener = notify_fd(seccomp_filter)
+    """In the program's process, before exec: the filter is loaded, and its
+    listener goes to the supervisor; no copy stays (a program holding its own
+    listener could answer its own connects)."""
+    from stages.helper.seccomp_rules import load_with_listener
+    listener = load_with_listener(seccomp_filter)
     with socket.socket(fileno=program_end) as sock:
         socket.send_fds(sock, [b"n"], [listener])
     os.close(listener)

@@ -1,7 +1,8 @@
 """The kernel calls a seccomp user-notification supervisor needs, through ctypes.
 
 Python 3.11 has none of them: the notification ioctls (SECCOMP_IOCTL_NOTIF_RECV,
-_SEND, _ID_VALID), pidfd_getfd, openat2, process_vm_readv, SIOCGSKNS. Each
+_SEND, _ID_VALID: through fcntl.ioctl, which lets go of the GIL while it
+waits), pidfd_getfd, openat2, process_vm_readv, SIOCGSKNS (ctypes). Each
 wrapper raises OSError with the kernel's errno; nothing here decides anything
 (stages/helper/unix_supervisor.py does). Layouts: include/uapi/linux/seccomp.h,
 openat2.h, sockios.h.
@@ -9,6 +10,7 @@ openat2.h, sockios.h.
 from __future__ import annotations
 
 import ctypes
+import fcntl
 import os
 import struct
 
@@ -25,6 +27,7 @@ SYS_PIDFD_OPEN, SYS_OPENAT2, SYS_PIDFD_GETFD = 434, 437, 438
 NOTIF = struct.Struct("=QIIiIQ6Q")                   # 80 bytes
 # struct seccomp_notif_resp {u64 id; s64 val; s32 error; u32 flags}
 NOTIF_RESP = struct.Struct("=QqiI")                  # 24 bytes
+_U64 = struct.Struct("=Q")
 
 
 def _iowr(nr: int, size: int) -> int:
@@ -62,25 +65,29 @@ class Notification:
 
 def receive(listener: int) -> Notification:
     """Block for the next notification (the buffer must be zeroed: the kernel
-    refuses anything else with EINVAL)."""
-    buf = ctypes.create_string_buffer(NOTIF.size)
-    _check(_libc.ioctl(listener, NOTIF_RECV, buf), "SECCOMP_IOCTL_NOTIF_RECV")
-    return Notification(buf.raw)
+    refuses anything else with EINVAL). fcntl.ioctl lets go of the GIL while
+    it waits, so several threads may wait here at once: the kernel hands each
+    notification to one of them."""
+    buf = bytearray(NOTIF.size)
+    fcntl.ioctl(listener, NOTIF_RECV, buf, True)
+    return Notification(buf)
 
 
 def respond(listener: int, notif_id: int, value: int = 0, error: int = 0) -> None:
     """Answer a notification: the syscall returns `value`, or fails with
     `error` (a positive errno). ENOENT: the syscall was interrupted meanwhile,
     and nobody waits for the answer any more."""
-    buf = ctypes.create_string_buffer(NOTIF_RESP.pack(notif_id, value, -error if error else 0, 0))
-    _check(_libc.ioctl(listener, NOTIF_SEND, buf), "SECCOMP_IOCTL_NOTIF_SEND")
+    fcntl.ioctl(listener, NOTIF_SEND, NOTIF_RESP.pack(notif_id, value, -error if error else 0, 0))
 
 
 def still_pending(listener: int, notif_id: int) -> bool:
     """True while the thread still waits in the notified syscall: its TID has
     not been reused, so what was read through it was read from it."""
-    value = ctypes.c_uint64(notif_id)
-    return _libc.ioctl(listener, NOTIF_ID_VALID, ctypes.byref(value)) == 0
+    try:
+        fcntl.ioctl(listener, NOTIF_ID_VALID, _U64.pack(notif_id))
+    except OSError:
+        return False
+    return True
 
 
 def wake_up_synchronously(listener: int) -> bool:
@@ -93,15 +100,17 @@ def wake_up_synchronously(listener: int) -> bool:
 
 
 def pidfd_open(pid: int, flags: int = 0) -> int:
-    return _check(_libc.syscall(SYS_PIDFD_OPEN, ctypes.c_int(pid), ctypes.c_uint(flags)),
-                  "pidfd_open")
+    return os.pidfd_open(pid, flags)
+
+
+_pidfd_getfd = ctypes.CFUNCTYPE(ctypes.c_long, ctypes.c_long, ctypes.c_int, ctypes.c_int,
+                                ctypes.c_uint, use_errno=True)(("syscall", _libc))
 
 
 def pidfd_getfd(pidfd: int, targetfd: int) -> int:
     """A duplicate, in this process, of fd `targetfd` of the process `pidfd`
     names (the same open file: the same socket). Close-on-exec."""
-    return _check(_libc.syscall(SYS_PIDFD_GETFD, ctypes.c_int(pidfd), ctypes.c_int(targetfd),
-                                ctypes.c_uint(0)), "pidfd_getfd")
+    return _check(_pidfd_getfd(SYS_PIDFD_GETFD, pidfd, targetfd, 0), "pidfd_getfd")
 
 
 class _OpenHow(ctypes.Structure):
@@ -129,7 +138,7 @@ def read_memory(pid: int, address: int, length: int) -> bytes:
     """`length` bytes at `address` in process `pid`, in one read; EFAULT when
     any of them is not mapped (what the syscall itself would have said)."""
     buf = ctypes.create_string_buffer(length)
-    local = _IoVec(ctypes.cast(buf, ctypes.c_void_p), length)
+    local = _IoVec(ctypes.addressof(buf), length)
     remote = _IoVec(address, length)
     got = _check(_libc.process_vm_readv(pid, ctypes.byref(local), 1, ctypes.byref(remote), 1, 0),
                  "process_vm_readv")

@@ -134,6 +134,32 @@ def _unix_sockets_named(request: RunRequest) -> list[tuple[str, str]]:
     return named
 
 
+# run.start's room for "unix_allow" (the line must stay below record.MAX_LINE;
+# what does not fit is counted in unix_allow_unlisted).
+UNIX_ALLOW_BUDGET = 400
+
+
+def _unix_allow_record(request: RunRequest) -> dict:
+    """run.start's "unix_allow": each [unix] allow entry as written and the
+    path it names on this run ($VARIABLES read now, as the helper gets them;
+    null when it names nothing usable); absent without entries."""
+    entries = getattr(request.policy, "unix_allow", ())
+    if not entries:
+        return {}
+    import json
+    from stages.config.policy import unix_sockets_named
+    paths = dict(unix_sockets_named(entries, request.env)[0])
+    listed, room = [], UNIX_ALLOW_BUDGET
+    for entry in entries:
+        item = {"entry": entry, "path": paths.get(entry)}
+        room -= len(json.dumps(item)) + 1       # ASCII-escaped: never shorter than the record's
+        if room < 0:
+            break
+        listed.append(item)
+    unlisted = len(entries) - len(listed)
+    return {"unix_allow": listed, **({"unix_allow_unlisted": unlisted} if unlisted else {})}
+
+
 def _become_stdio(stdio: tuple[int, int, int]) -> None:
     # Through fresh duplicates first, so that (a, b, c) = (1, 0, 2) cannot clobber itself.
     copies = [os.dup(fd) for fd in stdio]
@@ -426,6 +452,7 @@ def _start_recorder(request: RunRequest, terminal: _Terminal, record: str, recor
 def _emit_run_start(emitter: Emitter, request: RunRequest, record: str, files_record: dict,
                     env_kept, protection) -> None:
     policy_name = getattr(request.policy, "name", None)
+    unix_allow = _unix_allow_record(request)
     emitter.emit("run.start", mode=request.mode, program=os.path.basename(request.argv[0]),
                  policy=policy_name if getattr(request.policy, "source", None) else None,
                  policy_file=getattr(request.policy, "source", None), via=request.path.name,
@@ -434,7 +461,9 @@ def _emit_run_start(emitter: Emitter, request: RunRequest, record: str, files_re
                  env_kept=env_kept, **_deny_private_scope(request),
                  **({"capture": True} if request.capture else {}),
                  **({"ask": True} if request.ask else {}),
-                 protected=protection.to_record(budget=800 if files_record else 2800))
+                 **unix_allow,
+                 protected=protection.to_record(budget=(800 if files_record else 2800)
+                                                - (UNIX_ALLOW_BUDGET if unix_allow else 0)))
 
 
 def _wait_for_the_recorder(recorder_pid: int, relay, record: str, code: int) -> int:

@@ -35,6 +35,8 @@ WAYS = [
     way("symlink", "unix_reach", "symlink", "{unix_path}", accept={"EPERM"}, control="world"),
     way("proc-self-root", "unix_reach", "proc-self-root", "{unix_path}", accept={"EPERM"},
         control="world"),
+    way("proc-self-symlink", "unix_reach", "proc-self-symlink", "{unix_path}", accept={"EPERM"},
+        control="world"),
     way("proc-pid-cwd", "unix_reach", "proc-pid-cwd", "{unix_path}", accept={"EPERM"},
         control="world"),
     way("relative-path", "unix_reach", "relative", "{unix_path}", accept={"EPERM"}, control="world"),
@@ -76,6 +78,7 @@ PLAN = plan_of(WAYS) + [{"id": f"works-{k}-{w}", "attempt": "unix_own", "args": 
                         for k, w in WORKS]
 REFUSED_BY_SUPERVISOR = {"path": "a socket bound outside the sandbox",
                          "proc-self-root": "a path through a /proc link",
+                         "proc-self-symlink": "a path through a /proc link",
                          "bind-mount": "a socket bound outside the sandbox"}
 
 
@@ -132,9 +135,11 @@ def test_each_refusal_is_in_the_record_with_its_path_and_process(bench, user, wa
     _results, events = _inside(bench, user)
     t = bench.targets_for(user)
     path = {"path": t["unix_path"], "proc-self-root": "/proc/self/root" + t["unix_path"],
-            "bind-mount": t["bound"]}[way_id]
+            "bind-mount": t["bound"], "proc-self-symlink": "/link.sock"}[way_id]
     denials = [e["fields"] for e in events if e["type"] == "unix.deny"]
-    mine = [f for f in denials if f["path"] == path]
+    # The symlink is in the probe's own scratch directory: its name ends the path.
+    mine = [f for f in denials if f["path"] == path or way_id == "proc-self-symlink"
+            and f["path"].endswith(path) and f["reason"] == REFUSED_BY_SUPERVISOR[way_id]]
     assert mine, f"no unix.deny for {path} in {denials}"
     assert mine[0]["reason"] == REFUSED_BY_SUPERVISOR[way_id]
     assert mine[0]["program"] == "python3" and mine[0]["process"] > 1, mine[0]

@@ -628,11 +628,13 @@ def _banner(s):
 
 def unix_reach(how, target):
     """connect() to `target` (a path outside) another way: through a symlink,
-    /proc/self/root, /proc/<pid>/cwd, a relative path, or a hard link made here."""
+    /proc/self/root (named, or behind a symlink), /proc/<pid>/cwd, a relative
+    path, or a hard link made here."""
     scratch = _scratch()
     name = {"symlink": lambda: _link(os.symlink, target, scratch),
             "hardlink": lambda: _link(os.link, target, scratch),
             "proc-self-root": lambda: "/proc/self/root" + target,
+            "proc-self-symlink": lambda: _link(os.symlink, "/proc/self/root" + target, scratch),
             "proc-pid-cwd": lambda: (os.chdir(os.path.dirname(target)),
                                      f"/proc/{os.getpid()}/cwd/{os.path.basename(target)}")[1],
             "relative": lambda: (os.chdir(os.path.dirname(target)), os.path.basename(target))[1],
