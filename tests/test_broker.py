@@ -224,10 +224,16 @@ def check_event_invariants(events):
         assert types.count("conn.close") == types.count("conn.open"), types
         if "conn.close" in types:
             assert types[-1] == "conn.close"
+        # A decision names its destination itself, as the request did (no join needed).
+        asked = [{k: e["fields"][k] for k in ("host", "port", "door")}
+                 for e in evs if e["type"] == "conn.request"]
+        for e in evs:
+            if e["type"].startswith("policy."):
+                assert [{k: e["fields"][k] for k in ("host", "port", "door")}] == asked, evs
     fields = {
         "conn.request": {"door", "kind", "host", "port"},
-        "policy.allow": {"rule", "reason"},
-        "policy.deny": {"rule", "reason", "enforced"},
+        "policy.allow": {"rule", "reason", "host", "port", "door"},
+        "policy.deny": {"rule", "reason", "enforced", "host", "port", "door"},
         "conn.open": {"address", "port", "via", "ms"},
         "conn.fail": {"stage", "error", "reason"},
         "conn.close": {"bytes_up", "bytes_down", "ms"},

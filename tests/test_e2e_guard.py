@@ -85,8 +85,14 @@ def only(events_of_conn: list[dict], type_: str) -> dict:
 
 
 def denial(evs: list[dict]) -> dict:
+    """The denial's fields but its destination, which must be the request's
+    (a decision names its destination itself: docs/record.md)."""
     assert not any(e["type"] == "conn.open" for e in evs), evs
-    return only(evs, "policy.deny")["fields"]
+    fields = dict(only(evs, "policy.deny")["fields"])
+    asked = only(evs, "conn.request")["fields"]
+    assert {k: fields.pop(k) for k in ("host", "port", "door")} == \
+        {k: asked[k] for k in ("host", "port", "door")}, evs
+    return fields
 
 
 def assert_http_denied(answer: dict, reason: str) -> None:
@@ -410,7 +416,8 @@ def test_guard_dry_run_lets_it_through_but_records_and_exits_120(world, user):
     conns = conn_of(events, "evil.example", 80)
     assert len(conns) == 3
     for evs in conns:
-        assert only(evs, "policy.deny")["fields"] == {"rule": "default", "reason": reason, "enforced": False}
+        assert only(evs, "policy.deny")["fields"].items() >= {
+            "rule": "default", "reason": reason, "enforced": False, "host": "evil.example", "port": 80}.items()
         assert only(evs, "conn.open")["fields"]["address"] == "203.0.113.66"
         assert only(evs, "conn.close")
         # Under a default of deny nothing needed the address to decide: one look-up, to dial.
@@ -434,7 +441,8 @@ def test_dry_run_dials_only_the_addresses_it_checked(world, user):
     assert whoami(answers[0])["local"] == "169.254.169.254"
     (evs,) = conn_of(events, "metadata.world", 80)
     assert only(evs, "policy.deny")["fields"] == {
-        "rule": "deny_private", "reason": f"metadata.world resolved to {METADATA_REASON}", "enforced": False}
+        "rule": "deny_private", "reason": f"metadata.world resolved to {METADATA_REASON}", "enforced": False,
+        "host": "metadata.world", "port": 80, "door": "http"}
     assert only(evs, "conn.open")["fields"]["address"] == "169.254.169.254"
     assert lookups(world, mark, "metadata.world") == one_lookup_each(1)
 

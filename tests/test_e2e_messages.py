@@ -1,18 +1,25 @@
-"""What a person reads when something goes wrong, said once (issue 28,
-"Messages"): a WireGuard path with the wrong key, on a real terminal.
+"""What a person (or a SIEM) reads when something is refused or goes wrong
+(issue 28, "Messages").
 
-The office is the test world's WireGuard peer (tests/wg_support.py); its
-`wrong` path holds a private key the peer does not know, so the handshake
-never completes and vpnw stops before the program with exit 123.
+- The WireGuard wrong key, on a real terminal, said once. The office is the
+  test world's WireGuard peer (tests/wg_support.py); its `wrong` path holds a
+  private key the peer does not know, so the handshake never completes and
+  vpnw stops before the program with exit 123.
+- Denials are self-contained: the record's decision carries its destination,
+  and the OCSF copy (`--events-to`) renders the refusals, Unix sockets too.
 """
 from __future__ import annotations
 
+import json
 import re
 import shutil
+import socket
 
 import pytest
 
 from ci_support import cannot
+from e2e_support import describe, run_events
+from stages.record.check import check_run
 from tmux_support import world_shell
 from wg_support import SITE, Office
 
@@ -66,3 +73,37 @@ def test_the_wrong_key_is_said_once(world, office, term, mode):
     else:                    # all vpnw says: the one message and the summary (was ~1,000 characters)
         said = [line for line in shown.splitlines() if line.startswith("vpnw")]
         assert len(said) == 2 and sum(len(line) for line in said) < 600, said
+
+
+def test_a_denial_names_its_destination_and_the_ocsf_copy_renders_it(world, user, tmp_path):
+    work = world.workdir(user)
+    outside = work / "outside.sock"            # a socket bound outside the sandbox (by the test)
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(str(outside))
+    outside.chmod(0o777)
+    listener.listen(1)
+    copy = work / "ocsf.jsonl"
+    policy = world.file("deny-all.toml", 'version = 1\nname = "none"\n\n[policy]\ndefault = "deny"\n')
+    connect = f'import socket; socket.socket(socket.AF_UNIX).connect("{outside}")'
+    try:
+        r = world.vpnw(["guard", "--policy", str(policy), "--events-format", "ocsf",
+                        "--events-to", f"cat > {copy}", "--", "sh", "-c",
+                        f"curl -sS --max-time 10 http://evil.example:8080/x; python3 -c '{connect}'"],
+                       user=user, timeout=120)
+    finally:
+        listener.close()
+    assert r.returncode == 120, describe(r)
+    assert "Operation not permitted" in r.stderr, describe(r)      # the Unix socket: EPERM
+    events = run_events(r)
+    assert check_run(events) == [], check_run(events)
+    request = next(e for e in events if e["type"] == "conn.request")
+    deny = next(e for e in events if e["type"] == "policy.deny")
+    assert {k: deny["fields"][k] for k in ("host", "port", "door")} == \
+        {"host": "evil.example", "port": 8080, "door": "http"} == \
+        {k: request["fields"][k] for k in ("host", "port", "door")}, (request, deny)
+    docs = [json.loads(line) for line in copy.read_text().splitlines()]
+    refused = [d for d in docs if d["activity_id"] == 5]
+    assert [d["metadata"]["event_code"] for d in refused] == ["policy.deny", "unix.deny"], docs
+    assert refused[0]["dst_endpoint"] == {"hostname": "evil.example", "port": 8080}, refused
+    assert refused[1]["dst_endpoint"] == {"name": str(outside)}, refused
+    assert refused[1]["actor"]["process"]["name"] == "python3", refused

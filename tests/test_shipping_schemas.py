@@ -27,6 +27,7 @@ from functools import lru_cache
 
 import pytest
 
+from stages.record.check import schema_problems
 from stages.record.events import encode, parse_line, read_events
 from stages.recorder.shipping import ecs, ocsf
 from stages.recorder.shipping.outcomes import Outcomes
@@ -89,7 +90,7 @@ def outcomes_of(events):
 
 def test_the_golden_runs_render_every_kind_of_outcome():
     kinds = {o.kind for run in all_runs() for o in outcomes_of(run)}
-    assert kinds == {"open", "close", "refuse", "fail"}
+    assert kinds == {"open", "close", "refuse", "fail", "unix-refuse", "unix-open"}
 
 
 # ---------------------------------------------------------------- OCSF
@@ -283,3 +284,53 @@ def test_vpnw_show_format_prints_one_document_per_outcome():
     assert result.exit_code == 121
     result = CliRunner().invoke(show_command, ["--format", "cef", golden])
     assert result.exit_code != 0
+
+
+# ---------------------------------------------------------------- self-contained
+
+def _lone_events() -> list[dict]:
+    """A stream joined late (a syslog relay restarted, a table that was full):
+    no run.start, no conn.request; a denial, a refused Unix socket and an
+    allowed one, each read alone."""
+    run = "r-1a7e"
+
+    def one(type_, conn=None, **fields):
+        return parse_line(encode(run, type_, fields, path="office", conn=conn, pid=77))
+    return [one("policy.deny", 41, rule="deny_private", enforced=True, host="10.77.0.1", port=443,
+                door="socks", reason="10.77.0.1: a private address (10.0.0.0/8); deny_private = true"),
+            one("unix.deny", path="/var/run/docker.sock", process=14, program="curl",
+                reason="a socket bound outside the sandbox"),
+            one("unix.allow", path="/run/user/1000/ssh-agent.sock", process=9, program="ssh",
+                rule="$SSH_AUTH_SOCK")]
+
+
+def test_a_denial_read_alone_renders_its_destination_and_unix_sockets_render():
+    events = _lone_events()
+    for event in events:
+        assert schema_problems(event) == [], event
+    outcomes = list(outcomes_of(events))
+    assert [o.kind for o in outcomes] == ["refuse", "unix-refuse", "unix-open"]
+    validator = ocsf_validator()
+    docs = [ocsf.render(o) for o in outcomes]
+    for doc in docs:
+        assert not [e.message for e in validator.iter_errors(doc)], doc
+    deny, unix_deny, unix_allow = docs
+    assert deny["dst_endpoint"] == {"ip": "10.77.0.1", "port": 443}, deny
+    assert deny["firewall_rule"] == {"name": "deny_private"} and deny["activity_id"] == 5
+    assert unix_deny["activity_id"] == 5 and unix_deny["action_id"] == 2
+    assert unix_deny["dst_endpoint"] == {"name": "/var/run/docker.sock"}
+    assert unix_deny["actor"]["process"]["name"] == "curl" and unix_deny["unmapped"] == {"sandbox_pid": 14}
+    assert unix_deny["status_detail"] == "a socket bound outside the sandbox"
+    assert unix_allow["activity_id"] == 1 and unix_allow["action_id"] == 1
+    assert unix_allow["firewall_rule"] == {"name": "$SSH_AUTH_SOCK"}
+    ecs_docs = [ecs.render(o) for o in outcomes]
+    for doc in ecs_docs:
+        assert ecs_problems(doc) == [], doc
+    deny, unix_deny, unix_allow = ecs_docs
+    assert deny["destination"] == {"address": "10.77.0.1", "ip": "10.77.0.1", "port": 443}, deny
+    assert deny["event"]["type"] == ["connection", "denied"] and deny["rule"]["name"] == "deny_private"
+    assert unix_deny["destination"] == {"address": "/var/run/docker.sock"}
+    assert unix_deny["process"] == {"entity_id": "r-1a7e", "name": "curl", "vpid": 14}
+    assert unix_deny["event"]["outcome"] == "failure" and unix_deny["log"]["level"] == "warning"
+    assert unix_allow["event"]["type"] == ["connection", "start", "allowed"]
+    assert unix_allow["rule"] == {"name": "$SSH_AUTH_SOCK"}

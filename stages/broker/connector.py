@@ -76,11 +76,12 @@ class Connector:
     async def connect(self, conn: int, door: str, kind: str, host: str,
                       port: int) -> Opened | Denied | Failed:
         fake, host = self._made_up(host)
+        where = {"host": host, "port": port, "door": door}     # policy.* events carry it too
         self.journal.emit("conn.request", conn, door=door, kind=kind, host=host, port=port,
                           **({"fake_address": str(fake)} if fake is not None else {}))
         if fake is not None and host == str(fake):
             from stages.broker.fake_ips import not_given_reason
-            return self._end(conn, Denied(not_given_reason(fake), "dns-door"))
+            return self._end(conn, Denied(not_given_reason(fake), "dns-door"), where)
         stage = "resolve"
         try:
             decided = await self._decide(conn, host, port, door)
@@ -94,7 +95,7 @@ class Connector:
             raise
         except Exception as exc:  # noqa: BLE001 - the request still ends in the record
             outcome = Failed(stage, "internal", f"vpnw failed: {exc!r}")
-        return self._end(conn, outcome)
+        return self._end(conn, outcome, where)
 
     def _made_up(self, host: str):
         """(the DNS door's made-up address, the name it stands for) when
@@ -114,15 +115,17 @@ class Connector:
             return None, host
         return address, names.name_for(address) or str(address)
 
-    def _end(self, conn: int, outcome):
-        """The one terminal event of a request, and its count."""
+    def _end(self, conn: int, outcome, where: dict | None = None):
+        """The one terminal event of a request, and its count. A denial names
+        its destination itself (docs/record.md): a query for denials needs
+        no join with conn.request."""
         journal = self.journal
         if isinstance(outcome, Opened):
             journal.emit("conn.open", conn, address=outcome.address, port=outcome.port,
                          via=self.via, ms=outcome.dial_ms)
         elif isinstance(outcome, Denied):
             journal.deny(conn, rule=outcome.rule, reason=outcome.reason, enforced=True,
-                         **(outcome.asked or {}))
+                         **(where or {}), **(outcome.asked or {}))
         else:
             journal.fail(conn, outcome.stage, outcome.error, outcome.reason)
         return outcome
@@ -153,11 +156,12 @@ class Connector:
             return Failed("resolve", exc.error, exc.reason)
         if verdict.allowed:
             self.journal.emit("policy.allow", conn, rule=verdict.rule, reason=verdict.reason,
-                              **(asked or {}))
+                              host=host, port=port, door=door, **(asked or {}))
         elif not self.dry_run:
             return Denied(verdict.reason, verdict.rule)
         else:
-            self.journal.deny(conn, rule=verdict.rule, reason=verdict.reason, enforced=False)
+            self.journal.deny(conn, rule=verdict.rule, reason=verdict.reason, enforced=False,
+                              host=host, port=port, door=door)
         addresses = tuple(verdict.addresses or ())
         if not addresses and target.ip is not None:
             addresses = (target.ip,)

@@ -36,11 +36,13 @@ class LocalDoor(_Door):
         policy = self.connector.policy
         rule = localhost_rule(policy, port)
         if rule is None:      # a deny rule on localhost took it back
-            self.journal.deny(conn, rule="localhost", enforced=True,
+            self.journal.deny(conn, rule="localhost", enforced=True, host="localhost", port=port,
+                              door="local",
                               reason=f"localhost:{port}: a deny rule refuses it; the machine's own "
                                      f"loopback is reached only by an allow rule localhost:{port}")
             return
-        self.journal.emit("policy.allow", conn, rule=f"allow {rule.label()}",
+        self.journal.emit("policy.allow", conn, rule=f"allow {rule.label()}", host="localhost",
+                          port=port, door="local",
                           reason=f'localhost:{port} matches allow rule "{rule.text}" '
                                  f"({policy.where(rule)}): the machine's own loopback, this port only")
         outcome = await self._dial(conn, port)

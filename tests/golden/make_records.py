@@ -62,7 +62,8 @@ class RunWriter:
         door = "socks" if kind == "socks5" else "http"
         self.emit("conn.request", c, after_ms=after_ms, door=door, kind=kind, host=host, port=port)
         if deny is not None:
-            self.emit("policy.deny", c, rule=deny[0], reason=deny[1], enforced=enforced)
+            self.emit("policy.deny", c, rule=deny[0], reason=deny[1], enforced=enforced,
+                      host=host, port=port, door=door)
             if enforced:
                 return
         if addresses is not None:
@@ -73,7 +74,8 @@ class RunWriter:
             return
         if deny is None:
             self.emit("policy.allow", c, rule=rule,
-                      reason=reason or "no policy: every destination is allowed (trace)")
+                      reason=reason or "no policy: every destination is allowed (trace)",
+                      host=host, port=port, door=door)
         if fail is not None:
             self.emit("conn.fail", c, stage=fail[0], error=fail[1], reason=fail[2])
             return
@@ -193,7 +195,8 @@ def capture_trace() -> RunWriter:
            fake_address="198.18.33.7")
     w.emit("dns.resolve", w.conn, host="git.world", addresses=["140.82.113.4"], ms=1.2)
     w.emit("policy.allow", w.conn, rule="no policy",
-           reason="no policy: every connection is allowed")
+           reason="no policy: every connection is allowed", host="git.world", port=22,
+           door="capture")
     w.emit("conn.open", w.conn, address="140.82.113.4", port=22, via="direct", ms=0.4)
     w.emit("conn.close", w.conn, after_ms=80, bytes_up=3100, bytes_down=4200, ms=80)
     w.end(exit_code=0)

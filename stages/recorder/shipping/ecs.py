@@ -25,6 +25,8 @@ LEVELS = {0: "emergency", 1: "alert", 2: "critical", 3: "error", 4: "warning", 5
 
 
 def render(o: Outcome) -> dict:
+    if o.kind in UNIX_TYPES:
+        return _unix(o)
     types, outcome, action = TYPES[o.kind]
     c, run, f = o.connection, o.run, o.fields
     severity = syslog_severity(o.event)
@@ -102,6 +104,48 @@ def render(o: Outcome) -> dict:
         doc["destination"] = destination
     if related:
         doc["related"] = related
+    return doc
+
+
+# A connect() to a Unix socket outside the sandbox (unix.deny, unix.allow):
+# ECS's destination.address takes a Unix socket as it is; process.vpid is
+# the PID inside the sandbox.
+UNIX_TYPES = {"unix-refuse": (["connection", "denied"], "failure", "unix-socket-denied"),
+              "unix-open": (["connection", "start", "allowed"], "success", "unix-socket-allowed")}
+
+
+def _unix(o: Outcome) -> dict:
+    types, outcome, action = UNIX_TYPES[o.kind]
+    f, run = o.fields, o.run
+    severity = syslog_severity(o.event)
+    run_id = run.run or o.event.get("run")
+    event = {"kind": "event", "category": ["network"], "type": list(types), "outcome": outcome,
+             "action": action, "code": o.event.get("type"), "module": "vpnw",
+             "dataset": "vpnw.unix", "provider": "vpnw", "severity": severity}
+    doc = {
+        "@timestamp": o.event.get("ts"),
+        "ecs": {"version": ECS_VERSION},
+        "event": event,
+        "log": {"level": LEVELS[severity]},
+        "network": {"direction": "egress"},
+        "observer": {"product": "vpnw", "vendor": "vpnw", "type": "proxy"},
+        "process": {"entity_id": run_id},
+        "labels": {"vpnw_run": run_id},
+        "destination": {"address": f["path"] if isinstance(f.get("path"), str) else "?"},
+    }
+    if run.version:
+        doc["observer"]["version"] = run.version
+    name = f.get("program") if isinstance(f.get("program"), str) else run.program
+    if name:
+        doc["process"]["name"] = name
+    if isinstance(f.get("process"), int) and not isinstance(f.get("process"), bool):
+        doc["process"]["vpid"] = f["process"]
+    if o.event.get("path"):
+        doc["labels"]["vpnw_path"] = o.event["path"]
+    if isinstance(f.get("reason"), str):
+        event["reason"] = f["reason"]
+    if isinstance(f.get("rule"), str):
+        doc["rule"] = {"name": f["rule"], **({"ruleset": run.policy} if run.policy else {})}
     return doc
 
 

@@ -59,10 +59,13 @@ def _decision(o: Outcome):
     return action, disposition, severity, STATUS_SUCCESS
 
 
-def render(o: Outcome) -> dict:
-    activity_id, activity_name = ACTIVITY[o.kind]
-    (action_id, action), (disposition_id, disposition), severity_id, (status_id, status) = _decision(o)
-    c, run, f = o.connection, o.run, o.fields
+def _document(o: Outcome, activity, decision) -> dict:
+    """What every document has: the class, the activity, the decision, the
+    metadata, and the sandbox as source and actor."""
+    activity_id, activity_name = activity
+    (action_id, action), (disposition_id, disposition), severity_id, (status_id, status) = decision
+    run = o.run
+    run_id = run.run or o.event.get("run")
     ts = o.event.get("ts") or ""
     product = {"name": "vpnw", "vendor_name": "vpnw"}
     if run.version:
@@ -91,15 +94,32 @@ def render(o: Outcome) -> dict:
             "profiles": list(PROFILES),
             "event_code": o.event.get("type"),
             "original_time": ts,
-            "correlation_uid": run.run or o.event.get("run"),
+            "correlation_uid": run_id,
         },
-        "connection_info": {
-            "uid": f"{run.run or o.event.get('run')}#{c.conn}",
-            "direction_id": DIRECTION_OUTBOUND,
-            "direction": "Outbound",
-            "protocol_name": "tcp",
-            "protocol_num": TCP,
-        },
+    }
+    # The source is the sandbox of this run (its address is the sandbox's own
+    # loopback, which says nothing): named by the run id and the program.
+    source = {"uid": run_id}
+    if run.program:
+        source["name"] = run.program
+    doc["src_endpoint"] = source
+    doc["actor"] = {"process": dict(source), "app_name": "vpnw"}
+    if run.policy:
+        doc["policy"] = {"name": run.policy}
+    return doc
+
+
+def render(o: Outcome) -> dict:
+    if o.kind in UNIX_KINDS:
+        return _unix(o)
+    c, f = o.connection, o.fields
+    doc = _document(o, ACTIVITY[o.kind], _decision(o))
+    doc["connection_info"] = {
+        "uid": f"{o.run.run or o.event.get('run')}#{c.conn}",
+        "direction_id": DIRECTION_OUTBOUND,
+        "direction": "Outbound",
+        "protocol_name": "tcp",
+        "protocol_num": TCP,
     }
     endpoint = _endpoint(o)
     if endpoint is not None:
@@ -107,20 +127,8 @@ def render(o: Outcome) -> dict:
         version = ip_version(endpoint.get("ip"))
         if version:
             doc["connection_info"]["protocol_ver_id"] = version
-    # The source is the sandbox of this run (its address is the sandbox's own
-    # loopback, which says nothing): named by the run id and the program.
-    source = {"uid": run.run or o.event.get("run")}
-    if run.program:
-        source["name"] = run.program
-    doc["src_endpoint"] = source
-    process = {"uid": run.run or o.event.get("run")}
-    if run.program:
-        process["name"] = run.program
-    doc["actor"] = {"process": process, "app_name": "vpnw"}
     if c.rule:
         doc["firewall_rule"] = {"name": c.rule}
-    if run.policy:
-        doc["policy"] = {"name": run.policy}
     if o.kind == "refuse" or c.would_deny or o.kind == "fail":
         reason = f.get("reason") if o.kind in ("refuse", "fail") else c.reason
         if isinstance(reason, str):
@@ -137,6 +145,37 @@ def render(o: Outcome) -> dict:
             doc["duration"] = ms
             doc["end_time"] = doc["time"]
             doc["start_time"] = doc["time"] - ms
+    return doc
+
+
+# A connect() to a Unix socket outside the sandbox (unix.deny, unix.allow):
+# Network Activity too, Refuse or Open. The socket's path is the destination's
+# name (OCSF has no field for a socket path; no protocol is claimed), the
+# process by its command name, its PID inside the sandbox in `unmapped`.
+UNIX_KINDS = {"unix-refuse": (ACTIVITY["refuse"], (ACTION_DENIED, DISPOSITION_BLOCKED, 3, STATUS_FAILURE)),
+              "unix-open": (ACTIVITY["open"], (ACTION_ALLOWED, DISPOSITION_ALLOWED, 1, STATUS_SUCCESS))}
+
+
+def _unix(o: Outcome) -> dict:
+    f = o.fields
+    doc = _document(o, *UNIX_KINDS[o.kind])
+    doc["connection_info"] = {"direction_id": DIRECTION_OUTBOUND, "direction": "Outbound"}
+    path = f.get("path") if isinstance(f.get("path"), str) else "?"
+    doc["dst_endpoint"] = {"name": path}
+    process = doc["actor"]["process"]
+    if isinstance(f.get("program"), str):
+        process["name"] = f["program"]
+    if isinstance(f.get("process"), int) and not isinstance(f.get("process"), bool):
+        # process.namespace_pid belongs to the container profile, which
+        # nothing else here is: the PID inside the sandbox goes unmapped.
+        doc["unmapped"] = {"sandbox_pid": f["process"]}
+    if o.kind == "unix-refuse":
+        reason = f.get("reason") if isinstance(f.get("reason"), str) else "refused"
+        doc["status_detail"] = reason
+        doc["message"] = f"Unix socket {path}: {reason}"
+    elif isinstance(f.get("rule"), str):
+        doc["firewall_rule"] = {"name": f["rule"]}
+        doc["message"] = f"Unix socket {path}: allowed by [unix] {f['rule']}"
     return doc
 
 

@@ -12,6 +12,8 @@ what it needs per open connection and returns the outcomes an event completes:
 | `conn.open`                      | open     |
 | `conn.close`                     | close    |
 | `conn.fail`                      | fail     |
+| `unix.deny`                      | unix-refuse |
+| `unix.allow`                     | unix-open   |
 
 A `policy.deny` that was not enforced (`--dry-run`) is not an outcome by
 itself: the connection goes on, and its open, close or fail carry the rule
@@ -33,6 +35,9 @@ from dataclasses import dataclass, field
 MAX_OPEN = 65536
 
 OUTCOME_OF_TYPE = {"conn.open": "open", "conn.close": "close", "conn.fail": "fail"}
+# A connect() to a Unix socket outside the sandbox: one event says it all
+# (the socket's path, the process, the decision), so it is its own outcome.
+UNIX_OUTCOMES = {"unix.deny": "unix-refuse", "unix.allow": "unix-open"}
 
 
 # Longest duration a document carries: ECS counts nanoseconds in a signed
@@ -51,6 +56,8 @@ def severity(event: dict) -> int:
     f = event.get("fields") or {}
     if type_ == "policy.deny":
         return WARNING if f.get("enforced", True) is not False else NOTICE
+    if type_ == "unix.deny":
+        return WARNING
     if type_ == "run.end":
         return ERROR if f.get("error") else INFO
     if type_ == "path.check":
@@ -120,7 +127,7 @@ class Connection:
 
 @dataclass
 class Outcome:
-    kind: str                      # open | close | refuse | fail
+    kind: str                      # open | close | refuse | fail | unix-refuse | unix-open
     event: dict                    # the record event that completed it
     connection: Connection
     run: RunInfo
@@ -155,6 +162,18 @@ def _int(value):
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
+def _decisions_destination(c: Connection, f: dict) -> None:
+    """A decision names its destination itself (docs/record.md): a connection
+    whose conn.request was not seen (a stream joined late, a table that was
+    full) still renders with its host, port and door."""
+    if c.host is None:
+        c.host = _str(f.get("host"))
+    if c.port is None:
+        c.port = _int(f.get("port"))
+    if c.door is None:
+        c.door = _str(f.get("door"))
+
+
 class Outcomes:
     def __init__(self):
         self.run = RunInfo()
@@ -178,6 +197,8 @@ class Outcomes:
             return []
         if self.run.run is None:
             self.run.run = _str(event.get("run"))
+        if type_ in UNIX_OUTCOMES:
+            return [Outcome(UNIX_OUTCOMES[type_], event, Connection(0), self.run)]
         conn = _int(event.get("conn"))
         if conn is None:
             return []
@@ -192,9 +213,11 @@ class Outcomes:
             return []
         if type_ == "policy.allow":
             c.rule, c.reason = _str(f.get("rule")), _str(f.get("reason"))
+            _decisions_destination(c, f)
             return []
         if type_ == "policy.deny":
             c.rule, c.reason = _str(f.get("rule")), _str(f.get("reason"))
+            _decisions_destination(c, f)
             if f.get("enforced", True) is False:
                 c.would_deny = True
                 return []
