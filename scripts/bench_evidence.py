@@ -5,12 +5,18 @@
    same vpnw otherwise: the wall time a person waits, and the CPU time.
 2. The recorder's end alone (stages/recorder/seal.py: the file read again
    and hashed, two signatures, the ledger line under flock, the .minisig),
-   on run files of a few lines and of many, with the crypto library already
-   imported (the recorder imports it in a thread during the run).
+   on run files of a few lines and of many, libsodium already loaded (the
+   recorder loads it when it opens the key, before the program starts).
 3. `vpnw show --verify`'s check (stages/record/evidence.py) on the same
-   files, crypto import included once.
+   files.
+4. What loading the signing library costs a process that has ctypes (every
+   stage has): libsodium through ctypes, and, for comparison, importing the
+   `cryptography` package's Ed25519 (what signed runs before, when installed).
 
-    /opt/vpnw-venv/bin/python scripts/bench_evidence.py [ROUNDS]
+    /opt/vpnw-venv/bin/python scripts/bench_evidence.py [ROUNDS]     (as root)
+
+It runs in a network namespace of its own, loopback down and no route, so
+the runs it starts can reach nothing (`true` asks for nothing anyway).
 
 Nothing is added per event: the recorder's loop is unchanged but for
 remembering the first and the last event of each batch it reads.
@@ -78,8 +84,7 @@ def run_file(path: str, events: int) -> None:
 def seal_and_verify(rounds: int) -> list[tuple[int, float, float, float]]:
     import orjson
     from stages.record import evidence, ledger, signing
-    from stages.recorder.seal import Sealer, _import_crypto
-    _import_crypto()
+    from stages.recorder.seal import Sealer
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         os.environ["XDG_STATE_HOME"] = tmp
@@ -109,15 +114,47 @@ def seal_and_verify(rounds: int) -> list[tuple[int, float, float, float]]:
     return rows
 
 
+LOAD = r"""
+import ctypes, sys, time
+t0 = time.perf_counter()
+if sys.argv[1] == "libsodium":
+    from stages.record import sodium
+    sodium.library()
+else:
+    import cryptography.hazmat.primitives.asymmetric.ed25519
+print((time.perf_counter() - t0) * 1000)
+"""
+
+
+def library_load(rounds: int) -> dict[str, float | None]:
+    """Median ms to load each signing library in a fresh interpreter that
+    has imported ctypes already (as the recorder's fork has), interleaved."""
+    took: dict[str, list[float]] = {"libsodium": [], "cryptography": []}
+    for _ in range(rounds):
+        for name in took:
+            r = subprocess.run([sys.executable, "-c", LOAD, name], cwd=REPO, capture_output=True, text=True)
+            if r.returncode == 0:
+                took[name].append(float(r.stdout))
+    return {name: statistics.median(ms) if ms else None for name, ms in took.items()}
+
+
+def no_way_out() -> None:
+    """This process and all it starts in a new network namespace: no route."""
+    import ctypes
+    clone_newnet = 0x40000000
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.unshare(clone_newnet) != 0:
+        raise SystemExit(f"unshare(CLONE_NEWNET): {os.strerror(ctypes.get_errno())} "
+                         "(the benchmark needs root)")
+
+
 def main() -> None:
     rounds = int(sys.argv[1]) if len(sys.argv) > 1 else 20
-    t0 = time.perf_counter()
-    subprocess.run([sys.executable, "-c", "import cryptography.hazmat.primitives.asymmetric.ed25519"],
-                   check=True)
-    t1 = time.perf_counter()
-    subprocess.run([sys.executable, "-c", "pass"], check=True)
-    print(f"import of cryptography's ed25519 (a fresh interpreter, minus a bare one): "
-          f"{(t1 - t0 - (time.perf_counter() - t1)) * 1000:.1f} ms")
+    no_way_out()
+    print(f"load average before: {os.getloadavg()[0]:.2f}")
+    for name, ms in library_load(rounds).items():
+        print(f"load of {name} in a process with ctypes (median of {rounds}): "
+              + (f"{ms:.2f} ms" if ms is not None else "not installed"))
     print("\nthe recorder's end (seal) and show --verify's check, medians:")
     print(f"{'events':>8} {'file':>10} {'seal ms':>9} {'verify ms':>10}")
     for events, size, seal, check in seal_and_verify(max(5, rounds // 2)):
@@ -127,6 +164,7 @@ def main() -> None:
     print(f"\nvpnw run -- true, {rounds} interleaved rounds, medians: --record - (unsigned) "
           f"{uw:.1f} ms wall, {uc:.1f} ms CPU; signed {sw:.1f} ms wall, {sc:.1f} ms CPU; "
           f"difference {sw - uw:+.1f} ms wall, {sc - uc:+.1f} ms CPU")
+    print(f"load average after: {os.getloadavg()[0]:.2f}")
 
 if __name__ == "__main__":
     main()

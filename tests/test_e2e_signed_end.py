@@ -367,3 +367,58 @@ def test_the_program_cannot_read_the_key(runs):
     assert "run-signing.key" in outside["list-keys"] and outside["walk-state"] == "ok:run-signing.key"
     # The run itself was signed with it: the recorder, outside, read it.
     assert runs.verify().returncode == 0
+
+
+def libsodium_file() -> str:
+    """The file this machine's libsodium is loaded from (the soname vpnw asks for)."""
+    import ctypes
+    from stages.record import sodium
+    ctypes.CDLL(sodium.SONAME)
+    with open("/proc/self/maps") as maps:
+        for line in maps:
+            if "libsodium" in line:
+                return line.split()[-1]
+    raise AssertionError("libsodium is not mapped after loading it")
+
+
+def without_libsodium(runs, *args, cwd=None):
+    """vpnw as on a machine without libsodium: in a mount namespace of its
+    own (inside the world's) where the library's file is an empty one, so
+    loading it fails as a missing library does ("file too short")."""
+    import subprocess
+    empty = runs.world.file("empty-library.so", b"")
+    argv, _ = runs.world.command([str(runs.world.vpnw_path), *map(str, args)], user=runs.user,
+                                 state_home=runs.state, cwd=cwd)
+    at = argv.index("--") + 1          # after `nsenter ... --`, before the drop to the user
+    argv[at:at] = ["unshare", "--mount", "--propagation", "private", "--", "sh", "-c",
+                   'mount --bind "$0" "$1" && shift && exec "$@"', str(empty), libsodium_file()]
+    return subprocess.run(argv, capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+
+
+def test_without_libsodium_a_signed_run_stops_before_the_program(runs):
+    signed = runs.trace()                       # control: with the library, a run is signed
+    assert runs.verify(signed).returncode == 0
+    marker = runs.work / "the-program-ran"
+    r = without_libsodium(runs, "run", "--", "touch", marker)
+    assert r.returncode == 125, describe(r)
+    assert ("libsodium, which signs vpnw's runs, cannot be loaded (" in r.stderr
+            and "fix: install it (Debian: apt-get install libsodium23; scripts/setup does); a run that "
+                "cannot be signed is not run: the program was not run" in r.stderr), r.stderr
+    assert not marker.exists()
+    assert runs_in(runs.state)[-1] == signed or not runs_in(runs.state)[-1].read_bytes(), \
+        "a run file with events was left by a run that never started"
+
+    # What needs no signature still works without it: a record to stdout.
+    r = without_libsodium(runs, "run", "--record", "-", "--", "touch", marker)
+    assert r.returncode == 0 and marker.exists(), describe(r)
+    # --verify cannot check a signature: unproven (2), never whole (0); the chain still is.
+    v = without_libsodium(runs, "show", "--verify", signed)
+    assert v.returncode == 2, describe(v)
+    chain, signature, ledger = v.stdout.splitlines()
+    assert "whole and unaltered" in chain
+    assert signature.startswith(f"signature: not checked: {signed}.minisig: signed by key ")
+    assert "; libsodium, which signs vpnw's runs, cannot be loaded (" in signature
+    assert ledger.startswith("ledger: not checked: entry 1 of ") and \
+        "names this run, but its signature cannot be checked: libsodium" in ledger
+    k = without_libsodium(runs, "key")
+    assert k.returncode == 125 and "apt-get install libsodium23" in k.stderr, describe(k)

@@ -62,7 +62,7 @@ def public_key_for(key_file: str | None, key_directory: str | None = None) -> si
         return signing.load_public(public)
     try:
         return signing.load_secret(directory, create=False).public()
-    except signing.KeyProblem:
+    except (signing.KeyProblem, signing.SigningUnavailable):
         return None
 
 
@@ -143,7 +143,10 @@ def _check_signature(path: str, text: str, where: str, key: signing.PublicKey | 
         digest, _lines = signing.file_digest(fd)
     finally:
         os.close(fd)
-    problem = signing.check_signature(sig, key, digest)
+    try:
+        problem = signing.check_signature(sig, key, digest)
+    except signing.SigningUnavailable as exc:
+        return sig, Layer("signature", "absent", f"{where}: signed by key {sig.id_text}; {exc}")
     if problem:
         return sig, Layer("signature", "failed", f"{where}: {problem}")
     return sig, Layer("signature", "ok", f"good: signed by key {key.id_text} ({where}); "
@@ -169,7 +172,11 @@ def _check_ledger(path, run_id, verdict, entry, sig, key, ledger) -> Layer:
                      f"{entry.get('digest')}; this file holds run {run_id} ending in "
                      f"{verdict.digest}: it was replaced or rewritten")
     if key is not None and isinstance(entry.get("sig"), str):
-        problem = _entry_signature_problem(entry, key)
+        try:
+            problem = _entry_signature_problem(entry, key)
+        except signing.SigningUnavailable as exc:
+            return Layer("ledger", "absent", f"entry {entry.get('seq')} of {ledger.path} names "
+                         f"this run, but its signature cannot be checked: {exc}")
         if problem:
             return Layer("ledger", "failed", f"entry {entry.get('seq')}: {problem}")
     at = "" if entry.get("file") == os.path.realpath(path) else f", recorded as {entry.get('file')}"

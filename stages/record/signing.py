@@ -14,9 +14,10 @@ A signature is minisign's (`.minisig`): the file's BLAKE2b-512, signed
 that signature, which names the run, its end and its last digest.
 
 Reading and writing the key files and the minisign texts needs no crypto
-library; `cryptography` is imported only to sign or to check a signature
-(about 25 ms, at the end of a run or in `vpnw show`), never on the way to
-the program's start.
+library. Signing and checking use libsodium (stages/record/sodium.py),
+minisign's own library, loaded when a run opens its key (under a
+millisecond) so that a machine without it stops the run before the program
+(exit 125), not at its end.
 """
 from __future__ import annotations
 
@@ -25,6 +26,7 @@ import hashlib
 import os
 from dataclasses import dataclass
 
+from stages.record import sodium
 from stages.record.events import vpnw_state_dir
 
 SECRET_NAME = "run-signing.key"
@@ -40,6 +42,14 @@ MAX_COMMENT = 1024
 class KeyProblem(Exception):
     """A key file that is missing, unreadable or not a key; the message names
     the file and the fix."""
+
+
+SigningUnavailable = sodium.SodiumMissing     # no libsodium: nothing can be signed or checked
+
+
+def signing_library() -> None:
+    """Load what signs and checks now (raises SigningUnavailable, naming the fix)."""
+    sodium.library()
 
 
 def key_dir() -> str:
@@ -75,22 +85,15 @@ class SecretKey:
     def id_text(self) -> str:
         return key_id_text(self.key_id)
 
-    def _private(self):
-        from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
-        return Ed25519PrivateKey.from_private_bytes(self.seed)
-
     def public(self) -> PublicKey:
-        from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
-        raw = self._private().public_key().public_bytes(Encoding.Raw, PublicFormat.Raw)
-        return PublicKey(self.key_id, raw)
+        return PublicKey(self.key_id, sodium.public_key(self.seed))
 
     def sign_file_digest(self, digest: bytes, trusted_comment: str, untrusted_comment: str) -> str:
         """A .minisig text for a file whose BLAKE2b-512 is `digest`."""
         if "\n" in trusted_comment or len(trusted_comment.encode()) > MAX_COMMENT:
             raise ValueError("a trusted comment is one line of at most 1024 bytes")
-        private = self._private()
-        signature = private.sign(digest)
-        global_signature = private.sign(signature + trusted_comment.encode())
+        signature = sodium.sign(self.seed, digest)
+        global_signature = sodium.sign(self.seed, signature + trusted_comment.encode())
         return (f"untrusted comment: {untrusted_comment}\n"
                 + base64.b64encode(_ALG_HASHED + self.key_id + signature).decode() + "\n"
                 + f"trusted comment: {trusted_comment}\n"
@@ -283,32 +286,22 @@ def parse_minisig(text: str) -> Minisig:
                    global_signature)
 
 
-def _public(key: PublicKey):
-    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
-    return Ed25519PublicKey.from_public_bytes(key.raw)
-
-
 def check_signature(sig: Minisig, key: PublicKey, digest: bytes, read_whole=None) -> str | None:
     """None when `sig` is `key`'s signature of the file (BLAKE2b-512 `digest`;
     a legacy signature needs `read_whole()`, the file's bytes) and of its
-    trusted comment; else what does not hold."""
-    from cryptography.exceptions import InvalidSignature
+    trusted comment; else what does not hold. Raises SigningUnavailable."""
     if sig.key_id != key.key_id:
         return f"signed by key {sig.id_text}, not by {key.id_text}"
     message = digest if sig.algorithm == _ALG_HASHED else (read_whole() if read_whole else b"")
-    try:
-        _public(key).verify(sig.signature, message)
-    except InvalidSignature:
+    if not sodium.verify(key.raw, sig.signature, message):
         return "the signature does not match the file: it was changed after it was signed"
     return check_comment(sig, key)
 
 
 def check_comment(sig: Minisig, key: PublicKey) -> str | None:
-    """None when the trusted comment carries `key`'s signature."""
-    from cryptography.exceptions import InvalidSignature
-    try:
-        _public(key).verify(sig.global_signature, sig.signature + sig.trusted_comment.encode())
-    except InvalidSignature:
+    """None when the trusted comment carries `key`'s signature. Raises
+    SigningUnavailable."""
+    if not sodium.verify(key.raw, sig.global_signature, sig.signature + sig.trusted_comment.encode()):
         return "the trusted comment was changed after it was signed"
     return None
 

@@ -227,10 +227,6 @@ def main_from_fds(in_fd: int, *, record: str | None, record_fd: int | None = Non
     sealer = room = None
     if run_file is not None:
         sealer = _open_sealer(run_file) if sign else None
-        if sealer:
-            # The crypto library loads in a thread from now on, while the
-            # other stages start: the end of a short run need not wait for it.
-            sealer.preload()
         mark("recorder", "key and ledger opened")
         room = _reserve_room(run_file, record, in_fd, record_gate) if sealer is not False else None
         mark("recorder", "room reserved")

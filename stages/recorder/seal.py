@@ -17,21 +17,20 @@ import orjson
 from stages.record import ledger, signing
 
 
-def _import_crypto() -> None:
-    import cryptography.hazmat.primitives.asymmetric.ed25519  # noqa: F401
-
-
 class Sealer:
     """The key and the ledger, held from the run's start to its end."""
 
     def __init__(self, key: signing.SecretKey, ledger_file: str):
         self.key = key
         self.ledger_file = ledger_file
-        self._preload = None
 
     @classmethod
     def open(cls) -> "Sealer":
-        """Raises signing.KeyProblem or OSError (the message says the fix)."""
+        """Raises signing.KeyProblem or OSError (signing.SigningUnavailable:
+        no libsodium; the message says the fix)."""
+        # The library first: a machine that cannot sign stops here, before
+        # the program, not after it (and loading it costs well under 1 ms).
+        signing.signing_library()
         key = signing.load_secret()
         path = ledger.ledger_path()
         try:
@@ -44,20 +43,11 @@ class Sealer:
                           "writable directory") from None
         return cls(key, path)
 
-    def preload(self) -> None:
-        """Import the crypto library while the run goes on (some 20 ms), so
-        the end of the run does not wait for it."""
-        import threading
-        self._preload = threading.Thread(target=_import_crypto, name="vpnw-preload", daemon=True)
-        self._preload.start()
-
     def seal(self, fd: int, record: str, start: dict | None, end: dict | None,
              last_digest: str) -> tuple[str, int, str]:
         """Sign the run file open on `fd`, enter it in the ledger, write
         `record`.minisig. Returns the signature (a .minisig text), the
         ledger entry's seq and the ledger's new head (its `d`)."""
-        if self._preload is not None:
-            self._preload.join()
         # The recorder's descriptor writes only; the same file, opened again
         # through it (not by name: the name may point elsewhere by now).
         reader = os.open(f"/proc/self/fd/{fd}", os.O_RDONLY | os.O_CLOEXEC)
