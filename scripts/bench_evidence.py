@@ -114,25 +114,29 @@ def seal_and_verify(rounds: int) -> list[tuple[int, float, float, float]]:
     return rows
 
 
+# CPU time (the process's own): under a loaded machine's waits, what loading costs.
 LOAD = r"""
 import ctypes, sys, time
-t0 = time.perf_counter()
+import stages.record.events
+t0 = time.process_time()
 if sys.argv[1] == "libsodium":
     from stages.record import sodium
     sodium.library()
 else:
     import cryptography.hazmat.primitives.asymmetric.ed25519
-print((time.perf_counter() - t0) * 1000)
+print((time.process_time() - t0) * 1000)
 """
 
 
 def library_load(rounds: int) -> dict[str, float | None]:
-    """Median ms to load each signing library in a fresh interpreter that
-    has imported ctypes already (as the recorder's fork has), interleaved."""
+    """Median CPU ms to load each signing library in a fresh interpreter that
+    has imported ctypes and vpnw's record package already (as the recorder's
+    fork has), interleaved."""
     took: dict[str, list[float]] = {"libsodium": [], "cryptography": []}
     for _ in range(rounds):
         for name in took:
-            r = subprocess.run([sys.executable, "-c", LOAD, name], cwd=REPO, capture_output=True, text=True)
+            # From /: the installed vpnw, as a run loads it.
+            r = subprocess.run([sys.executable, "-c", LOAD, name], cwd="/", capture_output=True, text=True)
             if r.returncode == 0:
                 took[name].append(float(r.stdout))
     return {name: statistics.median(ms) if ms else None for name, ms in took.items()}
@@ -154,7 +158,7 @@ def main() -> None:
     print(f"load average before: {os.getloadavg()[0]:.2f}")
     for name, ms in library_load(rounds).items():
         print(f"load of {name} in a process with ctypes (median of {rounds}): "
-              + (f"{ms:.2f} ms" if ms is not None else "not installed"))
+              + (f"{ms:.2f} ms CPU" if ms is not None else "not installed"))
     print("\nthe recorder's end (seal) and show --verify's check, medians:")
     print(f"{'events':>8} {'file':>10} {'seal ms':>9} {'verify ms':>10}")
     for events, size, seal, check in seal_and_verify(max(5, rounds // 2)):

@@ -229,19 +229,28 @@ def test_a_cut_or_edited_ledger_shows(runs):
         "is gone (the ledger was cut or replaced)"), v.stdout
 
 
-@pytest.mark.parametrize("case", ["unreadable", "a directory", "not a key"])
+@pytest.mark.parametrize("case", ["unreadable", "a directory", "a symlink loop", "a fifo", "not a key"])
 def test_a_key_that_cannot_be_used_stops_the_run_before_the_program(runs, case):
     runs.trace()                               # makes the key
     secret = keys(runs.state) / "run-signing.key"
     if case == "unreadable":
         if runs.user == "root":
-            pytest.skip("root reads a file of mode 000 (CAP_DAC_OVERRIDE): 'a directory' covers root")
+            pytest.skip("root reads a file of mode 000 (CAP_DAC_OVERRIDE): the symlink loop covers root")
         secret.chmod(0)
         why = f"cannot read the vpnw signing key {secret}: Permission denied"
     elif case == "a directory":
         secret.unlink()
         secret.mkdir()
         why = f"cannot read the vpnw signing key {secret}: Is a directory"
+    elif case == "a symlink loop":             # unreadable for root too
+        secret.unlink()
+        secret.symlink_to(secret.name)
+        why = f"cannot read the vpnw signing key {secret}: Too many levels of symbolic links"
+    elif case == "a fifo":                     # opened for reading, it would hold the run forever
+        secret.unlink()
+        os.mkfifo(secret, 0o600)
+        os.chown(secret, *owner(runs.user))
+        why = f"cannot read the vpnw signing key {secret}: not a regular file"
     else:
         overwrite(secret, b"untrusted comment: hello\nnot base64 at all\n")
         why = f"{secret} is not a vpnw signing key: its second line is not base64"
@@ -422,3 +431,183 @@ def test_without_libsodium_a_signed_run_stops_before_the_program(runs):
         "names this run, but its signature cannot be checked: libsodium" in ledger
     k = without_libsodium(runs, "key")
     assert k.returncode == 125 and "apt-get install libsodium23" in k.stderr, describe(k)
+
+
+def test_a_key_swapped_for_another_shows_against_the_pinned_public_key(runs):
+    """Someone with the user's rights puts a key of their own in place of
+    vpnw's: runs then verify with the machine's key (it is theirs now), and
+    fail against the public key pinned elsewhere, under a new key id (2) or
+    under the old one forged (1), with vpnw and with minisign."""
+    import base64
+    runs.trace()
+    pinned = runs.work / "pinned.pub"
+    pinned.write_text(runs.vpnw("key").stdout)
+    secret = keys(runs.state) / "run-signing.key"
+    old = base64.b64decode(secret.read_text().splitlines()[1])
+    for key_id, want in ((os.urandom(8), 2), (old[2:10], 1)):
+        overwrite(secret, b"untrusted comment: swapped\n"
+                  + base64.b64encode(b"Ed" + key_id + os.urandom(32)) + b"\n")
+        run = runs.trace()
+        assert runs.verify(run).returncode == 0          # the machine's key is the swapped one now
+        v = runs.verify("--key", pinned, run)
+        assert v.returncode == want, describe(v)
+        m = runs.run_as_user(["minisign", "-V", "-p", str(pinned), "-m", str(run)])
+        assert m.returncode == 1, describe(m)
+
+
+def test_a_fifo_in_place_of_a_signature_or_the_ledger_holds_nothing(runs):
+    """A FIFO where a .minisig or the ledger should be: read, it would wait
+    for a writer forever; vpnw reads only regular files there."""
+    run = runs.trace()
+    sig = Path(f"{run}.minisig")
+    kept = sig.read_bytes()
+    sig.unlink()
+    os.mkfifo(sig, 0o600)
+    os.chown(sig, *owner(runs.user))
+    v = runs.verify(run)                  # the ledger holds the same signature
+    assert v.returncode == 0 and "signature: good: " in v.stdout and "(the ledger's entry 1)" in v.stdout, \
+        describe(v)
+    sig.unlink()
+    sig.write_bytes(kept)
+
+    book = runs.state / "vpnw" / "ledger.jsonl"
+    book.unlink()
+    os.mkfifo(book, 0o600)
+    os.chown(book, *owner(runs.user))
+    v = runs.verify(run)
+    assert v.returncode == 1 and lines_of(v)[2] == f"ledger: FAILED: {book}: not a regular file (the ledger " \
+                                                   "was replaced)", describe(v)
+    marker = runs.work / "the-program-ran"
+    r = runs.vpnw("run", "--", "touch", marker)
+    assert r.returncode == 125 and f"cannot write the ledger of runs {book}: " in r.stderr, describe(r)
+    assert not marker.exists()
+
+
+def test_a_signature_stripped_leaves_the_file_unproven_never_whole(runs):
+    """Why a whole chain with no signature is 2, not 0 (docs/record.md): a
+    rewritten, rechained file whose .minisig is removed and whose ledger line
+    is cut (it was the last) must not pass for whole."""
+    path = runs.trace(*CURL_TWO)
+    overwrite(path, rechain(path.read_bytes().replace(b'"api.github.com"', b'"pypi.org"')))
+    Path(f"{path}.minisig").unlink()
+    book = runs.state / "vpnw" / "ledger.jsonl"
+    overwrite(book, b"")
+    v = runs.verify(path)
+    assert v.returncode == 2, describe(v)
+    chain, signature, ledger = lines_of(v)
+    assert "whole and unaltered" in chain
+    assert signature.startswith("signature: not checked: none: no .minisig beside the file and no entry")
+    assert ledger == f"ledger: not checked: no entry for this run in {book}"
+
+
+def test_a_record_kept_elsewhere_is_checked_by_its_own_layers(runs):
+    """A --record file outside the runs folder: signed and in the ledger like
+    any run; moved, it still verifies (its ledger entry found by run id);
+    replaced, it fails. A file gone from that directory is the user's
+    business there, not a failure of the files beside it: only the runs
+    folder is checked for runs gone (as `vpnw runs` lists it)."""
+    work, other = runs.world.workdir(runs.user), runs.world.workdir(runs.user)
+    made = []
+    for name in ("a.jsonl", "b.jsonl"):
+        r = runs.vpnw("trace", "--record", work / name, "--", "true")
+        assert r.returncode == 0, describe(r)
+        made.append(work / name)
+    a, b = made
+    assert runs.verify(a).returncode == 0 and Path(f"{a}.minisig").is_file()
+    entries = runs.ledger()
+    assert [e["file"] for e in entries] == [str(a), str(b)]
+
+    moved = other / "moved.jsonl"
+    os.rename(a, moved)                   # its .minisig left behind: the ledger has the signature
+    v = runs.verify(moved)
+    assert v.returncode == 0, describe(v)
+    assert lines_of(v)[1].startswith("signature: good: ") and "(the ledger's entry 1)" in lines_of(v)[1]
+    assert lines_of(v)[2].startswith("ledger: entry 1 of 2 ") and lines_of(v)[2].endswith(
+        f"agrees, recorded as {a}; the ledger's chain is whole")
+    v = runs.verify(b)                    # a.jsonl gone from beside it says nothing of b
+    assert v.returncode == 0 and len(lines_of(v)) == 3, describe(v)
+
+    shutil.copyfile(moved, b)             # b replaced by a's file (b's .minisig still beside it)
+    v = runs.verify(b)
+    assert v.returncode == 1, describe(v)
+    assert lines_of(v)[1] == (f"signature: FAILED: {b}.minisig: the signature does not match the file: "
+                              "it was changed after it was signed")
+    assert lines_of(v)[2].endswith("it was replaced or rewritten")
+    listing = runs.vpnw("runs")
+    assert "MISSING" not in listing.stdout and "no runs recorded" in listing.stderr, describe(listing)
+
+
+# ── the key, however the program reaches for it ─────────────────────────────
+# The file-limits tests' ways (tests/test_e2e_files.py) aimed at vpnw's key,
+# beyond the name, /proc roots, cwd, listing, walk and raw device above.
+
+PROBE = Path(__file__).resolve().parent / "progs" / "file_probe.py"
+
+
+def key_reach_ops(keys_dir: Path, work: Path) -> list[dict]:
+    key = f"{keys_dir}/run-signing.key"
+    vpnw_dir = keys_dir.parent
+    return [
+        {"name": "symlink_make", "op": "symlink", "target": key, "path": f"{work}/lnk"},
+        {"name": "symlink_read", "op": "read", "path": f"{work}/lnk"},
+        {"name": "hardlink", "op": "link", "src": key, "path": f"{work}/hard"},
+        {"name": "dotdot", "op": "read", "path": f"{keys_dir}/../keys/./run-signing.key"},
+        {"name": "proc_cwd", "op": "proc_cwd", "dir": str(keys_dir), "rel": "run-signing.key"},
+        {"name": "openat2_beneath", "op": "openat2", "dir": str(vpnw_dir), "path": "keys/run-signing.key",
+         "resolve": ["BENEATH"]},
+        {"name": "openat2_no_xdev", "op": "openat2", "dir": str(vpnw_dir), "path": "keys/run-signing.key",
+         "resolve": ["NO_XDEV"]},
+        {"name": "openat2_in_root", "op": "openat2", "dir": "/", "path": key, "resolve": ["IN_ROOT"]},
+        {"name": "openat2_proc_root", "op": "openat2", "dir": "/proc/self/root", "path": key.lstrip("/"),
+         "resolve": ["NO_XDEV", "NO_MAGICLINKS"]},
+        {"name": "umount", "op": "umount", "path": str(keys_dir)},
+        {"name": "remount_rw", "op": "remount_rw", "path": str(keys_dir)},
+        {"name": "mount_tmpfs", "op": "mount_tmpfs", "path": str(keys_dir)},
+        {"name": "bind_out", "op": "bind", "src": str(keys_dir), "path": f"{work}/b"},
+        {"name": "unshare_mount", "op": "unshare_mount", "path": str(keys_dir)},
+        {"name": "read_after", "op": "read", "path": key},
+    ]
+
+
+def probe_key(runs, ops: list[dict], *, inside: bool, cwd: Path) -> dict[str, dict]:
+    probe = runs.world.file("file_probe.py", PROBE.read_bytes())
+    argv = [runs.world.python, str(probe), json.dumps(ops)]
+    r = runs.vpnw("run", "--", *argv, cwd=cwd) if inside else runs.run_as_user(argv, cwd=cwd)
+    assert r.returncode == 0, describe(r)
+    results = {json.loads(line)["op"]: json.loads(line) for line in r.stdout.splitlines()}
+    assert set(results) == {op["name"] for op in ops}, describe(r)
+    return results
+
+
+def test_the_program_cannot_reach_the_key_the_ways_the_file_limits_tests_try(runs):
+    runs.trace()
+    secret = (keys(runs.state) / "run-signing.key").read_text().splitlines()[1]
+    work_in, work_out = runs.world.workdir(runs.user), runs.world.workdir(runs.user)
+    for work in (work_in, work_out):
+        (work / "b").mkdir()
+        os.chown(work / "b", *owner(runs.user))
+    inside = probe_key(runs, key_reach_ops(keys(runs.state), work_in), inside=True, cwd=work_in)
+    accepted = {
+        "symlink_make": {"ok"}, "symlink_read": {"ENOENT"}, "hardlink": {"ENOENT"}, "dotdot": {"ENOENT"},
+        "proc_cwd": {"ENOENT"}, "openat2_beneath": {"ENOENT"},
+        "openat2_no_xdev": {"EXDEV", "ENOENT"},       # refuses to cross into the empty mount
+        "openat2_in_root": {"ENOENT"}, "openat2_proc_root": {"ENOENT", "EXDEV", "ELOOP"},
+        # no capability after the drop, root included; seccomp refuses a new user namespace
+        "umount": {"EPERM"}, "remount_rw": {"EPERM"}, "mount_tmpfs": {"EPERM"}, "bind_out": {"EPERM"},
+        "unshare_mount": {"EPERM"}, "read_after": {"ENOENT"}}
+    wrong = {name: inside[name] for name, ok in accepted.items() if inside[name]["result"] not in ok}
+    assert not wrong, wrong
+    assert secret not in json.dumps(inside)
+
+    # Control: the same user outside vpnw reaches the key each of these ways
+    # (the mounts left out: root's would change the world's own mounts).
+    mounts = {"umount", "remount_rw", "mount_tmpfs", "bind_out"}
+    outside = probe_key(runs, [op for op in key_reach_ops(keys(runs.state), work_out)
+                               if op["name"] not in mounts], inside=False, cwd=work_out)
+    for name in ("symlink_read", "dotdot", "proc_cwd", "openat2_beneath", "openat2_no_xdev",
+                 "openat2_in_root", "openat2_proc_root", "read_after"):
+        assert outside[name]["result"] == "ok" and secret in outside[name]["data"], outside[name]
+    assert outside["hardlink"]["result"] == "ok", outside["hardlink"]
+    # ...and, outside, a new user namespace gives it the mount rights the sandbox refuses.
+    assert outside["unshare_mount"] == {"op": "unshare_mount", "result": "ok", "data": []}, outside
+    assert runs.verify().returncode == 0

@@ -14,6 +14,7 @@ import os
 from dataclasses import dataclass, field
 
 from stages.record import chain, ledger as ledger_mod, signing
+from stages.record.events import state_dir
 
 
 @dataclass(frozen=True)
@@ -89,7 +90,11 @@ def check(path: str, *, key: signing.PublicKey | None, ledger: ledger_mod.Ledger
         evidence.layers.append(layer)
     if ledger is not None:
         evidence.layers.append(_check_ledger(path, run_id, verdict, entry, sig, key, ledger))
-        gone = ledger.gone_from(os.path.dirname(os.path.realpath(path)))
+        # Runs gone are looked for in vpnw's runs folder only (what `vpnw runs`
+        # lists): a --record file elsewhere sits in the user's own directory,
+        # where a file moved or deleted says nothing of the files beside it.
+        folder = os.path.dirname(os.path.realpath(path))
+        gone = ledger.gone_from(folder) if folder == os.path.realpath(state_dir()) else []
         if gone:
             names = ", ".join(f"{e.get('run')} (entry {e.get('seq')})" for e in gone[:10])
             evidence.layers.append(Layer("runs", "failed", f"in {ledger.path}, gone from "
@@ -116,10 +121,9 @@ def _run_id(path: str) -> str | None:
 
 def _signature_text(path: str, entry: dict | None) -> tuple[str | None, str]:
     try:
-        with open(path + ".minisig", "r", encoding="utf-8") as stream:
-            return stream.read(8192), f"{path}.minisig"
+        return signing.read_small_file(path + ".minisig", 8192).decode(), f"{path}.minisig"
     except (OSError, UnicodeDecodeError):
-        pass
+        pass      # none, or not one to read: the ledger's copy, if any
     if entry is not None and isinstance(entry.get("sig"), str):
         return entry["sig"], f"the ledger's entry {entry.get('seq')}"
     return None, ""

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+import stat
 from dataclasses import dataclass
 
 import orjson
@@ -145,9 +146,14 @@ def read(path: str | None = None) -> Ledger:
     """The ledger checked line by line: its chain, and seq 1, 2, 3..."""
     path = path or ledger_path()
     try:
-        stream = open(path, "rb")
+        # O_NONBLOCK: a FIFO in its place is said, it does not hold the reader.
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except FileNotFoundError:
         return Ledger(path, [], None, exists=False)
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        return Ledger(path, [], f"{path}: not a regular file (the ledger was replaced)")
+    stream = os.fdopen(fd, "rb")
     entries: list[dict] = []
     prev = b""
     with stream:

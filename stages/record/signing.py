@@ -22,8 +22,10 @@ millisecond) so that a machine without it stops the run before the program
 from __future__ import annotations
 
 import base64
+import errno
 import hashlib
 import os
+import stat
 from dataclasses import dataclass
 
 from stages.record import sodium
@@ -139,10 +141,26 @@ def parse_public(text: str, path: str) -> PublicKey:
     return PublicKey(blob[2:10], blob[10:])
 
 
+def read_small_file(path: str, limit: int) -> bytes:
+    """Up to `limit` bytes of a regular file, without waiting: a FIFO put where
+    a key or a signature should be would hold its reader (a run about to
+    start, `show --verify`) forever, so anything but a regular file is
+    refused (OSError, its strerror saying what it is)."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+    try:
+        mode = os.fstat(fd).st_mode
+        if stat.S_ISDIR(mode):
+            raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR))
+        if not stat.S_ISREG(mode):
+            raise OSError(errno.EINVAL, "not a regular file")
+        return os.read(fd, limit)
+    finally:
+        os.close(fd)
+
+
 def _read_text(path: str, what: str, fix: str) -> str:
     try:
-        with open(path, "rb") as stream:
-            data = stream.read(4096)
+        data = read_small_file(path, 4096)
     except OSError as exc:
         raise KeyProblem(f"cannot read {what} {path}: {exc.strerror or exc}; fix: {fix}") from None
     try:

@@ -9,6 +9,7 @@ last line: nothing here runs per event.
 """
 from __future__ import annotations
 
+import errno
 import os
 import stat
 
@@ -36,7 +37,13 @@ class Sealer:
         try:
             # Made now (0600) so that a ledger that cannot be written is known
             # before the program runs.
-            os.close(os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600))
+            # O_NONBLOCK: a FIFO in its place fails here, it does not hold the run.
+            fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NONBLOCK | os.O_CLOEXEC, 0o600)
+            try:
+                if not stat.S_ISREG(os.fstat(fd).st_mode):
+                    raise OSError(errno.EINVAL, "not a regular file")
+            finally:
+                os.close(fd)
         except OSError as exc:
             raise OSError(f"cannot write the ledger of runs {path}: {exc.strerror or exc}; fix: "
                           "make vpnw's state directory writable, or point XDG_STATE_HOME at a "
