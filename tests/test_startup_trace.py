@@ -41,7 +41,8 @@ def _run_marks(tmp_path, value):
 def read_marks(path) -> list[tuple[int, int, str, str]]:
     out = []
     for line in open(path).read().splitlines():
-        ns, pid, stage, what = line.split(" ", 3)
+        ns, pid, cpu_us, stage, what = line.split(" ", 4)
+        assert int(cpu_us) >= 0
         out.append((int(ns), int(pid), stage, what))
     return out
 

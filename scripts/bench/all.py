@@ -913,12 +913,17 @@ def startup_once(vpnw: str, args: tuple[str, ...], record: str, trace: str | Non
 
 
 def read_trace(path: str, t0: int) -> dict[str, float]:
-    """"stage: what" -> ms from t0 (a mark seen twice keeps its first time)."""
-    marks = {}
+    """"stage: what" -> ms from t0 (a mark seen twice keeps its first time),
+    and "cpu: stage" -> the CPU ms each process of the stage had used at its
+    last mark (summed over the stage's processes: init counts its own)."""
+    marks, cpu = {}, {}
     with contextlib.suppress(FileNotFoundError), open(path) as f:
         for line in sorted(f, key=lambda l: int(l.split(" ", 1)[0])):
-            ns, _pid, stage, what = line.rstrip("\n").split(" ", 3)
+            ns, pid, cpu_us, stage, what = line.rstrip("\n").split(" ", 4)
             marks.setdefault(f"{stage}: {what}", (int(ns) - t0) / 1e6)
+            cpu[(stage, pid)] = int(cpu_us) / 1e3
+    for (stage, _pid), ms in cpu.items():
+        marks[f"cpu: {stage}"] = marks.get(f"cpu: {stage}", 0.0) + ms
     return marks
 
 
@@ -978,8 +983,11 @@ def print_startup(w, s: dict, verdict: str) -> None:
           f"VPNW_STARTUP_TRACE)\n")
         last = 0.0
         for k, at in marks.items():
-            w(f"      {at:7.1f} {at - last:+6.1f}  {k}\n")
-            last = at
+            if not k.startswith("cpu: "):
+                w(f"      {at:7.1f} {at - last:+6.1f}  {k}\n")
+                last = at
+        w("      CPU ms each stage had used at its last mark: " + ", ".join(
+            f"{k[5:]} {v:.1f}" for k, v in marks.items() if k.startswith("cpu: ")) + "\n")
         w(f"      {s['true_ms'] + s['over_ms'][way]:7.1f}          vpnw has exited (wall)\n")
 
 
