@@ -347,7 +347,7 @@ def test_localhost_rule_opens_exactly_that_port(world, local_server, user, rule)
             describe(r)
 
 
-# The ways around capture and the DNS door: tests/bypass/test_capture.py.
+# The ways around capture and the DNS door: tests/bypass/test_capture_ways.py.
 
 
 NODE_FETCH = ("fetch('http://api.github.com/whoami').then(r => r.json())"
