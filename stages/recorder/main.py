@@ -362,13 +362,6 @@ class _Recorder:
         if self.ready_fd is not None:
             _signal_ready(self.ready_fd)
             self.ready_fd = None
-            if self.sealer:
-                # The crypto library loads in a thread from now on, while the
-                # program runs: not before run.start is written, which the
-                # program waits for (the import would hold the interpreter's
-                # lock and a core while the sandbox is sealed), and before the
-                # end, so a short run waits for less of it.
-                self.sealer.preload()
         if self.first is None:
             self.first = sealed[0][0]
         self.last = sealed[-1][0]
