@@ -52,8 +52,27 @@ def test_deny_rule_reason_names_file_and_line():
 def test_metadata_address_reason():
     d = decide(t("169.254.169.254", 80), AGENT)
     assert d.reason == ("169.254.169.254: link-local address (169.254.0.0/16), where cloud "
-                        "metadata services live")
+                        "metadata services live; refused by deny_private = true (set in agent.toml)")
     assert d.rule == "deny_private"
+
+
+@pytest.mark.parametrize("host,addresses,allow,line", [
+    ("10.77.0.1", None, '"10.77.0.0/24"', 6),                # an address literal, allowed by CIDR
+    ("tracker.office.internal", None, '"*.internal"', 6),    # a special name, refused before any look-up
+    ("office.example", ["10.77.0.1"], '"office.example"', 6),  # a name that resolved to a private address
+])
+def test_a_deny_private_refusal_names_the_setting_and_the_allow_rule_it_overrides(
+        host, addresses, allow, line):
+    # issue 28: an explicit allow under deny_private = true was overridden silently.
+    p = policy(f'default = "deny"\ndeny_private = true\nallow = [{allow}]\n', "office.toml")
+    d = decide(t(host, 443), p)
+    if addresses is not None:
+        assert isinstance(d, LookUp)
+        d = decide(t(host, 443), p, [ip_address(a) for a in addresses])
+    assert not d.allowed and d.rule == "deny_private", d
+    assert d.reason.endswith(f"; refused by deny_private = true (set in office.toml), which comes before "
+                             f"allow rule {allow} (office.toml line {line}): set deny_private = false "
+                             "to allow it"), d.reason
 
 
 # --- order of the steps ------------------------------------------------------------

@@ -7,11 +7,15 @@
   vpnw stops before the program with exit 123.
 - Denials are self-contained: the record's decision carries its destination,
   and the OCSF copy (`--events-to`) renders the refusals, Unix sockets too.
+- learn through the office (private destinations) drafts what guard can
+  enforce there: deny_private = false, saying why, and the guard command it
+  suggests keeps --config and --via; a deny_private denial names the setting.
 """
 from __future__ import annotations
 
 import json
 import re
+import shlex
 import shutil
 import socket
 
@@ -21,7 +25,8 @@ from ci_support import cannot
 from e2e_support import describe, run_events
 from stages.record.check import check_run
 from tmux_support import world_shell
-from wg_support import SITE, Office
+from stages.config.policy import parse_policy
+from wg_support import INTERNAL, PEER_TUNNEL, SITE, WEB_PORT, Office
 
 pytestmark = pytest.mark.world
 
@@ -107,3 +112,42 @@ def test_a_denial_names_its_destination_and_the_ocsf_copy_renders_it(world, user
     assert refused[0]["dst_endpoint"] == {"hostname": "evil.example", "port": 8080}, refused
     assert refused[1]["dst_endpoint"] == {"name": str(outside)}, refused
     assert refused[1]["actor"]["process"]["name"] == "python3", refused
+
+
+def test_learn_through_the_office_drafts_what_guard_enforces_there(world, office, user):
+    state = world.state_home(user)
+    program = ["sh", "-c", f"curl -sS --max-time 20 http://{INTERNAL}:{WEB_PORT}/hello.txt; "
+                           f"curl -sS --max-time 20 http://{PEER_TUNNEL}:{WEB_PORT}/hello.txt"]
+    traced = world.vpnw(["trace", "--config", str(office.config), "--via", "office-dns", "--", *program],
+                        user=user, state_home=state, timeout=120)
+    assert traced.returncode == 0 and traced.stdout == "hello from the office\n" * 2, describe(traced)
+    learned = world.vpnw(["learn", "--name", "office"], user=user, state_home=state)
+    assert learned.returncode == 0, describe(learned)
+    draft = learned.stdout
+    assert parse_policy(draft, "office.toml").deny_private is False, draft
+    assert (f"# The traced program reached private destinations ({PEER_TUNNEL}:{WEB_PORT}, "
+            f"{INTERNAL}:{WEB_PORT}):\n# deny_private = true would refuse them") in draft, draft
+    suggested = re.search(r"^#   (vpnw guard .*) -- PROGRAM$", draft, re.M)
+    assert suggested, draft
+    words = shlex.split(suggested.group(1))
+    assert words[2:6] == ["--config", str(office.config), "--via", "office-dns"], words
+    work = world.workdir(user)
+    (work / "office.toml").write_text(draft)
+    (work / "office.toml").chmod(0o644)
+    # The command as learn suggests it, run where the draft was written: the office is reached.
+    guarded = world.vpnw([*words[1:], "--", *program], user=user, state_home=state, cwd=work, timeout=120)
+    assert guarded.returncode == 0 and guarded.stdout == "hello from the office\n" * 2, describe(guarded)
+    # The control: the old draft's deny_private = true refuses what its own allow rules name,
+    # and each denial names the setting and the allow rule it overrides.
+    (work / "strict.toml").write_text(draft.replace("deny_private = false", "deny_private = true"))
+    (work / "strict.toml").chmod(0o644)
+    strict = world.vpnw(["guard", "--config", str(office.config), "--via", "office-dns", "--policy",
+                         "strict.toml", "--", *program], user=user, state_home=state, cwd=work, timeout=120)
+    assert strict.returncode == 120 and "hello" not in strict.stdout, describe(strict)
+    denials = [e["fields"] for e in strict.events() if e["type"] == "policy.deny"]
+    assert [d["host"] for d in denials] == [INTERNAL, PEER_TUNNEL], denials
+    for d in denials:
+        assert d["rule"] == "deny_private" and "refused by deny_private = true (set in strict.toml), " \
+            "which comes before allow rule" in d["reason"], d
+        assert re.search(r"^vpnw .*DENY .*refused by deny_private = true \(set in strict\.toml\)",
+                         strict.stderr, re.M), describe(strict)

@@ -271,3 +271,32 @@ def test_unix_refusals_are_suggested_commented_out_and_only_those_a_policy_can_n
     head, unix_part = draft.split("# [unix]\n")
     uncommented = head + "[unix]\n" + "\n".join(l[2:] for l in unix_part.splitlines())
     assert parse_policy(uncommented).unix_allow == ("/run/docker.sock",)
+
+
+def test_a_trace_to_private_destinations_drafts_deny_private_false_and_keeps_the_path():
+    # issue 28: learn through an office over WireGuard drafted deny_private = true
+    # beside allow rules that very setting refuses, and a guard command without --config.
+    from stages.broker.decide import decide, parse_target
+    run = Run()
+    run.events[0]["fields"].update(via="office", config="my paths.toml")
+    run.reach("tracker.office.internal", 8471, address="10.66.0.1") \
+        .reach("10.66.0.1", 8471, address="10.66.0.1").reach("pypi.org", 443, address="151.101.0.223")
+    draft = draft_policy(run.events, "office")
+    policy = parse_policy(draft, "office.toml")
+    assert policy.deny_private is False, draft
+    assert ("# The traced program reached private destinations (10.66.0.1:8471, "
+            "tracker.office.internal:8471):\n# deny_private = true would refuse them before any "
+            "allow rule below.\ndeny_private = false\n") in draft, draft
+    assert "#   vpnw guard --config 'my paths.toml' --via office --policy office.toml -- PROGRAM\n" in draft
+    for host, port in (("tracker.office.internal", 8471), ("10.66.0.1", 8471), ("pypi.org", 443)):
+        verdict = decide(parse_target(host, port), policy, [parse_target("10.66.0.1", 1).ip])
+        assert verdict.allowed, (host, verdict)      # the draft lets through what it allows
+
+
+def test_metadata_loopback_and_documentation_addresses_keep_deny_private_true():
+    run = Run().reach("metadata.google.internal", 80, address="169.254.169.254") \
+        .reach("evil.example", 443, address="203.0.113.66").reach("127.0.0.1", 8080, address="127.0.0.1")
+    draft = draft_policy(run.events, "t")
+    assert parse_policy(draft, "t.toml").deny_private is True and "deny_private = false" not in draft
+    assert "#   vpnw guard --policy t.toml -- PROGRAM\n" in draft
+    assert "metadata.google.internal:80: the cloud metadata server's name" in draft

@@ -119,6 +119,21 @@ def _deny(reason: str, rule: str, addresses: tuple = ()) -> Decision:
     return Decision(allowed=False, reason=reason, rule=rule, addresses=addresses)
 
 
+def _deny_private(why: str, target: Target, policy: Policy, addresses: tuple = ()) -> Decision:
+    """A refusal by deny_private names the setting, and the allow rule it
+    overrides when one matches (deny_private comes first, step 3 before 4):
+    an explicit allow is never overridden silently."""
+    if target.ip is None:
+        rule = policy.allow_index.match_name(target.host, target.port)
+    else:
+        rule = _match_address(policy.allow_index, target.ip, target.port, through_nat64=False)
+    reason = f"{why}; refused by deny_private = true (set in {policy.source or 'the policy'})"
+    if rule is not None:
+        reason += (f', which comes before allow rule "{rule.text}" ({policy.where(rule)}): '
+                   "set deny_private = false to allow it")
+    return _deny(reason, "deny_private", addresses)
+
+
 def _default(target: Target, policy: Policy, addresses: tuple) -> Decision:
     why = ("set in the policy" if policy.default_explicit else
            "because the policy has an allow list" if policy.has_allow_list else
@@ -154,7 +169,7 @@ def decide(target: Target, policy: Policy, addresses=None, *,
             if dot == -1 or host[dot + 1:] in SPECIAL_LAST_LABELS:
                 why = classify_name(host)
                 if why is not None:
-                    return _deny(f"{host}: {why}", "deny_private")
+                    return _deny_private(f"{host}: {why}", target, policy)
 
     if not is_name:
         addresses = (target.ip,)
@@ -188,8 +203,8 @@ def decide(target: Target, policy: Policy, addresses=None, *,
             for ip in addresses:
                 why = classify(ip, local)
                 if why is not None:
-                    return _deny(f"{target.host} resolved to {why}" if is_name else why,
-                                 "deny_private", addresses)
+                    return _deny_private(f"{target.host} resolved to {why}" if is_name else why,
+                                         target, policy, addresses)
     else:
         addresses = ()
 

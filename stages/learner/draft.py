@@ -98,6 +98,7 @@ class _Learner:
         self.unix_allowed: dict[str, tuple[int, set]] = {}
         self.unix_refused: dict[str, tuple[int, set]] = {}
         self.captured = False   # a run captured what ignores the proxy settings (--capture)
+        self.paths: set[tuple] = set()   # (via, config) of each run: the guard command keeps them
 
     def feed(self, event: dict) -> None:
         type_ = event.get("type")
@@ -112,6 +113,9 @@ class _Learner:
             if self.first_program is None and isinstance(f.get("program"), str):
                 self.first_program = f["program"]
             self.captured = self.captured or f.get("capture") is True
+            via = f.get("via") if isinstance(f.get("via"), str) else event.get("path")
+            config = f.get("config") if isinstance(f.get("config"), str) else None
+            self.paths.add((via if isinstance(via, str) else "direct", config))
             return
         if type_ in ("unix.allow", "unix.deny"):
             self._unix(type_, f)
@@ -274,6 +278,7 @@ class _Draft:
     review: dict[str, list] = field(default_factory=lambda: {k: [] for k in REVIEW_HEADINGS})
     hosts_reached: dict[str, tuple] = field(default_factory=dict)
     exit_resolved: set[str] = field(default_factory=set)   # names opened where the exit resolved them
+    private: set[str] = field(default_factory=set)   # allowed targets deny_private = true would refuse
 
 
 def render(learner: _Learner, name: str) -> str:
@@ -343,18 +348,53 @@ def _take_destination(draft: _Draft, host: str, port: int, dest) -> None:
                                      f"({printable(dest.would_deny_reason or '')})"))
     special = next(filter(None, map(_classify, dest.addresses)), None)
     if special:
-        review["special"].append((sort, port, f"{target}: reached at {printable(special)}; "
-                                  "deny_private = true refuses it"))
+        private = any(map(_in_private_network, dest.addresses))
+        if private:
+            draft.private.add(target)
+        review["special"].append((sort, port, f"{target}: reached at {printable(special)}; " + (
+            "deny_private = false below lets it through" if private else "deny_private = true refuses it")))
     if kind == "name":
         from stages.config.addresses import classify_name
         why = classify_name(chost) if chost != "localhost" else None   # localhost:PORT is its own door
         if why:
-            review["special"].append((sort, port, f"{target}: {why}; deny_private = true "
-                                      "refuses this name before any look-up"))
+            private = _private_network_name(chost)
+            if private:
+                draft.private.add(target)
+            review["special"].append((sort, port, f"{target}: {why}; " + (
+                "deny_private = false below lets this name through" if private else
+                "deny_private = true refuses this name before any look-up")))
         if any(not _is_address(a) for a in dest.addresses):
             draft.exit_resolved.add(chost)
     if port not in PLAIN_PORTS:
         review["ports"].append((sort, port, f"{target}: port {port} is neither 80 nor 443"))
+
+
+# What an office or a home network is reached by: the private ranges (RFC
+# 1918, IPv6 unique local) and the names only such a network answers
+# (.internal, .home.arpa, .local). A trace that reached one needed
+# deny_private = false. Loopback, link-local and the cloud metadata names
+# and ranges, documentation and other special ranges never make the draft
+# drop deny_private: they stay flagged for review.
+_PRIVATE_NETWORKS = tuple(ipaddress.ip_network(n) for n in
+                          ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "fc00::/7"))
+_PRIVATE_NAME_SUFFIXES = ("internal", "home.arpa", "local")
+
+
+def _in_private_network(address: str) -> bool:
+    try:
+        ip = ipaddress.ip_address(address.strip("[]"))
+    except ValueError:
+        return False
+    return any(ip in network for network in _PRIVATE_NETWORKS if network.version == ip.version)
+
+
+def _private_network_name(name: str) -> bool:
+    from stages.config.addresses import classify_name
+    for suffix in _PRIVATE_NAME_SUFFIXES:
+        # A suffix's own reason: a metadata name under it (metadata.google.internal) has its own.
+        if name.endswith("." + suffix) and classify_name(name) == classify_name(suffix):
+            return True
+    return False
 
 
 def _review_hosts(draft: _Draft) -> None:
@@ -366,8 +406,9 @@ def _review_hosts(draft: _Draft) -> None:
         shown = ", ".join(names[:_MAX_LISTED]) + (", ..." if len(names) > _MAX_LISTED else "")
         review["exit"].append(((0,), 0, f"{_plural(len(names), 'name')} ({shown}) were resolved "
                                "at the exit of a socks5h:// or http:// path, so vpnw never saw their "
-                               "addresses: on such a path deny_private = true below covers address "
-                               "literals and special names only"))
+                               "addresses" + ("" if draft.private else ": on such a path "
+                               "deny_private = true below covers address literals and special "
+                               "names only")))
     for chost, (kind, sort) in draft.hosts_reached.items():
         if kind == "ip":
             review["ip"].append((sort, 0, f"{_rule(kind, chost, None)}: an address with no name "
@@ -405,7 +446,7 @@ def _header(learner: _Learner, clean: str, review: dict) -> list[str]:
     out += ["#",
             "# It allows every destination the program reached, including any it should",
             "# not have reached. Remove what you do not recognise, then enforce it with",
-            f"#   vpnw guard --policy {printable(clean)}.toml -- PROGRAM",
+            f"#   {guard_command(learner.paths, clean)}",
             "#"]
     items = [(k, v) for k, v in review.items() if v and k != "denied"]
     if items or review["denied"]:
@@ -423,10 +464,43 @@ def _header(learner: _Learner, clean: str, review: dict) -> list[str]:
     return out + ["#"]
 
 
+def guard_command(paths: set[tuple], clean: str) -> str:
+    """The command that enforces the draft, on the path the trace took: a run
+    through a named path keeps its --config and --via (a draft learned over
+    the office, enforced without it, would send the program direct). Several
+    paths: the first, sorted; a record too old to name its config: PATHS.toml."""
+    named = sorted((via, config or "PATHS.toml") for via, config in paths if via != "direct")
+    where = ""
+    if named:
+        via, config = named[0]
+        where = f"--config {_shell_word(config)} --via {_shell_word(via)} "
+    return f"vpnw guard {where}--policy {_shell_word(printable(clean) + '.toml')} -- PROGRAM"
+
+
+def _shell_word(text: str) -> str:
+    text = printable(text)
+    if text and all(ch.isalnum() or ch in "@%+=:,./_-" for ch in text):
+        return text
+    return "'" + text.replace("'", "'\\''") + "'"
+
+
+def _deny_private_lines(draft: _Draft) -> list[str]:
+    """deny_private = true, unless the trace needed private destinations:
+    true would refuse them before any allow rule below (it comes first), so
+    the draft would contradict itself. Then false, and why."""
+    if not draft.private:
+        return ["deny_private = true"]
+    shown = sorted(draft.private)
+    listed = ", ".join(shown[:_MAX_LISTED]) + (", ..." if len(shown) > _MAX_LISTED else "")
+    return ["# The traced program reached private destinations (" + listed + "):",
+            "# deny_private = true would refuse them before any allow rule below.",
+            "deny_private = false"]
+
+
 def _policy_table(draft: _Draft, clean: str) -> list[str]:
     denied = draft.review["denied"]
     out = ["", "version = 1", f"name = {toml_string(clean)}", "", "[policy]",
-           'default = "deny"', "deny_private = true"]
+           'default = "deny"', *_deny_private_lines(draft)]
     if draft.captured:
         out.append("capture = true   # the traced runs captured what ignores the proxy settings")
     ordered = sorted(draft.entries.values(), key=lambda e: e.sort)

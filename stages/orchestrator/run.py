@@ -456,6 +456,7 @@ def _emit_run_start(emitter: Emitter, request: RunRequest, record: str, files_re
     emitter.emit("run.start", mode=request.mode, program=os.path.basename(request.argv[0]),
                  policy=policy_name if getattr(request.policy, "source", None) else None,
                  policy_file=getattr(request.policy, "source", None), via=request.path.name,
+                 **({"config": request.config_file} if request.config_file else {}),
                  dry_run=request.dry_run, allow_unix_sockets=request.allow_unix_sockets,
                  version=__version__, record=record, **files_record,
                  env_kept=env_kept, **_deny_private_scope(request),
