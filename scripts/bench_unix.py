@@ -6,6 +6,8 @@ N connect()s of its own, each to a listener of its own (one thread accepts
 and closes), and prints the median and p99 in microseconds:
 
   tcp   a TCP connect to 127.0.0.1 inside the sandbox (the supervisor makes it)
+  tcp-nb  the same, non-blocking (as ab, curl, Node and Go connect), until
+        the socket is writable
   unix  a Unix stream connect to a socket bound in a temp dir (checked: the
         socket file against the sandbox's listeners, then made by the supervisor)
 
@@ -15,12 +17,17 @@ Rows, interleaved over rounds (median of the rounds' medians):
                 filter has no notify rule; every Unix socket reachable)
   vpnw          `vpnw run` (the supervisor answers each connect)
 
+  vpnw @REV     with --against REV (repeatable): the same two rows for
+                REV's vpnw, built once under /var/tmp (scripts/bench/against.py),
+                interleaved with this tree's, so a load on the machine hits both
+
 The doors' connection rate is the other figure the issue asks for:
 `scripts/bench/run --only conns --against REV` against a revision from before
 the supervisor.
 
-No network but the sandbox's own loopback. Run as any user:
-    /opt/vpnw-venv/bin/python scripts/bench_unix.py [rounds] [connects]
+No network but the sandbox's own loopback. Run as any user (--against
+builds REV: root, or a user who may write /var/tmp):
+    /opt/vpnw-venv/bin/python scripts/bench_unix.py [rounds] [connects] [--against REV]...
 """
 from __future__ import annotations
 
@@ -33,9 +40,9 @@ import tempfile
 VPNW = os.path.join(os.path.dirname(sys.executable), "vpnw")
 
 CONNECTOR = r'''
-import os, socket, sys, tempfile, threading, time
+import errno, os, select, socket, sys, tempfile, threading, time
 kind, n = sys.argv[1], int(sys.argv[2])
-if kind == "tcp":
+if kind in ("tcp", "tcp-nb"):
     server = socket.socket(); server.bind(("127.0.0.1", 0)); address = server.getsockname()
     family = socket.AF_INET
 else:
@@ -52,21 +59,29 @@ threading.Thread(target=accept, daemon=True).start()
 times = []
 for _ in range(n):
     s = socket.socket(family)
+    if kind == "tcp-nb":
+        s.setblocking(False)
     start = time.perf_counter_ns()
-    s.connect(address)
+    if kind == "tcp-nb":       # as ab, curl, Node and Go connect: then wait until writable
+        if s.connect_ex(address) == errno.EINPROGRESS:
+            select.select([], [s], [])
+    else:
+        s.connect(address)
     times.append(time.perf_counter_ns() - start)
     s.close()
 times.sort()
 print(times[len(times) // 2] / 1000, times[int(len(times) * 0.99)] / 1000)
 '''
 
-WAYS = {"outside": None, "vpnw, no notifier": ["run", "--allow-unix-sockets"], "vpnw": ["run"]}
+KINDS = ("tcp", "tcp-nb", "unix")
+WAYS = {"outside": None, "vpnw, no notifier": [VPNW, "run", "--allow-unix-sockets"],
+        "vpnw": [VPNW, "run"]}
 
 
 def once(way: list[str] | None, kind: str, n: int, script: str) -> tuple[float, float]:
     argv = [sys.executable, script, kind, str(n)]
     if way is not None:
-        argv = [VPNW, *way, "--record", os.devnull, "--", "/usr/bin/python3", script, kind, str(n)]
+        argv = [*way, "--record", os.devnull, "--", "/usr/bin/python3", script, kind, str(n)]
     out = subprocess.run(argv, capture_output=True, text=True, timeout=300)
     if out.returncode != 0:
         raise SystemExit(f"{argv}: exit {out.returncode}\n{out.stderr}")
@@ -74,28 +89,51 @@ def once(way: list[str] | None, kind: str, n: int, script: str) -> tuple[float, 
     return float(p50), float(p99)
 
 
+def ways_against(revs: list[str]) -> dict:
+    """Each REV's vpnw rows, its build reused from /var/tmp."""
+    if not revs:
+        return {}
+    here = os.path.dirname(os.path.abspath(__file__))
+    sys.path.insert(0, os.path.join(here, "bench"))
+    import against
+    repo = os.path.dirname(here)
+    ways = {}
+    for rev in revs:
+        vpnw = against.build(repo, rev)
+        ways[f"vpnw, no notifier @{rev}"] = [vpnw, "run", "--allow-unix-sockets"]
+        ways[f"vpnw @{rev}"] = [vpnw, "run"]
+    return ways
+
+
 def main() -> None:
-    rounds = int(sys.argv[1]) if len(sys.argv) > 1 else 5
-    n = int(sys.argv[2]) if len(sys.argv) > 2 else 2000
+    import argparse
+    ap = argparse.ArgumentParser(description="the Unix-socket supervisor's cost per connect()")
+    ap.add_argument("rounds", nargs="?", type=int, default=5)
+    ap.add_argument("connects", nargs="?", type=int, default=2000)
+    ap.add_argument("--against", action="append", default=[], metavar="REV")
+    opts = ap.parse_args()
+    rounds, n = opts.rounds, opts.connects
+    WAYS.update(ways_against(opts.against))
     with tempfile.TemporaryDirectory() as tmp:
         script = os.path.join(tmp, "connector.py")
         with open(script, "w") as f:
             f.write(CONNECTOR)
         os.chmod(tmp, 0o755)
-        results = {(way, kind): [] for way in WAYS for kind in ("tcp", "unix")}
+        results = {(way, kind): [] for way in WAYS for kind in KINDS}
         for _ in range(rounds):
             for way, args in WAYS.items():
-                for kind in ("tcp", "unix"):
+                for kind in KINDS:
                     results[(way, kind)].append(once(args, kind, n, script))
     print(f"per connect(), {n} connects a run, median of {rounds} interleaved runs "
           f"(p50 / p99, microseconds)")
-    print(f"{'':20}{'tcp p50':>10}{'tcp p99':>10}{'unix p50':>10}{'unix p99':>10}")
+    print(f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())} at the end")
+    print(f"{'':32}" + "".join(f"{kind + ' ' + q:>13}" for kind in KINDS for q in ("p50", "p99")))
     for way in WAYS:
         row = []
-        for kind in ("tcp", "unix"):
+        for kind in KINDS:
             runs = results[(way, kind)]
             row += [statistics.median(r[0] for r in runs), statistics.median(r[1] for r in runs)]
-        print(f"{way:20}" + "".join(f"{v:>10.1f}" for v in row))
+        print(f"{way:32}" + "".join(f"{v:>13.1f}" for v in row))
 
 
 if __name__ == "__main__":

@@ -144,7 +144,8 @@ def test_a_path_is_followed_through_its_symlinks_to_proc_self():
 def test_run_start_names_the_unix_allow_entries_as_resolved_within_its_budget():
     from types import SimpleNamespace
     from stages.orchestrator.run import UNIX_ALLOW_BUDGET, _unix_allow_record
-    request = SimpleNamespace(policy=SimpleNamespace(unix_allow=("$SSH_AUTH_SOCK", "$UNSET", "/run/x.sock")),
+    entries = ("$SSH_AUTH_SOCK", "$UNSET", "/run/x.sock")
+    request = SimpleNamespace(policy=SimpleNamespace(unix_allow=entries),
                               env={"SSH_AUTH_SOCK": "/tmp/ssh-a/agent.1"})
     assert _unix_allow_record(request) == {"unix_allow": [
         {"entry": "$SSH_AUTH_SOCK", "path": "/tmp/ssh-a/agent.1"},
