@@ -1,7 +1,7 @@
 """vpnw's benchmarks, each side by side with its baseline in the same run.
 
     scripts/bench/run [--quick] [--json] [--only startup,bulk,httpget,conns,paced,lat,leak]
-                      [--against REV]
+                      [--against REV] [--without-notifier]
 
 Needs root. The whole run happens in a private network + mount namespace made
 for it (loopback only; /etc/hosts there names bench.test -> 127.0.0.1), so no
@@ -401,8 +401,14 @@ def vpnw_way(door: str, rules: int | None = None, rev: str | None = None) -> Way
 
 
 def vpnw_ways(door: str, rules: int | None = None) -> list[Way]:
-    """This tree's vpnw way and, with --against, REV's twin right after it."""
-    return [vpnw_way(door, rules), *(vpnw_way(door, rules, rev) for rev in AGAINST)]
+    """This tree's vpnw way and, with --against, REV's twin right after it;
+    with --without-notifier, this tree's again with --allow-unix-sockets."""
+    ways = [vpnw_way(door, rules), *(vpnw_way(door, rules, rev) for rev in AGAINST)]
+    if WITHOUT_NOTIFIER:
+        way = vpnw_way(door, rules)
+        ways.append(Way(way.label + ", no notifier", way.door, way.port,
+                        (*way.vpnw, "--allow-unix-sockets"), way.rules))
+    return ways
 
 
 def debian_way(kind: str, proxies: dict) -> Way:
@@ -1354,11 +1360,12 @@ def print_table(res: dict, meta: dict, verdicts: list[dict]) -> None:
 
 PLACE: Place
 AGAINST: dict[str, str] = {}     # --against: REV -> its vpnw executable
+WITHOUT_NOTIFIER = False         # --without-notifier
 SECTIONS = ("startup", "bulk", "httpget", "conns", "paced", "lat", "leak", "capture")
 
 
 def main() -> None:
-    global PLACE
+    global PLACE, WITHOUT_NOTIFIER
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="fewer, smaller runs, for trying")
     ap.add_argument("--json", action="store_true", help="print the figures as JSON")
@@ -1366,7 +1373,11 @@ def main() -> None:
     ap.add_argument("--only", default=",".join(SECTIONS), help="comma-separated: " + ", ".join(SECTIONS))
     ap.add_argument("--against", action="append", default=[], metavar="REV",
                     help="also run REV's vpnw (built into a venv of its own) and set each figure beside it")
+    ap.add_argument("--without-notifier", action="store_true",
+                    help="also run this tree's vpnw with --allow-unix-sockets: no Unix-socket "
+                         "supervisor, so the figures show the notifier's own share")
     args = ap.parse_args()
+    WITHOUT_NOTIFIER = args.without_notifier
     which = set(args.only.split(","))
     if which - set(SECTIONS):
         ap.error(f"--only: no section {', '.join(sorted(which - set(SECTIONS)))} (there are {', '.join(SECTIONS)})")
