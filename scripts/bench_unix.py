@@ -11,6 +11,11 @@ and closes), and prints the median and p99 in microseconds:
   unix  a Unix stream connect to a socket bound in a temp dir (checked: the
         socket file against the sandbox's listeners, then made by the supervisor)
 
+"cpu": the CPU time of the whole run (vpnw's processes, the supervisor, the
+program, start-up included; `perf stat -e task-clock`, nan without perf)
+divided by the connects; less noisy on a loaded machine than the latencies. A row's cpu minus the no-notifier row's is the
+notifier's own cost per connect (plus its start-up, spread over N).
+
 Rows, interleaved over rounds (median of the rounds' medians):
   outside       the same program, no vpnw
   vpnw, no notifier   `vpnw run --allow-unix-sockets` (no supervisor: the
@@ -31,13 +36,16 @@ builds REV: root, or a user who may write /var/tmp):
 """
 from __future__ import annotations
 
+import math
 import os
+import shutil
 import statistics
 import subprocess
 import sys
 import tempfile
 
 VPNW = os.path.join(os.path.dirname(sys.executable), "vpnw")
+PERF = shutil.which("perf")     # linux-perf: the cpu figures
 
 CONNECTOR = r'''
 import errno, os, select, socket, sys, tempfile, threading, time
@@ -78,15 +86,25 @@ WAYS = {"outside": None, "vpnw, no notifier": [VPNW, "run", "--allow-unix-socket
         "vpnw": [VPNW, "run"]}
 
 
-def once(way: list[str] | None, kind: str, n: int, script: str) -> tuple[float, float]:
+def once(way: list[str] | None, kind: str, n: int, script: str) -> tuple[float, float, float]:
+    """(p50, p99) as the program timed them, and the CPU the whole run took
+    per connect (perf stat's task-clock, which follows every process the run
+    forks, reaped by whom it may be; NaN without perf)."""
     argv = [sys.executable, script, kind, str(n)]
     if way is not None:
         argv = [*way, "--record", os.devnull, "--", "/usr/bin/python3", script, kind, str(n)]
+    if PERF:
+        argv = [PERF, "stat", "-x", ",", "-e", "task-clock", "--", *argv]
     out = subprocess.run(argv, capture_output=True, text=True, timeout=300)
+    cpu = math.nan
+    for line in out.stderr.splitlines():
+        fields = line.split(",")
+        if PERF and len(fields) > 2 and fields[2] == "task-clock":
+            cpu = float(fields[0]) * 1000 / n      # msec -> us per connect
     if out.returncode != 0:
         raise SystemExit(f"{argv}: exit {out.returncode}\n{out.stderr}")
     p50, p99 = out.stdout.split()
-    return float(p50), float(p99)
+    return float(p50), float(p99), cpu
 
 
 def ways_against(revs: list[str]) -> dict:
@@ -127,12 +145,12 @@ def main() -> None:
     print(f"per connect(), {n} connects a run, median of {rounds} interleaved runs "
           f"(p50 / p99, microseconds)")
     print(f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())} at the end")
-    print(f"{'':32}" + "".join(f"{kind + ' ' + q:>13}" for kind in KINDS for q in ("p50", "p99")))
+    print(f"{'':32}" + "".join(f"{kind + ' ' + q:>13}" for kind in KINDS for q in ("p50", "p99", "cpu")))
     for way in WAYS:
         row = []
         for kind in KINDS:
             runs = results[(way, kind)]
-            row += [statistics.median(r[0] for r in runs), statistics.median(r[1] for r in runs)]
+            row += [statistics.median(r[i] for r in runs) for i in range(3)]
         print(f"{way:32}" + "".join(f"{v:>13.1f}" for v in row))
 
 
