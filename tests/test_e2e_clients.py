@@ -11,6 +11,7 @@ import sys
 
 import pytest
 
+from ci_support import NODE_DIR, cannot, node_with_env_proxy
 from e2e_support import assert_every_connection_accounted, connections, describe, opened, run_events
 from world import DEFAULT_NAMES, DEMO_PACKAGE, DEMO_VALUE, GIT_README, WORLD_V4
 
@@ -142,23 +143,11 @@ def test_git_clone_over_http(world, user):
     assert {h for h, _, _ in opened(run_events(r))} == {"git.world"}
 
 
-def node_with_env_proxy() -> str | None:
-    """The node binary, if it honours NODE_USE_ENV_PROXY (Node 22.21+ / 24+)."""
-    node = shutil.which("node") or shutil.which("nodejs")
-    if node is None:
-        return None
-    version = subprocess.run([node, "--version"], capture_output=True, text=True).stdout.strip()
-    m = re.match(r"v(\d+)\.(\d+)", version)
-    if not m:
-        return None
-    major, minor = int(m.group(1)), int(m.group(2))
-    return node if (major >= 24 or (major == 22 and minor >= 21)) else None
-
-
 def test_node_fetch(world, user):
     node = node_with_env_proxy()
     if node is None:
-        pytest.skip("node is missing or older than 22.21/24, which honour NODE_USE_ENV_PROXY")
+        cannot(f"no node 22.21 or newer, which honours NODE_USE_ENV_PROXY (scripts/setup "
+               f"installs one into {NODE_DIR})")
     script = ("fetch('https://api.github.com/whoami').then(r => r.text())"
               ".then(t => console.log(t.trim())).catch(e => { console.error(e); process.exit(3); })")
     r = world.vpnw(["run", "--", node, "-e", script], user=user,
