@@ -1,17 +1,48 @@
 """What a test does when something it needs is missing here: skip, saying
 why; under CI (CI set) fail instead, since scripts/setup installs it there
-and a skip would let the suite pass without the test."""
+and a skip would let the suite pass without the test.
+
+Also a pytest plugin (tests/conftest.py takes its hooks): a test marked
+`readme_table` is one the README's tables rely on (an agent, a client in
+the table). Under CI such a test never skips, however it was skipped
+(`cannot`, `pytest.skip`, `skipif`, a fixture): the skip is reported as a
+failure, so CI cannot pass with the table untested."""
 from __future__ import annotations
 
 import os
 
 import pytest
 
+README_TABLE = "readme_table"
+
+
+def under_ci() -> bool:
+    """CI=true (GitHub, GitLab, this project's .ci/run); CI=false or CI=0 is not CI."""
+    return os.environ.get("CI", "").strip().lower() not in ("", "0", "false", "no")
+
 
 def cannot(reason: str):
-    if os.environ.get("CI"):
+    if under_ci():
         pytest.fail(f"{reason} (CI: scripts/setup should have installed it)")
     pytest.skip(reason)
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", f"{README_TABLE}: a test the README's tables rely on "
+                            "(an agent, a client); under CI its skip is a failure")
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    report = outcome.get_result()
+    if (report.skipped and not hasattr(report, "wasxfail") and under_ci()
+            and item.get_closest_marker(README_TABLE) is not None):
+        reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
+        reason = reason.removeprefix("Skipped: ")
+        report.outcome = "failed"
+        report.longrepr = (f"skipped under CI, but the README's tables rely on this test: {reason} "
+                           "(scripts/setup should have installed what it needs)")
 
 
 # scripts/setup puts Node's own build (the npm registry's node-linux-<arch>)

@@ -12,14 +12,11 @@ import shutil
 
 import pytest
 
+# In CI a missing world is a failure, not a skip: the end-to-end tests are the point.
+from ci_support import cannot as _cannot
+# ci_support's hooks: the readme_table marker, whose skips fail under CI.
+from ci_support import pytest_configure, pytest_runtest_makereport  # noqa: F401
 from world import UNPRIVILEGED_USER, World, WorldError, user_exists
-
-
-def _cannot(reason: str):
-    # In CI a missing world is a failure, not a skip: the end-to-end tests are the point.
-    if os.environ.get("CI"):
-        pytest.fail(reason)
-    pytest.skip(reason)
 
 
 @pytest.fixture(scope="session")

@@ -35,7 +35,8 @@ from agents_support import (AGENT_NAMES, AIDER, CHROMIUM, CHROMIUM_FLAGS, CLAUDE
 from stages.record.check import check_run
 from world import DEFAULT_NAMES
 
-pytestmark = pytest.mark.world
+# The README's table of agents: under CI none of them may skip (ci_support).
+pytestmark = [pytest.mark.world, pytest.mark.readme_table]
 
 def need(path, what: str) -> str:
     if path is None or not Path(path).exists():

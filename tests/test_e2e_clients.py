@@ -15,7 +15,8 @@ from ci_support import NODE_DIR, cannot, node_with_env_proxy
 from e2e_support import assert_every_connection_accounted, connections, describe, opened, run_events
 from world import DEFAULT_NAMES, DEMO_PACKAGE, DEMO_VALUE, GIT_README, WORLD_V4
 
-pytestmark = pytest.mark.world
+# The README's client table: curl, pip, git, Python's clients, Node.
+pytestmark = [pytest.mark.world, pytest.mark.readme_table]
 GITHUB = DEFAULT_NAMES["api.github.com"][0]
 
 

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from ci_support import cannot as _cannot
 from e2e_support import describe, opened, run_events
 from world import DEFAULT_NAMES, _check
 
@@ -28,10 +29,6 @@ HINT = "vpnw: hint: the program exited"
 GITHUB = DEFAULT_NAMES["api.github.com"][0]
 
 
-def _cannot(reason: str):
-    if os.environ.get("CI"):
-        pytest.fail(reason)
-    pytest.skip(reason)
 
 
 # ── npm ──────────────────────────────────────────────────────────────────────
@@ -68,6 +65,7 @@ def npm_registry(world):
     return "https://pypi.world/npm/"
 
 
+@pytest.mark.readme_table          # the README's client table
 def test_npm_install_from_the_worlds_registry(world, user, npm_registry):
     work = world.workdir(user)
     # The project's .npmrc names a proxy the sandbox cannot reach (as a
@@ -88,6 +86,7 @@ def test_npm_install_from_the_worlds_registry(world, user, npm_registry):
     assert any(f"/npm-files/{NPM_PACKAGE}-1.0.0.tgz" in line for line in fetched), fetched
 
 
+@pytest.mark.readme_table          # the README's client table
 def test_npm_config_of_the_user_is_kept(world, user, npm_registry):
     # A user's own npm_config_https_proxy wins (here one the sandbox cannot
     # reach, so npm fails), and the record names it.
@@ -144,6 +143,7 @@ def java_trust(world):
     return store
 
 
+@pytest.mark.readme_table          # the README's client table
 def test_java_fetches_through_the_doors_with_no_proxy_flags(world, user, java_trust):
     program = world.file("Fetch.java", JAVA_PROGRAM)
     # The user's own JVM options (a trust store) stay; vpnw adds the proxy ones after them.

@@ -20,18 +20,16 @@ from pathlib import Path
 
 import pytest
 
+from ci_support import cannot as _cannot
 from e2e_support import describe, opened, run_events
 from world import DEFAULT_NAMES, UNPRIVILEGED_USER, _check
 
-pytestmark = pytest.mark.world
+# The README's client table: git over ssh, ssh and scp.
+pytestmark = [pytest.mark.world, pytest.mark.readme_table]
 GIT_HOST = "git.world"
 SERVER_USER = UNPRIVILEGED_USER   # the account sshd lets in (git@ on a real forge)
 
 
-def _cannot(reason: str):
-    if os.environ.get("CI"):
-        pytest.fail(reason)
-    pytest.skip(reason)
 
 
 class SshServer:

@@ -1,0 +1,91 @@
+"""tests/ci_support.py: under CI a test the README's tables rely on
+(marked readme_table) fails rather than skips, however it was skipped; a
+test without the mark skips as usual; outside CI both skip."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+TESTS = Path(__file__).resolve().parent
+
+SAMPLE = '''
+import pytest
+from ci_support import cannot
+
+@pytest.fixture(scope="module")
+def package():
+    pytest.skip("the package could not be installed")
+
+@pytest.mark.readme_table
+def test_table_skip_in_the_test():
+    pytest.skip("chromium is not installed")
+
+@pytest.mark.readme_table
+@pytest.mark.skipif(True, reason="no java here")
+def test_table_skipif():
+    pass
+
+@pytest.mark.readme_table
+def test_table_skip_in_a_fixture(package):
+    pass
+
+def test_other_skip():
+    pytest.skip("legacy_tiocsti is 0")
+
+def test_cannot_outside_the_table():
+    cannot("tmux is missing")
+'''
+
+
+def run_sample(tmp_path, ci: str | None) -> subprocess.CompletedProcess:
+    (tmp_path / "test_sample.py").write_text(SAMPLE)
+    env = {k: v for k, v in os.environ.items() if k != "CI"}
+    env["PYTHONPATH"] = str(TESTS)
+    if ci is not None:
+        env["CI"] = ci
+    return subprocess.run([sys.executable, "-m", "pytest", "-p", "ci_support", "-p", "no:cacheprovider",
+                           "-p", "no:xdist", "-q", "-rsfE", str(tmp_path / "test_sample.py")],
+                          capture_output=True, text=True, cwd=tmp_path, env=env, timeout=120)
+
+
+@pytest.mark.parametrize("ci", [None, "false"])
+def test_outside_ci_everything_skips(tmp_path, ci):
+    r = run_sample(tmp_path, ci)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "5 skipped" in r.stdout, r.stdout
+
+
+def test_under_ci_a_readme_table_test_fails_however_it_skipped(tmp_path):
+    r = run_sample(tmp_path, "true")
+    assert r.returncode == 1, r.stdout + r.stderr
+    # A skip in the test's call is a failure, one in its setup (skipif, a fixture) an error.
+    failed = sorted(line.split("::")[1].split()[0] for line in r.stdout.splitlines()
+                    if line.startswith(("FAILED", "ERROR")))
+    assert failed == ["test_cannot_outside_the_table", "test_table_skip_in_a_fixture",
+                      "test_table_skip_in_the_test", "test_table_skipif"], r.stdout
+    assert "1 skipped" in r.stdout and "legacy_tiocsti is 0" in r.stdout, r.stdout
+    assert "the README's tables rely on this test: chromium is not installed" in r.stdout, r.stdout
+
+
+def test_the_readme_tables_tests_carry_the_mark():
+    """The agents' table and the clients' table: each row's tests are marked."""
+    r = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:xdist",
+                        "--collect-only", "-q", "-m", "readme_table",
+                        "tests/test_agents.py", "tests/test_e2e_clients.py", "tests/test_e2e_everyday.py",
+                        "tests/test_e2e_git_ssh.py"],
+                       capture_output=True, text=True, cwd=TESTS.parent, timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
+    marked = {line.split("::")[1].split("[")[0] for line in r.stdout.splitlines() if "::" in line}
+    for name in ("test_node_fetch", "test_node_through_both_doors", "test_pip_install_from_the_worlds_index",
+                 "test_npm_install_from_the_worlds_registry",
+                 "test_java_fetches_through_the_doors_with_no_proxy_flags",
+                 "test_plain_ssh_and_scp_with_the_documented_proxy_command",
+                 "test_codex_cli_draws_reads_keys_and_round_trips",
+                 "test_headless_chromium_fetches_through_the_door_and_round_trips",
+                 "test_copilot_cli_signs_in_through_the_door_and_round_trips"):
+        assert name in marked, (name, sorted(marked))
+    assert "test_daily_use_install_from_a_fresh_clone" not in marked
