@@ -205,24 +205,30 @@ def test_doctor_lists_the_variables_vpnw_sets(world, user):
 
 # ── the daily-use install ────────────────────────────────────────────────────
 
-def _documented_install_lines() -> list[str]:
-    """The README's "Install for daily use" commands, but for the clone itself."""
+def _documented_install_lines(block: int = 0) -> list[str]:
+    """The README's "Install for daily use" commands (its `block`th sh block:
+    0 the venv, 1 pipx or uv), but for the clone itself."""
     text = (ROOT / "README.md").read_text()
     section = text[text.index("## Install for daily use"):]
-    block = section[section.index("```sh\n") + 6:]
-    lines = block[:block.index("```")].splitlines()
-    assert lines[0].startswith("git clone "), lines
-    return lines[1:]
+    section = section[:section.index("\n## ", 1)]
+    block_text = section.split("```sh\n")[1 + block]
+    lines = block_text[:block_text.index("```")].splitlines()
+    if block == 0:
+        assert lines[0].startswith("git clone "), lines
+        return lines[1:]
+    return lines
 
 
-def test_daily_use_install_from_a_fresh_clone(world, user):
-    """README "Install for daily use", as written, as `user`, from a clone
-    owned by root that the user cannot write; pip with no index (the wheels
-    vpnw needs come from the wheelhouse scripts/setup made, through pip's own
-    environment variables); then `vpnw run` through the installed command."""
+def _wheelhouse() -> Path:
     wheelhouse = Path(sys.executable).parent.parent / "wheelhouse"
     if not any(wheelhouse.glob("pyseccomp-*.whl")):
         _cannot(f"no run-time wheels in {wheelhouse}: scripts/setup makes them")
+    return wheelhouse
+
+
+def _root_owned_clone(world) -> Path:
+    """A clone of this checkout (HEAD) in a directory of root's, readable by
+    all: a user cannot write it. Returns the directory holding `vpnw`."""
     if not (ROOT / ".git").exists():
         _cannot(f"{ROOT} is not a git checkout")
     bundle = world.tmp / "files" / "vpnw.bundle"
@@ -232,6 +238,35 @@ def test_daily_use_install_from_a_fresh_clone(world, user):
         bundle.chmod(0o644)
     where = world.workdir("root")              # root's, readable by all: the user cannot write it
     world.run(["git", "clone", "-q", str(bundle), "vpnw"], cwd=where, check=True)
+    return where
+
+
+def _clone_is_clean(world, where: Path) -> None:
+    status = world.run(["git", "-C", str(where / "vpnw"), "status", "--porcelain", "--ignored"])
+    assert status.returncode == 0 and status.stdout == "", describe(status)
+
+
+def _installed_vpnw_runs(world, user: str, home: Path, env: dict, python_under: Path) -> None:
+    """`vpnw run` through the installed command: curl through the door, and
+    the ssh relay on the python of the venv the install made."""
+    r = world.run(["sh", "-c", "vpnw run -- sh -c 'echo \"$GIT_SSH_COMMAND\"; "
+                               "curl -sS --max-time 20 http://api.github.com/whoami'"],
+                  user=user, cwd=home, env=env, timeout=120)
+    assert r.returncode == 0, describe(r)
+    lines = r.stdout.strip().splitlines()
+    assert lines[-2].startswith(f"ssh -o 'ProxyCommand={python_under}/"), r.stdout
+    assert lines[-2].endswith(" -I -m stages.inside.ssh_proxy %h %p'"), r.stdout
+    assert json.loads(lines[-1])["host"] == "api.github.com"
+    assert opened(run_events(r)) == [("api.github.com", 80, "http-forward")]
+
+
+def test_daily_use_install_from_a_fresh_clone(world, user):
+    """README "Install for daily use", as written, as `user`, from a clone
+    owned by root that the user cannot write; pip with no index (the wheels
+    vpnw needs come from the wheelhouse scripts/setup made, through pip's own
+    environment variables); then `vpnw run` through the installed command."""
+    wheelhouse = _wheelhouse()
+    where = _root_owned_clone(world)
     home = world.workdir(user)                 # a new user's home
     env = {"HOME": str(home), "PATH": f"{home}/.local/bin:/usr/local/bin:/usr/bin:/bin",
            "PIP_NO_INDEX": "1", "PIP_FIND_LINKS": str(wheelhouse), "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
@@ -241,16 +276,52 @@ def test_daily_use_install_from_a_fresh_clone(world, user):
     assert "ok    program_env" in r.stdout and "deprecated" not in r.stderr, describe(r)
     venv = home / ".local" / "share" / "vpnw-venv"
     assert (home / ".local" / "bin" / "vpnw").resolve() == (venv / "bin" / "vpnw").resolve()
-    # Nothing was written into the clone.
-    status = world.run(["git", "-C", str(where / "vpnw"), "status", "--porcelain", "--ignored"])
-    assert status.returncode == 0 and status.stdout == "", describe(status)
-    r = world.run(["sh", "-c", "vpnw run -- sh -c 'echo \"$GIT_SSH_COMMAND\"; "
-                               "curl -sS --max-time 20 http://api.github.com/whoami'"],
-                  user=user, cwd=home, env=env, timeout=120)
+    _clone_is_clean(world, where)              # nothing was written into the clone
+    _installed_vpnw_runs(world, user, home, env, python_under=venv / "bin")
+
+
+# Each tool from PyPI (the test extra), offline: the wheels vpnw needs, and
+# setuptools to build it, come from the wheelhouse scripts/setup made.
+TOOL_ENV = {
+    "pipx": lambda wheelhouse: {"PIP_NO_INDEX": "1", "PIP_FIND_LINKS": str(wheelhouse),
+                                "PIP_DISABLE_PIP_VERSION_CHECK": "1",
+                                "PIPX_DEFAULT_PYTHON": "/usr/bin/python3", "USE_EMOJI": "0",
+                                # pipx takes uv when it finds one (the test venv has it):
+                                # pip, as Debian's pipx and PyPI's without uv do
+                                "PIPX_DEFAULT_BACKEND": "pip"},
+    "uv": lambda wheelhouse: {"UV_OFFLINE": "1", "UV_FIND_LINKS": str(wheelhouse),
+                              "UV_PYTHON": "/usr/bin/python3", "UV_PYTHON_DOWNLOADS": "never",
+                              "UV_NO_PROGRESS": "1"},
+}
+
+
+@pytest.mark.parametrize("tool", ["pipx", "uv"])
+def test_daily_use_install_with_pipx_or_uv(world, user, tool):
+    """The README's pipx / uv lines, as written (uv's from the comment), as
+    `user`, from a root-owned clone; each tool as PyPI ships it, nothing on
+    PATH but it and the system's; then `vpnw run` through what it installed."""
+    exe = Path(sys.executable).parent / tool
+    if not exe.exists():
+        _cannot(f"{tool} is not in {exe.parent} (pyproject's test extra installs it)")
+    wheelhouse = _wheelhouse()
+    lines = _documented_install_lines(block=1)
+    install = next(i for i, line in enumerate(lines) if line.startswith("pipx install "))
+    assert 'pipx install "$src"' in lines[install] and '# or: uv tool install "$src"' in lines[install]
+    if tool == "uv":
+        lines[install] = 'uv tool install "$src"'
+    where = _root_owned_clone(world)
+    home = world.workdir(user)
+    tools = world.workdir("root")              # only the tool, not the test venv's vpnw
+    (tools / tool).symlink_to(exe)
+    env = {"HOME": str(home), "PATH": f"{home}/.local/bin:{tools}:/usr/local/bin:/usr/bin:/bin",
+           **TOOL_ENV[tool](wheelhouse)}
+    r = world.run(["sh", "-ec", "\n".join(lines)], user=user, cwd=where, env=env, timeout=300)
     assert r.returncode == 0, describe(r)
-    lines = r.stdout.strip().splitlines()
-    # The ssh relay runs on the python of the user's own venv.
-    assert lines[-2].startswith(f"ssh -o 'ProxyCommand={venv}/bin/python"), r.stdout
-    assert lines[-2].endswith(" -I -m stages.inside.ssh_proxy %h %p'"), r.stdout
-    assert json.loads(lines[-1])["host"] == "api.github.com"
-    assert opened(run_events(r)) == [("api.github.com", 80, "http-forward")]
+    assert "ok    program_env" in r.stdout and "deprecated" not in r.stderr, describe(r)
+    for script in ("vpnw", "vpnw-ssh-proxy"):
+        installed = home / ".local" / "bin" / script
+        assert installed.exists(), describe(r)
+    venv = Path(os.path.realpath(home / ".local" / "bin" / "vpnw")).parent
+    assert str(venv).startswith(str(home / ".local" / "share")), venv
+    _clone_is_clean(world, where)
+    _installed_vpnw_runs(world, user, home, env, python_under=venv)

@@ -460,8 +460,7 @@ def test_under_sudo_deny_read_covers_the_sudo_users_home_as_well(world):
     home, _ = secret_home(world, "root")
     work = world.workdir("root")
     pol = policy(world, 'deny_read = ["~/.ssh"]\nallow_write = ["."]\n')
-    # The sudo user's home, with a key in it, over the real one in the world's
-    # mount namespace only, for this test only.
+    # The sudo user's home, with a key in it, over the real one.
     user_home = pwd.getpwnam(UNPRIVILEGED_USER).pw_dir
     theirs, secret = secret_home(world, UNPRIVILEGED_USER)
     user_key = os.path.join(user_home, ".ssh", "id_ed25519")
@@ -469,16 +468,16 @@ def test_under_sudo_deny_read_covers_the_sudo_users_home_as_well(world):
     # (a root program has no capability over the user's files in the sandbox).
     for path, mode in ((theirs, 0o755), (theirs / ".ssh", 0o755), (theirs / ".ssh" / "id_ed25519", 0o644)):
         path.chmod(mode)
-    world.in_world("mount", "--bind", str(theirs), user_home)
-    try:
-        # The control: the same run without the table reads it.
-        control = world.vpnw(["run", "--", "cat", user_key], user="root", cwd=work,
-                             env={"SUDO_USER": UNPRIVILEGED_USER, "HOME": str(home)})
-        assert control.returncode == 0 and control.stdout == secret, describe(control)
-        r = world.vpnw(["guard", "--policy", str(pol), "--", "sh", "-c", f"cat {user_key}; echo done"],
-                       user="root", cwd=work, env={"SUDO_USER": UNPRIVILEGED_USER, "HOME": str(home)})
-    finally:
-        world.in_world("umount", user_home)
+    # For these two runs alone (world.private_binds): never in the world's
+    # mount namespace, where other tests use the same home.
+    binds = {user_home: str(theirs)}
+    # The control: the same run without the table reads it.
+    control = world.vpnw(["run", "--", "cat", user_key], user="root", cwd=work, binds=binds,
+                         env={"SUDO_USER": UNPRIVILEGED_USER, "HOME": str(home)})
+    assert control.returncode == 0 and control.stdout == secret, describe(control)
+    r = world.vpnw(["guard", "--policy", str(pol), "--", "sh", "-c", f"cat {user_key}; echo done"],
+                   user="root", cwd=work, binds=binds,
+                   env={"SUDO_USER": UNPRIVILEGED_USER, "HOME": str(home)})
     assert r.returncode == 0 and r.stdout.strip() == "done", describe(r)
     assert secret not in r.stdout + r.stderr and "No such file" in r.stderr, describe(r)
     record = files_record(r)

@@ -123,8 +123,29 @@ class SshServer:
         return home
 
     def vpnw(self, args: list, *, user: str, **kw):
-        """world.vpnw with HOME set to this module's home for `user`."""
-        return self.world.vpnw(args, user=user, env={"HOME": str(self.home(user)), **kw.pop("env", {})}, **kw)
+        """world.vpnw with HOME set to this module's home for `user`, and
+        its home in place of the passwd entry's (passwd_homes)."""
+        return self.run([str(self.world.vpnw_path), *args], user=user, **kw)
+
+    def run(self, cmd: list, *, user: str, **kw):
+        return self.world.run(cmd, user=user, env={"HOME": str(self.home(user)), **kw.pop("env", {})},
+                              binds=self.passwd_homes(), **kw)
+
+    def passwd_homes(self) -> dict[str, str]:
+        """ssh reads ~/.ssh from the passwd entry's home, not $HOME: for each
+        command of this module alone (a mount namespace of its own, see
+        world.private_binds), this module's home for each user over it.
+        Never in the world's namespace, where it outlived the module or met
+        other tests' mounts on the same paths under pytest-xdist."""
+        binds = {}
+        for user in ("root", UNPRIVILEGED_USER):
+            try:
+                home = pwd.getpwnam(user).pw_dir
+            except KeyError:
+                continue
+            if os.path.isdir(home):
+                binds[home] = str(self.home(user))
+        return binds
 
     def branches(self) -> str:
         return _check(["git", "--git-dir", str(self.repo), "for-each-ref", "--format=%(refname)"]).stdout
@@ -136,29 +157,10 @@ def sshd(world):
         _cannot("the git-over-ssh tests need Debian's openssh-server and openssh-client "
                 "(scripts/setup installs them)")
     server = SshServer(world)
-    homes = passwd_homes_are(world, server)
     try:
         yield server.start()
     finally:
         server.stop()
-        for home in homes:
-            world.in_world("umount", home)
-
-
-def passwd_homes_are(world, server: SshServer) -> list[str]:
-    """ssh reads ~/.ssh from the passwd entry's home, not $HOME: inside the
-    world's mount namespace only (the host is untouched), put this module's
-    home for each user over it for the duration of this module."""
-    mounted = []
-    for user in ("root", UNPRIVILEGED_USER):
-        try:
-            home = pwd.getpwnam(user).pw_dir
-        except KeyError:
-            continue
-        if os.path.isdir(home):
-            world.in_world("mount", "--bind", str(server.home(user)), home)
-            mounted.append(home)
-    return mounted
 
 
 def url(server: SshServer) -> str:
@@ -379,9 +381,8 @@ def test_without_the_rule_the_agent_is_refused_and_the_record_says_so(world, use
     assert denied[0]["reason"] == "a socket bound outside the sandbox"
     assert not [e for e in events if e["type"] == "unix.allow"]
     # Control: outside vpnw, the same agent lets the same clone in.
-    outside = world.run(["git", "clone", "-q", url(sshd), "repo-outside"], user=user, cwd=work,
-                        env={"SSH_AUTH_SOCK": agent.sock, "HOME": str(sshd.home(user))},
-                        timeout=120)
+    outside = sshd.run(["git", "clone", "-q", url(sshd), "repo-outside"], user=user, cwd=work,
+                       env={"SSH_AUTH_SOCK": agent.sock}, timeout=120)
     assert outside.returncode == 0, describe(outside)
 
 

@@ -98,3 +98,21 @@ def test_the_unprivileged_user_is_who_runs(world, user):
     r = world.run(["id", "-un"], user=user)
     assert r.stdout.strip() == user
     assert world.run(["sh", "-c", 'touch "$XDG_STATE_HOME/x"'], user=user).returncode == 0
+
+
+def test_binds_are_for_the_command_alone(world, user):
+    """world.run(binds=...) mounts over a path for that command alone: the
+    next command, and the world's mount table, never see it (tests that
+    mounted over the passwd homes in the world itself leaked into each other
+    under pytest-xdist)."""
+    import pwd
+    theirs = world.workdir(user)
+    (theirs / "mark").write_text("bound\n")
+    (theirs / "mark").chmod(0o644)
+    home = pwd.getpwnam(user).pw_dir
+    before = world.in_world("cat", "/proc/self/mountinfo").stdout
+    bound = world.run(["cat", f"{home}/mark"], user=user, binds={home: str(theirs)})
+    assert bound.returncode == 0 and bound.stdout == "bound\n", (bound.stdout, bound.stderr)
+    after = world.run(["cat", f"{home}/mark"], user=user)
+    assert after.returncode != 0 and "No such file" in after.stderr, (after.stdout, after.stderr)
+    assert world.in_world("cat", "/proc/self/mountinfo").stdout == before

@@ -26,6 +26,7 @@ import os
 import pwd
 import re
 import shutil
+import shlex
 import signal
 import subprocess
 import sys
@@ -125,6 +126,21 @@ def _check(argv: Sequence[str], **kw) -> subprocess.CompletedProcess:
     if proc.returncode != 0:
         raise WorldError(f"{' '.join(argv)} -> {proc.returncode}: {proc.stderr.strip()}")
     return proc
+
+
+def private_binds(binds: dict) -> list[str]:
+    """The argv prefix (run as root in the world) that gives what follows a
+    mount namespace of its own with each {target: source} bound over its
+    target. Private: nothing mounted there reaches the world's namespace,
+    so no other test, on this worker or later, ever sees it (tests that
+    mounted over shared paths such as the passwd homes in the world itself
+    leaked into each other under pytest-xdist)."""
+    if not binds:
+        return []
+    script = " && ".join(f"mount --bind {shlex.quote(str(source))} {shlex.quote(str(target))}"
+                         for target, source in binds.items())
+    return ["unshare", "--mount", "--propagation", "private", "--",
+            "sh", "-c", f'{script} && exec "$@"', "private-binds"]
 
 
 class World:
@@ -446,8 +462,11 @@ class World:
         return self._owned_dir(self.tmp / f"work-{user}-{self._state_counter}", user, 0o755)
 
     def command(self, cmd: Sequence[str], *, user: str = "root", env: dict | None = None,
-                state_home: Path | None = None, cwd: Path | None = None) -> tuple[list[str], Path]:
-        """The argv that runs `cmd` in the world as `user` with a clean environment."""
+                state_home: Path | None = None, cwd: Path | None = None,
+                binds: dict | None = None) -> tuple[list[str], Path]:
+        """The argv that runs `cmd` in the world as `user` with a clean environment.
+        `binds` ({target: source}) are bound over their targets for this
+        command alone (private_binds), never in the world's mount namespace."""
         if user not in ("root", UNPRIVILEGED_USER) and not user_exists(user):
             raise WorldError(f"no user {user!r}")
         if state_home is None:
@@ -456,7 +475,7 @@ class World:
         full_env = {"PATH": PATH, "HOME": str(home), "USER": user, "LOGNAME": user,
                     "LANG": "C.UTF-8", "XDG_STATE_HOME": str(state_home)}
         full_env.update(env or {})
-        argv = ["nsenter", "-t", str(self.world_pid), "-n", "-m", "--"]
+        argv = ["nsenter", "-t", str(self.world_pid), "-n", "-m", "--", *private_binds(binds or {})]
         if user != "root":
             argv += ["setpriv", f"--reuid={user}", f"--regid={user}", "--init-groups", "--"]
         argv += ["env", "-i", "-C", str(cwd or home), *(f"{k}={v}" for k, v in full_env.items()),
@@ -465,8 +484,10 @@ class World:
 
     def run(self, cmd: Sequence[str], *, user: str = "root", env: dict | None = None,
             input: str | bytes | None = None, timeout: float = 60, check: bool = False,
-            text: bool = True, state_home: Path | None = None, cwd: Path | None = None) -> WorldResult:
-        argv, state_home = self.command(cmd, user=user, env=env, state_home=state_home, cwd=cwd)
+            text: bool = True, state_home: Path | None = None, cwd: Path | None = None,
+            binds: dict | None = None) -> WorldResult:
+        argv, state_home = self.command(cmd, user=user, env=env, state_home=state_home, cwd=cwd,
+                                        binds=binds)
         if text and isinstance(input, bytes):
             input = input.decode()
         proc = subprocess.run(argv, input=input, capture_output=True, timeout=timeout, text=text,
@@ -480,10 +501,12 @@ class World:
         return result
 
     def popen(self, cmd: Sequence[str], *, user: str = "root", env: dict | None = None,
-              state_home: Path | None = None, cwd: Path | None = None, **popen_kw) -> subprocess.Popen:
+              state_home: Path | None = None, cwd: Path | None = None, binds: dict | None = None,
+              **popen_kw) -> subprocess.Popen:
         """Start `cmd` in the world; it is killed at teardown if still running.
         The returned Popen has a `state_home` attribute."""
-        argv, state_home = self.command(cmd, user=user, env=env, state_home=state_home, cwd=cwd)
+        argv, state_home = self.command(cmd, user=user, env=env, state_home=state_home, cwd=cwd,
+                                        binds=binds)
         popen_kw.setdefault("stdin", subprocess.DEVNULL)
         proc = subprocess.Popen(argv, **popen_kw)
         proc.state_home = state_home
