@@ -410,8 +410,7 @@ def _captured(events) -> list:
 def test_plain_ssh_and_git_control_outside_vpnw(world, user, sshd):
     sshd.client(user)
     work = world.workdir(user)
-    r = world.run([*PLAIN, "sh", "-c", f"rm -rf repo && {_plain_script(sshd)}"], user=user, cwd=work,
-                  env={"HOME": str(sshd.home(user))})
+    r = sshd.run([*PLAIN, "sh", "-c", f"rm -rf repo && {_plain_script(sshd)}"], user=user, cwd=work)
     assert r.returncode == 0, describe(r)
     assert "hello from git.world" in r.stdout and "a repository served by the test world" in r.stdout
 
