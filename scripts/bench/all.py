@@ -943,6 +943,7 @@ def bench_startup(rounds: int) -> dict:
     walls = {(rev, way): [] for rev in builds for way in STARTUP_WAYS}
     timelines = {way: [] for way in STARTUP_WAYS}
     plain = []
+    unknown = set()      # (REV, way) whose options REV does not have (121): left out
     for i in range(rounds + 1):          # the first round only warms the page cache
         t0 = time.time_ns()
         subprocess.run(["true"], check=True)
@@ -950,7 +951,15 @@ def bench_startup(rounds: int) -> dict:
             plain.append((time.time_ns() - t0) / 1e6)
         for way, args in STARTUP_WAYS.items():
             for rev, vpnw in builds.items():
-                wall, marks = startup_once(vpnw, args, record, trace if rev is None else None)
+                if (rev, way) in unknown:
+                    continue
+                try:
+                    wall, marks = startup_once(vpnw, args, record, trace if rev is None else None)
+                except subprocess.CalledProcessError as exc:
+                    if rev is None or exc.returncode != 121:
+                        raise
+                    unknown.add((rev, way))
+                    continue
                 if i:
                     walls[(rev, way)].append(wall)
                     if rev is None:
@@ -958,7 +967,8 @@ def bench_startup(rounds: int) -> dict:
     true_ms = median(plain)
 
     def figures(rev) -> dict:
-        return {way: median(walls[(rev, way)]) - true_ms for way in STARTUP_WAYS}
+        return {way: median(walls[(rev, way)]) - true_ms if walls[(rev, way)] else None
+                for way in STARTUP_WAYS}
     return {"true_ms": true_ms, "vpnw_ms": median(walls[(None, "signed")]), "over_ms": figures(None),
             "timeline_ms": {way: _median_marks(ts) for way, ts in timelines.items()},
             "against": {rev: {"over_ms": figures(rev)} for rev in AGAINST}}
@@ -979,7 +989,8 @@ def print_startup(w, s: dict, verdict: str) -> None:
         row = f"    {way:<24} {over:10.1f}"
         for r in revs:
             old = s["against"][r]["over_ms"][way]
-            row += f" {old:12.1f} {over / old if old else 0:7.2f}"
+            row += (f" {old:12.1f} {over / old if old else 0:7.2f}" if old is not None
+                    else f" {'(no such option)':>20}")
         w(row + "\n")
     for way in ("signed", "--record -"):
         marks = s["timeline_ms"].get(way) or {}
