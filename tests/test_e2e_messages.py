@@ -10,6 +10,7 @@
 - learn through the office (private destinations) drafts what guard can
   enforce there: deny_private = false, saying why, and the guard command it
   suggests keeps --config and --via; a deny_private denial names the setting.
+- `show` tells a run in the order things happened (docs/record.md, "Order").
 """
 from __future__ import annotations
 
@@ -151,3 +152,20 @@ def test_learn_through_the_office_drafts_what_guard_enforces_there(world, office
             "which comes before allow rule" in d["reason"], d
         assert re.search(r"^vpnw .*DENY .*refused by deny_private = true \(set in strict\.toml\)",
                          strict.stderr, re.M), describe(strict)
+
+
+def test_show_tells_a_short_program_in_the_order_things_happened(world, user):
+    state = world.state_home(user)
+    # The file's order varies with the writers' timing (tests/test_recorder_runs.py
+    # has the case where program.exit arrived first); what show prints follows ts.
+    for _ in range(3):
+        r = world.vpnw(["trace", "--", "curl", "-sS", "-o", "/dev/null", "http://api.github.com/whoami"],
+                       user=user, state_home=state, timeout=60)
+        assert r.returncode == 0, describe(r)
+        events = r.events()
+        shown = world.vpnw(["show", events[0]["run"]], user=user, state_home=state)
+        assert shown.returncode == 0, describe(shown)
+        times = re.findall(r"^vpnw (\d\d:\d\d:\d\d\.\d{3})  ", shown.stdout, re.M)
+        assert len(times) >= 6 and times == sorted(times), shown.stdout
+        in_time = sorted(events, key=lambda e: e["ts"])
+        assert in_time[0]["type"] == "run.start" and in_time[-1]["type"] == "run.end"

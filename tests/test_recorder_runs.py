@@ -139,3 +139,33 @@ def test_show_an_unknown_run(state):
     result = CliRunner().invoke(show_command, ["r-nope", "--dir", str(state)])
     assert result.exit_code == 121
     assert "no run 'r-nope'" in result.output
+
+
+def test_show_puts_the_events_back_in_the_order_they_happened(tmp_path):
+    # issue 28: a short program's program.exit reaches the recorder (and the
+    # file) before the broker's last conn.close, whose ts is earlier.
+    from stages.record.events import encode
+    t0 = 1_790_682_276_000_000_000
+    lines = []
+
+    def add(type_, after_ms, conn=None, pid=10, **fields):
+        lines.append(encode("r-0dde40", type_, fields, path="direct", conn=conn, pid=pid,
+                            ts_ns=t0 + int(after_ms * 1e6)))
+    add("run.start", 0, mode="trace", program="curl", policy=None, policy_file=None, via="direct",
+        dry_run=False, allow_unix_sockets=False, version="0.1.0", record="-")
+    add("conn.request", 10, 1, pid=11, door="http", kind="http-forward", host="a.example", port=80)
+    add("conn.open", 12, 1, pid=11, address="198.51.100.1", port=80, via="direct", ms=1)
+    add("program.exit", 41, code=0, signal=None)                       # arrived first...
+    add("conn.close", 34, 1, pid=11, bytes_up=1, bytes_down=2, ms=22)  # ...happened first
+    add("run.end", 45, exit_code=0, connections=1, denied=0, would_deny=0, failed=0, ms=45)
+    path = tmp_path / "r-0dde40.jsonl"
+    path.write_bytes(b"".join(lines))
+    shown = CliRunner().invoke(show_command, [str(path)]).output.splitlines()
+    steps = ["program" if "program exited" in line else "conn" for line in shown
+             if "program exited" in line or "  #1 " in line]
+    assert steps == ["conn", "conn", "conn", "program"], shown
+    assert "run r-0dde40" in shown[-1], shown
+    # The reordering streams: a window of lines, never the whole file.
+    events = [{"ts": f"{n:04d}", "n": n} for n in (3, 1, 2, 6, 5, 4)]
+    assert [e["n"] for e in runs.in_time_order(events, window=2)] == [1, 2, 3, 4, 5, 6]
+    assert [e["n"] for e in runs.in_time_order(events, window=1)] == [1, 2, 3, 5, 4, 6]   # 4 is 2 lines late

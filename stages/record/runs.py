@@ -14,6 +14,7 @@ never "the last trace".
 """
 from __future__ import annotations
 
+import heapq
 import os
 from dataclasses import asdict, dataclass
 
@@ -259,3 +260,26 @@ def resolve_run(run: str | None, directory: str) -> str:
         if os.path.isfile(path):
             return path
     raise RunNotFound(f"no run {run!r}: not a file, and not a run id in {directory}")
+
+
+# How far apart, in lines, two events of a run file can stand out of time
+# order: several writers share the recorder's pipe (the orchestrator, the
+# broker and its workers, each writing a loop turn's events at once), so the
+# file holds lines in the order they arrived, and a short program's
+# program.exit can land a few lines before the broker's last conn.close.
+REORDER_WINDOW = 4096
+
+
+def in_time_order(events, window: int = REORDER_WINDOW):
+    """A run's events in the order their `ts` says they happened (docs/record.md,
+    "Order"): lines that arrived out of order within `window` lines are put
+    back in order; events with the same `ts` keep the file's order. Streams:
+    memory is bounded by the window, never by the length of the record."""
+    held: list = []
+    for seq, event in enumerate(events):
+        ts = event.get("ts") if isinstance(event, dict) else None
+        heapq.heappush(held, (ts if isinstance(ts, str) else "", seq, event))
+        if len(held) > window:
+            yield heapq.heappop(held)[2]
+    while held:
+        yield heapq.heappop(held)[2]

@@ -181,7 +181,7 @@ def show_command(run: str | None, summary: bool, as_json: bool, fmt: str | None,
         render = stream_renderer(fmt)
         out = sys.stdout.buffer
         with open(path, "rb") as stream:
-            for event in read_events(stream):
+            for event in runs_mod.in_time_order(read_events(stream)):
                 for doc in render(event, b""):
                     out.write(doc + b"\n")
         return
@@ -206,7 +206,7 @@ def show_command(run: str | None, summary: bool, as_json: bool, fmt: str | None,
             click.echo(line)
         return
     with open(path, "rb") as stream:
-        for line in human_lines(read_events(stream), record=path):
+        for line in human_lines(runs_mod.in_time_order(read_events(stream)), record=path):
             click.echo(line)
     state = runs_mod.summarize(path).state
     if state != "ended":
