@@ -48,3 +48,95 @@ def test_shared_numbers_are_unique_and_dense_across_processes(tmp_path):
     got = [int(n) for k in range(3) for n in (tmp_path / str(k)).read_text().split()]
     assert sorted(got) == list(range(1, 6001))
     assert numbers.next() == 6001
+
+
+def _children(pid: int) -> list[int]:
+    with open(f"/proc/{pid}/task/{pid}/children") as f:
+        return [int(p) for p in f.read().split()]
+
+
+def _tunnels(door: tuple, target: int, count: int) -> None:
+    """`count` CONNECT tunnels opened together, each answered, then closed."""
+    import socket
+    clients = [socket.create_connection(door, timeout=20) for _ in range(count)]
+    for c in clients:
+        c.sendall(b"CONNECT 127.0.0.1:%d HTTP/1.1\r\n\r\n" % target)
+    for c in clients:
+        assert c.recv(100).startswith(b"HTTP/1.1 200")
+        c.close()
+
+
+def test_workers_are_forked_only_when_the_lead_sees_load():
+    # A run that makes a few connections forks no worker: nothing stands
+    # between its first connection and the answer but the loop's load (a
+    # worker forked before the loop ran cost that connection the fork).
+    # A burst (LOAD_PER_TICK within one LOAD_TICK) forks them from the
+    # running loop; they take their share, and the record numbers every
+    # connection once.
+    import json
+    import signal
+    import socket
+    import subprocess
+    import sys
+    import tempfile
+    import threading
+    import time
+
+    import pytest
+
+    from stages.wire import handoff
+    if len(os.sched_getaffinity(0)) < 2:
+        pytest.skip("one core: the broker has no workers")
+    helper_end, broker_end = handoff.link()
+    env = {k: v for k, v in os.environ.items() if k != "VPNW_BROKER_WORKERS"}
+    out, err = tempfile.TemporaryFile(), tempfile.TemporaryFile()   # a pipe nobody reads would fill
+    proc = subprocess.Popen([sys.executable, "-m", "stages.broker", "--handoff-fd", str(broker_end.fileno()),
+                             "--grace", "0.5", "--run-id", "r-crew"], env=env,
+                            pass_fds=[broker_end.fileno()], stdout=out, stderr=err)
+    broker_end.close()
+    door, target = socket.socket(), socket.socket()
+    for s in (door, target):
+        s.bind(("127.0.0.1", 0))
+        s.listen(1024)
+
+    def serve_target():                 # every tunnel's far end: accepted and closed
+        while True:
+            try:
+                target.accept()[0].close()
+            except OSError:
+                return
+    threading.Thread(target=serve_target, daemon=True).start()
+    try:
+        handoff.send_door(helper_end, "http", door.fileno())
+        _tunnels(door.getsockname(), target.getsockname()[1], 1)
+        _tunnels(door.getsockname(), target.getsockname()[1], 3)
+        assert _children(proc.pid) == []            # a few connections: the lead alone
+        _tunnels(door.getsockname(), target.getsockname()[1], 200)
+        deadline = time.monotonic() + 20
+        while not _children(proc.pid) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert len(_children(proc.pid)) == workers_wanted() - 1
+        for _ in range(5):
+            _tunnels(door.getsockname(), target.getsockname()[1], 100)
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        target.close()
+    out.seek(0)
+    err.seek(0)
+    out, err = out.read(), err.read()
+    assert proc.returncode == 0, err.decode()[-2000:]
+    events = [json.loads(line) for line in out.splitlines()]
+    opened = [e for e in events if e["type"] == "conn.open"]
+    assert sorted(e["conn"] for e in opened) == list(range(1, 705))
+    assert len({e["pid"] for e in opened}) >= 2      # the workers served some
+    status = [json.loads(line) for line in err.splitlines() if line.startswith(b"{")]
+    assert status[-1]["totals"]["connections"] == 704
+    for s in (door, helper_end):
+        s.close()
+
+
+def workers_wanted() -> int:
+    return worker_count(DIRECT)[0]

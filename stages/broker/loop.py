@@ -33,8 +33,6 @@ from stages.broker.dialers import dialer_for
 from stages.broker.journal import Journal, ms_since
 from stages.broker.handshake_cap import MAX_PENDING_HANDSHAKES
 from stages.broker.relay import Relay
-from stages.broker.capture_door import CaptureDoor
-from stages.broker.dns_door import DnsDatagrams, DnsTcpDoor
 from stages.broker.local_door import LocalDoor
 from stages.broker.sessions import DoorContext, HttpDoor, Socks5Door
 from stages.broker.workers import LOAD_PER_TICK, LOAD_TICK, Crew
@@ -51,12 +49,14 @@ class Broker:
     def __init__(self, *, emitter: Emitter, status_fd: int, policy, path,
                  dry_run: bool = False, grace: float = 2.0,
                  local_addresses: frozenset = frozenset(), path_reported: bool = False,
-                 numbers=None, crew: Crew | None = None, ask_fd: int | None = None,
-                 ask_worker: bool = False, record_gate=None, fake_names=None):
+                 numbers=None, crew: Crew | None = None, crew_at_once: bool = False,
+                 ask_fd: int | None = None, ask_worker: bool = False, record_gate=None,
+                 fake_names=None):
         self.path_reported = path_reported  # main_from_fds already said the direct path is ok
         self.path = path
         self.grace = grace
         self.crew = crew                    # the workers, when this is their lead (workers.py)
+        self.crew_at_once = crew_at_once    # forked when the loop starts, not at the first load
         self.journal = Journal(emitter, status_fd, numbers)
         self.dialer = dialer_for(path)
         # The path's own addresses (a WireGuard tunnel's) are this run's, like the machine's.
@@ -80,8 +80,7 @@ class Broker:
         self.taken_this_tick = 0                        # for the crew's load check
         self.paused_said = False
         self.doors = {"socks": Socks5Door(self.context), "http": HttpDoor(self.context),
-                      "capture": CaptureDoor(self.context), "dns": DnsTcpDoor(self.context),
-                      "local": LocalDoor(self.context)}
+                      "local": LocalDoor(self.context), **_capture_doors(self.context)}
 
     async def check_path(self) -> bool:
         if self.path_reported:
@@ -131,7 +130,9 @@ class Broker:
             self.stopping.set()
         else:
             loop.add_reader(handoff.fileno(), self._on_handoff, handoff)
-        if self.crew is not None:
+        if self.crew is not None and self.crew_at_once:
+            self.crew.start(self._doors_for_workers())
+        elif self.crew is not None:
             loop.call_later(LOAD_TICK, self._check_load)
         try:
             await self.stopping.wait()
@@ -181,13 +182,14 @@ class Broker:
             warn("dropped a DNS door the run did not ask for (no capture)")
             handed.sock.close()
         elif handed.kind == "datagram":
+            from stages.broker.dns_door import DnsDatagrams   # loaded with the loop (main._load_the_loop)
             door = DnsDatagrams(self.context, handed.sock)
             self.datagram_doors.append(door)
             self.loop.add_reader(handed.sock.fileno(), door.on_readable)
         elif handed.kind == "door":
             # The DNS door stays the lead's: only it gives made-up addresses.
             if self.crew is not None and handed.door != "dns":
-                self.crew.pass_door(handed.door, handed.sock)
+                self.crew.pass_door(handed.door, handed.sock)   # to workers already forked
             self.listening.append((handed.door, handed.sock))
             self.loop.add_reader(handed.sock.fileno(), self._on_door, handed.door, handed.sock)
         else:
@@ -240,13 +242,17 @@ class Broker:
 
     def _check_load(self) -> None:
         """One look per LOAD_TICK (one timer for the run, none per
-        connection): a busy tick wakes the workers."""
+        connection): a busy tick forks the workers (workers.py)."""
         if self.taken_this_tick >= LOAD_PER_TICK:
-            self.crew.wake()
+            self.crew.start(self._doors_for_workers())
             return
         self.taken_this_tick = 0
         if not self.stopping.is_set():
             self.loop.call_later(LOAD_TICK, self._check_load)
+
+    def _doors_for_workers(self) -> list[tuple[str, socket.socket]]:
+        # The DNS door stays the lead's: only it gives made-up addresses.
+        return [(door, sock) for door, sock in self.listening if door != "dns"]
 
     def _take(self, door: str, sock: socket.socket) -> None:
         self.taken_this_tick += 1
@@ -283,6 +289,17 @@ class Broker:
             sock.close()
 
 
+def _capture_doors(context: DoorContext) -> dict:
+    """The capture door and the DNS door's TCP side, on a run with capture
+    (the DNS door's names exist): their modules load only for such a run
+    (main.py loads them with the loop), not on every run's first connection."""
+    if context.fake_names is None:
+        return {}
+    from stages.broker.capture_door import CaptureDoor
+    from stages.broker.dns_door import DnsTcpDoor
+    return {"capture": CaptureDoor(context), "dns": DnsTcpDoor(context)}
+
+
 def _hold(ask_fd: int | None, worker: bool):
     """guard --ask: the link to the orchestrator, which asks the person
     (hold.py); a worker's own, made from the lead's."""
@@ -303,7 +320,7 @@ def _raise_fd_limit() -> None:
 
 def run_broker(handoff_fd: int, event_fd: int, status_fd: int, *, run_id: str, policy, path,
                dry_run: bool = False, grace: float = 2.0, path_reported: bool = False,
-               numbers=None, crew: Crew | None = None, early=None,
+               numbers=None, crew: Crew | None = None, crew_at_once: bool = False, early=None,
                ask_fd: int | None = None, ask_worker: bool = False, record_gate=None,
                fake_names=None) -> int:
     """The broker process body (the lead's, or a worker's: then `crew` is
@@ -319,7 +336,8 @@ def run_broker(handoff_fd: int, event_fd: int, status_fd: int, *, run_id: str, p
         broker = Broker(emitter=Emitter(event_fd, run_id, path=path.name),
                         status_fd=status_fd, policy=policy, path=path, path_reported=path_reported,
                         dry_run=dry_run, grace=grace, local_addresses=local_addresses(),
-                        numbers=numbers, crew=crew, ask_fd=ask_fd, ask_worker=ask_worker,
+                        numbers=numbers, crew=crew, crew_at_once=crew_at_once,
+                        ask_fd=ask_fd, ask_worker=ask_worker,
                         record_gate=record_gate,
                         fake_names=fake_names)
         return _serve_until_the_end(broker, handoff_fd, early)

@@ -41,10 +41,10 @@ def main_from_fds(handoff_fd: int, event_fd: int, status_fd: int, *, run_id: str
         path_reported = True
     early = None
     if path_reported:
-        # The loop loads while the link is watched (early.py): a run that
+        # The loop loads while the link is watched (startup.py): a run that
         # never knocks at a door ends without waiting for it, or for workers.
         from stages.broker.startup import load_while_watching
-        early = load_while_watching(handoff_fd, _load_the_loop)
+        early = load_while_watching(handoff_fd, lambda: _load_the_loop(capture))
         mark("broker", "link over, no connection" if early.quiet_end else "loop loaded or needed")
         if early.quiet_end:
             return _end_without_the_loop(early, status_fd)
@@ -57,39 +57,36 @@ def main_from_fds(handoff_fd: int, event_fd: int, status_fd: int, *, run_id: str
     count, at_once = (workers, False) if workers else worker_count(path)
     crew = numbers = None
     if count > 1:
-        # The workers are forked now: the loop's modules are loaded (their
-        # pages stay shared with the lead) and no loop exists yet (its epoll
-        # descriptor must never be shared). Single-threaded again: the
-        # loader thread has ended.
-        numbers, crew = SharedConnNumbers(), Crew()
+        # The workers are forked later, from the running loop, once it sees
+        # load (or at once when the count was set): workers.py.
+        numbers = SharedConnNumbers()
 
         def worker(link_fd: int, worker_status_fd: int) -> int:
-            # The lead's copies of what the link handed early are closed in
-            # this process (only `keep` survives the fork): forget them
-            # unclosed, so that no later close hits a descriptor of ours.
-            for handed in (early.handed if early is not None else ()):
-                handed.sock.detach()
             from stages.broker.loop import run_broker
             return run_broker(link_fd, event_fd, worker_status_fd, run_id=run_id, policy=policy,
                               path=path, dry_run=dry_run, grace=grace, path_reported=True,
                               numbers=numbers, ask_fd=ask_fd, ask_worker=True,
                               record_gate=record_gate,
                               fake_names=fake_names)
-        crew.start(count - 1, worker,
-                   keep=(event_fd, numbers.fd, *(() if ask_fd is None else (ask_fd,)),
-                         *(() if fake_names is None else (fake_names.fd,))))
-        if at_once:
-            crew.wake()
+        crew = Crew(count - 1, worker,
+                    keep=(event_fd, numbers.fd, *(() if ask_fd is None else (ask_fd,)),
+                          *(() if fake_names is None else (fake_names.fd,))))
     from stages.broker.loop import run_broker
     return run_broker(handoff_fd, event_fd, status_fd, run_id=run_id, policy=policy,
                       path=path, dry_run=dry_run, grace=grace, path_reported=path_reported,
-                      numbers=numbers, crew=crew, early=early, ask_fd=ask_fd,
+                      numbers=numbers, crew=crew, crew_at_once=at_once, early=early,
+                      ask_fd=ask_fd,
                       record_gate=record_gate,
                       fake_names=fake_names)
 
 
-def _load_the_loop() -> None:
-    from stages.broker import loop  # noqa: F401
+def _load_the_loop(capture: bool) -> None:
+    """What the first connection needs, loaded before it comes: the loop,
+    the decisions (connector.py imports decide.py when the broker starts)
+    and, on a run with capture, its doors."""
+    from stages.broker import decide, loop  # noqa: F401
+    if capture:
+        from stages.broker import capture_door, dns_door  # noqa: F401
 
 
 def _end_without_the_loop(early, status_fd: int) -> int:

@@ -10,14 +10,18 @@ hands it on to every worker, over a handoff link of the worker's own, in the
 same protocol (handoff.py). Whichever process is free takes the next
 connection.
 
-Workers are forked once the lead has loaded its loop's modules (their pages
-stay shared) and before its loop starts (a loop's epoll descriptor must never
-be shared with a child); a run that ends before anything knocks at a door
-forks none (early.py). They wait, idle, until the lead sees load
-(LOAD_PER_TICK connections within one LOAD_TICK): a run that makes a few
-connections, which is most runs, never pays for a second loop, and
-`vpnw run -- true` ends as fast as with one process. A worker never woken
-reports zero totals.
+Workers are forked only when the lead sees load (LOAD_PER_TICK connections
+within one LOAD_TICK), from the lead's running loop: its modules are loaded
+(their pages stay shared) and a run that makes a few connections, which is
+most runs, never forks at all, so nothing stands between the program's first
+connection and its answer but the loop's own load (a fork before the loop
+ran cost that connection the fork and the lead the copies of every page it
+touched next). A worker forked from a running loop takes nothing of it: it
+closes every descriptor the lead had (the loop's epoll among them) but its
+own and `keep`, stops the lead's signal wake-up, keeps every inherited object
+out of the collector's sight (an object collected here could close a
+descriptor number that is by then one of its own), and runs a loop of its
+own (asyncio sees no running loop in a forked child).
 
 What the processes share is kept to two things:
 - connection numbers, from one counter in shared memory under a lock, so the
@@ -111,61 +115,56 @@ class SharedConnNumbers:
 
 
 class Crew:
-    """The lead's side of its workers."""
+    """The lead's side of its workers: `size` of them, forked by start()."""
 
-    def __init__(self):
+    def __init__(self, size: int, body, keep: tuple[int, ...]):
+        self.size = size
+        self.body = body            # body(link_fd, status_fd) -> exit code, in each worker
+        self.keep = keep
         self.links: list[socket.socket] = []
         self.status_fds: list[int] = []
-        self.wake_fds: list[int] = []
         self.pids: list[int] = []
-        self.woken = False
+        self.started = False
 
-    def start(self, count: int, body, keep: tuple[int, ...]) -> None:
-        """Fork `count` workers; body(link_fd, status_fd) runs in each and
-        returns its exit code. A worker keeps fds 0-2, `keep` and its own two
-        and closes every other (a copy of some other process's socket held
-        here would keep its peer from ever seeing the end). Called before any
-        event loop exists: a loop's epoll descriptor must never be shared
-        with a child."""
+    def start(self, doors) -> None:
+        """Load: fork the workers now and pass each the doors (door name,
+        listening socket) the lead accepts on; later doors follow through
+        pass_door. A worker keeps fds 0-2, `keep` and its own two and
+        closes every other (a copy of some other process's socket held here
+        would keep its peer from ever seeing the end)."""
+        if self.started:
+            return
+        self.started = True
         # What exists now (the policy's index above all, and every module)
         # lives for the whole run: out of the collector's sight, its pages
         # stay shared with the workers (a collection writes to every object
         # it looks at, and each page written after the fork is copied).
         gc.freeze()
-        for _ in range(count):
+        for _ in range(self.size):
             lead_end, worker_end = link()
             status_r, status_w = os.pipe()
-            wake_r, wake_w = os.pipe()
             pid = os.fork()
             if pid == 0:
-                code = ExitCode.INTERNAL
-                try:
-                    close_all_but({*keep, worker_end.fileno(), status_w, wake_r})
-                    if _wait_for_wake(wake_r):
-                        code = body(worker_end.detach(), status_w)
-                    else:
-                        st.write(status_w, st.Totals())
-                        code = 0
-                finally:
-                    os._exit(code)
+                self._be_the_worker(worker_end, status_w)
             worker_end.close()
             os.close(status_w)
-            os.close(wake_r)
             self.links.append(lead_end)
             self.status_fds.append(status_r)
-            self.wake_fds.append(wake_w)
             self.pids.append(pid)
+        for door, sock in doors:
+            self.pass_door(door, sock)
 
-    def wake(self) -> None:
-        """Load: the workers start their loops and take their share."""
-        if self.woken:
-            return
-        self.woken = True
-        for fd in self.wake_fds:
-            try:
-                os.write(fd, b"w")
-            except OSError:
-                pass
+    def _be_the_worker(self, worker_end: socket.socket, status_w: int) -> None:
+        """In the forked child: never returns."""
+        code = ExitCode.INTERNAL
+        try:
+            # The lead's loop wrote signals to a descriptor closed below,
+            # whose number a descriptor of this worker's may take next.
+            signal.set_wakeup_fd(-1)
+            close_all_but({*self.keep, worker_end.fileno(), status_w})
+            code = self.body(worker_end.detach(), status_w)
+        finally:
+            os._exit(code)
 
     def pass_door(self, door: str, sock: socket.socket) -> None:
         for lead_end in self.links:
@@ -175,13 +174,10 @@ class Crew:
                 pass    # that worker is gone; the others and the lead still serve
 
     def release(self) -> None:
-        """The run is over: each worker sees its link end and winds down (or,
-        never woken, its wake pipe end, and stops)."""
+        """The run is over: each worker sees its link end and winds down."""
         for lead_end in self.links:
             lead_end.close()
-        for fd in self.wake_fds:
-            os.close(fd)
-        self.links, self.wake_fds = [], []
+        self.links = []
 
     def collect(self, timeout: float) -> tuple[dict, int]:
         """Every worker's totals added up, and how many workers did not
@@ -225,14 +221,3 @@ class Crew:
         missing = len(self.pids) - reported
         self.pids, self.status_fds = [], []
         return sums, missing
-
-
-def _wait_for_wake(fd: int) -> bool:
-    """Block until the lead wakes this worker (True) or ends the run first."""
-    while True:
-        try:
-            woken = os.read(fd, 1) != b""
-        except InterruptedError:
-            continue
-        os.close(fd)
-        return woken
