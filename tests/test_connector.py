@@ -105,3 +105,49 @@ def test_a_bug_in_a_dialer_still_ends_the_request():
     assert isinstance(outcome, Failed) and (outcome.stage, outcome.error) == ("dial", "internal")
     assert [t for t, _ in events] == ["conn.request", "policy.allow", "conn.fail"]
     assert totals["failed"] == 1
+
+
+def test_requests_decided_in_one_turn_share_one_write_ahead_of_their_dials(listener):
+    # Write-ahead (docs/security.md, "A full disk hides nothing"): each
+    # decision is in the event pipe before its dial. Requests decided in the
+    # same loop turn share that write (one wake of the recorder, not one each).
+    from stages.record.gate import RecordGate
+
+    class CountingEmitter(Emitter):
+        writes = 0
+
+        def _write(self, data):
+            CountingEmitter.writes += 1
+            super()._write(data)
+
+    r, w = os.pipe()
+    os.set_blocking(r, False)
+    seen_at_dial = []
+
+    class LookingDialer(DirectDialer):
+        async def dial(self, host, port, addresses):
+            try:
+                written = os.read(r, 65536)
+            except BlockingIOError:
+                written = b""
+            seen_at_dial.append((CountingEmitter.writes, written.count(b'"policy.allow"')))
+            return await super().dial(host, port, addresses)
+
+    gate = RecordGate()
+    gate.open()
+    journal = Journal(CountingEmitter(w, "r-test", path="direct"), status_fd=-1)
+    connector = Connector(journal, policy=parse_policy(POLICY), dialer=LookingDialer(), via="direct",
+                          dry_run=False, local_addresses=frozenset(), record_gate=gate)
+
+    async def go():
+        return await asyncio.gather(*(connector.connect(n, "socks", "socks5", "127.0.0.1", listener)
+                                      for n in (1, 2, 3)))
+
+    outcomes = asyncio.run(go())
+    assert all(isinstance(o, Opened) for o in outcomes), outcomes
+    for o in outcomes:
+        o.sock.close()
+    # The first dial found all three decisions written, in one write.
+    assert seen_at_dial[0] == (1, 3)
+    os.close(r)
+    os.close(w)

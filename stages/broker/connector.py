@@ -87,7 +87,7 @@ class Connector:
             decided = await self._decide(conn, host, port, door)
             if isinstance(decided, _Allowed):
                 stage = "dial"
-                outcome = self._record_full() or await self._dial(conn, decided, port)
+                outcome = await self._record_full() or await self._dial(conn, decided, port)
             else:
                 outcome = decided
         except asyncio.CancelledError:
@@ -198,13 +198,14 @@ class Connector:
         return d.Decision(True, f"no allow rule matches {target}; asked: the person allowed it "
                                 f"({answer.answer}){note}", "asked", addresses), asked
 
-    def _record_full(self) -> Failed | None:
+    async def _record_full(self) -> Failed | None:
         """Write-ahead (docs/security.md, "A full disk hides nothing"): the
-        decision goes into the event pipe first, then the gate is read; a
-        closed gate (the record has no room left) refuses the dial."""
+        decision goes into the event pipe first (with the other decisions of
+        this loop turn), then the gate is read; a closed gate (the record has
+        no room left) refuses the dial."""
         if self.record_gate is None:
             return None
-        self.journal.flush_events()
+        await self.journal.written()
         if self.record_gate.is_open:
             return None
         return Failed("dial", "internal", RECORD_FULL)

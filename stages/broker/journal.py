@@ -26,6 +26,7 @@ class Journal:
         self.numbers = numbers or ConnNumbers()   # shared with the workers, when there are any
         self.totals = {"connections": 0, "denied": 0, "would_deny": 0, "failed": 0}
         self.flush_scheduled = False
+        self.flushed: asyncio.Future | None = None    # done by this turn's flush (written())
         self.loop = None        # the broker's loop, once it runs (flushes are scheduled on it)
         emitter.hold()
 
@@ -48,6 +49,20 @@ class Journal:
     def flush_events(self) -> None:
         self.flush_scheduled = False
         self.emitter.flush()
+        flushed, self.flushed = self.flushed, None
+        if flushed is not None and not flushed.done():
+            flushed.set_result(None)
+
+    async def written(self) -> None:
+        """Once every event emitted so far is in the event pipe: at this
+        loop turn's flush, so that the requests decided in one turn share
+        one write (and wake the recorder once), not one write each."""
+        if not self.flush_scheduled:
+            self.flush_events()         # nothing held, or no loop to flush on
+            return
+        if self.flushed is None:
+            self.flushed = (self.loop or asyncio.get_running_loop()).create_future()
+        await asyncio.shield(self.flushed)     # one request cancelled leaves the others waiting
 
     def status(self, message: st.Message) -> None:
         self.emitter.flush()  # the orchestrator acts on totals: every event goes first
