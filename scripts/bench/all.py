@@ -69,10 +69,13 @@ on their PSS: they are forked from one process, so their RSS summed counts
 the pages they share once per process; the RSS sum is shown beside it.
 
 `--against REV`: REV's vpnw, built from its own tree into a venv of its own
-(against.py), runs beside this one in every section but `leak`: each vpnw row
-gets a twin "... @REV" in the same rounds, interleaved, and a last table sets
-each figure of this tree beside REV's (new / old). The bench, its clients and
-its servers are this tree's for both.
+(against.py), runs beside this one in every section: each vpnw row gets a
+twin "... @REV" in the same rounds, interleaved (`capture`: the capture and
+SOCKS doors, the DNS door and --capture's start-up; a REV without capture is
+left out of that section, said so; `leak`: one run of REV after this tree's),
+and a last table sets each figure of this tree beside REV's (new / old; bulk
+also the connect and the speed after it). The bench, its clients and its
+servers are this tree's for both.
 
 Figures are medians of --rounds runs (5; --quick: 3 rounds, 256 MiB, 1 s),
 the variants interleaved round by round so machine noise hits all alike.
@@ -808,14 +811,14 @@ def judge_leak(made: int, client_errors: int, types: dict[str, int],
     return wrong
 
 
-def bench_leak() -> dict:
-    """One vpnw run: LEAK_HELD tunnels held at once, then LEAK_SEQUENTIAL
-    GETs one by one; vpnw's processes' fds and memory at each of the client's
-    checkpoints; the record counted by type."""
+def bench_leak(rev: str | None = None) -> dict:
+    """One vpnw run (this tree's, or REV's): LEAK_HELD tunnels held at once,
+    then LEAK_SEQUENTIAL GETs one by one; vpnw's processes' fds and memory at
+    each of the client's checkpoints; the record counted by type."""
     argv = [PYTHON, NETLOAD, "hold", "--to", f"bench.test:{NGINX_PORT}", "--get", SMALL_PATH,
             "--socks", str(VPNW_DOORS["socks"]), "--http", str(VPNW_DOORS["http"]),
             "--warm", str(LEAK_WARM), "--held", str(LEAK_HELD), "--count", str(LEAK_SEQUENTIAL)]
-    way = vpnw_way("http", POLICY_SIZES[0])
+    way = vpnw_way("http", POLICY_SIZES[0], rev)
     seen: dict[str, dict[int, dict]] = {}       # checkpoint -> pid -> fds, kinds, rss, pss
     with record_file("leak") as record, open(os.path.join(PLACE.tmp, "leak.err"), "w+") as err:
         proc = subprocess.Popen(in_way(argv, way, record), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
@@ -1011,6 +1014,17 @@ def print_startup(w, s: dict, verdict: str) -> None:
 # ------------------------------------------------------------------ capture
 
 CAPTURE = Way("vpnw capture door", None, None, ("--capture",))
+
+
+def capture_way(rev: str | None = None) -> Way:
+    """The capture door of this tree's vpnw, or of REV's (--against)."""
+    return CAPTURE if rev is None else Way(f"{CAPTURE.label} @{rev}", None, None, CAPTURE.vpnw, None, rev)
+
+
+def _has_capture(rev: str) -> bool:
+    """Whether REV's vpnw knows --capture (it came in this round)."""
+    done = subprocess.run([AGAINST[rev], "run", "--help"], capture_output=True, text=True)
+    return "--capture" in done.stdout
 DNS_QUERIES = r"""
 import json, socket, struct, sys, time
 n = int(sys.argv[1])
@@ -1057,44 +1071,51 @@ def bench_capture(rounds: int, seconds: int, count: int) -> dict:
     latency one connection at a time (netload lat, to the sink) and new
     connections/s (netload conns, CLIENTS at a time, GET from nginx); the
     DNS door's answers (one client, queries in sequence); and the start-up
-    cost of --capture (`vpnw run --capture -- true` against `vpnw run -- true`)."""
+    cost of --capture (`vpnw run --capture -- true` against `vpnw run -- true`).
+    With --against, each vpnw figure for REV too, in the same rounds (a REV
+    without capture is left out of this section, said once)."""
     sink = subprocess.Popen([PYTHON, NETLOAD, "serve", str(SINK_PORT), CAPTURE_ADDR], stdout=subprocess.PIPE)
     PLACE.procs.append(sink)
     if sink.stdout.readline().strip() != b"ready":
         raise SystemExit("the capture sink did not start")
-    socks = vpnw_way("socks")
-    lat_to = {DIRECT: f"127.0.0.1:{SINK_PORT}", socks: f"bench.test:{SINK_PORT}",
-              CAPTURE: f"{CAPTURE_ADDR}:{SINK_PORT}"}
-    conns_to = {DIRECT: f"127.0.0.1:{NGINX_PORT}", socks: f"bench.test:{NGINX_PORT}",
-                CAPTURE: f"{CAPTURE_ADDR}:{NGINX_PORT}"}
-    lat, conns, dns = {}, {}, []
+    revs = [None, *(rev for rev in AGAINST if _has_capture(rev))]
+    lat_to, conns_to = {DIRECT: f"127.0.0.1:{SINK_PORT}"}, {DIRECT: f"127.0.0.1:{NGINX_PORT}"}
+    for rev in revs:
+        lat_to[vpnw_way("socks", rev=rev)] = f"bench.test:{SINK_PORT}"
+        conns_to[vpnw_way("socks", rev=rev)] = f"bench.test:{NGINX_PORT}"
+        lat_to[capture_way(rev)] = f"{CAPTURE_ADDR}:{SINK_PORT}"
+        conns_to[capture_way(rev)] = f"{CAPTURE_ADDR}:{NGINX_PORT}"
+    lat, conns, dns = {}, {}, {}
     record = os.path.join(PLACE.tmp, "capture-startup.jsonl")
     for _ in range(rounds):
-        for way in (DIRECT, socks, CAPTURE):
+        for way in lat_to:
             lat.setdefault(way.label, []).append(
                 run_netload(["lat", "--to", lat_to[way], "--count", str(count)], way))
             conns.setdefault(way.label, []).append(
                 run_netload(["conns", "--to", conns_to[way], "--get", SMALL_PATH, "--clients", str(CLIENTS),
                              "--seconds", str(seconds)], way))
-        out, _ = run_program([PYTHON, "-c", DNS_QUERIES, str(count * 4)], CAPTURE)
-        dns.append(json.loads(out.strip().splitlines()[-1]))
-    startup = capture_startup(rounds, record)
+        for rev in revs:
+            out, _ = run_program([PYTHON, "-c", DNS_QUERIES, str(count * 4)], capture_way(rev))
+            dns.setdefault(rev, []).append(json.loads(out.strip().splitlines()[-1]))
+    startup = capture_startup(rounds, record, revs[1:])
+    dns = {rev: {k: median([d[k] for d in dns[rev]]) for k in ("qps", "p50_ms", "p99_ms")} for rev in revs}
     return {
         **startup[None],
-        "against": {rev: startup[rev] for rev in AGAINST},
+        "against": {rev: {**startup[rev], "dns": dns[rev]} for rev in revs[1:]},
+        "without_capture": [rev for rev in AGAINST if rev not in revs],
         "lat": {label: {k: median([r[k] for r in rs]) for k in ("p50_ms", "p99_ms")} for label, rs in lat.items()},
         "conns": {label: {"rate": median([r["rate"] for r in rs]), "errors": sum(r["errors"] for r in rs)}
                   for label, rs in conns.items()},
-        "dns": {k: median([d[k] for d in dns]) for k in ("qps", "p50_ms", "p99_ms")},
+        "dns": dns[None],
         "clients": CLIENTS, "count": count,
     }
 
 
-def capture_startup(rounds: int, record: str) -> dict:
+def capture_startup(rounds: int, record: str, revs: list[str]) -> dict:
     """`vpnw run --capture -- true` against `vpnw run -- true`, this tree's
     and each --against REV's, interleaved; then what the helper alone spends
     on capture (CAPTURE_SETUP, in each build's own interpreter), interleaved."""
-    builds = {None: VPNW, **AGAINST}
+    builds = {None: VPNW, **{rev: AGAINST[rev] for rev in revs}}
     plain = {rev: [] for rev in builds}
     captured = {rev: [] for rev in builds}
     setup = {rev: [] for rev in builds}
@@ -1141,6 +1162,9 @@ def print_capture(w, c: dict) -> None:
         w(f"    start-up @{rev}: run --capture {s['capture_ms']:.1f} ms, run {s['run_ms']:.1f} ms: capture "
           f"costs {s['over_ms']:.1f} ms; helper alone: {r['setup_ms']['install_ms']:.1f} ms + resolv.conf "
           f"{r['setup_ms']['resolv_ms']:.1f} ms\n")
+        w(f"    DNS door @{rev}: {r['dns']['qps']:,.0f} answers/s, p50 {r['dns']['p50_ms']:.3f} ms\n")
+    for rev in c.get("without_capture", ()):
+        w(f"    {rev}: its vpnw has no --capture; left out of these figures\n")
 
 
 # ------------------------------------------------------------------ the targets
@@ -1242,6 +1266,11 @@ def compare_against(res: dict, rev: str) -> list[dict]:
         for label, v in res.get(section, {}).items():
             if label.startswith("vpnw") and "@" not in label:
                 add(section, label, v["gbps"], res[section].get(twin_label(label, rev), {}).get("gbps"), unit)
+    for label, v in res.get("bulk", {}).items():
+        old = res["bulk"].get(twin_label(label, rev))
+        if label.startswith("vpnw") and "@" not in label and old:
+            add("bulk", f"{label}, connect", v["handshake_ms"], old["handshake_ms"], "ms")
+            add("bulk", f"{label}, after connect", v["tunnel_gbps"], old["tunnel_gbps"], "GB/s")
     if "conns" in res:
         rows = {(r["client"], r["label"]): r for r in res["conns"]["rows"]}
         for (client, label), r in rows.items():
@@ -1261,6 +1290,19 @@ def compare_against(res: dict, rev: str) -> list[dict]:
             old["startup"]["over_ms"], "ms")
         for k in ("install_ms", "resolv_ms"):
             add("capture", f"helper alone: {k[:-3]}", c["setup_ms"][k], old["setup_ms"][k], "ms")
+        base = c["lat"]["direct"]["p50_ms"]
+        for label in ("vpnw socks5", CAPTURE.label):
+            twin = twin_label(label, rev)
+            add("capture", f"{label}, added p50", c["lat"][label]["p50_ms"] - base,
+                c["lat"][twin]["p50_ms"] - base, "ms")
+            add("capture", f"{label}, conn/s", c["conns"][label]["rate"], c["conns"][twin]["rate"], "conn/s")
+        add("capture", "DNS door answers/s", c["dns"]["qps"], old["dns"]["qps"], "/s")
+    if rev in res.get("leak", {}).get("against", {}):
+        new, old = res["leak"], res["leak"]["against"][rev]
+        add("leak", "PSS of vpnw's own, tunnels held", new["vpnw_pss_mib"]["held"], old["vpnw_pss_mib"]["held"],
+            "MiB")
+        add("leak", "open fds after - before", new["vpnw_fds"]["after"] - new["vpnw_fds"]["before"],
+            old["vpnw_fds"]["after"] - old["vpnw_fds"]["before"], "fds")
     for label, v in res.get("lat", {}).items():
         if label.startswith("vpnw") and "@" not in label:
             old = res["lat"].get(twin_label(label, rev))
@@ -1359,6 +1401,10 @@ def print_table(res: dict, meta: dict, verdicts: list[dict]) -> None:
         held = leak["broker_fd_kinds_held"]
         w("    the broker's fds while held: " + ", ".join(f"{n:,} {kind}" for kind, n in sorted(held.items())) + "\n")
         w("    record: " + ", ".join(f"{k} {v:,}" for k, v in sorted(leak["record"].items())) + "\n")
+        for rev, old in leak.get("against", {}).items():
+            w(f"    @{rev}: fds {old['vpnw_fds']['before']} -> {old['vpnw_fds']['held']} -> "
+              f"{old['vpnw_fds']['after']}, PSS held {old['vpnw_pss_mib']['held']:.1f} MiB; "
+              + ("; ".join(old["wrong"]) or "no fd kept, record complete") + "\n")
     if "capture" in res:
         print_capture(w, res["capture"])
     for rev, rows in meta.get("against", {}).items():
@@ -1417,6 +1463,7 @@ def main() -> None:
             res["lat"] = bench_latency(rounds, proxies, 200 if args.quick else 500)
         if "leak" in which:
             res["leak"] = bench_leak()
+            res["leak"]["against"] = {rev: bench_leak(rev) for rev in AGAINST}
         if "capture" in which:
             res["capture"] = bench_capture(rounds, 1 if args.quick else 2, 200 if args.quick else 500)
     finally:

@@ -1,0 +1,75 @@
+"""scripts/bench/run --against REV: the pure part that sets each figure of
+this tree beside REV's (compare_against), for every section."""
+from __future__ import annotations
+
+import importlib.util
+import os
+import sys
+
+import pytest
+
+BENCH = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "scripts", "bench")
+
+
+@pytest.fixture(scope="module")
+def bench():
+    sys.path.insert(0, BENCH)
+    try:
+        spec = importlib.util.spec_from_file_location("bench_all", os.path.join(BENCH, "all.py"))
+        module = importlib.util.module_from_spec(spec)
+        sys.modules["bench_all"] = module
+        spec.loader.exec_module(module)
+        yield module
+    finally:
+        sys.path.remove(BENCH)
+        sys.modules.pop("bench_all", None)
+
+
+def _bulk(gbps, handshake_ms, tunnel_gbps):
+    return {"gbps": gbps, "handshake_ms": handshake_ms, "tunnel_gbps": tunnel_gbps}
+
+
+def _leak(pss_held, fds):
+    return {"vpnw_pss_mib": {"held": pss_held}, "vpnw_fds": dict(zip(("before", "held", "after"), fds))}
+
+
+def test_every_section_has_its_rows_beside_rev(bench):
+    rev = "abc1234"
+    res = {
+        "startup": {"over_ms": {"signed": 100.0}, "against": {rev: {"over_ms": {"signed": 200.0}}}},
+        "bulk": {"direct": _bulk(2.0, 1.0, 2.0), "vpnw http": _bulk(1.8, 5.0, 1.9),
+                 f"vpnw http @{rev}": _bulk(1.2, 100.0, 1.8)},
+        "capture": {
+            "lat": {"direct": {"p50_ms": 0.1}, "vpnw socks5": {"p50_ms": 0.3},
+                    f"vpnw socks5 @{rev}": {"p50_ms": 0.5}, "vpnw capture door": {"p50_ms": 0.2},
+                    f"vpnw capture door @{rev}": {"p50_ms": 0.3}},
+            "conns": {"direct": {"rate": 5000}, "vpnw socks5": {"rate": 2000},
+                      f"vpnw socks5 @{rev}": {"rate": 1000}, "vpnw capture door": {"rate": 2400},
+                      f"vpnw capture door @{rev}": {"rate": 1200}},
+            "dns": {"qps": 9000.0}, "startup": {"over_ms": 4.0},
+            "setup_ms": {"install_ms": 3.0, "resolv_ms": 1.0},
+            "against": {rev: {"dns": {"qps": 6000.0}, "startup": {"over_ms": 8.0},
+                              "setup_ms": {"install_ms": 6.0, "resolv_ms": 1.0}}}},
+        "leak": {**_leak(40.0, (20, 2020, 20)), "against": {rev: _leak(50.0, (20, 2020, 21))}},
+    }
+    rows = {(r["section"], r["row"]): r for r in bench.compare_against(res, rev)}
+    assert rows[("startup", "vpnw run -- true, over true (signed)")]["ratio"] == pytest.approx(0.5)
+    assert rows[("bulk", "vpnw http")]["ratio"] == pytest.approx(1.5)
+    assert rows[("bulk", "vpnw http, connect")]["ratio"] == pytest.approx(0.05)
+    assert rows[("bulk", "vpnw http, after connect")]["new"] == 1.9
+    assert rows[("capture", "vpnw capture door, added p50")]["ratio"] == pytest.approx(0.5)
+    assert rows[("capture", "vpnw capture door, conn/s")]["ratio"] == pytest.approx(2.0)
+    assert rows[("capture", "vpnw socks5, conn/s")]["ratio"] == pytest.approx(2.0)
+    assert rows[("capture", "DNS door answers/s")]["ratio"] == pytest.approx(1.5)
+    assert rows[("capture", "run --capture -- true, over run -- true")]["ratio"] == pytest.approx(0.5)
+    assert rows[("capture", "helper alone: install")]["ratio"] == pytest.approx(0.5)
+    assert rows[("leak", "PSS of vpnw's own, tunnels held")]["ratio"] == pytest.approx(0.8)
+    assert rows[("leak", "open fds after - before")]["new"] == 0
+    assert rows[("leak", "open fds after - before")]["old"] == 1
+
+
+def test_a_rev_without_capture_leaves_the_capture_rows_out(bench):
+    res = {"capture": {"lat": {"direct": {"p50_ms": 0.1}}, "conns": {}, "dns": {"qps": 1.0},
+                       "startup": {"over_ms": 1.0}, "setup_ms": {"install_ms": 1.0, "resolv_ms": 1.0},
+                       "against": {}, "without_capture": ["old"]}}
+    assert bench.compare_against(res, "old") == []
