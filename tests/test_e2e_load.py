@@ -208,7 +208,7 @@ for _ in range(AFTER):
 
 
 def test_broker_workers_wait_for_load(world, user):
-    # With no count set, the workers are forked but idle until the lead sees
+    # With no count set, the workers are forked only once the lead sees
     # load (workers.LOAD_PER_TICK connections within one LOAD_TICK): a run of
     # a few connections is served by one process; a flood wakes the others,
     # which then take their share of what follows.
