@@ -151,3 +151,41 @@ def test_requests_decided_in_one_turn_share_one_write_ahead_of_their_dials(liste
     assert seen_at_dial[0] == (1, 3)
     os.close(r)
     os.close(w)
+
+
+def test_a_fork_waits_for_every_lookup_thread_and_new_lookups_wait_for_the_fork(monkeypatch):
+    # The broker forks its workers from the running loop (workers.py); a
+    # thread inside getaddrinfo could hold the C library's resolver locks,
+    # which the child would keep held for good. So the fork waits until no
+    # lookup thread is inside getaddrinfo, even one whose request gave up
+    # waiting for it, and lookups asked for meanwhile wait for the fork.
+    import threading
+    from stages.broker.connector import LookupThreads
+    release = threading.Event()
+    real = socket.getaddrinfo
+
+    def slow(host, port, *args):
+        release.wait(10)        # the resolver still busy
+        return real("127.0.0.1", port, *args)
+    monkeypatch.setattr(socket, "getaddrinfo", slow)
+    forked = []
+
+    async def go():
+        lookups = LookupThreads()
+        with pytest.raises(asyncio.TimeoutError):
+            await asyncio.wait_for(lookups.getaddrinfo("slow.example", 80), 0.05)
+        lookups.pause(lambda: forked.append(True))
+        later = asyncio.ensure_future(lookups.getaddrinfo("later.example", 80))
+        await asyncio.sleep(0.1)
+        assert not forked and lookups.in_flight == 1        # its thread is still in getaddrinfo
+        release.set()
+        while not forked:
+            await asyncio.sleep(0.01)
+        assert not later.done() and lookups.in_flight == 0  # waits for the fork
+        lookups.resume()
+        assert (await later)[0][4][0] == "127.0.0.1"
+        lookups.pause(lambda: forked.append(True))          # nothing in flight: at once
+        assert forked == [True, True]
+        lookups.resume()
+
+    asyncio.run(go())

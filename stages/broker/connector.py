@@ -56,6 +56,52 @@ class _Allowed:
     addresses: tuple
 
 
+class LookupThreads:
+    """getaddrinfo in threads (it blocks), counted until each thread's call
+    has returned, even one whose request stopped waiting for it: a process
+    may fork (workers.py) only while no thread is inside the C library's
+    resolver, whose locks a thread that does not exist in the child could
+    hold there for good. pause(then) makes new lookups wait and calls
+    then() once none is in flight; resume() lets them go."""
+
+    def __init__(self):
+        self.executor = None
+        self.in_flight = 0
+        self.paused: asyncio.Event | None = None
+        self.then = None
+
+    async def getaddrinfo(self, host: str, port: int) -> list:
+        while self.paused is not None:
+            await self.paused.wait()
+        loop = asyncio.get_running_loop()
+        if self.executor is None:
+            from concurrent.futures import ThreadPoolExecutor
+            self.executor = ThreadPoolExecutor(thread_name_prefix="vpnw-lookup")
+        self.in_flight += 1
+        call = self.executor.submit(socket.getaddrinfo, host, port, 0, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+        call.add_done_callback(lambda _: loop.call_soon_threadsafe(self._returned))
+        return await asyncio.wrap_future(call)
+
+    def _returned(self) -> None:
+        self.in_flight -= 1
+        if not self.in_flight and self.then is not None:
+            then, self.then = self.then, None
+            then()
+
+    def pause(self, then) -> None:
+        if self.paused is None:
+            self.paused = asyncio.Event()
+        if self.in_flight:
+            self.then = then
+        else:
+            then()
+
+    def resume(self) -> None:
+        if self.paused is not None:
+            self.paused.set()
+        self.paused = self.then = None
+
+
 class Connector:
     def __init__(self, journal: Journal, *, policy, dialer, via: str, dry_run: bool,
                  local_addresses: frozenset, hold=None, record_gate=None, fake_names=None):
@@ -72,6 +118,7 @@ class Connector:
         self.hold = hold              # guard --ask: hold.Hold, asks instead of the default's denial
         self.record_gate = record_gate
         self.fake_names = fake_names  # with capture: the DNS door's made-up addresses (fake_ips.py)
+        self.lookups = LookupThreads()
 
     async def connect(self, conn: int, door: str, kind: str, host: str,
                       port: int) -> Opened | Denied | Failed:
@@ -230,11 +277,9 @@ class Connector:
             self.journal.emit("dns.resolve", conn, host=host, addresses=self.hosts.texts(host),
                               ms=ms_since(started))
             return in_file
-        loop = asyncio.get_running_loop()
         try:
             async with asyncio.timeout(DNS_TIMEOUT):
-                infos = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM,
-                                               proto=socket.IPPROTO_TCP)
+                infos = await self.lookups.getaddrinfo(host, port)
         except (OSError, asyncio.TimeoutError, UnicodeError) as exc:
             message = "timed out" if isinstance(exc, asyncio.TimeoutError) else (
                 getattr(exc, "strerror", None) or str(exc))

@@ -243,12 +243,21 @@ class Broker:
     def _check_load(self) -> None:
         """One look per LOAD_TICK (one timer for the run, none per
         connection): a busy tick forks the workers (workers.py)."""
+        if self.stopping.is_set():
+            return
         if self.taken_this_tick >= LOAD_PER_TICK:
-            self.crew.start(self._doors_for_workers())
+            self.connector.lookups.pause(self._fork_crew)
             return
         self.taken_this_tick = 0
         if not self.stopping.is_set():
             self.loop.call_later(LOAD_TICK, self._check_load)
+
+    def _fork_crew(self) -> None:
+        """Load: the workers, forked once no name lookup is in flight
+        (connector.LookupThreads; new lookups wait until then)."""
+        if not self.stopping.is_set():
+            self.crew.start(self._doors_for_workers())
+        self.connector.lookups.resume()
 
     def _doors_for_workers(self) -> list[tuple[str, socket.socket]]:
         # The DNS door stays the lead's: only it gives made-up addresses.

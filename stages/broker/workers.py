@@ -21,7 +21,9 @@ closes every descriptor the lead had (the loop's epoll among them) but its
 own and `keep`, stops the lead's signal wake-up, keeps every inherited object
 out of the collector's sight (an object collected here could close a
 descriptor number that is by then one of its own), and runs a loop of its
-own (asyncio sees no running loop in a forked child).
+own (asyncio sees no running loop in a forked child). The lead forks only
+while no name lookup thread is inside getaddrinfo (connector.LookupThreads:
+such a thread may hold the C library's locks, held for good in the child).
 
 What the processes share is kept to two things:
 - connection numbers, from one counter in shared memory under a lock, so the
