@@ -45,10 +45,14 @@ def startup(rounds: int) -> dict:
     runs = {"unsigned": ["run", "--record", "-", "--", "true"], "signed": ["run", "--", "true"]}
     wall = {name: [] for name in runs}
     cpu = {name: [] for name in runs}
+    marks = []
     with tempfile.TemporaryDirectory() as tmp:
-        env = dict(os.environ, XDG_STATE_HOME=tmp)
+        trace = os.path.join(tmp, "trace")
+        env = dict(os.environ, XDG_STATE_HOME=tmp, VPNW_STARTUP_TRACE=trace)
         for i in range(rounds + 1):
             for name in runs if i % 2 else reversed(list(runs)):
+                if os.path.exists(trace):
+                    os.unlink(trace)
                 before = resource.getrusage(resource.RUSAGE_CHILDREN)
                 t0 = time.perf_counter()
                 subprocess.run([vpnw, *runs[name]], env=env, check=True, stdout=subprocess.DEVNULL,
@@ -59,7 +63,40 @@ def startup(rounds: int) -> dict:
                     wall[name].append(took)
                     cpu[name].append((after.ru_utime + after.ru_stime - before.ru_utime
                                       - before.ru_stime) * 1000)
-    return {name: (statistics.median(wall[name]), statistics.median(cpu[name])) for name in runs}
+                    if name == "signed":
+                        marks.append(read_marks(trace))
+    found = {name: (statistics.median(wall[name]), statistics.median(cpu[name])) for name in runs}
+    return found, signing_share(marks)
+
+
+def read_marks(path: str) -> dict[str, int]:
+    """stages/wire/startup_trace.py's file: "stage: what" -> its first ns."""
+    found: dict[str, int] = {}
+    with open(path) as f:
+        for line in f:
+            ns, _pid, stage, what = line.rstrip("\n").split(" ", 3)
+            found.setdefault(f"{stage}: {what}", int(ns))
+    return found
+
+
+def signing_share(marks: list[dict[str, int]]) -> dict[str, float]:
+    """What signing takes of a signed run, from the recorder's own marks
+    (medians, ms): at the end, on the way to vpnw's exit (the signature and
+    the ledger line after the last event); at the start, the key and the
+    ledger opened (libsodium loaded), and how often the recorder was the
+    last one the program waited for (its run.start after the helper's Ready)."""
+    def ms(m, a, b):
+        return (m[b] - m[a]) / 1e6
+    whole = [m for m in marks if {"recorder: events ended", "recorder: signed", "recorder: imported",
+                                  "recorder: key and ledger opened", "recorder: run.start written",
+                                  "helper: Ready sent"} <= m.keys()]
+    if not whole:
+        return {}
+    return {"end_ms": statistics.median(ms(m, "recorder: events ended", "recorder: signed") for m in whole),
+            "open_ms": statistics.median(ms(m, "recorder: imported", "recorder: key and ledger opened")
+                                         for m in whole),
+            "recorder_last": sum(m["recorder: run.start written"] > m["helper: Ready sent"] for m in whole)
+            / len(whole)}
 
 
 def run_file(path: str, events: int) -> None:
@@ -163,11 +200,17 @@ def main() -> None:
     print(f"{'events':>8} {'file':>10} {'seal ms':>9} {'verify ms':>10}")
     for events, size, seal, check in seal_and_verify(max(5, rounds // 2)):
         print(f"{events:>8} {size / 1e6:>8.2f}MB {seal:>9.2f} {check:>10.2f}")
-    s = startup(rounds)
+    s, share = startup(rounds)
     (uw, uc), (sw, sc) = s["unsigned"], s["signed"]
     print(f"\nvpnw run -- true, {rounds} interleaved rounds, medians: --record - (unsigned) "
           f"{uw:.1f} ms wall, {uc:.1f} ms CPU; signed {sw:.1f} ms wall, {sc:.1f} ms CPU; "
-          f"difference {sw - uw:+.1f} ms wall, {sc - uc:+.1f} ms CPU")
+          f"difference {sw - uw:+.1f} ms wall, {sc - uc:+.1f} ms CPU (the record file's own "
+          "costs included: protected, reserved, written)")
+    if share:
+        print(f"signing's share of a signed run (its recorder's marks, medians): at the end, "
+              f"events ended -> signed {share['end_ms']:.2f} ms wall (vpnw waits for it); at the "
+              f"start, key and ledger opened {share['open_ms']:.2f} ms wall (in parallel with the "
+              f"helper's seal; the recorder came last in {share['recorder_last']:.0%} of the runs)")
     print(f"load average after: {os.getloadavg()[0]:.2f}")
 
 if __name__ == "__main__":

@@ -129,3 +129,13 @@ def test_without_libsodium_verify_says_the_signature_was_not_checked(tmp_path, m
     assert signature.message.startswith(f"{path}.minisig: signed by key ")
     assert "; libsodium, which signs vpnw's runs, cannot be loaded (" in signature.message
     assert "names this run, but its signature cannot be checked: libsodium" in entry.message
+
+
+def test_doctor_says_whether_runs_can_be_signed(monkeypatch):
+    from stages.orchestrator.doctor import check_signing
+    assert check_signing().status == "ok"
+    monkeypatch.setattr(sodium, "SONAME", "libsodium-not-here.so.23")
+    monkeypatch.setattr(sodium, "_library", None)
+    check = check_signing()
+    assert (check.name, check.status, check.fix) == ("signing", "fail", "apt-get install libsodium23")
+    assert check.detail.startswith("libsodium, which signs vpnw's runs, cannot be loaded (")

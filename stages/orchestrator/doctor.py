@@ -303,6 +303,18 @@ def check_state_dir() -> Check:
                  "set XDG_STATE_HOME to a writable directory or use --record FILE")
 
 
+def check_signing() -> Check:
+    """The signed end of each run (docs/record.md, "The signed end"): libsodium loads."""
+    from stages.record import signing
+    try:
+        signing.signing_library()
+    except signing.SigningUnavailable as exc:
+        return Check("signing", "fail", f"{exc.strerror or exc}; a run recorded to a file stops "
+                     "before the program (125)", "apt-get install libsodium23")
+    return Check("signing", "ok", "libsodium loads: each run recorded to a file is signed "
+                 "(`vpnw key` prints the public key)")
+
+
 def program_variables() -> dict[str, str]:
     """What vpnw puts in the program's environment when the user set nothing."""
     import sys
@@ -386,7 +398,7 @@ def run_checks(config_file: str | None = None) -> list[Check]:
     checks = [check_kernel(), *check_userns_sysctls(), check_namespaces(), check_devpts(),
               check_capture(),
               *check_seccomp(), check_unix_supervisor(),
-              check_io_uring(), *check_file_limits(), check_state_dir(), check_program_env(),
+              check_io_uring(), *check_file_limits(), check_state_dir(), check_signing(), check_program_env(),
               check_node(),
               *check_wireguard_support(needed=bool(config_file) and config_names_wireguard(config_file))]
     if config_file:

@@ -88,6 +88,7 @@ def _last_line(fd: int) -> bytes:
 
 @dataclass(frozen=True)
 class Ledger:
+    """The ledger as read: its entries up to the first problem."""
     path: str
     entries: list[dict]          # the lines read, in order, up to the first problem
     problem: str | None          # where its chain breaks or it was cut; None: whole

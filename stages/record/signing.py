@@ -65,6 +65,7 @@ def key_id_text(key_id: bytes) -> str:
 
 @dataclass(frozen=True)
 class PublicKey:
+    """An Ed25519 public key and its minisign key id."""
     key_id: bytes      # 8 bytes
     raw: bytes         # 32 bytes
 
@@ -79,6 +80,7 @@ class PublicKey:
 
 @dataclass(frozen=True)
 class SecretKey:
+    """vpnw's signing key: its minisign key id and the Ed25519 seed."""
     key_id: bytes      # 8 bytes
     seed: bytes        # 32 bytes
     path: str = ""
@@ -264,6 +266,7 @@ def load_public(path: str) -> PublicKey:
 
 @dataclass(frozen=True)
 class Minisig:
+    """A .minisig read: the signature, the trusted comment and its signature."""
     algorithm: bytes
     key_id: bytes
     signature: bytes
