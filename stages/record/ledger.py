@@ -18,7 +18,7 @@ from __future__ import annotations
 import fcntl
 import os
 import stat
-from dataclasses import dataclass
+from typing import NamedTuple
 
 import orjson
 
@@ -86,8 +86,7 @@ def _last_line(fd: int) -> bytes:
 
 # ---------------------------------------------------------------- reading
 
-@dataclass(frozen=True)
-class Ledger:
+class Ledger(NamedTuple):
     """The ledger as read: its entries up to the first problem."""
     path: str
     entries: list[dict]          # the lines read, in order, up to the first problem
