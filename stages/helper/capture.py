@@ -210,12 +210,14 @@ def bind_resolv_conf(path: str = "/etc/resolv.conf", source: str = RESOLV_CONF) 
 def install(capture_port: int, dns_port: int) -> None:
     """The routes and the table, then the check: raises CaptureError (the
     helper's 122) when either cannot be made or does not read back exactly."""
+    import socket
+
     from stages.helper import netlink
     try:
-        links, _routes = netlink.read_links_and_routes()
-        lo_index = next(link.index for link in links if link.name == "lo")
-        netlink.add_local_default_routes(lo_index)
-    except (OSError, StopIteration, netlink.NetlinkError) as e:
+        # lo's index by one ioctl, not a dump of every link and route: the
+        # seal check dumps them all right after (netlink.seal_problems).
+        netlink.add_local_default_routes(socket.if_nametoindex("lo"))
+    except (OSError, netlink.NetlinkError) as e:
         raise CaptureError(f"cannot add capture's local default routes: {e}") from None
     nft = Nftables()
     try:
