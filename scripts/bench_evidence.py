@@ -69,32 +69,40 @@ def startup(rounds: int) -> dict:
     return found, signing_share(marks)
 
 
-def read_marks(path: str) -> dict[str, int]:
-    """stages/wire/startup_trace.py's file: "stage: what" -> its first ns."""
-    found: dict[str, int] = {}
+def read_marks(path: str) -> dict[str, tuple[int, int]]:
+    """stages/wire/startup_trace.py's file: "stage: what" -> (its first
+    monotonic ns, the CPU us its process had used by then)."""
+    found: dict[str, tuple[int, int]] = {}
     with open(path) as f:
         for line in f:
-            ns, _pid, stage, what = line.rstrip("\n").split(" ", 3)
-            found.setdefault(f"{stage}: {what}", int(ns))
+            ns, _pid, cpu_us, stage, what = line.rstrip("\n").split(" ", 4)
+            found.setdefault(f"{stage}: {what}", (int(ns), int(cpu_us)))
     return found
 
 
-def signing_share(marks: list[dict[str, int]]) -> dict[str, float]:
+def signing_share(marks: list[dict[str, tuple[int, int]]]) -> dict[str, float]:
     """What signing takes of a signed run, from the recorder's own marks
-    (medians, ms): at the end, on the way to vpnw's exit (the signature and
-    the ledger line after the last event); at the start, the key and the
-    ledger opened (libsodium loaded), and how often the recorder was the
-    last one the program waited for (its run.start after the helper's Ready)."""
+    (medians, ms, wall and the recorder's CPU): at the end, on the way to
+    vpnw's exit (the signature and the ledger line after the last event); at
+    the start, the key and the ledger opened (the signing code imported,
+    libsodium loaded), and how often the recorder was the last one the
+    program waited for (its run.start after the helper's Ready)."""
     def ms(m, a, b):
-        return (m[b] - m[a]) / 1e6
+        return (m[b][0] - m[a][0]) / 1e6
+
+    def cpu(m, a, b):
+        return (m[b][1] - m[a][1]) / 1e3
     whole = [m for m in marks if {"recorder: events ended", "recorder: signed", "recorder: imported",
                                   "recorder: key and ledger opened", "recorder: run.start written",
                                   "helper: Ready sent"} <= m.keys()]
     if not whole:
         return {}
-    return {"end_ms": statistics.median(ms(m, "recorder: events ended", "recorder: signed") for m in whole),
-            "open_ms": statistics.median(ms(m, "recorder: imported", "recorder: key and ledger opened")
-                                         for m in whole),
+    end, start = ("recorder: events ended", "recorder: signed"), ("recorder: imported",
+                                                                  "recorder: key and ledger opened")
+    return {"end_ms": statistics.median(ms(m, *end) for m in whole),
+            "end_cpu": statistics.median(cpu(m, *end) for m in whole),
+            "open_ms": statistics.median(ms(m, *start) for m in whole),
+            "open_cpu": statistics.median(cpu(m, *start) for m in whole),
             "recorder_last": sum(m["recorder: run.start written"] > m["helper: Ready sent"] for m in whole)
             / len(whole)}
 
@@ -208,9 +216,10 @@ def main() -> None:
           "costs included: protected, reserved, written)")
     if share:
         print(f"signing's share of a signed run (its recorder's marks, medians): at the end, "
-              f"events ended -> signed {share['end_ms']:.2f} ms wall (vpnw waits for it); at the "
-              f"start, key and ledger opened {share['open_ms']:.2f} ms wall (in parallel with the "
-              f"helper's seal; the recorder came last in {share['recorder_last']:.0%} of the runs)")
+              f"events ended -> signed {share['end_ms']:.2f} ms wall, {share['end_cpu']:.2f} ms CPU "
+              f"(vpnw waits for it); at the start, key and ledger opened {share['open_ms']:.2f} ms "
+              f"wall, {share['open_cpu']:.2f} ms CPU (in parallel with the helper's seal; the "
+              f"recorder came last in {share['recorder_last']:.0%} of the runs)")
     print(f"load average after: {os.getloadavg()[0]:.2f}")
 
 if __name__ == "__main__":
