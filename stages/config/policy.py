@@ -480,11 +480,11 @@ def parse_policy(text: str, source: str = "<policy>") -> Policy:
     explicit = default is not None
     if default is None:
         default = "deny" if has_allow_list else "allow"
-    import hashlib    # only with a policy file (OpenSSL's module): not on every run's start-up
+    from stages.record.digests import sha256    # only with a policy file
     return Policy(name=name, default=default, default_explicit=explicit,
                   allow=lists["allow"], deny=lists["deny"], **flags,
                   source=source, has_allow_list=has_allow_list, files=files, unix_allow=unix_allow,
-                  sha256=hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest())
+                  sha256=sha256(text.encode("utf-8", "surrogatepass")).hexdigest())
 
 
 def _toml(text: str, source: str) -> dict:

@@ -10,11 +10,11 @@ proves and what it does not.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from hashlib import sha256
 from typing import Iterable
 
 import orjson
 
+from stages.record.digests import sha256
 from stages.record.events import split_digest
 
 

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import base64
 import errno
-import hashlib
 import os
 import stat
 # NamedTuple, not dataclasses: the recorder imports this module before the
@@ -31,6 +30,7 @@ import stat
 from typing import NamedTuple
 
 from stages.record import sodium
+from stages.record.digests import blake2b
 from stages.record.events import vpnw_state_dir
 
 SECRET_NAME = "run-signing.key"
@@ -107,7 +107,7 @@ class SecretKey(NamedTuple):
 def file_digest(fd: int) -> tuple[bytes, int]:
     """(BLAKE2b-512, number of lines) of a file read from its start: what a
     "ED" signature signs, and the count its trusted comment gives."""
-    h = hashlib.blake2b()
+    h = blake2b()
     lines = offset = 0
     while chunk := os.pread(fd, 1 << 20, offset):
         h.update(chunk)

@@ -1,0 +1,58 @@
+"""What a run's processes import on the way to the program (docs/architecture.md,
+"Start-up budget"): modules only a rare path needs stay out of the start.
+Each check imports, in a fresh interpreter, what vpnw and its stages load
+for that step and lists what came in."""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+
+
+def _modules_after(code: str, tmp_path) -> set[str]:
+    """The names in sys.modules once `code` has run in a fresh interpreter
+    with the checkout on its path."""
+    env = {**os.environ, "PYTHONPATH": ROOT}
+    out = subprocess.run([sys.executable, "-c", code + "\nimport sys, json\n"
+                          "print(json.dumps(sorted(sys.modules)))"],
+                         check=True, cwd=tmp_path, env=env, capture_output=True, text=True)
+    return set(json.loads(out.stdout.splitlines()[-1]))
+
+
+SIGNED_RUN_WITH_POLICY = """
+import os
+from stages.config.policy import load_policy
+from stages.orchestrator import cli, run
+from stages.recorder import main, seal
+from stages.record import chain, ledger, signing
+load_policy({policy!r})
+fd = os.open({record!r}, os.O_RDONLY)
+signing.file_digest(fd)
+chain.Chain().seal(b'{{"type":"run.start"}}')
+"""
+
+
+def test_a_signed_run_with_a_policy_loads_no_openssl_digest(tmp_path):
+    """vpnw (the policy's digest), the recorder (the digest chain) and the
+    signing (BLAKE2b of the file) take their digests from CPython's own
+    modules: `_hashlib` would load libcrypto, ~3 ms of CPU at the start."""
+    policy = tmp_path / "p.toml"
+    policy.write_text('version = 1\n[policy]\nallow = ["example.com"]\n')
+    record = tmp_path / "r.jsonl"
+    record.write_text('{"type":"run.start"}\n')
+    loaded = _modules_after(SIGNED_RUN_WITH_POLICY.format(policy=str(policy), record=str(record)),
+                            tmp_path)
+    assert "stages.record.digests" in loaded       # control: the code under test ran
+    assert "_hashlib" not in loaded
+
+
+def test_the_digests_are_hashlibs():
+    from stages.record.digests import blake2b, sha256
+    for data in (b"", b"abc", b'{"type":"run.start"}\n' * 1000):
+        assert sha256(data).hexdigest() == hashlib.sha256(data).hexdigest()
+        assert blake2b(data).digest() == hashlib.blake2b(data).digest()
