@@ -56,3 +56,37 @@ def test_the_digests_are_hashlibs():
     for data in (b"", b"abc", b'{"type":"run.start"}\n' * 1000):
         assert sha256(data).hexdigest() == hashlib.sha256(data).hexdigest()
         assert blake2b(data).digest() == hashlib.blake2b(data).digest()
+
+
+RUN_WITHOUT_POLICY_UNTIL_THE_FORK = """
+from stages.config import client_env, environment, file_limits, protected
+from stages.config.policy import check_policy_for_path
+from stages.orchestrator import cli, run
+from stages.record import gate
+policy = cli._load_policy(None)
+path, named = cli._load_path(None, None)
+check_policy_for_path(policy, path.resolves_at_exit)
+"""
+
+
+def test_a_run_without_a_policy_parses_no_address_before_its_stages(tmp_path):
+    """No --policy, no --config: vpnw has no rule or proxy address to parse
+    before it forks, so ipaddress (and the special-purpose table) load only
+    in the broker, which judges addresses."""
+    loaded = _modules_after(RUN_WITHOUT_POLICY_UNTIL_THE_FORK, tmp_path)
+    assert "stages.config.policy" in loaded and "stages.config.paths" in loaded   # control
+    assert not {"ipaddress", "stages.config.addresses"} & loaded
+
+
+def test_a_policy_still_parses_address_rules():
+    from stages.config.policy import parse_rule
+    assert str(parse_rule("::ffff:203.0.113.0/120").network) == "203.0.113.0/24"
+    assert str(parse_rule("[2001:db8::1]:443").network) == "2001:db8::1/128"
+
+
+def test_the_recorder_starts_without_calendar(tmp_path):
+    """calendar serves only a human line with a time (trace's live lines);
+    `vpnw run` that prints none never loads it."""
+    loaded = _modules_after("from stages.recorder import main, human", tmp_path)
+    assert "stages.recorder.human" in loaded     # control
+    assert "calendar" not in loaded

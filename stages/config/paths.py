@@ -21,7 +21,6 @@ quotes a URL that held one.
 """
 from __future__ import annotations
 
-import ipaddress
 import os
 import re
 from dataclasses import dataclass, field, replace
@@ -103,6 +102,7 @@ def _parse_proxy_url(url: str, reader: _Reader, where: tuple[str, ...]):
     """-> scheme, host, port, username|None, password|None (percent-decoded)."""
     # Never echo the URL itself: it may hold a password.
     import urllib.parse    # only with a config: not on every run's start-up
+    from ipaddress import ip_address
     try:
         parts = urllib.parse.urlsplit(url)
         port = parts.port
@@ -131,7 +131,7 @@ def _parse_proxy_url(url: str, reader: _Reader, where: tuple[str, ...]):
                            "keep only scheme://host:port")
     host = parts.hostname
     try:
-        host = str(ipaddress.ip_address(host))
+        host = str(ip_address(host))
     except ValueError:
         if not re.fullmatch(r"[A-Za-z0-9.-]{1,253}", host):
             raise reader.error(where, "the proxy host is not a valid name or address",

@@ -34,9 +34,10 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import dataclass, field
-from ipaddress import IPv4Address, IPv4Network, IPv6Address, IPv6Network, ip_network
 
-from stages.config.addresses import BadHost, parse_host
+# ipaddress and stages.config.addresses are imported where rules are parsed:
+# a run without --policy (Policy.allow_all) needs neither before its
+# stages start (docs/architecture.md "Start-up budget").
 from stages.record.text import printable
 from stages.config.toml_lines import key_lines, line_of
 
@@ -273,14 +274,14 @@ _EVERY_NAME_FIX = {
     "allow": 'to allow every name, leave the allow list out and set default = "allow"',
     "deny": 'to deny everything not allowed, set default = "deny" and list what is allowed in allow',
 }
-_IPV4_MAPPED = IPv6Network("::ffff:0:0/96")
 
 
 def _normalised(network: IPv4Network | IPv6Network) -> IPv4Network | IPv6Network:
     """A rule inside the IPv4-mapped range is the IPv4 rule it spells:
     deny "::ffff:203.0.113.66" denies 203.0.113.66, as a request for
     ::ffff:203.0.113.66 is judged as 203.0.113.66."""
-    if network.version == 6 and network.subnet_of(_IPV4_MAPPED):
+    from ipaddress import IPv4Network, IPv6Network
+    if network.version == 6 and network.subnet_of(IPv6Network("::ffff:0:0/96")):
         return IPv4Network((int(network.network_address) & 0xFFFFFFFF, network.prefixlen - 96))
     return network
 
@@ -295,6 +296,7 @@ def _ambiguous_ipv6(host: str) -> bool:
     head, _, last = host.rpartition(":")
     if not head or not _PORT.fullmatch(last) or int(last) > 65535:
         return False
+    from ipaddress import IPv6Address
     try:
         IPv6Address(head)
     except ValueError:
@@ -304,6 +306,8 @@ def _ambiguous_ipv6(host: str) -> bool:
 
 def parse_rule(text: str, line: int | None = None, which: str = "allow") -> Rule:
     """One pattern -> Rule, or _BadRule(problem, fix)."""
+    from ipaddress import ip_network
+    from stages.config.addresses import BadHost, parse_host
     if text == "":
         raise _BadRule("the pattern is empty", "remove it, or write a host name")
     if text != text.strip() or any(c.isspace() for c in text):

@@ -17,7 +17,6 @@ not reach the user's terminal.
 """
 from __future__ import annotations
 
-import calendar
 import os
 import time
 from dataclasses import dataclass, field
@@ -81,6 +80,7 @@ def clock(ts: str, state: HumanState) -> str:
     """RFC 3339 UTC timestamp -> local HH:MM:SS.mmm (cached per second)."""
     second, _, frac = ts.partition(".")
     if second != state._second_key:
+        import calendar    # here: a run that prints no timed line never needs it (its start-up)
         try:
             secs = calendar.timegm(time.strptime(second.rstrip("Z"), "%Y-%m-%dT%H:%M:%S"))
             state._second_text = time.strftime("%H:%M:%S", state.localtime(secs))
