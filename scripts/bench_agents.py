@@ -2,9 +2,11 @@
 """Start-up of each agent under `vpnw run` against the same command outside
 vpnw, as far as each starts without an account, in the test world (outside
 vpnw too, so every connection either run makes stays in our namespaces).
-Medians of N runs after one warm-up each, in seconds, with min and max.
+Medians of N runs after one warm-up each, in seconds, with min and max; the
+two sides take turns (outside, inside, outside, ...) so a change in the
+machine's load falls on both. The load average is printed with each row.
 
-    sudo /opt/vpnw-venv/bin/python scripts/bench_agents.py [--n 5] [--user vpnwtest]
+    sudo /opt/vpnw-venv/bin/python scripts/bench_agents.py [--n 5] [--user vpnwtest] [--only claude,true]
 
 What is timed (the agents as scripts/setup installs them):
   true                           vpnw's own cost: the floor under every row
@@ -14,7 +16,7 @@ What is timed (the agents as scripts/setup installs them):
                                  ChatGPT" / "Choose the text style"
   aider --exit                   its whole start: update check, model metadata
   chromium --dump-dom            headless Chromium fetching a page of the world
-                                 (inside: --allow-unix-sockets; the proxy from ALL_PROXY)
+                                 (the proxy from ALL_PROXY, no flag of vpnw's)
   python agent                   import httpx and aiohttp, GET a page with aiohttp
 
 Needs root (it builds the test world, tests/world.py).
@@ -95,7 +97,7 @@ def cases(world, user):
             profile = world.workdir(user)
             argv = [CHROMIUM, *CHROMIUM_FLAGS, f"--user-data-dir={profile}"]
             return timed_command(world, user, [*argv, "--dump-dom", PAGE], inside=inside,
-                                 vpnw_args=("run", "--allow-unix-sockets"), env={"HOME": str(profile)})
+                                 env={"HOME": str(profile)})
         out.append(("chromium --dump-dom", chromium))
     prog = world.file("bench_agent_http.py", AGENT_HTTP)
     out.append(("python agent (httpx, aiohttp)", lambda inside: timed_command(
@@ -107,20 +109,28 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--n", type=int, default=5, help="timed runs per case and side (after one warm-up)")
     ap.add_argument("--user", default="root", help="run the agents as this user (root or vpnwtest)")
+    ap.add_argument("--only", default="", help="comma-separated words: only the cases whose name has one")
     args = ap.parse_args()
+    only = [w for w in args.only.split(",") if w]
     world = World().start()
     made = prepare_world(world)
     try:
         print(f"{'case':32} {'outside':>22} {'under vpnw run':>22} {'added':>8}")
         for name, fn in cases(world, args.user):
-            row = {}
+            if only and not any(w in name for w in only):
+                continue
+            row = {False: [], True: []}
             for inside in (False, True):
                 fn(inside)                                   # warm-up: first-run files, page cache
-                times = sorted(fn(inside) for _ in range(args.n))
-                row[inside] = times
+            for _ in range(args.n):                          # interleaved
+                for inside in (False, True):
+                    row[inside].append(fn(inside))
+            row = {k: sorted(v) for k, v in row.items()}
             med = {k: statistics.median(v) for k, v in row.items()}
             cell = {k: f"{med[k]:.3f} ({row[k][0]:.3f}-{row[k][-1]:.3f})" for k in row}
-            print(f"{name:32} {cell[False]:>22} {cell[True]:>22} {med[True] - med[False]:>+8.3f}", flush=True)
+            load = "/".join(f"{x:.1f}" for x in os.getloadavg())
+            print(f"{name:32} {cell[False]:>22} {cell[True]:>22} {med[True] - med[False]:>+8.3f}  load {load}",
+                  flush=True)
     finally:
         restore_world(world, made)
         world.stop()

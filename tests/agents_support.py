@@ -24,6 +24,8 @@ AGENTS = Path(os.environ.get("VPNW_AGENTS", "/opt/vpnw-agents"))
 CODEX = AGENTS / "node_modules" / ".bin" / "codex"
 CLAUDE = AGENTS / "node_modules" / ".bin" / "claude"
 COPILOT = AGENTS / "node_modules" / ".bin" / "copilot"
+GEMINI = AGENTS / "node_modules" / ".bin" / "gemini"
+OPENCODE = AGENTS / "node_modules" / ".bin" / "opencode"
 AIDER = AGENTS / "aider" / "bin" / "aider"
 # The OpenAI and Anthropic Python SDKs and litellm, in a venv of their own.
 SDKS_PYTHON = AGENTS / "sdks" / "bin" / "python"
@@ -42,6 +44,24 @@ AGENT_NAMES = {
     "api.openai.com": ["104.18.33.47"],
     "raw.githubusercontent.com": ["185.199.108.133"],
     "pypi.org": ["151.101.0.223"],
+    "generativelanguage.googleapis.com": ["142.250.74.10"],
+    "play.googleapis.com": ["142.250.74.11"],
+    "models.opencode.ai": ["104.21.80.10"],
+    "registry.npmjs.org": ["104.16.1.34"],
+}
+# What the stand-in API hosts answer a POST (tests/world_servers/http_server.py):
+# a key with no account behind it, refused at once, as the real services do.
+# Without an answer (a 404) Gemini CLI and opencode retry for minutes.
+_NOT_A_KEY = {"status": 400, "json": {"error": {"code": 400, "status": "INVALID_ARGUMENT",
+                                                "message": "API key not valid. Please pass a valid API key."}}}
+STAND_IN_ANSWERS = {
+    # Gemini CLI 0.61.0: its model router, then the model it routes to.
+    "/v1beta/models/gemini-3.5-flash-lite:generateContent": _NOT_A_KEY,
+    "/v1beta/models/gemini-3.1-pro-preview:streamGenerateContent": _NOT_A_KEY,
+    # opencode with the OpenAI provider: the Responses API.
+    "/v1/responses": {"status": 401, "json": {"error": {
+        "message": "Incorrect API key provided: sk-vpnw-test.", "type": "invalid_request_error",
+        "param": None, "code": "invalid_api_key"}}},
 }
 # Claude Code's connectivity check: it goes on to its first screen when these answer.
 CLAUDE_HELLO = ("api/hello", "v1/oauth/hello")
@@ -211,6 +231,12 @@ def prepare_world(world) -> list[Path]:
         path.write_text("{}\n")
         path.chmod(0o644)
         made.append(path)
+    for rel, answer in STAND_IN_ANSWERS.items():
+        path = world.docroot / (rel.lstrip("/") + ".answer.json")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(answer))
+        path.chmod(0o644)
+        made.append(path)
     for d in {p.parent for p in made} | {world.docroot / "v1"}:
         d.chmod(0o755)
     # The agents' temporary files (Claude Code's /tmp/claude-<uid>, Codex's
@@ -288,3 +314,51 @@ def stop_codex_daemons(world, user: str) -> None:
                 except ProcessLookupError:
                     pass
         time.sleep(0.5)
+
+
+# ── what an agent writes in its home ─────────────────────────────────────
+def home_snapshot(home: Path) -> dict[str, tuple[int, int]]:
+    """Every file and directory under `home` (symlinks not followed): its
+    modification time and size, to compare after a run."""
+    seen = {}
+    for root, dirs, files in os.walk(home):
+        for name in dirs + files:
+            path = os.path.join(root, name)
+            try:
+                st = os.lstat(path)
+            except OSError:
+                continue
+            seen[path] = (st.st_mtime_ns, st.st_size)
+    return seen
+
+
+def home_writes(home: Path, before: dict[str, tuple[int, int]]) -> set[Path]:
+    """The files made or changed under `home` since `before`, and the
+    directories made (a directory that only gained entries is not a write
+    of its own: its new entries are)."""
+    after = home_snapshot(home)
+    return {Path(p) for p, stamp in after.items()
+            if p not in before or (before[p] != stamp and not os.path.isdir(p))}
+
+
+def preset_writable(name: str, *, home: Path, cwd: Path) -> list[Path]:
+    """The preset's [files] allow_write, with `~` and `.` as vpnw reads them
+    for a run with this home and working directory."""
+    import tomllib
+    from stages.config import presets
+    entries = tomllib.loads(presets.text(name)).get("files", {}).get("allow_write", [])
+    out = []
+    for entry in entries:
+        if entry == "~" or entry.startswith("~/"):
+            out.append(home / entry[2:])
+        elif entry == "." or entry.startswith("./"):
+            out.append(cwd / entry[2:])
+        else:
+            out.append(Path(entry))
+    return out
+
+
+def writes_outside(writes: set[Path], writable: list[Path]) -> list[str]:
+    """The writes no allow_write entry covers."""
+    return sorted(str(w) for w in writes
+                  if not any(w == a or a in w.parents for a in writable))

@@ -19,19 +19,21 @@ door, so httpx needs no socksio and Chromium needs no --proxy-server.
 from __future__ import annotations
 
 import itertools
+import shutil
 import subprocess
 import time
 import json
 import sys
 import tomllib
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
 from agents_support import (AGENT_NAMES, AIDER, CHROMIUM, CHROMIUM_FLAGS, CLAUDE, CODEX, CODEX_ARGS, COPILOT,
-                            DOOR_HTTP, PAGE, PAGE_HOST, CHROMIUM_PHONES_HOME, PROGS, VPNW, Terminal,
-                            SDKS_PYTHON, prepare_world, record_so_far, restore_world,
-                            stop_codex_daemons)
+                            DOOR_HTTP, GEMINI, OPENCODE, PAGE, PAGE_HOST, CHROMIUM_PHONES_HOME, PROGS, VPNW, Terminal,
+                            SDKS_PYTHON, home_snapshot, home_writes, preset_writable, prepare_world,
+                            record_so_far, restore_world, stop_codex_daemons, writes_outside)
 from stages.record.check import check_run
 from world import DEFAULT_NAMES
 
@@ -514,41 +516,92 @@ def test_python_sdk_control_outside_vpnw(agents_world, user, sdk):
     assert result["answered"], result
 
 
-# ── GitHub Copilot CLI ───────────────────────────────────────────────────
-# Headless (-p) with a token in the fine-grained form it accepts: it asks
-# api.github.com whose token that is, the world answers 404, and it stops
-# (exit 1) saying it could not fetch the user. Nothing else is reached.
-COPILOT_ARGV = ["-p", "say hi"]
-COPILOT_ENV = {"GH_TOKEN": "github_pat_11VPNWTEST0" + "a" * 71}
+# ── headless agents: GitHub Copilot CLI, Gemini CLI, opencode ─────────────
+# Each with a key that has no account behind it, as far as it gets: Copilot
+# asks api.github.com whose token that is (the world answers 404: "Failed to
+# fetch" the user); the world's stand-in API hosts refuse Gemini's and
+# opencode's keys at once (agents_support.STAND_IN_ANSWERS), as the real
+# ones do. Each says so and stops (exit 1), inside vpnw as outside. Gemini
+# CLI runs headless only in a workspace it trusts (the setting a user gives
+# it). Gemini CLI retries its API host for minutes when that is denied (a
+# refused CONNECT is a network error to it), so its denial is of its usage
+# statistics, without which it works on.
+@dataclass(frozen=True)
+class Headless:
+    program: Path
+    argv: list
+    env: dict
+    says: str           # what it says when the world refuses its key
+    host: str           # the host it needs
+    left_out: str       # the host the denial leaves out
+    when_denied: str    # what it says then
 
 
-def _copilot(world, user, argv_prefix):
-    return world.run([*argv_prefix, str(COPILOT), *COPILOT_ARGV], user=user,
-                     env={**world.agent_env, **COPILOT_ENV, "HOME": str(world.workdir(user))}, timeout=180)
+HEADLESS = {
+    "copilot": Headless(COPILOT, ["-p", "say hi"], {"GH_TOKEN": "github_pat_11VPNWTEST0" + "a" * 71},
+                        "Failed to fetch", "api.github.com", "api.github.com", ""),
+    "gemini-cli": Headless(GEMINI, ["-p", "say hi"],
+                           {"GEMINI_API_KEY": "vpnw-test-no-account", "GEMINI_CLI_TRUST_WORKSPACE": "true"},
+                           "API key not valid", "generativelanguage.googleapis.com", "play.googleapis.com",
+                           "API key not valid"),
+    "opencode": Headless(OPENCODE, ["run", "say hi"], {"OPENAI_API_KEY": "sk-vpnw-test"},
+                         "Incorrect API key provided", "api.openai.com", "api.openai.com", "vpnw: denied"),
+}
 
 
-def test_copilot_cli_signs_in_through_the_door_and_round_trips(agents_world, user):
-    need(COPILOT, "GitHub Copilot CLI (npm @github/copilot)")
+def _headless(world, user, argv_prefix, agent, *, home, work):
+    a = HEADLESS[agent]
+    # Its temporary files under its working directory, which a preset's
+    # [files] keeps writable ("."), and never in the machine's /tmp.
+    tmp = work / "tmp"
+    tmp.mkdir(exist_ok=True)
+    shutil.chown(tmp, user, user)
+    return world.run([*argv_prefix, str(a.program), *a.argv], user=user, cwd=work,
+                     env={**world.agent_env, **a.env, "HOME": str(home), "TMPDIR": str(tmp)}, timeout=300)
+
+
+@pytest.mark.parametrize("agent", sorted(HEADLESS))
+def test_headless_agent_asks_its_api_host_and_round_trips(agents_world, user, agent):
+    """trace -> learn -> guard: what it reached is in its preset, and so is
+    every file it wrote in its home (the preset's [files] allow_write); under
+    `--policy @NAME`, with the preset's file limits, it gets as far as in
+    the trace; a policy that leaves out a host it asks for denies it (120)."""
+    a = HEADLESS[agent]
+    need(a.program, f"{agent} (npm)")
     w = agents_world
-    trace = _copilot(w, user, [VPNW, "trace", "--"])
-    assert trace.returncode == 1 and "Failed to fetch" in trace.stderr, trace.stderr   # the world's 404
+    home, work = w.workdir(user), w.workdir(user)
+    before = home_snapshot(home)
+    trace = _headless(w, user, [VPNW, "trace", "--"], agent, home=home, work=work)
+    assert trace.returncode == 1 and a.says in trace.stderr, trace.stderr
     trace_events = finished_record(trace.state_home)
-    assert requested(trace_events) == {"api.github.com"} == opened(trace_events)
-    allow = learn(w, user, trace.state_home, "copilot")
-    assert allow == ["api.github.com"], allow
-    assert_within_preset(allow, "copilot")
+    assert a.host in opened(trace_events), requested(trace_events)
+    assert requested(trace_events) <= set(AGENT_NAMES) | set(DEFAULT_NAMES), requested(trace_events)
+    allow = learn(w, user, trace.state_home, agent)
+    assert a.host in allow
+    assert_within_preset(allow, agent)
+    writes = home_writes(home, before)
+    outside = writes_outside(writes, preset_writable(agent, home=home, cwd=work))
+    assert not outside, f"{agent} wrote {outside}, which its preset's [files] allow_write leaves out"
 
-    guard = _copilot(w, user, [VPNW, "guard", "--policy", "@copilot", "--"])
-    assert guard.returncode == 1 and "Failed to fetch" in guard.stderr, guard.stderr
-    assert not denied(finished_record(guard.state_home))
+    guard = _headless(w, user, [VPNW, "guard", "--policy", f"@{agent}", "--"], agent, home=home, work=work)
+    assert guard.returncode == 1 and a.says in guard.stderr, guard.stderr
+    events = finished_record(guard.state_home)
+    assert events[0]["fields"]["files"]["allow_write"], events[0]["fields"]   # the limits were on
+    assert_draft_denies_nothing_it_reached(trace_events, events)
+    assert not denied(events)
 
-    left_out = _copilot(w, user, [VPNW, "guard", "--policy", str(policy(w, "copilot", ["nothing.world"])), "--"])
+    without = [h for h in allow if h != a.left_out] or ["nothing.world"]
+    left_out = _headless(w, user, [VPNW, "guard", "--policy", str(policy(w, agent, without)), "--"], agent,
+                         home=home, work=work)
     assert left_out.returncode == 120, left_out.stderr
-    assert denied(finished_record(left_out.state_home)) == {"api.github.com"}
+    assert a.left_out in denied(finished_record(left_out.state_home))
+    assert a.when_denied in left_out.stderr, left_out.stderr
 
 
-def test_copilot_cli_control_outside_vpnw(agents_world, user):
+@pytest.mark.parametrize("agent", sorted(HEADLESS))
+def test_headless_agent_control_outside_vpnw(agents_world, user, agent):
     """The same command in the world without vpnw gets the same answer."""
-    need(COPILOT, "GitHub Copilot CLI (npm @github/copilot)")
-    r = _copilot(agents_world, user, [])
-    assert r.returncode == 1 and "Failed to fetch" in r.stderr, r.stderr
+    a = HEADLESS[agent]
+    need(a.program, f"{agent} (npm)")
+    r = _headless(agents_world, user, [], agent, home=agents_world.workdir(user), work=agents_world.workdir(user))
+    assert r.returncode == 1 and a.says in r.stderr, r.stderr

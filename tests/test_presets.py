@@ -14,7 +14,8 @@ import pytest
 from stages.config import presets
 from stages.config.policy import load_policy, parse_policy
 
-AGENTS = ("aider", "anthropic-python", "claude-code", "codex", "copilot", "litellm", "openai-python")
+AGENTS = ("aider", "anthropic-python", "claude-code", "codex", "copilot", "gemini-cli", "litellm", "opencode",
+          "openai-python")
 
 
 def vpnw(*args):

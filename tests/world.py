@@ -66,7 +66,8 @@ CERT_NAMES = sorted(set(DEFAULT_NAMES) | {"*.world", "*.example", "*.github.com"
                                           # the agents' own services (tests/test_agents.py)
                                           "*.anthropic.com", "*.claude.com", "chatgpt.com",
                                           "*.chatgpt.com", "*.openai.com",
-                                          "*.githubusercontent.com"})
+                                          "*.githubusercontent.com", "*.googleapis.com",
+                                          "opencode.ai", "*.opencode.ai", "registry.npmjs.org"})
 
 DEMO_PACKAGE = "vpnw-demo-pkg"
 DEMO_VERSION = "1.0"

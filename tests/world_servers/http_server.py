@@ -11,6 +11,9 @@ Routes:
   GET  /whoami             {"peer": ..., "port": ..., "local": ..., "host": ..., "tls": ...}
   GET  anything else       static files under --docroot (PyPI simple index,
                            wheels, a git repository for the dumb protocol)
+  POST <path>              a stand-in API's answer, when --docroot has
+                           <path>.answer.json: {"status": N, "json": {...}}
+                           (the agents' API hosts, tests/agents_support.py)
 """
 from __future__ import annotations
 
@@ -161,8 +164,20 @@ class WorldHandler(SimpleHTTPRequestHandler):
                 left -= len(data)
         return digest.hexdigest(), length
 
+    def _stand_in_answer(self, path: str):
+        """What a stand-in API answers a POST to `path`, if the docroot says."""
+        answer = os.path.join(self.directory, path.lstrip("/") + ".answer.json")
+        if ".." in path.split("/") or not os.path.isfile(answer):
+            return None
+        with open(answer, encoding="utf-8") as f:
+            return json.load(f)
+
     def do_POST(self):
         path, _ = self._route()
+        answer = self._stand_in_answer(path)
+        if answer is not None:
+            self._read_body()
+            return self._send_json(answer["json"], status=answer["status"])
         if path != "/upload":
             # Drain the body so the connection can be reused.
             self._read_body()
