@@ -90,3 +90,28 @@ def test_the_recorder_starts_without_calendar(tmp_path):
     loaded = _modules_after("from stages.recorder import main, human", tmp_path)
     assert "stages.recorder.human" in loaded     # control
     assert "calendar" not in loaded
+
+
+RUN_PARSED = """
+from stages.orchestrator import cli
+cli._execute = lambda mode, program, **opts: print("executed", mode, list(program), opts["quiet"]) or 0
+cli.cli.main(["run", "--quiet", "--", "true"], standalone_mode=False)
+print(sorted(cli.cli.commands))
+"""
+
+
+def test_a_run_makes_only_its_own_command(tmp_path):
+    """`vpnw run` builds run's click options, not trace's and guard's too;
+    every command is still there for --help and for a mistyped name."""
+    from click.testing import CliRunner
+
+    from stages.orchestrator import cli
+    env = {**os.environ, "PYTHONPATH": ROOT}
+    out = subprocess.run([sys.executable, "-c", RUN_PARSED], check=True, cwd=tmp_path, env=env,
+                         capture_output=True, text=True).stdout.splitlines()
+    assert out == ["executed run ['true'] True", "['run']"]
+    runner = CliRunner()
+    typo = runner.invoke(cli.cli, ["rnu", "--", "true"])
+    assert typo.exit_code == 2 and "Did you mean 'run'?" in typo.output
+    listed = runner.invoke(cli.cli, ["--help"]).output
+    assert all(f"  {name} " in listed for name in ("run", "trace", "guard", "learn", "show"))

@@ -48,15 +48,30 @@ class UsageProblem(click.ClickException):
         click.echo(f"vpnw: {self.message}", err=True)
 
 
+# run, trace and guard, each made (its click options) only when named: a run
+# builds one of the three, not all (_sandboxed).
+SANDBOXED_COMMANDS = {}
+
+
 class VpnwGroup(click.Group):
     def list_commands(self, ctx):
-        return sorted(set(super().list_commands(ctx)) | set(LAZY_COMMANDS))
+        return sorted(set(super().list_commands(ctx)) | set(LAZY_COMMANDS) | set(SANDBOXED_COMMANDS))
 
     def get_command(self, ctx, name):
+        if name in SANDBOXED_COMMANDS and name not in self.commands:
+            self.add_command(SANDBOXED_COMMANDS[name](), name)
         if name in LAZY_COMMANDS:
             module, attr = LAZY_COMMANDS[name]
             return getattr(importlib.import_module(module), attr)
         return super().get_command(ctx, name)
+
+    def resolve_command(self, ctx, args):
+        if args and args[0] not in self.list_commands(ctx):
+            # No such command: click's "Did you mean" looks among the
+            # commands made so far, so make run, trace and guard first.
+            for name in SANDBOXED_COMMANDS:
+                self.get_command(ctx, name)
+        return super().resolve_command(ctx, args)
 
 
 @click.group(cls=VpnwGroup, context_settings={"help_option_names": ["-h", "--help"]})
@@ -112,58 +127,64 @@ def _resolve_files(policy):
 
 def _sandboxed(mode: str, *, require_policy: bool):
     def decorate(fn):
-        options = [
-            # Plain strings: the loaders word every problem with a file the same way.
-            click.option("--policy", "policy_file", metavar="FILE", required=require_policy,
-                         help="Policy file (TOML) to enforce; '-' reads stdin; @NAME a preset "
-                              "shipped with vpnw (`vpnw presets`)."),
-            click.option("--config", "config_file", metavar="FILE",
-                         help="Paths file (TOML) naming the ways out."),
-            click.option("--via", metavar="NAME",
-                         help="Name of the path to use (default: the config's default, else direct)."),
-            click.option("--record", metavar="FILE", help="Write the record to FILE instead of the state directory; "
-                                          "'-' writes it to stdout and moves the program's stdout to stderr."),
-            click.option("--log", type=click.Path(dir_okay=False), metavar="FILE",
-                         help="Write vpnw's human lines to FILE (appended) instead of stderr."),
-            click.option("--quiet", is_flag=True,
-                         help="Human lines: only denials and the summary."),
-            click.option("--events-to", metavar="COMMAND",
-                         help="Also feed the event stream (JSON Lines) to COMMAND's stdin (run by sh -c)."),
-            click.option("--syslog", is_flag=False, flag_value="/dev/log", default=None, metavar="[TARGET]",
-                         help="Also send every event to syslog: /dev/log (the default), another socket "
-                              "path, udp://HOST:PORT or tcp://HOST:PORT (RFC 5424, JSON behind @cee:)."),
-            click.option("--events-format", type=click.Choice(["jsonl", "ocsf", "ecs"]), default=None,
-                         help="What --events-to and --syslog carry: the record's events (jsonl, the "
-                              "default), or each connection outcome as OCSF Network Activity or ECS."),
-            click.option("--allow-unix-sockets", is_flag=True,
-                         help="Let the program reach every Unix socket on this machine (Docker, your "
-                              "ssh-agent), datagram ones too; its own sockets work without it, and "
-                              "the policy's [unix] allow names others. Recorded, with a warning."),
-            click.option("--capture", is_flag=True,
-                         help="Also take every TCP connection that ignores the proxy settings to the "
-                              "policy (the policy's capture = true does the same)."),
-            click.option("--no-clipboard", is_flag=True,
-                         help="On a terminal, drop the program's OSC 52 sequences (which set or "
-                              "read the clipboard of the terminal's desktop)."),
-        ]
-        if mode == "guard":
-            options.append(click.option("--dry-run", is_flag=True,
-                                        help="Decide and record what would be denied, but let it through."))
-            options.append(click.option("--ask", is_flag=True,
-                                        help="Ask the person on this terminal about a connection no rule "
-                                             "allows, while it waits (also `ask = true` in the policy)."))
-            options.append(click.option("--ask-timeout", type=click.FloatRange(min=1.0), default=60.0,
-                                        show_default=True, metavar="SECONDS",
-                                        help="An unanswered question is a denial after this long."))
-        for option in reversed(options):
-            fn = option(fn)
-        fn = click.argument("program", nargs=-1, required=True, type=click.UNPROCESSED)(fn)
-        # vpnw's options end at the first word that names the program (like sudo
-        # and docker): `vpnw run echo --quiet` hands --quiet to echo.
-        return cli.command(mode, options_metavar="[OPTIONS] [--]",
-                           context_settings={"ignore_unknown_options": False,
-                                             "allow_interspersed_args": False})(fn)
+        SANDBOXED_COMMANDS[mode] = lambda: _sandboxed_command(mode, require_policy, fn)
+        return fn
     return decorate
+
+
+def _sandboxed_command(mode: str, require_policy: bool, fn) -> click.Command:
+    """The click command for run, trace or guard: fn with its options."""
+    options = [
+        # Plain strings: the loaders word every problem with a file the same way.
+        click.option("--policy", "policy_file", metavar="FILE", required=require_policy,
+                     help="Policy file (TOML) to enforce; '-' reads stdin; @NAME a preset "
+                          "shipped with vpnw (`vpnw presets`)."),
+        click.option("--config", "config_file", metavar="FILE",
+                     help="Paths file (TOML) naming the ways out."),
+        click.option("--via", metavar="NAME",
+                     help="Name of the path to use (default: the config's default, else direct)."),
+        click.option("--record", metavar="FILE", help="Write the record to FILE instead of the state directory; "
+                                      "'-' writes it to stdout and moves the program's stdout to stderr."),
+        click.option("--log", type=click.Path(dir_okay=False), metavar="FILE",
+                     help="Write vpnw's human lines to FILE (appended) instead of stderr."),
+        click.option("--quiet", is_flag=True,
+                     help="Human lines: only denials and the summary."),
+        click.option("--events-to", metavar="COMMAND",
+                     help="Also feed the event stream (JSON Lines) to COMMAND's stdin (run by sh -c)."),
+        click.option("--syslog", is_flag=False, flag_value="/dev/log", default=None, metavar="[TARGET]",
+                     help="Also send every event to syslog: /dev/log (the default), another socket "
+                          "path, udp://HOST:PORT or tcp://HOST:PORT (RFC 5424, JSON behind @cee:)."),
+        click.option("--events-format", type=click.Choice(["jsonl", "ocsf", "ecs"]), default=None,
+                     help="What --events-to and --syslog carry: the record's events (jsonl, the "
+                          "default), or each connection outcome as OCSF Network Activity or ECS."),
+        click.option("--allow-unix-sockets", is_flag=True,
+                     help="Let the program reach every Unix socket on this machine (Docker, your "
+                          "ssh-agent), datagram ones too; its own sockets work without it, and "
+                          "the policy's [unix] allow names others. Recorded, with a warning."),
+        click.option("--capture", is_flag=True,
+                     help="Also take every TCP connection that ignores the proxy settings to the "
+                          "policy (the policy's capture = true does the same)."),
+        click.option("--no-clipboard", is_flag=True,
+                     help="On a terminal, drop the program's OSC 52 sequences (which set or "
+                          "read the clipboard of the terminal's desktop)."),
+    ]
+    if mode == "guard":
+        options.append(click.option("--dry-run", is_flag=True,
+                                    help="Decide and record what would be denied, but let it through."))
+        options.append(click.option("--ask", is_flag=True,
+                                    help="Ask the person on this terminal about a connection no rule "
+                                         "allows, while it waits (also `ask = true` in the policy)."))
+        options.append(click.option("--ask-timeout", type=click.FloatRange(min=1.0), default=60.0,
+                                    show_default=True, metavar="SECONDS",
+                                    help="An unanswered question is a denial after this long."))
+    for option in reversed(options):
+        fn = option(fn)
+    fn = click.argument("program", nargs=-1, required=True, type=click.UNPROCESSED)(fn)
+    # vpnw's options end at the first word that names the program (like sudo
+    # and docker): `vpnw run echo --quiet` hands --quiet to echo.
+    return click.command(mode, options_metavar="[OPTIONS] [--]",
+                         context_settings={"ignore_unknown_options": False,
+                                           "allow_interspersed_args": False})(fn)
 
 
 def _check_syslog_target(target):
