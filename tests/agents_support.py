@@ -216,9 +216,40 @@ class Terminal:
             time.sleep(0.1)
         raise AssertionError(f"the record never showed what was expected:\n{self.screen()}\n{self.log()}")
 
+    def pane(self) -> tuple[bool, str]:
+        """(whether tmux has closed the pane's terminal, the pane's tty)."""
+        out = subprocess.run([*self.tmux, "display-message", "-p", "#{pane_dead} #{pane_tty}"],
+                             capture_output=True, text=True).stdout.split()
+        return out[:1] == ["1"], out[1] if len(out) > 1 else ""
+
+    def wait_pane_closed(self, tty_stat: os.stat_result) -> None:
+        """Wait until tmux closes the pane (its program ended and nothing
+        holds its terminal any more); on the bound, name who still holds it."""
+        deadline = time.monotonic() + SCREEN_WAIT
+        while not self.pane()[0]:
+            if time.monotonic() > deadline:
+                raise AssertionError(f"the pane stayed open; its terminal is held by {holders(tty_stat)}")
+            time.sleep(0.1)
+
     def close(self) -> None:
         subprocess.run([*self.tmux, "kill-server"], capture_output=True)
         self.sock.unlink(missing_ok=True)
+
+
+def holders(tty_stat: os.stat_result) -> list[str]:
+    """The processes with an fd open on this terminal (the device, on this
+    devpts instance: the sandbox's own pts have the same names)."""
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            for fd in os.listdir(f"/proc/{pid}/fd"):
+                st = os.stat(f"/proc/{pid}/fd/{fd}")
+                if (st.st_rdev, st.st_dev) == (tty_stat.st_rdev, tty_stat.st_dev):
+                    found.append(f"{pid} {Path(f'/proc/{pid}/cmdline').read_text()[:80]!r} fd {fd}")
+                    break
+        except OSError:
+            continue
+    return found
 
 
 def prepare_world(world) -> list[Path]:

@@ -19,6 +19,7 @@ door, so httpx needs no socksio and Chromium needs no --proxy-server.
 from __future__ import annotations
 
 import itertools
+import os
 import shutil
 import subprocess
 import time
@@ -250,6 +251,59 @@ def test_claude_code_draws_reads_keys_and_round_trips(agents_world, user):
                                         until=lambda ev: "api.anthropic.com" in denied(ev), keys=False)
     assert status == 120 and "api.anthropic.com" in denied(events)
     assert "Unable to connect to Anthropic services" in screen, screen
+
+
+def _claude_at_its_prompt(world, user, vpnw_args):
+    """Claude Code past its first-run screens (as after a sign-in: onboarding
+    done, the key approved, the folder trusted), at its prompt."""
+    home = world.workdir(user)
+    key = "sk-ant-vpnw-test"
+    (home / ".claude.json").write_text(json.dumps({
+        "hasCompletedOnboarding": True, "theme": "dark",
+        "customApiKeyResponses": {"approved": [key[-20:]], "rejected": []},
+        "projects": {str(home): {"hasTrustDialogAccepted": True}}}))
+    shutil.chown(home / ".claude.json", user, user)
+    term = Terminal(world, [CLAUDE], vpnw_args=vpnw_args, user=user, cwd=home,
+                    env={**world.agent_env, "HOME": str(home), "ANTHROPIC_API_KEY": key})
+    term.wait_for("? for shortcuts")
+    return term
+
+
+def _ctrl_c_twice_until_it_ends(term) -> int:
+    """Ctrl-C twice, 0.3 s apart, as a person does; again while it runs
+    (keys that come before it reads are dropped, outside vpnw too), after
+    30 s: once it has taken them it may take that long to end."""
+    for _ in range(5):
+        for key in ("C-c", "C-c"):
+            subprocess.run([*term.tmux, "send-keys", "--", key], capture_output=True)   # may have ended
+            time.sleep(0.3)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            status = term.status()
+            if status is not None:
+                return status
+            time.sleep(0.1)
+    raise AssertionError(f"Claude Code never ended on Ctrl-C twice:\n{term.screen()}\n{term.log()}")
+
+
+@pytest.mark.parametrize("inside", [True, False], ids=["under-vpnw", "control"])
+def test_claude_code_ends_on_its_second_ctrl_c_and_its_pane_closes(agents_world, user, inside):
+    """At its prompt Claude Code ends on Ctrl-C pressed twice (exit 0), under
+    vpnw's pty as outside it; then tmux closes the pane: nothing of vpnw's,
+    nor anything the program left, still holds the user's terminal. Found
+    with this control: Claude Code drops keys that come in the first moments
+    after its prompt draws, and its "Press Ctrl-C again to exit" lasts a
+    short while: under load a second key sent after the screen shows that
+    line can come too late, and it goes back to its prompt, outside vpnw as
+    under it (all four of root/vpnwtest x inside/outside, at load 15-27)."""
+    need(CLAUDE, "Claude Code (npm @anthropic-ai/claude-code)")
+    term = _claude_at_its_prompt(agents_world, user, ["run"] if inside else [])
+    try:
+        tty_stat = os.stat(term.pane()[1])
+        assert _ctrl_c_twice_until_it_ends(term) == 0, term.screen()
+        term.wait_pane_closed(tty_stat)
+    finally:
+        term.close()
 
 
 # ── aider ────────────────────────────────────────────────────────────────
