@@ -73,3 +73,21 @@ def test_a_rev_without_capture_leaves_the_capture_rows_out(bench):
                        "startup": {"over_ms": 1.0}, "setup_ms": {"install_ms": 1.0, "resolv_ms": 1.0},
                        "against": {}, "without_capture": ["old"]}}
     assert bench.compare_against(res, "old") == []
+
+
+def test_startup_compares_each_stages_cpu_beside_rev(bench, tmp_path):
+    rev = "abc1234"
+    res = {"startup": {"over_ms": {"signed": 100.0},
+                       "cpu_ms": {"signed": {"vpnw": 90.0, "recorder": 30.0}},
+                       "against": {rev: {"over_ms": {"signed": 200.0},
+                                         "cpu_ms": {"signed": {"vpnw": 100.0}}}}}}
+    rows = {(r["section"], r["row"]): r for r in bench.compare_against(res, rev)}
+    assert rows[("startup", "CPU of vpnw (signed)")]["ratio"] == pytest.approx(0.9)
+    assert ("startup", "CPU of recorder (signed)") not in rows     # REV's trace has no such mark
+    # A REV whose trace lines carry no CPU column (before it came in) gives no marks, not an error.
+    trace = tmp_path / "old.trace"
+    trace.write_text("1000000 42 vpnw interpreter up\n")
+    assert bench.read_trace(str(trace), 0) == {}
+    trace.write_text("1000000 42 1500 vpnw helper forked\n3000000 42 9000 vpnw exit\n")
+    assert bench.read_trace(str(trace), 0)["cpu: vpnw until the helper forked"] == 1.5
+    assert bench.read_trace(str(trace), 0)["cpu: vpnw"] == 9.0

@@ -929,8 +929,12 @@ def read_trace(path: str, t0: int) -> dict[str, float]:
     with contextlib.suppress(FileNotFoundError), open(path) as f:
         for line in sorted(f, key=lambda l: int(l.split(" ", 1)[0])):
             ns, pid, cpu_us, stage, what = line.rstrip("\n").split(" ", 4)
+            if not cpu_us.isdigit():      # a REV whose marks carry no CPU time yet
+                continue
             marks.setdefault(f"{stage}: {what}", (int(ns) - t0) / 1e6)
             cpu[(stage, pid)] = int(cpu_us) / 1e3
+            if (stage, what) == ("vpnw", "helper forked"):    # vpnw alone, step 1 of the budget
+                marks.setdefault("cpu: vpnw until the helper forked", int(cpu_us) / 1e3)
     for (stage, _pid), ms in cpu.items():
         marks[f"cpu: {stage}"] = marks.get(f"cpu: {stage}", 0.0) + ms
     return marks
@@ -938,13 +942,14 @@ def read_trace(path: str, t0: int) -> dict[str, float]:
 
 def bench_startup(rounds: int) -> dict:
     """`vpnw run -- true` against `true` (and REV's vpnw, with --against),
-    each of STARTUP_WAYS, the runs interleaved; this tree's runs traced
-    (each process's marks: the start-up budget)."""
+    each of STARTUP_WAYS, the runs interleaved; every run traced (each
+    process's marks: the start-up budget; a REV's too, for the CPU each of
+    its stages used, when it has the trace)."""
     record = os.path.join(PLACE.tmp, "startup.jsonl")
     trace = os.path.join(PLACE.tmp, "startup.trace")
     builds = {None: VPNW, **AGAINST}
     walls = {(rev, way): [] for rev in builds for way in STARTUP_WAYS}
-    timelines = {way: [] for way in STARTUP_WAYS}
+    timelines = {(rev, way): [] for rev in builds for way in STARTUP_WAYS}
     plain = []
     unknown = set()      # (REV, way) whose options REV does not have (121): left out
     for i in range(rounds + 1):          # the first round only warms the page cache
@@ -957,7 +962,7 @@ def bench_startup(rounds: int) -> dict:
                 if (rev, way) in unknown:
                     continue
                 try:
-                    wall, marks = startup_once(vpnw, args, record, trace if rev is None else None)
+                    wall, marks = startup_once(vpnw, args, record, trace)
                 except subprocess.CalledProcessError as exc:
                     if rev is None or exc.returncode != 121:
                         raise
@@ -965,16 +970,20 @@ def bench_startup(rounds: int) -> dict:
                     continue
                 if i:
                     walls[(rev, way)].append(wall)
-                    if rev is None:
-                        timelines[way].append(marks)
+                    timelines[(rev, way)].append(marks)
     true_ms = median(plain)
 
     def figures(rev) -> dict:
         return {way: median(walls[(rev, way)]) - true_ms if walls[(rev, way)] else None
                 for way in STARTUP_WAYS}
+    def cpu(rev) -> dict:
+        """way -> stage -> median CPU ms (stages/wire/startup_trace.py's CPU column)."""
+        return {way: {k[5:]: v for k, v in _median_marks(timelines[(rev, way)]).items()
+                      if k.startswith("cpu: ")} for way in STARTUP_WAYS}
     return {"true_ms": true_ms, "vpnw_ms": median(walls[(None, "signed")]), "over_ms": figures(None),
-            "timeline_ms": {way: _median_marks(ts) for way, ts in timelines.items()},
-            "against": {rev: {"over_ms": figures(rev)} for rev in AGAINST}}
+            "timeline_ms": {way: _median_marks(timelines[(None, way)]) for way in STARTUP_WAYS},
+            "cpu_ms": cpu(None),
+            "against": {rev: {"over_ms": figures(rev), "cpu_ms": cpu(rev)} for rev in AGAINST}}
 
 
 def _median_marks(runs: list[dict]) -> dict[str, float]:
@@ -1262,6 +1271,10 @@ def compare_against(res: dict, rev: str) -> list[dict]:
         for way, over in s["over_ms"].items():
             add("startup", f"vpnw run -- true, over true ({way})", over,
                 s["against"][rev]["over_ms"][way], "ms")
+        for way, stages in s.get("cpu_ms", {}).items():
+            old = s["against"][rev].get("cpu_ms", {}).get(way, {})
+            for stage, ms in stages.items():
+                add("startup", f"CPU of {stage} ({way})", ms, old.get(stage), "ms CPU")
     for section, unit in (("bulk", "GB/s"), ("httpget", "GB/s")):
         for label, v in res.get(section, {}).items():
             if label.startswith("vpnw") and "@" not in label:
