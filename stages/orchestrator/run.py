@@ -341,8 +341,10 @@ def _execute(request: RunRequest, terminal: _Terminal) -> int:
                  denied=totals.denied, would_deny=totals.would_deny, failed=totals.failed,
                  ms=round((time.monotonic() - started) * 1000, 3),
                  **({"error": error} if error else {}))
-    os.close(events_w)
+    # Marked before the close: the recorder's EOF (and so its "signed" mark)
+    # can come before vpnw runs again after it.
     mark("vpnw", "run.end sent")
+    os.close(events_w)
     run.reap()
     return _wait_for_the_recorder(recorder_pid, relay, record, int(code))
 
