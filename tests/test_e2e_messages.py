@@ -17,27 +17,22 @@ from __future__ import annotations
 import json
 import re
 import shlex
-import shutil
 import socket
 
 import pytest
 
-from ci_support import cannot
 from e2e_support import describe, run_events
 from stages.record.check import check_run
 from tmux_support import world_shell
 from stages.config.policy import parse_policy
-from wg_support import INTERNAL, PEER_TUNNEL, SITE, WEB_PORT, Office
+from wg_support import INTERNAL, PEER_TUNNEL, SITE, WEB_PORT, office_of
 
 pytestmark = pytest.mark.world
 
 
 @pytest.fixture(scope="module")
 def office(world):
-    for tool in ("wireguard-go", "wg"):
-        if shutil.which(tool) is None:
-            cannot(f"{tool} is not installed (scripts/setup installs wireguard-go wireguard-tools)")
-    return Office(world)
+    return office_of(world)
 
 
 @pytest.fixture

@@ -12,16 +12,14 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import time
 
 import pytest
 
-from ci_support import cannot
 from e2e_support import assert_every_connection_accounted, describe, run_events
 from stages.record.check import check_run
-from wg_support import CORP, INTERNAL, OUR_TUNNEL, PEER_TUNNEL, SITE, WEB, WEB_PORT, Office
+from wg_support import CORP, INTERNAL, OUR_TUNNEL, PEER_TUNNEL, SITE, WEB, WEB_PORT, office_of
 from world import DEMO_PACKAGE, DEMO_VALUE, GIT_README, WORLD_V4
 
 GITHUB = "140.82.112.6"       # a public address; the world's internet answers for it
@@ -30,10 +28,7 @@ pytestmark = pytest.mark.world
 
 @pytest.fixture(scope="module")
 def office(world):
-    for tool in ("wireguard-go", "wg"):
-        if shutil.which(tool) is None:
-            cannot(f"{tool} is not installed (scripts/setup installs wireguard-go wireguard-tools)")
-    return Office(world)
+    return office_of(world)
 
 
 def _secrets(office) -> list[str]:

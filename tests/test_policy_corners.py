@@ -276,10 +276,19 @@ def _events(host: str, address: str) -> list[dict]:
 
 def test_the_draft_flags_names_resolved_at_the_exit_and_special_names():
     from stages.learner.draft import draft_policy
-    draft = draft_policy(_events("tracker.office.internal", "tracker.office.internal"), "agent")
+    # A special name resolved at the exit: deny_private stays on, and the
+    # draft says what it covers on such a path and that it refuses the name.
+    draft = draft_policy(_events("metadata.google.internal", "metadata.google.internal"), "agent")
     assert "Resolved at the exit (addresses never seen):" in draft
     assert "deny_private = true below covers address literals and special names only" in draft
-    assert "tracker.office.internal:443: a name inside a private network (ICANN" in draft
+    assert "metadata.google.internal:443: the cloud metadata server's name" in draft
     assert "refuses this name before any look-up" in draft
+    assert "\ndeny_private = true\n" in draft
+    # A name inside a private network the trace needed: the draft turns
+    # deny_private off and says why (issue 28), so the note does not apply.
+    private = draft_policy(_events("tracker.office.internal", "tracker.office.internal"), "agent")
+    assert "tracker.office.internal:443: a name inside a private network (ICANN" in private
+    assert "deny_private = false below lets this name through" in private
+    assert "\ndeny_private = false\n" in private and "covers address literals" not in private
     plain = draft_policy(_events("api.github.com", "140.82.112.6"), "agent")
     assert "Resolved at the exit" not in plain and "refuses this name" not in plain

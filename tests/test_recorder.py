@@ -129,6 +129,24 @@ def test_tee_to_an_external_program(tmp_path):
     assert done.stdout == record.read_bytes()
 
 
+def test_run_end_counts_every_earlier_event_lost_when_they_arrive_together(tmp_path):
+    # The whole run in one read: run.end's losses are counted once every
+    # event before it has been offered to the copies (it was counted before
+    # they were, and a copy that lost everything said it lost nothing).
+    import socket
+    with socket.socket() as s:          # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        dead = s.getsockname()[1]
+    record = tmp_path / "run.jsonl"
+    with open(DEMO, "rb") as f:
+        done = recorder("--record", str(record), "--human", "quiet",
+                        "--syslog", f"tcp://127.0.0.1:{dead}", stdin=f)
+    assert done.returncode == 0, done.stderr
+    events = as_recorded(record.read_bytes())
+    assert events[-1]["type"] == "run.end"
+    assert events[-1]["fields"]["syslog_lost"] == len(events) - 1, events[-1]
+
+
 def test_a_tee_that_dies_does_not_stop_the_record(tmp_path):
     # More than a pipe buffer of events, so the dead reader is noticed for sure.
     data = demo_bytes() * 400

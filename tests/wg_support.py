@@ -5,9 +5,11 @@ that exist only there."""
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import time
 
+from ci_support import cannot
 from world import SERVERS
 
 SITE = "10.7.0.1"
@@ -25,6 +27,19 @@ WEB = "office.github.com"
 def _wg(*args: str, input: str | None = None) -> str:
     return subprocess.run(["wg", *args], input=input, capture_output=True, text=True,
                           check=True).stdout.strip()
+
+
+def office_of(world) -> "Office":
+    """The world's one office, made on first use. Its namespace, peer and the
+    internet's route back exist once per world, so every test module that
+    uses the office (a worker may run several against one world) shares it."""
+    for tool in ("wireguard-go", "wg"):
+        if shutil.which(tool) is None:
+            cannot(f"{tool} is not installed (scripts/setup installs wireguard-go wireguard-tools)")
+    office = getattr(world, "_office", None)
+    if office is None:
+        office = world._office = Office(world)
+    return office
 
 
 class Office:

@@ -318,19 +318,23 @@ class _Recorder:
                         self.bad_lines += 1
                     continue
                 *lines, pending = pending.split(b"\n")
-            sealed = self.seal(lines)
-            if sealed and not self.take(sealed):
-                return 1
+            while lines:
+                sealed, lines = self.seal(lines)
+                if sealed and not self.take(sealed):
+                    return 1
         if self.sealer is not None and self.first is not None:
             status = _seal(self.sealer, self.run_file, self.first, self.last, self.chain, self.syslog)
             mark("recorder", "signed")
             return status
         return 0
 
-    def seal(self, lines: list[bytes]) -> list[tuple[dict, bytes]]:
-        """(event, its line sealed into the chain) for each line that is an event."""
+    def seal(self, lines: list[bytes]) -> tuple[list[tuple[dict, bytes]], list[bytes]]:
+        """(event, its line sealed into the chain) for each line that is an
+        event, and the lines left for the next batch: run.end starts a batch
+        of its own, so every event before it has reached the copies when its
+        losses are counted (a batch is copied out only once it is sealed)."""
         sealed = []
-        for raw in lines:
+        for at, raw in enumerate(lines):
             if not raw.strip():
                 continue
             try:
@@ -341,6 +345,8 @@ class _Recorder:
                     _say(f"skipping a line that is not a version-1 event ({exc})")
                 continue
             if self.sides and event["type"] == "run.end":
+                if sealed:
+                    return sealed, lines[at:]
                 losses = {}
                 if self.tee is not None:
                     losses["events_to_lost"] = self.tee.lost_before_end()
@@ -351,7 +357,7 @@ class _Recorder:
             elif "d" in event:
                 raw = unchained(raw)
             sealed.append((event, self.chain.seal(raw.rstrip()) + b"\n"))
-        return sealed
+        return sealed, []
 
     def take(self, sealed: list[tuple[dict, bytes]]) -> bool:
         """Into the record first, then the copies: a copy never holds a line
