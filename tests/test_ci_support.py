@@ -86,6 +86,6 @@ def test_the_readme_tables_tests_carry_the_mark():
                  "test_plain_ssh_and_scp_with_the_documented_proxy_command",
                  "test_codex_cli_draws_reads_keys_and_round_trips",
                  "test_headless_chromium_fetches_through_the_door_and_round_trips",
-                 "test_copilot_cli_signs_in_through_the_door_and_round_trips"):
+                 "test_headless_agent_asks_its_api_host_and_round_trips"):
         assert name in marked, (name, sorted(marked))
     assert "test_daily_use_install_from_a_fresh_clone" not in marked

@@ -27,6 +27,7 @@ pytestmark = [pytest.mark.world, pytest.mark.slow]
 
 SEQUENCE = 10_000
 AT_ONCE = 1_000
+BURST = 64          # the warm-up's burst: the lead forks its workers on it
 FD_SLACK = 8
 RSS_SLACK_KIB = 64 * 1024
 
@@ -74,6 +75,17 @@ def test_no_descriptor_or_memory_leak_after_10000_in_sequence_and_1000_at_once(w
         assert step("warm 200", "warm done").strip() == "warm done failed=0"
         proc.stdin.write("\n")
         proc.stdin.flush()
+        # Then a burst: the lead forks its workers when it sees load
+        # (broker/workers.py), so their descriptors are in the figure before,
+        # not counted as a leak after the sequence.
+        assert step(f"once {BURST}", "once held").strip() == f"once held {BURST}"
+        proc.stdin.write("\n")
+        proc.stdin.flush()
+        assert proc.stdout.readline().strip() == "once done failed=0"
+        proc.stdin.write("\n")
+        proc.stdin.flush()
+        if (os.cpu_count() or 1) > 1:
+            wait_until(lambda: children(broker), what="the broker's workers")
         before = settled()
 
         assert step(f"seq {SEQUENCE}", "seq done").strip() == "seq done failed=0"
@@ -117,7 +129,7 @@ def test_no_descriptor_or_memory_leak_after_10000_in_sequence_and_1000_at_once(w
         assert not check_run(events), check_run(events)[:5]
     sample = [e for i, e in enumerate(events) if e["conn"] is None or i % 50 == 0]
     assert not [p for e in sample for p in schema_problems(e)]
-    total = 200 + SEQUENCE + AT_ONCE
+    total = 200 + BURST + SEQUENCE + AT_ONCE
     assert sum(1 for e in events if e["type"] == "conn.close") == total
     assert events[-1]["fields"]["connections"] == total
 
