@@ -350,6 +350,65 @@ def test_localhost_rule_opens_exactly_that_port(world, local_server, user, rule)
 # The ways around capture and the DNS door: tests/bypass/test_capture_ways.py.
 
 
+# A Go program with Go's own dialer and its own resolver (CGO_ENABLED=0: it
+# reads /etc/resolv.conf and asks the DNS door itself, never the C library).
+GO_FETCH = """package main
+
+import (
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+)
+
+func main() {
+	resp, err := http.Get("http://api.github.com/whoami")
+	if err != nil {
+		fmt.Println("error", err)
+		os.Exit(3)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	fmt.Print(string(body))
+}
+"""
+
+
+@pytest.fixture(scope="module")
+def go_fetch(world):
+    """GO_FETCH built once, outside any sandbox, where vpnwtest can run it."""
+    go = shutil.which("go")
+    if go is None:
+        cannot("go is not installed (scripts/setup installs golang-go)")
+    where = world.tmp / "go-fetch"
+    where.mkdir(exist_ok=True)
+    (where / "main.go").write_text(GO_FETCH)
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(where), "GOCACHE": str(where / "cache"),
+           "GOPATH": str(where / "gopath"), "CGO_ENABLED": "0", "GO111MODULE": "off"}
+    subprocess.run([go, "build", "-o", str(where / "go-fetch"), str(where / "main.go")],
+                   check=True, cwd=where, env=env, capture_output=True)
+    where.chmod(0o755)
+    return where / "go-fetch"
+
+
+@pytest.mark.parametrize("mode", ["trace", "guard"])
+def test_a_go_program_with_its_own_dialer_and_resolver_is_captured(world, user, mode, go_fetch):
+    policy = world.file(f"capture-go-{user}.toml",
+                        'version = 1\n[policy]\ncapture = true\nallow = ["pypi.world"]\n')
+    args = ["trace", "--capture"] if mode == "trace" else ["guard", "--policy", str(policy)]
+    mark = world.dns_mark()
+    r = world.vpnw([*args, "--", *NO_PROXY_ENV, str(go_fetch)], user=user)
+    requests = [e["fields"] for e in run_events(r) if e["type"] == "conn.request"]
+    assert requests and requests[0]["host"] == "api.github.com" and requests[0]["door"] == "capture", \
+        describe(r)
+    if mode == "trace":
+        assert r.returncode == 0 and json.loads(r.stdout)["peer"] == WORLD_V4, describe(r)
+    else:
+        # Denied: the name never looked up, guard's 120, the program's own error.
+        assert r.returncode == 120 and r.stdout.startswith("error"), describe(r)
+        assert "api.github.com" not in world.dns_queries(mark)
+
+
 NODE_FETCH = ("fetch('http://api.github.com/whoami').then(r => r.json())"
               ".then(j => console.log(JSON.stringify(j)), e => { console.log('error', e.cause || e); process.exit(3); })")
 
