@@ -121,7 +121,7 @@ class Broker:
             return ExitCode.PATH_DOWN
         handoff.setblocking(False)
         if early is not None:
-            # What the link said while the loop loaded (early.py).
+            # What the link said while the loop loaded (startup.py).
             for message in early.warnings:
                 warn(message)
             for handed in early.handed:
