@@ -121,3 +121,32 @@ def test_a_bad_message_is_dropped_with_a_warning_and_the_watch_goes_on():
     assert early.quiet_end
     assert len(early.warnings) == 1 and "bad handoff message" in early.warnings[0]
     assert [h.door for h in early.handed] == ["http"]
+
+
+def test_the_loop_loads_only_once_the_first_door_has_come():
+    """Not while the helper seals: the import would take a core from it."""
+    helper_end, broker_end = handoff.link()
+    load = Load()
+    thread, out = watch_in_background(broker_end.fileno(), load)
+    time.sleep(0.3)
+    assert not load.started.is_set()            # no door yet: nothing can connect
+    http = door()
+    handoff.send_door(helper_end, "http", http.fileno())
+    assert load.started.wait(5)
+    load.release.set()
+    thread.join(5)
+    early = out["early"]
+    assert load.finished.is_set() and not early.quiet_end
+    assert [h.door for h in early.handed] == ["http"]
+    helper_end.close()
+
+
+def test_the_helper_gone_before_any_door_ends_without_the_loop():
+    """A sandbox that failed to seal hands no door: the import never begins."""
+    helper_end, broker_end = handoff.link()
+    helper_end.close()
+    load = Load()
+    early = load_while_watching(broker_end.fileno(), load)
+    assert early.quiet_end and early.handed == []
+    time.sleep(0.1)
+    assert not load.started.is_set()

@@ -7,7 +7,18 @@ takes to run. Waiting for that import only to learn that the helper has
 gone made every short run (`vpnw run -- true`) end when the broker's loop
 was ready, not when the program was. So the import runs in a thread while
 this process's main thread reads the link: the doors the helper hands over,
-then either
+then what the program does.
+
+The import starts only once the first door (or connection) comes over the
+link: the helper hands the doors over when the sandbox is sealed, just
+before it reports ready. Started at once, the import took its ~45 ms of CPU
+while the helper sealed, and on two cores that stretched the seal, the
+longest step before the program (docs/architecture.md, "Start-up budget").
+No connection can come before a door exists, so none waits for an import
+that had not begun; the program's first connection waits at most for what
+is left of it.
+
+The ways out:
 
 - a connection waiting at a door (or handed over): the loop is needed; wait
   for the import and serve it, as always;
@@ -29,6 +40,7 @@ import threading
 from dataclasses import dataclass, field
 
 from stages.wire.handoff import Handed, take_pending
+from stages.wire.startup_trace import mark
 
 
 @dataclass
@@ -40,49 +52,70 @@ class Early:
     warnings: list[str] = field(default_factory=list)
 
 
-def load_while_watching(link_fd: int, load) -> Early:
-    """Run load() (the loop's imports) in a thread; meanwhile read the link
-    (fd `link_fd`, left open and non-blocking). Returns once the loop is
-    loaded, is needed, or never will be (Early.quiet_end)."""
-    loaded_r, loaded_w = os.pipe2(os.O_CLOEXEC)
+class _Loader:
+    """load() in a thread of its own, begun on the first door (see above)."""
 
-    def loader() -> None:
+    def __init__(self, load):
+        self.load = load
+        self.loaded_r, self.loaded_w = os.pipe2(os.O_CLOEXEC)
+        self.thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        if self.thread is not None:
+            return
+        mark("broker", "loop import begun")
+        self.thread = threading.Thread(target=self._run, name="vpnw-broker-load", daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
         try:
-            load()
+            self.load()
         except BaseException:   # noqa: BLE001 - the main thread imports again and sees it
             pass
         finally:
-            os.write(loaded_w, b"l")
+            os.write(self.loaded_w, b"l")
 
-    thread = threading.Thread(target=loader, name="vpnw-broker-load", daemon=True)
-    thread.start()
+    def finish(self) -> None:
+        """Wait for the import (begun now if it was not) and close the pipe."""
+        self.start()
+        self.thread.join()
+        os.close(self.loaded_r)
+        os.close(self.loaded_w)
+
+
+def load_while_watching(link_fd: int, load) -> Early:
+    """Run load() (the loop's imports) in a thread once the first door has
+    come; meanwhile read the link (fd `link_fd`, left open and
+    non-blocking). Returns once the loop is loaded, is needed, or never will
+    be (Early.quiet_end)."""
+    loader = _Loader(load)
     link = socket.socket(fileno=link_fd)
     link.setblocking(False)
     early = Early()
     try:
-        _watch(link, loaded_r, early)
+        _watch(link, loader, early)
     finally:
         link.detach()
     if not early.quiet_end:
         # Loaded, or needed: either way the import finishes first. (On a
-        # quiet end the thread may still be importing: the process ends
-        # without it, and the pipe stays open for it until then.)
-        thread.join()
-        os.close(loaded_r)
-        os.close(loaded_w)
+        # quiet end the thread may still be importing, or never began: the
+        # process ends without it, and the pipe stays open for it until then.)
+        loader.finish()
     return early
 
 
-def _watch(link: socket.socket, loaded_r: int, early: Early) -> None:
+def _watch(link: socket.socket, loader: _Loader, early: Early) -> None:
     """Read the link until the loop has loaded, is needed (a connection),
     or never will be (early.quiet_end)."""
     while True:
-        ready = _readable({loaded_r, *_doors(early), link.fileno()})
-        if loaded_r in ready or ready & _doors(early):
+        ready = _readable({loader.loaded_r, *_doors(early), link.fileno()})
+        if loader.loaded_r in ready or ready & _doors(early):
             return                  # loaded, or a connection at a door
         pending = take_pending(link)
         early.handed += pending.handed
         early.warnings += pending.problems
+        if pending.handed and not pending.ended:
+            loader.start()          # the sandbox is sealed: the loop may be needed soon
         if any(h.kind == "conn" for h in pending.handed):
             return                  # a connection handed over
         if pending.ended:
