@@ -7,6 +7,7 @@ so each test sees which of the three ways out was taken, and when)."""
 from __future__ import annotations
 
 import socket
+import sys
 import threading
 import time
 
@@ -127,6 +128,7 @@ def test_the_loop_loads_only_once_the_first_door_has_come():
     """Not while the helper seals: the import would take a core from it."""
     helper_end, broker_end = handoff.link()
     load = Load()
+    interval = sys.getswitchinterval()
     thread, out = watch_in_background(broker_end.fileno(), load)
     time.sleep(0.3)
     assert not load.started.is_set()            # no door yet: nothing can connect
@@ -138,6 +140,7 @@ def test_the_loop_loads_only_once_the_first_door_has_come():
     early = out["early"]
     assert load.finished.is_set() and not early.quiet_end
     assert [h.door for h in early.handed] == ["http"]
+    assert sys.getswitchinterval() == interval     # short only while the import ran
     helper_end.close()
 
 

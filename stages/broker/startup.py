@@ -36,6 +36,7 @@ from __future__ import annotations
 import os
 import select
 import socket
+import sys
 import threading
 from dataclasses import dataclass, field
 
@@ -52,6 +53,9 @@ class Early:
     warnings: list[str] = field(default_factory=list)
 
 
+IMPORTING_SWITCH_INTERVAL = 0.0005     # s
+
+
 class _Loader:
     """load() in a thread of its own, begun on the first door (see above)."""
 
@@ -59,11 +63,16 @@ class _Loader:
         self.load = load
         self.loaded_r, self.loaded_w = os.pipe2(os.O_CLOEXEC)
         self.thread: threading.Thread | None = None
+        self.interval = sys.getswitchinterval()
 
     def start(self) -> None:
         if self.thread is not None:
             return
         mark("broker", "loop import begun")
+        # The import holds the GIL; the main thread, woken by the link's end
+        # (the program is over: a short run ends now), would wait up to the
+        # switch interval (5 ms) for it, each time. Short while importing.
+        sys.setswitchinterval(IMPORTING_SWITCH_INTERVAL)
         self.thread = threading.Thread(target=self._run, name="vpnw-broker-load", daemon=True)
         self.thread.start()
 
@@ -79,6 +88,7 @@ class _Loader:
         """Wait for the import (begun now if it was not) and close the pipe."""
         self.start()
         self.thread.join()
+        sys.setswitchinterval(self.interval)
         os.close(self.loaded_r)
         os.close(self.loaded_w)
 
