@@ -89,3 +89,7 @@ def test_a_traced_run_marks_every_process_in_the_seal_order(world, user, capture
     assert go <= at["helper: go"] <= at["init: go"] <= at["program: sealed, exec"]
     assert at["program: sealed, exec"] <= at["init: program reaped"] <= at["vpnw: run.end sent"]
     assert at["vpnw: run.end sent"] <= at["recorder: signed"] <= at["vpnw: recorder reaped"]
+    # The broker's loop loads once the doors came (after init's binds), not
+    # while the helper seals; a run whose doors and end came together skips it.
+    if "broker: loop import begun" in at:
+        assert at["init: protected paths bound read-only"] <= at["broker: loop import begun"]
