@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as hs
 
-from stages.helper.unix_supervisor import Destination, judge, shown, unix_destination
+from stages.helper.unix_supervisor import Destination, judge, shown, threads_in, unix_destination
 from stages.helper.seccomp_rules import filter_rules
 from stages.kernel import unix_diag
 
@@ -57,6 +57,32 @@ def test_the_filter_sends_every_connect_and_refuses_datagram_unix_sockets():
                       socket.SOCK_STREAM | socket.SOCK_CLOEXEC | socket.SOCK_NONBLOCK):
         assert not any(sock_type & mask == value for _i, mask, value in (r.args[1] for r in unix_types))
     assert not [r for r in filter_rules(False) if r.notify]           # no supervisor: as before
+
+
+CLONE_VM, CLONE_FS, CLONE_FILES, CLONE_SIGHAND, CLONE_VFORK, CLONE_THREAD = (
+    0x100, 0x200, 0x400, 0x800, 0x4000, 0x10000)
+# glibc's pthread_create: VM FS FILES SYSVSEM SIGHAND THREAD SETTLS PARENT_SETTID CHILD_CLEARTID
+THREAD = 0x3D0F00
+
+
+def test_with_the_supervisor_a_clone_may_share_the_fd_table_only_as_a_thread():
+    """What lets the supervisor answer "continue" to a thread alone in its
+    group: no process but its own threads can share its fd table."""
+    def refused(rules, flags):
+        return any(r.syscall == "clone" and all(flags & m == v for _i, m, v in r.args)
+                   for r in rules)
+    rules = filter_rules(False, supervised=True)
+    assert refused(rules, CLONE_FILES | 17)                     # SIGCHLD: a sharing process
+    assert refused(rules, CLONE_VM | CLONE_FILES | CLONE_SIGHAND)
+    for flags in (THREAD, 17, CLONE_VM | CLONE_VFORK | 17, CLONE_VM | CLONE_SIGHAND | CLONE_THREAD):
+        assert not refused(rules, flags), hex(flags)            # threads, fork, vfork, posix_spawn
+    assert not refused(filter_rules(False), CLONE_FILES | 17)  # no supervisor, no "continue"
+
+
+def test_the_thread_count_is_read_past_the_last_parenthesis():
+    fields = b" ".join(str(n).encode() for n in range(4, 53))
+    assert threads_in(b"42 (a) b) (c) S " + fields) == 20
+    assert threads_in(open("/proc/self/stat", "rb").read()) >= 1
 
 
 def _message(kind: int, body: bytes, seq: int = 1) -> bytes:

@@ -12,7 +12,8 @@ Order of concern (libseccomp emits the arch check first by construction):
 3. socket families other than AF_INET, AF_INET6, AF_NETLINK (socketpair:
    the same, plus AF_UNIX);
 4. Unix socketpairs other than SOCK_STREAM and SOCK_SEQPACKET;
-5. TIOCSTI / TIOCLINUX, the keyring, new user namespaces, clone3.
+5. TIOCSTI / TIOCLINUX, the keyring, new user namespaces, clone3; with the
+   supervisor, a clone that shares the fd table with another process.
 
 `supervised` (docs/security.md, "Unix sockets"): AF_UNIX stream and seqpacket
 sockets may be made, datagram ones stay refused, and every connect() goes to
@@ -39,6 +40,7 @@ SOCK_TYPE_BITS = 4
 # SOCK_DGRAM in AF_UNIX, so it is refused with it.
 CONNECTED_PAIR_TYPES = frozenset({SOCK_STREAM, SOCK_SEQPACKET})
 CLONE_NEWUSER = 0x10000000
+CLONE_FILES, CLONE_THREAD = 0x400, 0x10000
 TIOCSTI, TIOCLINUX = 0x5412, 0x541C
 
 # A refused socket family gets EAFNOSUPPORT: that is what the kernel itself
@@ -131,6 +133,18 @@ def _supervised_unix_rules() -> list[SyscallRule]:
     rules = [SyscallRule("socket", errno.EPERM, ((0, 0xFFFFFFFF, AF_UNIX), (1, mask, value)))
              for mask, value in complement_patterns(set(CONNECTED_PAIR_TYPES), SOCK_TYPE_BITS)]
     rules.append(SyscallRule("connect", 0, notify=True))
+    # A process that shares its fd table with another process (clone with
+    # CLONE_FILES but not CLONE_THREAD): refused, so that the only tasks that
+    # can change a thread's fd table are the threads of its own group, and a
+    # connect from a group of one thread may be let go on ("continue") once
+    # its socket is seen to be TCP (docs/security.md, "Unix sockets by
+    # origin"). clone's flags are its first argument on x86_64 (the filter
+    # refuses every other arch); clone3 is ENOSYS; unshare, setns and execve
+    # can only make a table private, never shared. No libc, Go, Node, Rust or
+    # Java start-up asks for this combination (threads: FILES with THREAD;
+    # fork, vfork, posix_spawn: neither).
+    rules.append(SyscallRule("clone", errno.EPERM,
+                             ((0, CLONE_FILES | CLONE_THREAD, CLONE_FILES),)))
     return rules
 
 

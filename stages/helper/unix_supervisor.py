@@ -1,17 +1,19 @@
 """The Unix-socket supervisor: it answers every connect() the program makes.
 
 The program's seccomp filter sends each connect() here (SECCOMP_RET_USER_NOTIF);
-the program's thread waits until we answer. We never let the kernel go on with
-the program's own call (SECCOMP_USER_NOTIF_FLAG_CONTINUE): the program could
-change the fd or the address between our look and the kernel's. Instead we take
-the program's socket (pidfd_getfd), read its address once, decide on what we
-read, make the connect() ourselves on that same socket and answer with its
-result. The design, and what a program could try against it, is in
-docs/security.md, "Unix sockets".
+the program's thread waits until we answer. We take the program's socket
+(pidfd_getfd), read its address once, decide on what we read, make the
+connect() ourselves on that same socket and answer with its result: were the
+kernel to go on with the program's own call (SECCOMP_USER_NOTIF_FLAG_CONTINUE),
+another thread could change the fd or the address between our look and the
+kernel's. The one exception: an IP socket of a thread alone in its group (no
+other task can change its fd table while it waits; the filter refuses a
+process that shares it) is let go on. The design, and what a program could
+try against it, is in docs/security.md, "Unix sockets by origin".
 
 What is allowed:
-- a socket of another family (TCP, UDP, netlink): connected as asked; the
-  network namespace is that boundary;
+- a socket of another family (TCP, UDP, netlink): connected as asked (or let
+  go on); the network namespace is that boundary;
 - a path whose socket file (device, inode) is bound by a listener of the
   sandbox's own network namespace (sock_diag), or is a socket the policy's
   [unix] allow names (resolved once, when the run starts);
@@ -48,9 +50,12 @@ SOCKADDR_MAX = 128              # sizeof(struct sockaddr_storage): the kernel's 
 # a connect that waits on a full backlog holds only its own thread. Past this
 # many, the program only waits on itself.
 MOST_RECEIVERS = 32
-# The pidfds a receiving thread keeps open, by TID (its own: no other thread
-# closes them).
-PIDFDS_KEPT = 8
+# The pidfds (and /proc/TID/stat fds) a receiving thread keeps open, by TID
+# (its own: no other thread closes them).
+KEPT_PER_RECEIVER = 8
+# What _decide answers when the kernel may go on with the program's own call.
+GO_ON = -1
+INET_FAMILIES = frozenset({socket.AF_INET, socket.AF_INET6})
 # The loopback ports whose refusals are reported (evidence for a hint; the
 # rest of a scan adds nothing).
 MAX_REFUSED_PORTS = 16
@@ -137,31 +142,44 @@ def loopback_port(raw: bytes) -> int | None:
     return None
 
 
-class Pidfds:
-    """One receiving thread's pidfds of the program's threads, kept by TID
-    (PIDFD_THREAD): a program that connects again from the same thread costs
-    no pidfd_open. Sound because a pidfd names one thread for life (a later
-    thread with the same TID has another struct pid): when the kept one is
-    gone, pidfd_getfd fails and the pidfd is opened again; when it succeeds,
-    the thread it named was alive with that TID while the notified one was
-    waiting (NOTIF_ID_VALID after the take), so they are the same thread.
-    Only thread pidfds are kept (a kernel before 6.9 has none: then one per
-    connect, of the thread group)."""
+def threads_in(stat: bytes) -> int:
+    """Pure: num_threads of a /proc/PID/stat line (its 20th field; the command
+    name, field 2, may hold spaces and parentheses, so fields are counted
+    from its last ")")."""
+    return int(stat[stat.rindex(b")") + 2:].split(b" ", 18)[17])
 
-    def __init__(self, thread_group: Callable[[int], int]):
-        self.by_tid: dict[int, int] = {}
+
+class Threads:
+    """One receiving thread's handles on the program's threads, kept by TID:
+    a pidfd (PIDFD_THREAD) and an open /proc/TID/stat, so that a program that
+    connects again from the same thread costs neither a pidfd_open nor an
+    open. Sound because each names one thread for life (a later thread with
+    the same TID has another struct pid): when the kept one's thread is gone,
+    pidfd_getfd fails (ESRCH, EBADF) and reading the stat fails (ESRCH), and
+    it is opened again; when they succeed, the thread they named was alive
+    with that TID while the notified one was waiting (NOTIF_ID_VALID after
+    the take, or the "continue" answer, which the kernel checks against the
+    pending notification), so they are the same thread. Only thread pidfds
+    are kept (a kernel before 6.9 has none: then one per connect, of the
+    thread group)."""
+
+    def __init__(self, proc_fd: int, thread_group: Callable[[int], int]):
+        self.pidfds: dict[int, int] = {}
+        self.stats: dict[int, int] = {}
+        self.proc = proc_fd
         self.thread_group = thread_group
+        self.memory = sn.MemoryReader(SOCKADDR_MAX)     # this thread's only
 
     def take(self, tid: int, fd: int) -> int:
         """A duplicate of the thread's fd `fd` (pidfd_getfd)."""
-        pidfd = self.by_tid.pop(tid, None)
+        pidfd = self.pidfds.pop(tid, None)
         if pidfd is not None:
             try:
                 sock = sn.pidfd_getfd(pidfd, fd)
             except OSError:
                 os.close(pidfd)          # gone, or a bad fd: asked again below
             else:
-                self.by_tid[tid] = pidfd
+                self.pidfds[tid] = pidfd
                 return sock
         try:
             pidfd = sn.pidfd_open(tid, sn.PIDFD_THREAD)
@@ -173,14 +191,35 @@ class Pidfds:
                 return sn.pidfd_getfd(pidfd, fd)
             finally:
                 os.close(pidfd)
-        self._keep(tid, pidfd)
+        _keep(self.pidfds, tid, pidfd)
         return sn.pidfd_getfd(pidfd, fd)
 
-    def _keep(self, tid: int, pidfd: int) -> None:
-        if len(self.by_tid) >= PIDFDS_KEPT:
-            oldest = next(iter(self.by_tid))
-            os.close(self.by_tid.pop(oldest))
-        self.by_tid[tid] = pidfd
+    def alone(self, tid: int) -> bool:
+        """Is the thread the only one of its thread group (num_threads, read
+        again from its /proc/TID/stat on every call)? False when that cannot
+        be read."""
+        stat = self.stats.pop(tid, None)
+        for _ in range(2):
+            if stat is None:
+                try:
+                    stat = os.open(f"{tid}/stat", os.O_RDONLY | os.O_CLOEXEC, dir_fd=self.proc)
+                except OSError:
+                    return False
+            try:
+                line = os.pread(stat, 1024, 0)
+            except OSError:
+                os.close(stat)           # its thread is gone (ESRCH): opened again
+                stat = None
+                continue
+            _keep(self.stats, tid, stat)
+            return threads_in(line) == 1
+        return False
+
+
+def _keep(kept: dict[int, int], tid: int, fd: int) -> None:
+    if len(kept) >= KEPT_PER_RECEIVER:
+        os.close(kept.pop(next(iter(kept))))
+    kept[tid] = fd
 
 
 class Supervisor:
@@ -227,7 +266,7 @@ class Supervisor:
         threading.Thread(target=self._receive, daemon=True).start()
 
     def _receive(self) -> None:
-        pidfds = Pidfds(self._thread_group)
+        threads = Threads(self.proc, self._thread_group)
         try:
             while True:
                 try:
@@ -244,7 +283,7 @@ class Supervisor:
                         self.waiting += 1
                 if more:
                     self._start_receiver()
-                self._answer(notification, pidfds)
+                self._answer(notification, threads)
                 with self.lock:
                     self.waiting += 1
         except BaseException:  # noqa: BLE001 - a supervisor that cannot answer must end
@@ -254,10 +293,10 @@ class Supervisor:
             # (ENOSYS), never one that nobody checked.
             os._exit(1)
 
-    def _answer(self, n: sn.Notification, pidfds: Pidfds) -> None:
+    def _answer(self, n: sn.Notification, threads: Threads) -> None:
         held: list[int] = []
         try:
-            result = self._decide(n, pidfds, held)
+            result = self._decide(n, threads, held)
         except OSError as e:
             result = e.errno or errno.EPERM
         except Exception:  # noqa: BLE001 - a connect we could not judge is refused
@@ -271,7 +310,10 @@ class Supervisor:
 
     def _respond(self, notif_id: int, error: int) -> None:
         try:
-            sn.respond(self.listener, notif_id, error=error)
+            if error == GO_ON:
+                sn.go_on(self.listener, notif_id)
+            else:
+                sn.respond(self.listener, notif_id, error=error)
         except OSError as e:
             if e.errno != errno.ENOENT:     # ENOENT: the program's thread is gone
                 raise
@@ -282,16 +324,21 @@ class Supervisor:
 
     # ------------------------------------------------------------ one connect
 
-    def _decide(self, n: sn.Notification, pidfds: Pidfds, held: list[int]) -> int | None:
-        """None (nobody waits any more), or the errno to answer (0: connected),
-        once the connect is made."""
-        sock = pidfds.take(n.pid, _int32(n.args[0]))
+    def _decide(self, n: sn.Notification, threads: Threads, held: list[int]) -> int | None:
+        """None (nobody waits any more), GO_ON, or the errno to answer (0:
+        connected), once the connect is made."""
+        # Asked before the socket is taken: once the group has one thread,
+        # nobody but that thread can change its fd table (docs/security.md).
+        alone = threads.alone(n.pid)
+        sock = threads.take(n.pid, _int32(n.args[0]))
         held.append(sock)
         length = _int32(n.args[2])
         if not 0 <= length <= SOCKADDR_MAX:
             return errno.EINVAL
         # The address is read once; everything after decides on these bytes.
-        raw = sn.read_memory(n.pid, n.args[1], length) if length else b""
+        raw = threads.memory.read(n.pid, n.args[1], length) if length else b""
+        if alone and raw[:SUN_PATH_AT] != UNIX_FAMILY and self._may_go_on(sock, raw):
+            return GO_ON
         # The thread still waits: the TID named it all along, so the socket
         # and the bytes came from it.
         if not sn.still_pending(self.listener, n.id):
@@ -303,8 +350,8 @@ class Supervisor:
             # disconnects a datagram one), so no SO_DOMAIN is needed here.
             result = sn.connect_raw(sock, raw)
             port = loopback_port(raw)
-            if port is not None and result in (errno.ECONNREFUSED, errno.EINPROGRESS):
-                self._refused_at_loopback(n.pid, port, result)
+            if port is not None:
+                self._at_loopback(n.pid, port, result)
             return result
         try:
             family = sn.socket_domain(sock)
@@ -320,6 +367,28 @@ class Supervisor:
         if isinstance(target, int):
             return target
         return sn.connect_raw(sock, target)
+
+    def _may_go_on(self, sock: int, raw: bytes) -> bool:
+        """May the kernel go on with the connect of a thread alone in its
+        group (its fd table is its own until it returns)? When the socket is
+        TCP/UDP over IP (never a Unix, vsock or other one: the kernel will
+        look the fd up again, but find this same socket), and the address is
+        not the loopback's at a port we have not yet seen a listener on (its
+        refusal is evidence for a hint, so we make that connect and see)."""
+        try:
+            if sn.socket_domain(sock) not in INET_FAMILIES:
+                return False
+        except OSError:
+            return False
+        port = loopback_port(raw)
+        return port is None or port in self.listened_ports
+
+    def _at_loopback(self, tid: int, port: int, result: int) -> None:
+        if result == 0:
+            with self.lock:
+                self.listened_ports.add(port)       # connects to it may go on now
+        elif result in (errno.ECONNREFUSED, errno.EINPROGRESS):
+            self._refused_at_loopback(tid, port, result)
 
     def _refused_at_loopback(self, tid: int, port: int, result: int) -> None:
         """A connect to the sandbox's loopback refused for certain

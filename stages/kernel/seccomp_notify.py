@@ -39,6 +39,7 @@ NOTIF_SEND = _iowr(1, NOTIF_RESP.size)
 NOTIF_ID_VALID = (1 << 30) | (8 << 16) | (ord("!") << 8) | 2
 NOTIF_SET_FLAGS = (1 << 30) | (8 << 16) | (ord("!") << 8) | 4
 USER_NOTIF_FD_SYNC_WAKE_UP = 1
+USER_NOTIF_FLAG_CONTINUE = 1
 SIOCGSKNS = 0x894C
 PIDFD_THREAD = os.O_EXCL
 
@@ -78,6 +79,15 @@ def respond(listener: int, notif_id: int, value: int = 0, error: int = 0) -> Non
     `error` (a positive errno). ENOENT: the syscall was interrupted meanwhile,
     and nobody waits for the answer any more."""
     fcntl.ioctl(listener, NOTIF_SEND, NOTIF_RESP.pack(notif_id, value, -error if error else 0, 0))
+
+
+def go_on(listener: int, notif_id: int) -> None:
+    """Answer a notification with SECCOMP_USER_NOTIF_FLAG_CONTINUE: the kernel
+    runs the program's own call, reading its fd and its arguments again.
+    ENOENT when the thread no longer waits (then nothing is run): the answer
+    itself is checked against the pending notification, as NOTIF_ID_VALID
+    would."""
+    fcntl.ioctl(listener, NOTIF_SEND, NOTIF_RESP.pack(notif_id, 0, 0, USER_NOTIF_FLAG_CONTINUE))
 
 
 def still_pending(listener: int, notif_id: int) -> bool:
@@ -137,14 +147,31 @@ _libc.process_vm_readv.argtypes = [ctypes.c_int, ctypes.POINTER(_IoVec), ctypes.
 def read_memory(pid: int, address: int, length: int) -> bytes:
     """`length` bytes at `address` in process `pid`, in one read; EFAULT when
     any of them is not mapped (what the syscall itself would have said)."""
-    buf = ctypes.create_string_buffer(length)
-    local = _IoVec(ctypes.addressof(buf), length)
-    remote = _IoVec(address, length)
-    got = _check(_libc.process_vm_readv(pid, ctypes.byref(local), 1, ctypes.byref(remote), 1, 0),
-                 "process_vm_readv")
-    if got != length:
-        raise OSError(14, "process_vm_readv: a short read (EFAULT)")
-    return buf.raw
+    return MemoryReader(length).read(pid, address, length)
+
+
+class MemoryReader:
+    """process_vm_readv into a buffer of its own, made once: a supervisor
+    thread reads every connect's address through one of these, with no
+    ctypes object made per read. One per thread (the buffer is shared by
+    its reads)."""
+    __slots__ = ("buf", "local", "remote", "_local", "_remote")
+
+    def __init__(self, size: int):
+        self.buf = ctypes.create_string_buffer(max(size, 1))
+        self.local = _IoVec(ctypes.addressof(self.buf), 0)
+        self.remote = _IoVec(0, 0)
+        self._local, self._remote = ctypes.byref(self.local), ctypes.byref(self.remote)
+
+    def read(self, pid: int, address: int, length: int) -> bytes:
+        """As read_memory; `length` at most the buffer's size."""
+        self.local.len = self.remote.len = length
+        self.remote.base = address
+        got = _check(_libc.process_vm_readv(pid, self._local, 1, self._remote, 1, 0),
+                     "process_vm_readv")
+        if got != length:
+            raise OSError(14, "process_vm_readv: a short read (EFAULT)")
+        return ctypes.string_at(self.buf, length)
 
 
 def connect_raw(fd: int, address: bytes) -> int:
@@ -154,10 +181,16 @@ def connect_raw(fd: int, address: bytes) -> int:
     return ctypes.get_errno()
 
 
+_getsockopt = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_int,
+                               ctypes.c_void_p, ctypes.c_void_p, use_errno=True)(("getsockopt", _libc))
+SOL_SOCKET, SO_DOMAIN = 1, 39
+
+
 def socket_domain(fd: int) -> int:
     """SO_DOMAIN of the socket `fd` (ENOTSOCK for any other file)."""
     value, size = ctypes.c_int(0), ctypes.c_uint(ctypes.sizeof(ctypes.c_int))
-    _check(_libc.getsockopt(fd, 1, 39, ctypes.byref(value), ctypes.byref(size)), "getsockopt")
+    _check(_getsockopt(fd, SOL_SOCKET, SO_DOMAIN, ctypes.byref(value), ctypes.byref(size)),
+           "getsockopt")
     return value.value
 
 

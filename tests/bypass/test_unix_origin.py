@@ -10,8 +10,11 @@ says why each one fails inside.
 
 The races ("swap-*"): a second thread changes what the connect() names while
 it waits for the supervisor (the address in memory, a symlink, the socket
-under the fd number); 1,000 connects each, and not one may reach the listener
-outside (NEVER_OUTSIDE). Outside, the same race reaches it.
+under the fd number, the socket and the address before it exits); 1,000
+connects each, and not one may reach the listener outside (NEVER_OUTSIDE).
+Outside, the same race reaches it. "clone-files-sharer": the same swap from
+a process that shares the fd table without being a thread; inside, its
+clone() is refused (EPERM), outside it reaches the listener.
 """
 from __future__ import annotations
 
@@ -49,6 +52,15 @@ WAYS = [
     way("swap-symlink", "unix_swap_symlink", "{unix_path}", accept={"NEVER_OUTSIDE"},
         control="world"),
     way("swap-socket-under-the-fd", "unix_fd_swap", "{unix_path}", accept={"NEVER_OUTSIDE"},
+        control="world"),
+    # The "continue" a thread alone in its group gets for a TCP connect
+    # (docs/security.md, "Unix sockets by origin"): no other task may change
+    # its fd table meanwhile. A second thread that swaps and leaves is
+    # counted (the group is counted before the socket is taken); a process
+    # sharing the table without being a thread is refused at clone().
+    way("swap-socket-then-leave", "unix_swap_and_leave", "{unix_path}",
+        accept={"NEVER_OUTSIDE"}, control="world"),
+    way("clone-files-sharer", "unix_clone_files_swap", "{unix_path}", accept={"EPERM"},
         control="world"),
     way("scm-rights-passed-socket", "unix_scm_rights", "{unix_path}", accept={"EPERM"},
         control="world"),

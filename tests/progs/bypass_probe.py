@@ -785,6 +785,97 @@ def unix_fd_swap(target):
     return _race(target, flip, connect)
 
 
+def unix_swap_and_leave(target, rounds=1000):
+    """A thread alone in its group may be let go on ("continue") by the
+    supervisor once its socket is seen to be TCP. Here, each round, a second
+    thread puts a Unix socket under the TCP socket's fd number (dup2), writes
+    `target`'s address over the inet one in memory, and exits, while the
+    first connects: were the socket taken before the group was counted, the
+    count could say "alone" after a swap the take did not see, and the
+    kernel would connect the Unix socket to `target`."""
+    import random
+    own = socket.socket()
+    own.bind(("127.0.0.1", 0))
+    own.listen(4096)
+    own.setblocking(False)
+    size = 110
+    inet = struct.pack("=H", socket.AF_INET) + struct.pack("!H", own.getsockname()[1]) \
+        + socket.inet_aton("127.0.0.1")
+    unix_addr = struct.pack("=H", socket.AF_UNIX) + target.encode() + b"\0"
+    seen = {}
+    for _ in range(rounds):
+        tcp = socket.socket()
+        unix = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        slot = tcp.fileno()
+        buf = ctypes.create_string_buffer(inet.ljust(size, b"\0"), size)
+        pause = random.random() * 3e-4
+
+        def swap():
+            time.sleep(pause)
+            os.dup2(unix.fileno(), slot)
+            ctypes.memmove(buf, unix_addr, len(unix_addr))
+        t = threading.Thread(target=swap)
+        t.start()
+        time.sleep(random.random() * 3e-4)
+        got = "inside" if libc.connect(slot, buf, size) == 0 else \
+            errno.errorcode.get(ctypes.get_errno(), "?")
+        t.join()
+        try:
+            got = f"the Unix socket is connected to {unix.getpeername()!r}"
+        except OSError:
+            pass
+        seen[got] = seen.get(got, 0) + 1
+        unix.close()
+        tcp.close()
+        while True:
+            try:
+                own.accept()[0].close()
+            except BlockingIOError:
+                break
+        if got.startswith("the Unix socket"):
+            return f"reached {got!r} ({seen})"
+    raise Refused("NEVER_OUTSIDE", json.dumps(seen))
+
+
+CLONE_FILES = 0x400
+
+
+def unix_clone_files_swap(target, rounds=100000):
+    """A second process sharing this one's fd table (clone with CLONE_FILES,
+    not CLONE_THREAD: no thread of this group) swaps a Unix socket and the
+    TCP socket under one fd number while this process, alone in its group,
+    connects it to `target`. Inside, the clone itself is refused (EPERM):
+    only a group's own threads may share its fd table."""
+    tcp = socket.socket()
+    unix = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    slot = os.dup(tcp.fileno())
+    addr = struct.pack("=H", socket.AF_UNIX) + target.encode() + b"\0"
+    started_r, started_w = os.pipe()
+    pid = sys_call(NR["clone"], CLONE_FILES | signal.SIGCHLD, 0, 0, 0, 0)
+    if pid == 0:                    # the sharer: a copy of this process, one fd table
+        try:
+            os.write(started_w, b"s")
+            while True:
+                os.dup2(unix.fileno(), slot)
+                os.dup2(tcp.fileno(), slot)
+        finally:
+            os._exit(0)
+    seen = {}
+    try:
+        os.read(started_r, 1)
+        for _ in range(rounds):
+            got = "inside" if libc.connect(slot, addr, len(addr)) == 0 else \
+                errno.errorcode.get(ctypes.get_errno(), "?")
+            try:
+                return f"reached: the Unix socket is connected to {unix.getpeername()!r}"
+            except OSError:
+                seen[got] = seen.get(got, 0) + 1
+    finally:
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+    raise Refused("NEVER_OUTSIDE", json.dumps(seen))
+
+
 def unix_scm_rights(target):
     """A Unix socket made by another process of the tree, passed over
     SCM_RIGHTS, then connected to `target` here."""
