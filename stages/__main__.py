@@ -1,3 +1,3 @@
-from stages.orchestrator.cli import main
+from stages.orchestrator.main import main
 
 main()

@@ -1,0 +1,79 @@
+"""`vpnw`'s entry point (the console script). A run, trace or guard whose
+words options.quick_parse reads cleanly starts without click; everything
+else (help, --version, a mistake, the other commands) goes to click (cli.py),
+which says and exits exactly as it always has."""
+from __future__ import annotations
+
+import errno
+import gc
+import os
+import signal
+import sys
+
+# No collection while vpnw starts: what it allocates now (modules, the
+# policy) lives for the whole run, so a collection would find nothing to
+# free, and a full one walks every object made so far (some 10-15 % of the
+# imports' time). On again once the command line is read; a run turns it off
+# again until its stages are forked (run_command.execute, run.py).
+gc.disable()
+
+from stages.wire.startup_trace import mark  # noqa: E402
+mark("vpnw", "interpreter up")
+
+from stages.orchestrator import options, run_command  # noqa: E402
+from stages.wire.exits import killed_by  # noqa: E402
+
+gc.enable()
+
+# click's shell completion asks through this variable: click answers it.
+CLICK_COMPLETION = "_VPNW_COMPLETE"
+
+
+def main(argv=None) -> None:
+    words = sys.argv[1:] if argv is None else list(argv)
+    mark("vpnw", "cli imported")
+    parsed = None
+    if words and words[0] in options.SANDBOXED and CLICK_COMPLETION not in os.environ:
+        parsed = options.quick_parse(words[0], words[1:])
+    if parsed is None:
+        from stages.orchestrator.cli import main as with_click
+        with_click(words)
+        return
+    sys.exit(_run(words[0], parsed))
+
+
+def _run(mode: str, parsed: dict) -> int:
+    """The run as click would have called it (cli.py's run/trace/guard), with
+    the same endings as cli.main: 121 for a usage problem, 130 for Ctrl-C
+    before the stages catch it, 1 for a closed pipe (click's main does that)."""
+    try:
+        run_command.check_environment()       # as click's group does, first
+        code = run_command.execute(mode, parsed.pop("program"), **parsed)
+    except run_command.UsageProblem as exc:
+        exc.show()
+        return exc.exit_code
+    except (EOFError, KeyboardInterrupt):
+        _say_aborted()
+        return killed_by(signal.SIGINT)       # as cli.main
+    except OSError as exc:
+        if exc.errno != errno.EPIPE:          # click's main exits 1 quietly on it
+            raise
+        sys.stdout = sys.stderr = None
+        return 1
+    code = code if isinstance(code, int) else 0
+    if run_command.started:
+        run_command.exit_now(code)
+    return code
+
+
+def _say_aborted() -> None:
+    # click's main closes the terminal's ^C echo with a blank line.
+    try:
+        sys.stderr.write("\n")
+        sys.stderr.flush()
+    except (OSError, ValueError, AttributeError):
+        pass
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,175 @@
+"""run, trace and guard once their command line is parsed (by click in cli.py,
+or by options.quick_parse): the checks of the environment, the options, the
+policy and the paths, then the run (run.py). No click here: a run whose
+command line parses cleanly never imports it. Every problem is a
+UsageProblem (121, "vpnw: MESSAGE"), raised before anything starts."""
+from __future__ import annotations
+
+import gc
+import os
+import sys
+
+from stages.wire.exits import ExitCode
+from stages.wire.startup_trace import mark
+
+started = False    # set once a run/trace/guard started: the caller may skip the teardown
+
+
+class UsageProblem(Exception):
+    """A bad command line, environment, policy or config: 121, said as `vpnw: MESSAGE`."""
+    exit_code = ExitCode.USAGE
+
+    def __init__(self, message: str):
+        super().__init__(message)
+        self.message = message
+
+    def format_message(self):
+        return self.message
+
+    def show(self, file=None):
+        # click's echo, as when click parsed: the same bytes (it strips
+        # escape sequences off a stream that is not a terminal). Only here,
+        # on the way out: a run that starts never imports click.
+        import click
+        click.echo(f"vpnw: {self.message}", err=True)
+
+
+def check_environment() -> None:
+    """The variables vpnw reads, checked like a bad option: before anything starts."""
+    from stages.config.environment import check
+    problem = check(dict(os.environ))
+    if problem:
+        raise UsageProblem(problem)
+
+
+def _load_policy(policy_file):
+    from stages.config.policy import Policy, PolicyError, load_policy
+    if not policy_file:
+        return Policy.allow_all()
+    if policy_file.startswith("@"):
+        # A preset shipped with vpnw (stages/config/presets.py).
+        from stages.config import presets
+        try:
+            policy_file = presets.path(policy_file[1:])
+        except presets.UnknownPreset as exc:
+            raise UsageProblem(f"--policy {policy_file}: {exc}") from None
+    try:
+        return load_policy(policy_file)
+    except PolicyError as exc:
+        raise UsageProblem(str(exc)) from None
+
+
+def _load_path(config_file, via):
+    """(the chosen path, what the config names: stages/config/paths.py's ConfigFiles)."""
+    from stages.config.paths import ConfigError, choose_path, config_files, load_config
+    try:
+        config = load_config(config_file) if config_file else None
+        return choose_path(config, via), config_files(config)
+    except ConfigError as exc:
+        raise UsageProblem(str(exc)) from None
+
+
+def _resolve_files(policy):
+    """The policy's [files] table, resolved once for this run (stages/config/file_limits.py)."""
+    if getattr(policy, "files", None) is None:
+        return None
+    from stages.config.file_limits import invoker_homes, resolve
+    from stages.config.policy import PolicyError
+    home, other_homes = invoker_homes(dict(os.environ))
+    try:
+        return resolve(policy.files, policy.source, home=home, cwd=os.getcwd(),
+                       other_homes=other_homes)
+    except PolicyError as exc:
+        raise UsageProblem(str(exc)) from None
+
+
+def _check_syslog_target(target):
+    if target is None:
+        return None
+    from stages.recorder.shipping.transports import TargetError, parse_target
+    try:
+        return str(parse_target(target))
+    except TargetError as exc:
+        raise UsageProblem(f"--syslog: {exc}") from None
+
+
+def _check_side_outputs(events_to, syslog, events_format) -> str:
+    """--events-to and --events-format as the options they are: a command that
+    is there, a format only for an output that carries it."""
+    if events_to is not None and not events_to.strip():
+        raise UsageProblem("--events-to '': no command given; fix: name the command that reads the "
+                           "events, e.g. --events-to 'cat >> events.jsonl', or leave the option out")
+    if events_format is not None and events_to is None and syslog is None:
+        raise UsageProblem(f"--events-format {events_format}: nothing carries the events; fix: add "
+                           f"--events-to COMMAND or --syslog, or leave --events-format out (the "
+                           f"record is always JSON Lines)")
+    return events_format or "jsonl"
+
+
+def execute(mode, program, policy_file, config_file, via, record, events_to,
+            allow_unix_sockets, log=None, quiet=False, dry_run=False, syslog=None,
+            events_format=None, ask=False, ask_timeout=60.0, capture=False,
+            no_clipboard=False):
+    mark("vpnw", "command line parsed")
+    gc.disable()     # as in main.py: on again once the stages are forked (run.py), or on a refusal
+    try:
+        return _start_run(mode, program, policy_file, config_file, via, record, events_to,
+                          allow_unix_sockets, log, quiet, dry_run, syslog, events_format, ask,
+                          ask_timeout, capture, no_clipboard)
+    finally:
+        gc.enable()
+
+
+def _start_run(mode, program, policy_file, config_file, via, record, events_to,
+               allow_unix_sockets, log, quiet, dry_run, syslog, events_format, ask, ask_timeout,
+               capture, no_clipboard):
+    from stages.orchestrator.run import RunRequest, execute
+    from stages.config.policy import check_policy_for_path
+    if policy_file == "-" and config_file == "-":
+        raise UsageProblem("--policy - and --config - both read stdin; fix: read one of them from a file")
+    syslog = _check_syslog_target(syslog)
+    events_format = _check_side_outputs(events_to, syslog, events_format)
+    if ask and policy_file and policy_file.startswith("@"):
+        # An answer is written into the policy file: never into vpnw's own copy.
+        raise UsageProblem(f"--ask edits the policy file, and {policy_file} is vpnw's own; "
+                           f"fix: vpnw presets {policy_file[1:]} > policy.toml, then --policy policy.toml")
+    policy = _load_policy(policy_file)
+    path, named = _load_path(config_file, via)
+    problem = check_policy_for_path(policy, path.resolves_at_exit) if policy_file else None
+    if problem:
+        raise UsageProblem(f"{policy.source}: {problem}")
+    files = _resolve_files(policy)
+    if allow_unix_sockets:
+        from stages.orchestrator.run import say
+        say("--allow-unix-sockets: the program can reach every Unix socket on this machine "
+            "(Docker, your ssh-agent, D-Bus), with no record of each connection; its own "
+            "sockets work without it, and the policy's [unix] allow names the others it needs")
+    global started
+    started = True
+    request = RunRequest(mode=mode, argv=list(program), policy=policy, path=path, record=record,
+                         events_to=events_to, allow_unix_sockets=allow_unix_sockets,
+                         dry_run=dry_run, files=files, log=log, quiet=quiet,
+                         syslog=syslog, events_format=events_format,
+                         config_file=config_file, config_files=named,
+                         ask=bool(mode == "guard" and (ask or getattr(policy, "ask", False))),
+                         ask_timeout=ask_timeout,
+                         capture=capture or getattr(policy, "capture", False),
+                         no_clipboard=no_clipboard)
+    mark("vpnw", "policy and paths loaded")
+    return execute(request)
+
+
+def exit_now(code: int) -> None:
+    """Exit without the interpreter's teardown (module and GC clean-up costs
+    ~10-20 ms of every `vpnw run`). Only after run/trace/guard, whose stages
+    have all ended and whose record the recorder has closed; other commands
+    may hold buffered files. Output is flushed first; if that fails, the
+    ordinary exit reports it."""
+    try:
+        for stream in (sys.stdout, sys.stderr):
+            if stream is not None:    # None: vpnw was started with that fd closed
+                stream.flush()
+    except (OSError, ValueError):
+        sys.exit(code)
+    mark("vpnw", "exit")
+    os._exit(code)
