@@ -114,6 +114,36 @@ def test_optional_fields_and_truncation():
     assert schema_problems(end) == []
 
 
+def test_a_run_start_too_long_for_a_line_keeps_its_fields_and_shortens_its_lists():
+    """Before, a run.start past 4000 bytes became {"truncated": true}: the
+    mode, the policy and the version were lost with the long lists."""
+    start = copy.deepcopy(_one("run.start"))["fields"]
+    start["env_kept"] = [f"NAME_{n}" for n in range(10)]
+    start["files"] = {"layers": {"deny_read": ["mount"], "allow_write": ["landlock"]},
+                      "deny_read": [f"/home/user/secret/{n:03}/" + "x" * 80 for n in range(60)],
+                      "deny_read_absent": [], "allow_write": ["/tmp"], "landlock_abi": 6}
+    line = encode("r-abc123", "run.start", start)
+    assert len(line) <= 4000
+    event = parse_line(line)
+    assert schema_problems(event) == []
+    fields = event["fields"]
+    assert fields["mode"] == start["mode"] and fields["version"] == start["version"]
+    assert fields["env_kept"] == start["env_kept"]                   # short lists kept whole
+    kept = fields["files"]["deny_read"]
+    assert kept == start["files"]["deny_read"][:len(kept)] and kept
+    assert fields["cut"] == {"files.deny_read": 60 - len(kept)}
+    assert fields["files"]["allow_write"] == ["/tmp"]
+
+
+def test_a_run_start_too_long_even_with_its_lists_empty_is_marked_truncated():
+    start = copy.deepcopy(_one("run.start"))["fields"]
+    # Control characters: six bytes each in JSON, so two clipped strings are past 4000.
+    start.update({k: "\x01" * 600 for k in ("policy", "policy_file")})
+    start["env_kept"] = ["A"]
+    event = parse_line(encode("r-abc123", "run.start", start))
+    assert event["fields"] == {"truncated": True}
+
+
 def test_the_schema_ships_as_package_data():
     text = json.dumps(SCHEMA)
     assert "conn.request" in text

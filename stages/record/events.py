@@ -131,9 +131,53 @@ def encode(run: str, type_: str, fields: dict, *, path: str | None = None,
     }
     line = orjson.dumps(event) + b"\n"
     if len(line) > MAX_LINE:
-        event["fields"] = {"truncated": True}
-        line = orjson.dumps(event) + b"\n"
+        line = _shortened(event) if type_ in LISTS_SHORTENED else None
+        if line is None:
+            event["fields"] = {"truncated": True}
+            line = orjson.dumps(event) + b"\n"
     return line
+
+
+# Events whose too-long line keeps every field, its longest lists shortened
+# and what was left out counted in "cut" (docs/record.md): run.start says
+# what the run was, and it is written once.
+LISTS_SHORTENED = frozenset({"run.start"})
+
+
+def _shortened(event: dict) -> bytes | None:
+    """The event's line with items dropped from the end of its longest lists
+    (top-level fields, or one level down: "files.deny_read"), one at a time,
+    until it fits; "cut" says how many went from which list. None when
+    emptying every list is not enough."""
+    fields = event["fields"]        # _clip's copy: ours to shorten
+    cut: dict[str, int] = {}
+    while True:
+        if cut:
+            fields["cut"] = cut
+        line = orjson.dumps(event) + b"\n"
+        if len(line) <= MAX_LINE:
+            return line
+        name, longest = _longest_list(fields)
+        if longest is None:
+            return None
+        longest.pop()
+        cut[name] = cut.get(name, 0) + 1
+
+
+def _longest_list(fields: dict) -> tuple[str, list | None]:
+    """The non-empty list, among the fields and the fields of dict fields,
+    whose JSON is longest ("cut" aside)."""
+    best, best_len, name = None, 0, ""
+    for key, value in fields.items():
+        if key == "cut":
+            continue
+        inner = value.items() if type(value) is dict else ()
+        for path, item in [(key, value), *((f"{key}.{k}", v) for k, v in inner)]:
+            if type(item) is list and item:
+                size = len(orjson.dumps(item))
+                if size > best_len:
+                    best, best_len, name = item, size, path
+    return name, best
 
 
 _HEAD = b'{"v":' + str(VERSION).encode() + b',"ts":"'
