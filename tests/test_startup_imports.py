@@ -115,3 +115,28 @@ def test_a_run_makes_only_its_own_command(tmp_path):
     assert typo.exit_code == 2 and "Did you mean 'run'?" in typo.output
     listed = runner.invoke(cli.cli, ["--help"]).output
     assert all(f"  {name} " in listed for name in ("run", "trace", "guard", "learn", "show"))
+
+
+UNTIL_THE_HELPER_FORKS = """
+import json, os, sys
+def fork():                      # the first fork is the helper's: say what is loaded, stop
+    print(json.dumps(sorted(sys.modules)), flush=True)
+    os._exit(0)
+os.fork = fork
+from stages.orchestrator import main
+main.main(["run", "--record", "-", "--", "true"])
+"""
+
+
+def test_a_plain_run_loads_no_click_and_no_file_limits_before_the_helper(tmp_path):
+    """`vpnw run -- true` as the console script starts it, up to the helper's
+    fork (every module loaded by then is on the start's critical path): the
+    command line is read without click (options.quick_parse), and a policy
+    without [files] needs no file_limits (its dataclasses)."""
+    env = {**os.environ, "PYTHONPATH": ROOT, "XDG_STATE_HOME": str(tmp_path / "state")}
+    out = subprocess.run([sys.executable, "-c", UNTIL_THE_HELPER_FORKS], check=True, cwd=tmp_path,
+                         env=env, capture_output=True, text=True, stdin=subprocess.DEVNULL)
+    loaded = set(json.loads(out.stdout.splitlines()[-1]))
+    assert {"stages.orchestrator.run", "stages.config.protected"} <= loaded   # control: at the fork
+    assert not {m for m in loaded if m.split(".")[0] == "click"}
+    assert "stages.config.file_limits" not in loaded

@@ -30,9 +30,9 @@ What the words mean (decided here, once, before the program starts):
 from __future__ import annotations
 
 import os
-import stat
 from dataclasses import dataclass
 
+from stages.config.lookups import invoker_homes, locate  # noqa: F401  (resolve uses them; callers find them here too)
 from stages.config.policy import FileEntry, FileRules, PolicyError
 
 # The record's run.start line must stay below record.MAX_LINE; past this many
@@ -146,50 +146,6 @@ def expand(text: str, home: str, cwd: str) -> str:
         path = text
     path = os.path.normpath(path)
     return "/" + path.lstrip("/")   # normpath keeps a leading "//"
-
-
-def locate(path: str) -> tuple[str, str]:
-    """(realpath, kind) of an absolute path. An existing path is opened
-    (O_PATH) and named by the kernel: 3 system calls, where os.path.realpath
-    makes one lstat per component."""
-    try:
-        fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
-    except (FileNotFoundError, NotADirectoryError, PermissionError, OSError):
-        # Not there, or not reachable by this user (so not by the program,
-        # which runs as the same user without capabilities).
-        return os.path.realpath(path), "absent"
-    try:
-        real = os.readlink(f"/proc/self/fd/{fd}")
-        mode = os.fstat(fd).st_mode
-    except OSError:
-        return os.path.realpath(path), "absent"
-    finally:
-        os.close(fd)
-    if not real.startswith("/"):          # no /proc here, or not a path (anon inode)
-        real = os.path.realpath(path)
-    return real, "dir" if stat.S_ISDIR(mode) else "file"
-
-
-def invoker_homes(env: dict[str, str], uid: int | None = None) -> tuple[str, tuple[str, ...]]:
-    """(the home `~` means, other homes deny_read's `~` covers too)."""
-    import pwd
-    uid = os.getuid() if uid is None else uid
-    home = env.get("HOME", "")
-    if not home.startswith("/"):
-        try:
-            home = pwd.getpwuid(uid).pw_dir
-        except KeyError:
-            home = "/"
-    others: list[str] = []
-    sudo_user = env.get("SUDO_USER")
-    if uid == 0 and sudo_user and sudo_user != "root":
-        try:
-            other = pwd.getpwnam(sudo_user).pw_dir
-        except KeyError:
-            other = ""
-        if other.startswith("/") and os.path.normpath(other) != os.path.normpath(home):
-            others.append(other)
-    return home, tuple(others)
 
 
 def resolve(rules: FileRules, source: str | None, *, home: str, cwd: str,

@@ -520,7 +520,7 @@ def _protection(request: RunRequest, record: str):
     config, the --log), what the config names, and the files that run code
     outside the sandbox later."""
     from stages.config import protected as pr
-    from stages.config.file_limits import invoker_homes, locate
+    from stages.config.lookups import invoker_homes, locate
     state = vpnw_state_dir()
     keys = os.path.join(state, "keys")
     for made in (os.path.join(state, "runs"), keys):
