@@ -5,7 +5,8 @@ netlink socket was made in: asked inside the sandbox, it says whether the
 sandbox has a listener; asked by vpnw outside, whether the machine has one.
 A listener counts when a connection to 127.0.0.1 or ::1 on that port would
 reach it: bound to a loopback address or to any address. `dump_request` and
-`parse_listeners` are sans-I/O; `loopback_listener` is the shell.
+`parse_listeners` are sans-I/O (the walk over the dump is sock_diag.py's);
+`loopback_listener` is the shell.
 
 Layouts: include/uapi/linux/inet_diag.h, sock_diag.h, netlink.h.
 """
@@ -15,10 +16,9 @@ import ipaddress
 import socket
 import struct
 
-from stages.kernel.unix_diag import (NLM_F_DUMP, NLM_F_REQUEST, NLMSG_DONE, NLMSG_ERROR,
-                                     SOCK_DIAG_BY_FAMILY, TCP_LISTEN, DiagError, open_diag)
+from stages.kernel.sock_diag import (TCP_LISTEN, DiagError, dump_message, open_diag,  # noqa: F401
+                                     read_dump, sock_diag_messages)
 
-_NLMSGHDR = struct.Struct("=IHHII")
 # struct inet_diag_req_v2 {u8 family, protocol, ext, pad; u32 states; struct inet_diag_sockid id}
 # struct inet_diag_sockid {be16 sport, dport; be32 src[4], dst[4]; u32 if; u32 cookie[2]}
 _REQ = struct.Struct("=BBBBI48x")
@@ -28,14 +28,8 @@ _MSG = struct.Struct("=BBBB2s2x16s")      # family, state, timer, retrans, sport
 _MSG_SIZE = 72
 
 
-def _align(n: int) -> int:
-    return (n + 3) & ~3
-
-
 def dump_request(family: int, seq: int) -> bytes:
-    body = _REQ.pack(family, socket.IPPROTO_TCP, 0, 0, 1 << TCP_LISTEN)
-    return _NLMSGHDR.pack(_NLMSGHDR.size + len(body), SOCK_DIAG_BY_FAMILY,
-                          NLM_F_REQUEST | NLM_F_DUMP, seq, 0) + body
+    return dump_message(_REQ.pack(family, socket.IPPROTO_TCP, 0, 0, 1 << TCP_LISTEN), seq)
 
 
 def reaches_from_loopback(family: int, raw: bytes) -> bool:
@@ -54,28 +48,14 @@ def parse_listeners(data: bytes) -> tuple[set[int], bool]:
     """One read's worth of the dump -> (the ports of listeners loopback
     reaches, whether the dump is over). DiagError on anything malformed."""
     ports: set[int] = set()
-    offset, done = 0, False
-    while offset + _NLMSGHDR.size <= len(data):
-        length, kind, _flags, _seq, _pid = _NLMSGHDR.unpack_from(data, offset)
-        if length < _NLMSGHDR.size or offset + length > len(data):
-            raise DiagError(f"a netlink message of length {length}")
-        body = data[offset + _NLMSGHDR.size:offset + length]
-        offset += _align(length)
-        if kind == NLMSG_DONE:
-            done = True
-            break
-        if kind == NLMSG_ERROR:
-            code = struct.unpack_from("=i", body)[0] if len(body) >= 4 else -1
-            if code == 0:
-                continue
-            raise DiagError(f"sock_diag refused the dump (error {-code})")
-        if kind != SOCK_DIAG_BY_FAMILY or len(body) < _MSG_SIZE:
-            raise DiagError(f"an unexpected netlink message of type {kind}")
+    for body in sock_diag_messages(data, _MSG_SIZE):
+        if body is None:
+            return ports, True
         family, state, _timer, _retrans, sport, src = _MSG.unpack_from(body)
         if state == TCP_LISTEN and family in (socket.AF_INET, socket.AF_INET6) \
                 and reaches_from_loopback(family, src):
             ports.add(int.from_bytes(sport, "big"))
-    return ports, done
+    return ports, False
 
 
 def loopback_listener(port: int) -> bool:
@@ -83,16 +63,6 @@ def loopback_listener(port: int) -> bool:
     127.0.0.1:port or [::1]:port reaches? Raises OSError / DiagError."""
     with open_diag() as diag:
         for seq, family in enumerate((socket.AF_INET, socket.AF_INET6), 1):
-            diag.send(dump_request(family, seq))
-            found: set[int] = set()
-            while True:
-                data = diag.recv(65536)
-                if not data:
-                    raise DiagError("sock_diag closed the dump")
-                part, done = parse_listeners(data)
-                found |= part
-                if done:
-                    break
-            if port in found:
+            if port in read_dump(diag, dump_request(family, seq), parse_listeners):
                 return True
     return False
