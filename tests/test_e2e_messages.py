@@ -65,7 +65,8 @@ def test_the_wrong_key_is_said_once(world, office, term, mode):
     assert shown.count(f"no handshake with {SITE}:") == 1, shown
     assert shown.count("a wrong key") == 1, shown
     # ...in the sentence that says what vpnw did about it, and the summary follows.
-    assert re.search(r"^vpnw: the path 'wrong' is down: .*no handshake with ", shown, re.M), shown
+    # ...named once: the reason follows the path's name (it said "wrong (wireguard ...):" again)
+    assert re.search(r"^vpnw: the path 'wrong' is down: no handshake with ", shown, re.M), shown
     assert "the program was not started" in shown, shown
     assert re.search(r"^vpnw .*run r-[0-9a-f]+: 0 connections, 0 denied, 0 failed; exit 123", shown,
                      re.M), shown
@@ -147,6 +148,18 @@ def test_learn_through_the_office_drafts_what_guard_enforces_there(world, office
             "which comes before allow rule" in d["reason"], d
         assert re.search(r"^vpnw .*DENY .*refused by deny_private = true \(set in strict\.toml\)",
                          strict.stderr, re.M), describe(strict)
+    # ...and the run said so once, at its start, naming where the setting is and the rules.
+    line = next(n for n, text in enumerate((work / "strict.toml").read_text().splitlines(), 1)
+                if text.startswith("deny_private"))
+    notes = [text for text in strict.stderr.splitlines() if "note: deny_private = true" in text]
+    assert len(notes) == 1 and f"note: deny_private = true (strict.toml line {line}) comes first " \
+        f"and refuses what allow rules " in notes[0], describe(strict)
+    assert f'"{INTERNAL}' in notes[0] and f'"{PEER_TUNNEL}' in notes[0], notes
+    assert strict.stderr.index(notes[0]) < strict.stderr.index("DENY"), describe(strict)
+    start = next(e["fields"] for e in strict.events() if e["type"] == "run.start")
+    assert start["deny_private_shadows"]["set"] == f"strict.toml line {line}", start
+    # the draft as learned (deny_private = false) has nothing to say
+    assert "note: deny_private" not in guarded.stderr, describe(guarded)
 
 
 def test_show_tells_a_short_program_in_the_order_things_happened(world, user):

@@ -257,6 +257,10 @@ def test_exit_down_before_start_never_runs_the_program(site, user):
     assert r.returncode == 123, describe(r)
     assert not marker.exists()
     assert "'down' is down" in r.stderr and "never falls back" in r.stderr, r.stderr
+    # vpnw's message names the path once (it said "path down (socks5h://...) is down" again)
+    said = [line for line in r.stderr.splitlines() if line.startswith("vpnw: the path ")]
+    assert len(said) == 1 and said[0].startswith(
+        f"vpnw: the path 'down' is down: socks5h://{SITE}:{DOWN_PORT}: cannot connect"), r.stderr
     assert web_since(world, web) == []
     events = checked_events(r)
     check = [e["fields"] for e in of_type(events, "path.check")]
@@ -264,6 +268,11 @@ def test_exit_down_before_start_never_runs_the_program(site, user):
     assert f"{SITE}:{DOWN_PORT}" in check[0]["error"], check
     assert of_type(events, "run.end")[0]["fields"]["exit_code"] == 123
     assert not of_type(events, "conn.request") and not of_type(events, "program.exit")
+    # `show` says the reason once: on the DOWN line, which the summary points at
+    shown = world.vpnw(["show"], user=user, state_home=r.state_home)
+    assert shown.returncode == 0, describe(shown)
+    assert shown.stdout.count("cannot connect to the exit") == 1, shown.stdout
+    assert "(why: on its DOWN line above); the program was not started" in shown.stdout, shown.stdout
 
 
 KILLED = """\

@@ -13,7 +13,8 @@ from stages.config.addresses import BadHost, classify_name, parse_host
 from stages.broker.decide import BadTarget, Decision, LookUp, decide, parse_target
 from stages.config.inputs import MAX_INPUT
 from stages.config.policy import (
-    PolicyError, check_policy_for_path, deny_private_scope, load_policy, parse_policy,
+    PolicyError, check_policy_for_path, deny_private_scope, deny_private_shadows, load_policy,
+    parse_policy,
 )
 
 
@@ -180,6 +181,25 @@ def test_deny_private_scope():
     assert deny_private_scope(dp, False) == "addresses"
     assert deny_private_scope(dp, True) == "literals-and-names"
     assert deny_private_scope(policy('allow = ["a.example"]\n'), True) is None
+
+
+def test_deny_private_shadows_names_the_allow_rules_it_refuses_and_where_it_is_set():
+    # issue 28: an allow rule deny_private overrides is said at the start, not only at a denial
+    dp = policy('default = "deny"\ndeny_private = true\nallow = [\n  "10.77.0.0/24",\n'
+                '  "*.internal",\n  "localhost:8080",\n  "db.home.arpa:5432",\n  "fd00::1",\n'
+                '  "github.com",\n  "1.2.3.4",\n  "*.example.com",\n]\n', "office.toml")
+    shadows = deny_private_shadows(dp)["deny_private_shadows"]
+    assert shadows == {"set": "office.toml line 5",
+                       "rules": ['"10.77.0.0/24" (line 7)', '"*.internal" (line 8)',
+                                 '"db.home.arpa:5432" (line 10)', '"fd00::1" (line 11)']}
+    # each rule it names is one deny_private refuses (the decision agrees)
+    for host, port in (("10.77.0.9", 443), ("a.internal", 443), ("db.home.arpa", 5432), ("fd00::1", 1)):
+        assert decide(t(host, port), dp).rule == "deny_private"
+    assert deny_private_shadows(policy('deny_private = true\nallow = ["github.com"]\n')) == {}
+    assert deny_private_shadows(policy('allow = ["10.0.0.0/8"]\n')) == {}     # not set
+    many = policy("deny_private = true\nallow = [" + ", ".join(f'"10.0.{i}.0/24"' for i in range(40)) + "]\n")
+    listed = deny_private_shadows(many)["deny_private_shadows"]
+    assert len(repr(listed)) < 400 and len(listed["rules"]) + listed["unlisted"] == 40, listed
 
 
 def test_on_an_exit_path_a_literal_is_still_judged():

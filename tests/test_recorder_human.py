@@ -5,7 +5,7 @@ import time
 
 import pytest
 
-from stages.recorder.human import HumanState, format_event, human_bytes, printable
+from stages.recorder.human import HumanState, format_event, human_bytes, human_lines, printable
 
 TS = "2026-09-29T11:44:36.244123456Z"
 
@@ -162,12 +162,14 @@ def test_the_summary_names_the_last_digest_and_show_does_too():
 def test_an_error_vpnw_says_itself_is_not_repeated_by_the_lines(mode):
     # Live, vpnw's own message carries the error on the same stream: the path
     # check's line and the summary do not repeat it (issue 28: the wrong-key
-    # message was printed three times). `show` (nobody said it) keeps both.
-    error = "office (wireguard 10.7.0.1:51820): no handshake with 10.7.0.1:51820 within 3 s"
+    # message was printed three times). `show` (nobody said it) says it once,
+    # on the DOWN line, and the summary points there.
+    error = "no handshake with 10.7.0.1:51820 within 3 s"
     down = ev("path.check", {"path": "office", "type": "wireguard", "ok": False, "ms": 3004.2,
                              "error": error})
     end = ev("run.end", {"exit_code": 123, "connections": 0, "denied": 0, "would_deny": 0,
-                         "failed": 0, "ms": 3100, "error": f"the path 'office' is down: {error}"})
+                         "failed": 0, "ms": 3100, "error": f"the path 'office' is down: {error}; the program was not "
+                                  "started (vpnw never falls back to a direct connection)"})
     live = utc(mode=mode, record="-", errors_said=True)
     lines = [format_event(down, live), format_event(end, live)]
     assert lines[0] == ("vpnw 11:44:36.244  path office DOWN  (3004 ms)" if mode == "trace" else None)
@@ -175,4 +177,28 @@ def test_an_error_vpnw_says_itself_is_not_repeated_by_the_lines(mode):
                              "record on stdout"), lines
     replay = utc(mode=mode, record="-")
     assert format_event(down, replay) == f"vpnw 11:44:36.244  path office DOWN: {error}"
-    assert f"; error: the path 'office' is down: {error};" in format_event(end, replay)
+    assert "; error: the path 'office' is down (why: on its DOWN line above); the program" \
+        in format_event(end, replay)
+    shown = "\n".join(human_lines([down, end], record="-"))
+    assert shown.count("no handshake") == 1, shown
+    # a summary whose error is not the DOWN line's reason keeps it whole
+    other = ev("run.end", {**end["fields"], "error": "the broker stopped; the program was not started"})
+    assert "; error: the broker stopped; the program" in list(human_lines([down, other]))[-1]
+
+
+@pytest.mark.parametrize("mode", ["trace", "run", "denials"])
+def test_the_allow_rules_deny_private_refuses_are_said_once_at_the_start(mode):
+    start = ev("run.start", {"mode": "guard", "program": "curl", "policy": "office",
+                             "policy_file": "office.toml", "via": "direct", "record": "-",
+                             "deny_private_shadows": {"set": "office.toml line 5",
+                                                      "rules": ['"10.77.0.0/24" (line 7)',
+                                                                '"*.internal" (line 8)'],
+                                                      "unlisted": 2}})
+    text = format_event(start, utc(mode=mode))
+    note = text.splitlines()[-1]
+    assert note == ('vpnw 11:44:36.244  note: deny_private = true (office.toml line 5) comes first '
+                    'and refuses what allow rules "10.77.0.0/24" (line 7), "*.internal" (line 8), '
+                    '2 more allow; set deny_private = false to let them through'), text
+    assert format_event(start, utc(mode="quiet")) is None
+    plain = ev("run.start", {k: v for k, v in start["fields"].items() if k != "deny_private_shadows"})
+    assert "note" not in (format_event(plain, utc(mode=mode)) or "")

@@ -171,17 +171,17 @@ async def check_path(path: PathSpec, timeout: float = 5.0) -> None:
                 events = await _converse(loop, sock, client)
                 if isinstance(events[0], AuthRefused):
                     raise _Refused(events[0].message)
+    # The text follows "the path 'NAME' is down: " (and the path's DOWN line),
+    # which name the path: it says where the path leads and what went wrong.
     except TimeoutError:
-        raise PathDownError(f"path {path.describe()} is down: no answer within {timeout:g} s") from None
-    except _ExitGone as exc:
-        raise PathDownError(f"path {path.describe()} is down: {exc}") from None
-    except _Refused as exc:
-        raise PathDownError(f"path {path.describe()}: {exc}") from None
+        raise PathDownError(f"{path.exit_text()}: no answer within {timeout:g} s") from None
+    except (_ExitGone, _Refused) as exc:
+        raise PathDownError(f"{path.exit_text()}: {exc}") from None
     except ExitProtocolError as exc:
         kind = "a SOCKS5 proxy" if path.scheme.startswith("socks") else "an HTTP proxy"
-        raise PathDownError(f"path {path.describe()}: the exit does not answer as {kind} ({exc})") from None
+        raise PathDownError(f"{path.exit_text()}: the exit does not answer as {kind} ({exc})") from None
     except OSError as exc:
-        raise PathDownError(f"path {path.describe()} is down: {exc.strerror or type(exc).__name__}") from None
+        raise PathDownError(f"{path.exit_text()}: {exc.strerror or type(exc).__name__}") from None
     finally:
         if sock is not None:
             sock.close()

@@ -65,10 +65,15 @@ class PathSpec:
         """'office (socks5h://10.8.0.1:1080)', never with credentials."""
         if self.type == "direct":
             return self.name
+        return f"{self.name} ({self.exit_text()})"
+
+    def exit_text(self) -> str:
+        """'socks5h://10.8.0.1:1080' or 'wireguard 192.0.2.1:51820': where the
+        path leads, without its name (for messages that already name it)."""
         if self.type == "wireguard":
-            return f"{self.name} (wireguard {self.wireguard.endpoint})"
+            return f"wireguard {self.wireguard.endpoint}"
         host = f"[{self.host}]" if self.host and ":" in self.host else self.host
-        return f"{self.name} ({self.scheme}://{host}:{self.port})"
+        return f"{self.scheme}://{host}:{self.port}"
 
     def __str__(self) -> str:
         return self.describe()

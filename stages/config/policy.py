@@ -164,6 +164,7 @@ class Policy:
     sha256: str | None = field(default=None, compare=False)   # of the text read (--ask writes back only onto it)
     capture: bool = False          # capture = true: every run under it captures (docs/architecture.md "Capture")
     unix_allow: tuple[str, ...] = ()   # [unix] allow: paths and $VARIABLES, as written
+    deny_private_line: int | None = field(default=None, compare=False)   # where it is set
     allow_index: RuleIndex = field(default=None, compare=False, repr=False)
     deny_index: RuleIndex = field(default=None, compare=False, repr=False)
 
@@ -249,6 +250,45 @@ def deny_private_scope(policy: Policy, resolves_at_exit: bool) -> str | None:
     if policy.no_policy or not policy.deny_private:
         return None
     return DENY_PRIVATE_SCOPES[1] if resolves_at_exit else DENY_PRIVATE_SCOPES[0]
+
+
+SHADOWS_BUDGET = 300     # characters of run.start the shadowed rules may take (a line is 4,000)
+
+
+def deny_private_shadows(policy: Policy) -> dict:
+    """run.start's deny_private_shadows: the allow rules that deny_private =
+    true refuses whatever they say, because it comes first (a name that by
+    definition stays private, an address or range that starts in a special
+    one), and where it is set; {} when none. Said once at the start so an
+    allow rule is never overridden silently. `localhost:PORT` is not among
+    them: it opens the machine's loopback at its own door. A name that only
+    resolves to a private address is named at its denial, as no look-up is
+    made before the run (docs/architecture.md "How a decision is made")."""
+    if policy.no_policy or not policy.deny_private:
+        return {}
+    from stages.config.addresses import classify, classify_name
+    rules, room, unlisted = [], SHADOWS_BUDGET, 0
+    for rule in policy.allow:
+        if rule.kind == "name":
+            hit = classify_name(rule.host) is not None and not (rule.host == "localhost" and rule.port)
+        elif rule.kind == "wildcard":
+            hit = classify_name(f"x.{rule.host}") is not None
+        else:
+            hit = classify(rule.network.network_address) is not None
+        if not hit:
+            continue
+        label = rule.label()
+        if len(label) + 4 > room:
+            unlisted += 1
+            continue
+        rules.append(label)
+        room -= len(label) + 4
+    if not rules and not unlisted:
+        return {}
+    where = policy.source or "the policy"
+    record = {"set": f"{where} line {policy.deny_private_line}" if policy.deny_private_line else where,
+              "rules": rules}
+    return {"deny_private_shadows": {**record, **({"unlisted": unlisted} if unlisted else {})}}
 
 
 # --- rule patterns -----------------------------------------------------------
@@ -487,6 +527,8 @@ def parse_policy(text: str, source: str = "<policy>") -> Policy:
     from stages.record.digests import sha256    # only with a policy file
     return Policy(name=name, default=default, default_explicit=explicit,
                   allow=lists["allow"], deny=lists["deny"], **flags,
+                  deny_private_line=problems.line_of(("policy", "deny_private")) if flags["deny_private"]
+                  else None,
                   source=source, has_allow_list=has_allow_list, files=files, unix_allow=unix_allow,
                   sha256=sha256(text.encode("utf-8", "surrogatepass")).hexdigest())
 

@@ -455,18 +455,20 @@ def _emit_run_start(emitter: Emitter, request: RunRequest, record: str, files_re
                     env_kept, protection) -> None:
     policy_name = getattr(request.policy, "name", None)
     unix_allow = _unix_allow_record(request)
+    deny_private = _deny_private_scope(request)
     emitter.emit("run.start", mode=request.mode, program=os.path.basename(request.argv[0]),
                  policy=policy_name if getattr(request.policy, "source", None) else None,
                  policy_file=getattr(request.policy, "source", None), via=request.path.name,
                  **({"config": request.config_file} if request.config_file else {}),
                  dry_run=request.dry_run, allow_unix_sockets=request.allow_unix_sockets,
                  version=__version__, record=record, **files_record,
-                 env_kept=env_kept, **_deny_private_scope(request),
+                 env_kept=env_kept, **deny_private,
                  **({"capture": True} if request.capture else {}),
                  **({"ask": True} if request.ask else {}),
                  **unix_allow,
                  protected=protection.to_record(budget=(800 if files_record else 2800)
-                                                - (UNIX_ALLOW_BUDGET if unix_allow else 0)))
+                                                - (UNIX_ALLOW_BUDGET if unix_allow else 0)
+                                                - len(repr(deny_private))))   # its own room
 
 
 def _wait_for_the_recorder(recorder_pid: int, relay, record: str, code: int) -> int:
@@ -625,12 +627,13 @@ def _localhost_ports(policy) -> tuple:
 
 
 def _deny_private_scope(request) -> dict:
-    """run.start's deny_private_scope, present only when the policy sets deny_private."""
-    from stages.config.policy import Policy, deny_private_scope
+    """run.start's deny_private_scope and deny_private_shadows (the allow rules
+    it refuses), present only when the policy sets deny_private."""
+    from stages.config.policy import Policy, deny_private_scope, deny_private_shadows
     if not isinstance(request.policy, Policy):
         return {}
     scope = deny_private_scope(request.policy, bool(getattr(request.path, "resolves_at_exit", False)))
-    return {"deny_private_scope": scope} if scope else {}
+    return {**({"deny_private_scope": scope} if scope else {}), **deny_private_shadows(request.policy)}
 
 
 def _file_limits(files) -> tuple[dict | None, dict]:

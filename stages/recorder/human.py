@@ -57,6 +57,7 @@ class HumanState:
     facts: RunFacts | None = None    # set: the closing hints follow the summary (stages/recorder/hints.py)
     digest: str | None = None        # the run's last digest, once run.end is sealed
     errors_said: bool = False
+    down_said: str | None = None     # the reason a path's DOWN line gave (the summary points at it)
     _second_key: str = ""
     _second_text: str = ""
 
@@ -107,7 +108,11 @@ def summary_text(event: dict, state: HumanState) -> str:
     parts.append(f"{f.get('failed', 0)} failed")
     text = f"run {printable(event.get('run', '?'))}: {', '.join(parts)}; exit {f.get('exit_code', '?')}"
     if f.get("error") and not state.errors_said:
-        text += f"; error: {printable(f['error'])}"
+        error = str(f["error"])
+        if state.down_said and f": {state.down_said}" in error:
+            # `show`: the path's DOWN line above gave the reason; say it once.
+            error = error.replace(f": {state.down_said}", " (why: on its DOWN line above)", 1)
+        text += f"; error: {printable(error)}"
     if f.get("events_to_lost"):
         text += f"; --events-to copy lost {printable(f['events_to_lost'])} events (the record has them all)"
     record = state.record
@@ -132,6 +137,20 @@ def _scope_note(event: dict, f: dict, head) -> str | None:
     return (f"{head()}note: path {via} resolves names at the exit, so deny_private covers "
             "address literals and special names (localhost, .internal, ...) only: vpnw never "
             "sees the addresses other names resolve to there")
+
+
+def _shadows_note(f: dict, head) -> str | None:
+    """Said once, at the start: the allow rules deny_private refuses anyway."""
+    shadows = f.get("deny_private_shadows")
+    if not isinstance(shadows, dict):
+        return None
+    rules = [printable(r) for r in shadows.get("rules") or [] if isinstance(r, str)]
+    if shadows.get("unlisted"):
+        rules.append(f"{printable(shadows['unlisted'])} more")
+    which = "allow rule" if len(rules) == 1 else "allow rules"
+    return (f"{head()}note: deny_private = true ({printable(shadows.get('set', '?'))}) comes first "
+            f"and refuses what {which} {', '.join(rules)} allow; set deny_private = false to "
+            "let them through")
 
 
 def format_event(event: dict, state: HumanState) -> str | None:
@@ -246,7 +265,7 @@ def _run_start(x: _Line) -> str | None:
     event, f, state = x.event, x.f, x.state
     state.run = event.get("run")
     state.start_record = f.get("record")
-    note = _scope_note(event, f, x.head)
+    note = "\n".join(n for n in (_scope_note(event, f, x.head), _shadows_note(f, x.head)) if n) or None
     if not x.trace:
         return note
     extras = [f"via {printable(f.get('via') or event.get('path') or 'direct')}"]
@@ -274,7 +293,8 @@ def _path_check(x: _Line) -> str | None:
     if x.state.errors_said:
         # vpnw says why in its own message right after: the trace keeps the step.
         return f"{x.head()}path {name} {down}  ({human_ms(x.f.get('ms'))})" if x.trace else None
-    return f"{x.head()}path {name} {down}: {printable(x.f.get('error', 'unreachable'))}"
+    x.state.down_said = str(x.f.get("error", "unreachable"))
+    return f"{x.head()}path {name} {down}: {printable(x.state.down_said)}"
 
 
 def _sandbox_ready(x: _Line) -> str | None:

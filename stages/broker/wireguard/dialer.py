@@ -61,7 +61,7 @@ class WireGuardDialer:
                 pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL, close_fds=True)
         except OSError as exc:
             ours.close()
-            raise PathDownError(f"{self.path.describe()}: cannot start the path process ({exc})") from None
+            raise PathDownError(f"{self.path.exit_text()}: cannot start the path process ({exc})") from None
         finally:
             theirs.close()
         ours.setblocking(False)
@@ -76,7 +76,10 @@ class WireGuardDialer:
             answer = control.Down("the path process stopped before it opened the tunnel")
         if not isinstance(answer, control.Up):
             self.close()
-            raise PathDownError(f"{self.path.describe()}: {answer.reason}")
+            # Said after "the path 'NAME' is down: ": the endpoint once, never the name.
+            endpoint = str(self.path.wireguard.endpoint)
+            raise PathDownError(answer.reason if endpoint in answer.reason
+                                else f"{self.path.exit_text()}: {answer.reason}")
 
     async def _socket(self, family: int, kind: str = "t") -> socket.socket:
         """A socket made in the path namespace (DialError path-down when gone).
