@@ -353,6 +353,41 @@ _FORMATTERS = {
 }
 
 
+class LiveOrder:
+    """The live human lines in the order things happened, as `show` prints
+    them (docs/record.md "Order"): the orchestrator's program.exit can reach
+    the recorder before the broker's last events of a short program, whose
+    `ts` is earlier. Its line waits until an event that happened at or after
+    it arrives, or run.end, or the end of the stream (`flush`); anything
+    earlier that arrives meanwhile goes first. The record keeps arrival order;
+    only this line waits, and never longer than the broker's last events."""
+
+    def __init__(self):
+        self.held: dict | None = None
+
+    def feed(self, event: dict) -> list[dict]:
+        """The events to print now, in order."""
+        held = self.held
+        if event.get("type") == "program.exit":
+            self.held = event
+            return [held] if held is not None else []
+        if held is None:
+            return [event]
+        if event.get("type") != "run.end" and _ts(event) < _ts(held):
+            return [event]
+        self.held = None
+        return [held, event]
+
+    def flush(self) -> list[dict]:
+        held, self.held = self.held, None
+        return [held] if held is not None else []
+
+
+def _ts(event: dict) -> str:
+    ts = event.get("ts")
+    return ts if isinstance(ts, str) else ""
+
+
 def human_lines(events: Iterable[dict], record: str | None = None) -> Iterator[str]:
     """A recorded run's human lines, as `vpnw trace` printed them."""
     state = HumanState(mode=TRACE, record=record)

@@ -15,7 +15,7 @@ from stages.record.events import RecordError, RecordUnwritable, open_run_file, p
 from stages.record.chain import Chain, unchained
 from stages.recorder.feeder import BoundedFeeder
 from stages.recorder.hints import RunFacts
-from stages.recorder.human import HUMAN_MODES, QUIET, HumanState, format_event
+from stages.recorder.human import HUMAN_MODES, QUIET, HumanState, LiveOrder, format_event
 from stages.recorder.reserve import RecordRoom
 from stages.wire.startup_trace import mark
 
@@ -269,6 +269,7 @@ class _Recorder:
         self.chain = Chain()
         self.first = self.last = None     # the first and the last event recorded (the seal names them)
         self.bad_lines = 0
+        self.live_order = LiveOrder()
 
     def open_side_outputs(self, tee_command, syslog_target, events_format: str) -> None:
         if tee_command:
@@ -395,14 +396,20 @@ class _Recorder:
             # record to it later (`vpnw show --verify` prints it too).
             split = split_digest(line[:-1])
             self.state.digest = split[1].decode() if split else None
-        text = format_event(event, self.state)
-        if text is not None:
-            try:
-                _write_all(2, (text + "\n").encode("utf-8", "replace"))
-            except OSError:
-                pass
+        self.say(self.live_order.feed(event))
+
+    def say(self, events: list[dict]) -> None:
+        """The human lines of these events, in the order given (LiveOrder's)."""
+        for event in events:
+            text = format_event(event, self.state)
+            if text is not None:
+                try:
+                    _write_all(2, (text + "\n").encode("utf-8", "replace"))
+                except OSError:
+                    pass
 
     def close(self) -> None:
+        self.say(self.live_order.flush())     # a cut run's program.exit, still held
         if self.run_file is not None:
             self.room.finish(self.run_file.offset)
             os.close(self.run_file.fd)
