@@ -91,3 +91,25 @@ def test_startup_compares_each_stages_cpu_beside_rev(bench, tmp_path):
     trace.write_text("1000000 42 1500 vpnw helper forked\n3000000 42 9000 vpnw exit\n")
     assert bench.read_trace(str(trace), 0)["cpu: vpnw until the helper forked"] == 1.5
     assert bench.read_trace(str(trace), 0)["cpu: vpnw"] == 9.0
+
+
+def _run(gbps, seconds, handshake_s, size=1 << 30):
+    return {"gbps": gbps, "seconds": seconds, "handshake_s": handshake_s, "bytes": size}
+
+
+def test_bulk_sets_curl_rows_beside_curl_direct_and_judges_netloads_only(bench):
+    rev = "abc1234"
+    runs = {"direct": [_run(2.0, 0.5, 0.0)], "vpnw http": [_run(1.6, 0.6, 0.1)],
+            "direct (curl)": [_run(0.5, 2.0, 0.0)], "vpnw http (curl)": [_run(0.45, 2.2, 0.2)],
+            f"vpnw http @{rev} (curl)": [_run(0.4, 2.4, 0.4)]}
+    out = bench.bulk_figures(runs)
+    # each client beside direct measured by that same client
+    assert out["vpnw http"]["x_direct"] == pytest.approx(0.8)
+    assert out["vpnw http (curl)"]["x_direct"] == pytest.approx(0.9)
+    assert out["vpnw http (curl)"]["tunnel_x_direct"] == pytest.approx(1.0)
+    assert out["vpnw http (curl)"]["handshake_ms"] == pytest.approx(200.0)
+    judged = [v["row"] for v in bench.judge({"bulk": out}) if v["section"] == "bulk"]
+    assert judged == ["vpnw http"]
+    rows = {(r["section"], r["row"]): r for r in bench.compare_against({"bulk": out}, rev)}
+    assert rows[("bulk", "vpnw http (curl)")]["ratio"] == pytest.approx(0.45 / 0.4)
+    assert rows[("bulk", "vpnw http (curl), connect")]["ratio"] == pytest.approx(0.5)
