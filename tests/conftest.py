@@ -52,3 +52,15 @@ def clean_dns(world):
     """Restore the world's default DNS table after a test changes it."""
     yield world
     world.dns_reset()
+
+
+@pytest.fixture
+def term(world, user, tmp_path):
+    """A tmux pane with an interactive bash in the test world, as `user`, in a
+    fresh work directory of that user's (tests/tmux_support.py); closed after."""
+    from tmux_support import world_shell
+    screen = world_shell(world, user, tmp_path)
+    try:
+        yield screen
+    finally:
+        screen.close()

@@ -18,7 +18,7 @@ import pytest
 
 from ci_support import cannot
 from e2e_support import describe, run_events
-from tmux_support import wait_file, world_shell
+from tmux_support import wait_file
 
 pytestmark = pytest.mark.world
 
@@ -66,16 +66,6 @@ def dead_path(world):
                                   "AllowedIPs = 10.66.0.0/24\n")
     return world.file("daily-dead.toml", 'version = 1\nname = "dead"\n\n[paths.dead]\n'
                                          'type = "wireguard"\nconf = "daily-dead.conf"\n')
-
-
-@pytest.fixture
-def term(world, user, tmp_path):
-    """A tmux pane with an interactive bash in the test world, as `user`."""
-    screen = world_shell(world, user, tmp_path)
-    try:
-        yield screen
-    finally:
-        screen.close()
 
 
 def _descendants(pid: int) -> list[int]:

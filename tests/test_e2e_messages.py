@@ -25,7 +25,6 @@ import pytest
 
 from e2e_support import describe, run_events
 from stages.record.check import check_run
-from tmux_support import world_shell
 from stages.config.policy import parse_policy
 from wg_support import INTERNAL, PEER_TUNNEL, SITE, WEB_PORT, office_of
 
@@ -35,15 +34,6 @@ pytestmark = pytest.mark.world
 @pytest.fixture(scope="module")
 def office(world):
     return office_of(world)
-
-
-@pytest.fixture
-def term(world, user, tmp_path):
-    screen = world_shell(world, user, tmp_path)
-    try:
-        yield screen
-    finally:
-        screen.close()
 
 
 def _after_prompt(history: str, typed: str) -> str:

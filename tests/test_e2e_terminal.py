@@ -24,22 +24,11 @@ import pytest
 
 from e2e_support import describe
 from stages.record.check import check_run
-from tmux_support import PROMPT, wait_file, world_shell
+from tmux_support import PROMPT, wait_file
 
 pytestmark = pytest.mark.world
 
 SYSTEM_PYTHON = "/usr/bin/python3"
-
-
-@pytest.fixture
-def term(world, user, tmp_path):
-    """A tmux pane with an interactive bash in the test world, as `user`,
-    in a fresh work directory of that user's."""
-    screen = world_shell(world, user, tmp_path)
-    try:
-        yield screen
-    finally:
-        screen.close()
 
 
 def write(world, term, name: str, text: str) -> str:
@@ -600,6 +589,20 @@ def _cursor_x(term) -> int:
     return int(term._tmux("display-message", "-p", "-t", "t", "#{cursor_x}").strip())
 
 
+def _half_typed_behind_a_job(term, before: str, job: str) -> None:
+    """An inner bash (`before` it: vpnw's command, or nothing for the control)
+    at its prompt with a background `job` waiting for ./go, and "echo half"
+    typed with the cursor two to the left."""
+    term.line(f"{before}env PS1='{INNER_PROMPT}' bash --norc --noprofile -i")
+    term.wait_for(rf"^{INNER_PROMPT}$")
+    term.line(job)
+    term.wait_for(r"^\[1\] \d+$")
+    term.wait_for(rf"^{INNER_PROMPT}$")
+    term.type("echo half")
+    term.keys("Left", "Left")
+    term.wait_for(rf"^{INNER_PROMPT}echo half$")
+
+
 def test_trace_draws_a_readline_prompt_and_the_half_typed_input_again(world, term):
     """bash (readline: bracketed paste on, the input edited in place) waits at
     its prompt with half a line typed; a background job connects, and trace's
@@ -608,14 +611,7 @@ def test_trace_draws_a_readline_prompt_and_the_half_typed_input_again(world, ter
     and readline goes on editing that line."""
     job = (f"(while [ ! -e go ]; do sleep 0.05; done; "
            f"curl -sS -o /dev/null --max-time 20 http://api.github.com/whoami) &")
-    term.line(f"{term.vpnw} trace -- env PS1='{INNER_PROMPT}' bash --norc --noprofile -i")
-    term.wait_for(rf"^{INNER_PROMPT}$")
-    term.line(job)
-    term.wait_for(r"^\[1\] \d+$")
-    term.wait_for(rf"^{INNER_PROMPT}$")
-    term.type("echo half")
-    term.keys("Left", "Left")
-    term.wait_for(rf"^{INNER_PROMPT}echo half$")
+    _half_typed_behind_a_job(term, f"{term.vpnw} trace -- ", job)
     assert _cursor_x(term) == len(f"{INNER_PROMPT}echo ha")
     (term.work / "go").touch()
     # trace's lines for the connection, then the prompt and the input again, last.
@@ -634,14 +630,7 @@ def test_control_outside_vpnw_a_line_written_at_the_prompt_leaves_it_as_it_was(w
     half-typed input, and no prompt below it), which is what the test above
     would see if vpnw did not draw it."""
     job = "(while [ ! -e go ]; do sleep 0.05; done; echo from-the-job) &"
-    term.line(f"env PS1='{INNER_PROMPT}' bash --norc --noprofile -i")
-    term.wait_for(rf"^{INNER_PROMPT}$")
-    term.line(job)
-    term.wait_for(r"^\[1\] \d+$")
-    term.wait_for(rf"^{INNER_PROMPT}$")
-    term.type("echo half")
-    term.keys("Left", "Left")
-    term.wait_for(rf"^{INNER_PROMPT}echo half$")
+    _half_typed_behind_a_job(term, "", job)
     (term.work / "go").touch()
     term.wait_for(r"from-the-job")
     time.sleep(1)   # what vpnw's hold would have waited, and more: nothing is drawn again

@@ -17,6 +17,7 @@ from stages.record.events import parse_line, read_events
 from stages.recorder.main import main_from_fds
 from stages.record.chain import verify
 from stages.recorder.human import HumanState, format_event
+from record_support import short_program_lines
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -246,35 +247,12 @@ def test_unknown_human_mode_is_refused(tmp_path):
         _in_process(tmp_path, b"", record=None, human="loud")
 
 
-def _short_program(*, cut: bool = False, late_after: bool = False) -> bytes:
-    """A short program's run as the recorder receives it: the orchestrator's
-    program.exit arrives before the broker's conn.close, which happened first."""
-    from stages.record.events import encode
-    t0 = 1_790_682_276_000_000_000
-    lines = []
-
-    def add(type_, after_ms, conn=None, pid=10, **fields):
-        lines.append(encode("r-0dde40", type_, fields, path="direct", conn=conn, pid=pid,
-                            ts_ns=t0 + int(after_ms * 1e6)))
-    add("run.start", 0, mode="trace", program="curl", policy=None, policy_file=None, via="direct",
-        dry_run=False, allow_unix_sockets=False, version="0.1.0", record="-")
-    add("conn.request", 10, 1, pid=11, door="http", kind="http-forward", host="a.example", port=80)
-    add("conn.open", 12, 1, pid=11, address="198.51.100.1", port=80, via="direct", ms=1)
-    add("program.exit", 41, code=0, signal=None)                       # arrived first...
-    add("conn.close", 34, 1, pid=11, bytes_up=1, bytes_down=2, ms=22)  # ...happened first
-    if late_after:                    # a background child's connection, after the exit
-        add("conn.request", 43, 2, pid=11, door="http", kind="http-forward", host="b.example", port=80)
-    if not cut:
-        add("run.end", 45, exit_code=0, connections=1, denied=0, would_deny=0, failed=0, ms=45)
-    return b"".join(lines)
-
-
 @pytest.mark.parametrize("case", ["whole", "cut", "later event"])
 def test_the_live_trace_prints_a_short_program_in_the_order_things_happened(tmp_path, case):
     # issue 28: live, the trace printed "program exited" above the connection's
     # close line (arrival order); it now prints what `vpnw show` prints.
     src = tmp_path / "in.jsonl"
-    src.write_bytes(_short_program(cut=case == "cut", late_after=case == "later event"))
+    src.write_bytes(b"".join(short_program_lines(cut=case == "cut", late_after=case == "later event")))
     with open(src, "rb") as f:
         done = recorder("--human", "trace", stdin=f)
     assert done.returncode == 0, done.stderr

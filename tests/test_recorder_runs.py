@@ -12,6 +12,7 @@ from stages.record.destinations import destinations
 from stages.record.events import read_events
 from stages.record import runs
 from stages.recorder.commands import runs_command, show_command
+from record_support import short_program_lines
 
 GOLDEN = os.path.join(os.path.dirname(os.path.abspath(__file__)), "golden")
 
@@ -144,20 +145,7 @@ def test_show_an_unknown_run(state):
 def test_show_puts_the_events_back_in_the_order_they_happened(tmp_path):
     # issue 28: a short program's program.exit reaches the recorder (and the
     # file) before the broker's last conn.close, whose ts is earlier.
-    from stages.record.events import encode
-    t0 = 1_790_682_276_000_000_000
-    lines = []
-
-    def add(type_, after_ms, conn=None, pid=10, **fields):
-        lines.append(encode("r-0dde40", type_, fields, path="direct", conn=conn, pid=pid,
-                            ts_ns=t0 + int(after_ms * 1e6)))
-    add("run.start", 0, mode="trace", program="curl", policy=None, policy_file=None, via="direct",
-        dry_run=False, allow_unix_sockets=False, version="0.1.0", record="-")
-    add("conn.request", 10, 1, pid=11, door="http", kind="http-forward", host="a.example", port=80)
-    add("conn.open", 12, 1, pid=11, address="198.51.100.1", port=80, via="direct", ms=1)
-    add("program.exit", 41, code=0, signal=None)                       # arrived first...
-    add("conn.close", 34, 1, pid=11, bytes_up=1, bytes_down=2, ms=22)  # ...happened first
-    add("run.end", 45, exit_code=0, connections=1, denied=0, would_deny=0, failed=0, ms=45)
+    lines = short_program_lines()
     path = tmp_path / "r-0dde40.jsonl"
     path.write_bytes(b"".join(lines))
     shown = CliRunner().invoke(show_command, [str(path)]).output.splitlines()
