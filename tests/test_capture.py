@@ -106,6 +106,17 @@ SCRATCH = textwrap.dedent("""
 """)
 
 
+def _in_scratch_namespaces(flags: str, script: str) -> dict:
+    """`script` (this checkout's Python) in namespaces of its own (unshare
+    `flags`): its JSON answer; skipped where user namespaces cannot be made."""
+    r = subprocess.run(["unshare", flags, sys.executable, "-c", script], capture_output=True,
+                       text=True, cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)})
+    if r.returncode and "unshare failed" in r.stderr:
+        pytest.skip(f"no user namespaces here: {r.stderr.strip()}")
+    assert r.returncode == 0, r.stderr
+    return json.loads(r.stdout)
+
+
 def test_install_in_a_scratch_namespace_reads_back_exactly():
     if shutil.which("unshare") is None:
         pytest.skip("needs unshare (util-linux)")
@@ -113,12 +124,7 @@ def test_install_in_a_scratch_namespace_reads_back_exactly():
         capture.Nftables().free()
     except capture.CaptureError as e:
         pytest.skip(str(e))
-    r = subprocess.run(["unshare", "-Urn", sys.executable, "-c", SCRATCH], capture_output=True,
-                       text=True, cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)})
-    if r.returncode and "unshare failed" in r.stderr:
-        pytest.skip(f"no user namespaces here: {r.stderr.strip()}")
-    assert r.returncode == 0, r.stderr
-    got = json.loads(r.stdout)
+    got = _in_scratch_namespaces("-Urn", SCRATCH)
     assert got == {"before": [], "after": ["unexpected nftables table ip intruder"]}
 
 
@@ -147,12 +153,7 @@ def test_resolv_conf_is_the_shipped_file_bound_read_only_with_no_mount_made_per_
     file is refused."""
     if shutil.which("unshare") is None or not os.path.isfile(os.path.realpath("/etc/resolv.conf")):
         pytest.skip("needs unshare (util-linux) and an /etc/resolv.conf")
-    r = subprocess.run(["unshare", "-Urm", sys.executable, "-c", RESOLV_SCRATCH], capture_output=True,
-                       text=True, cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)})
-    if r.returncode and "unshare failed" in r.stderr:
-        pytest.skip(f"no user namespaces here: {r.stderr.strip()}")
-    assert r.returncode == 0, r.stderr
-    got = json.loads(r.stdout)
+    got = _in_scratch_namespaces("-Urm", RESOLV_SCRATCH)
     assert got["text"] == (REPO / "stages/helper/resolv.conf").read_text()
     assert "nameserver 127.0.0.1\n" in got["text"]
     assert got["root"].endswith("/stages/helper/resolv.conf"), got
