@@ -184,13 +184,20 @@ class Terminal:
         return int(found.group(1)) if found.group(1) is not None else 128 + int(found.group(2))
 
     def wait_exit(self) -> int:
-        deadline = time.monotonic() + SCREEN_WAIT
+        status = self.poll_exit(SCREEN_WAIT)
+        if status is None:
+            raise AssertionError(f"the program did not end:\n{self.screen()}\n{self.log()}")
+        return status
+
+    def poll_exit(self, seconds: float) -> int | None:
+        """The exit code (status()) once the program ends within `seconds`, else None."""
+        deadline = time.monotonic() + seconds
         while time.monotonic() < deadline:
             status = self.status()
             if status is not None:
                 return status
             time.sleep(0.1)
-        raise AssertionError(f"the program did not end:\n{self.screen()}\n{self.log()}")
+        return None
 
     def hang_up(self) -> int:
         """Close the terminal, as a person closes the window (tmux sends

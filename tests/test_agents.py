@@ -277,12 +277,9 @@ def _ctrl_c_twice_until_it_ends(term) -> int:
         for key in ("C-c", "C-c"):
             subprocess.run([*term.tmux, "send-keys", "--", key], capture_output=True)   # may have ended
             time.sleep(0.3)
-        deadline = time.monotonic() + 20
-        while time.monotonic() < deadline:
-            status = term.status()
-            if status is not None:
-                return status
-            time.sleep(0.1)
+        status = term.poll_exit(20)
+        if status is not None:
+            return status
     raise AssertionError(f"Claude Code never ended on Ctrl-C twice:\n{term.screen()}\n{term.log()}")
 
 
