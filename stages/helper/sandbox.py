@@ -239,20 +239,28 @@ def run(argv: list[str], handoff_fd: int, status_fd: int, go_fd: int,
 
     report_r, report_w = os.pipe2(os.O_CLOEXEC)
     go_r, go_w = os.pipe2(os.O_CLOEXEC)
-    keep = {report_w, go_r}
+    filter_r, filter_w = os.pipe2(os.O_CLOEXEC)
+    keep = {report_w, go_r, filter_r}
     unix_link = sealed.unix_link
     if unix_link is not None:
         keep.add(unix_link.program_end.fileno())
     init_pid = os.fork()
     if init_pid == 0:
-        os._exit(_init(argv, penv, sealed.seccomp_filter, report_w, go_r, keep, files,
+        os.close(filter_w)
+        os._exit(_init(argv, penv, filter_r, report_w, go_r, keep, files,
                        tty is not None, protected,
                        unix_link.program_end.fileno() if unix_link else None))
     os.close(report_w)
     os.close(go_r)
+    os.close(filter_r)
     if unix_link is not None:
         unix_link.program_end.close()
     mark("helper", "init forked")
+    problem = _send_filter(filter_w, allow_unix_sockets, supervised=sealed.unix is not None)
+    if problem:
+        st.write(status_fd, st.SandboxFailed(problem, ExitCode.NO_SANDBOX))
+        _reap(init_pid)     # init, given no filter, says so and ends (never runs the program)
+        return ExitCode.NO_SANDBOX
     report = st.StatusReader(report_r, st.INIT_REPORT)
     first = _next_report(report)
     mark("helper", "init ready")
@@ -283,7 +291,6 @@ def run(argv: list[str], handoff_fd: int, status_fd: int, go_fd: int,
 
 class _Sealed(NamedTuple):
     """What the seal made, for the rest of the helper's life."""
-    seccomp_filter: object
     unix: object                 # the Unix-socket plan (None: every Unix socket refused)
     unix_link: object
     supervisor: object
@@ -299,15 +306,15 @@ def _seal(allow_unix_sockets: bool, unix_allow, capture: bool, local_ports: tupl
     # Before unshare: pyseccomp looks libseccomp up by running ldconfig, and
     # a process spawned after unshare(CLONE_NEWPID) would become the new
     # namespace's PID 1 and spend it.
+    # The filter itself is built later, while init mounts (_send_filter).
     try:
-        from stages.helper.seccomp_rules import build_filter
         with _sonames_known():
+            import pyseccomp  # noqa: F401
             unix = _unix_plan(allow_unix_sockets, unix_allow)
-            seccomp_filter = build_filter(allow_unix_sockets, supervised=unix is not None)
     except (ImportError, OSError, RuntimeError) as e:
         raise SealError(f"cannot build the seccomp filter (libseccomp via pyseccomp): {e}; "
                         f"{DOCTOR_HINT}")
-    mark("helper", "seccomp filter built")
+    mark("helper", "libseccomp loaded")
     # The PID namespace comes last, once the Unix-socket supervisor is
     # forked: outside it, the program cannot see or signal the supervisor.
     _unshare_and_map(priv.SANDBOX_NAMESPACES & ~priv.CLONE_NEWPID)
@@ -333,8 +340,50 @@ def _seal(allow_unix_sockets: bool, unix_allow, capture: bool, local_ports: tupl
     if tty is not None:
         _own_terminal(tty.socket_fd, tty.stdio)
     mark("helper", "devpts")
-    return _Sealed(seccomp_filter, unix, unix_link, supervisor, counters, opened, doors,
-                   datagram_doors)
+    return _Sealed(unix, unix_link, supervisor, counters, opened, doors, datagram_doors)
+
+
+def _send_filter(filter_w: int, allow_unix_sockets: bool, supervised: bool) -> str | None:
+    """Build the seccomp filter and write its BPF to init (then close the
+    pipe): done once init is forked, so the build runs while init mounts on
+    the other core, not before it. None, or why it could not be built (init
+    then reads an empty pipe and never lets the program run)."""
+    try:
+        try:
+            from stages.helper.seccomp_rules import filter_bpf
+            with _sonames_known():
+                bpf = filter_bpf(allow_unix_sockets, supervised=supervised)
+        except (ImportError, OSError, RuntimeError, ValueError) as e:
+            return f"cannot build the seccomp filter (libseccomp via pyseccomp): {e}; {DOCTOR_HINT}"
+        # 1.3 KB: within a pipe's buffer, so this never waits for init.
+        view = memoryview(bpf)
+        while view:
+            view = view[os.write(filter_w, view):]
+        return None
+    except BrokenPipeError:
+        return None         # init ended before taking it: its own report says why
+    finally:
+        os.close(filter_w)
+        mark("helper", "seccomp filter built")
+
+
+def take_filter(filter_r: int) -> bytes | None:
+    """init's side: the whole BPF program the helper wrote, or None when none
+    (or not a whole one) came. Closes the pipe."""
+    chunks = []
+    try:
+        while True:
+            try:
+                chunk = os.read(filter_r, 65536)
+            except InterruptedError:
+                continue
+            if not chunk:
+                break
+            chunks.append(chunk)
+    finally:
+        os.close(filter_r)
+    bpf = b"".join(chunks)
+    return bpf if bpf and len(bpf) % 8 == 0 else None     # sizeof(struct sock_filter)
 
 
 def _hand_doors_over(handoff_fd: int, sealed: _Sealed) -> None:
@@ -570,7 +619,7 @@ def _wait_for_the_end(report: st.StatusReader, status_fd: int) -> st.Message | N
 
 # ---------------------------------------------------------------- C: init
 
-def _init(argv, penv, seccomp_filter, report_w: int, go_r: int, keep: set[int],
+def _init(argv, penv, filter_r: int, report_w: int, go_r: int, keep: set[int],
           files: MountPlan | None = None, tty: bool = False, protected: HelperProtection | None = None,
           listener_end: int | None = None) -> int:
     try:
@@ -603,6 +652,11 @@ def _init(argv, penv, seccomp_filter, report_w: int, go_r: int, keep: set[int],
     if problem:
         st.write(report_w, st.InitFailed(problem))
         return ExitCode.NO_SANDBOX
+    seccomp_bpf = take_filter(filter_r)
+    mark("init", "seccomp filter taken")
+    if seccomp_bpf is None:
+        st.write(report_w, st.InitFailed("no seccomp filter came from the helper"))
+        return ExitCode.NO_SANDBOX
     st.write(report_w, st.InitOk())
     if not _go_byte(go_r):
         return ExitCode.NO_SANDBOX
@@ -619,7 +673,7 @@ def _init(argv, penv, seccomp_filter, report_w: int, go_r: int, keep: set[int],
     err_r, err_w = os.pipe2(os.O_CLOEXEC)
     program_pid = os.fork()
     if program_pid == 0:
-        _program(argv, penv, seccomp_filter, err_w, files, tty, listener_end)  # never returns
+        _program(argv, penv, seccomp_bpf, err_w, files, tty, listener_end)  # never returns
     os.close(err_w)
     if listener_end is not None:
         os.close(listener_end)
@@ -792,7 +846,7 @@ def _wait_for(program_pid: int, stops_to: int | None = None) -> int:
 
 # ---------------------------------------------------------------- G: program
 
-def _program(argv, penv, seccomp_filter, err_w: int, files: MountPlan | None = None,
+def _program(argv, penv, seccomp_bpf: bytes, err_w: int, files: MountPlan | None = None,
              tty: bool = False, listener_end: int | None = None) -> None:
     try:
         for sig in FORWARDED_SIGNALS + (signal.SIGPIPE, signal.SIGXFSZ):
@@ -809,10 +863,11 @@ def _program(argv, penv, seccomp_filter, err_w: int, files: MountPlan | None = N
             from stages.helper import landlock
             landlock.restrict_writes(files.writable, files.landlock_abi)
         if listener_end is None:
-            seccomp_filter.load()
+            from stages.helper.seccomp_rules import load_bpf
+            load_bpf(seccomp_bpf)
         else:
             from stages.helper.unix_supervisor import hand_over_listener
-            hand_over_listener(listener_end, seccomp_filter)    # loads it, with its listener
+            hand_over_listener(listener_end, seccomp_bpf)    # loads it, with its listener
     except BaseException as e:  # noqa: BLE001 - whatever went wrong, never exec unsealed
         _report_exec(err_w, st.SandboxFailed(f"cannot seal the program's process: {e}; "
                                              f"{DOCTOR_HINT}", ExitCode.NO_SANDBOX))

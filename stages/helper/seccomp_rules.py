@@ -2,7 +2,8 @@
 
 `filter_rules()` is pure (a list of SyscallRule records) so tests can read exactly
 what is refused; `build_filter()` turns them into a libseccomp context
-(through pyseccomp) that the program's process loads just before exec.
+(through pyseccomp) and `filter_bpf()` into the BPF program that the
+program's process loads (`load_bpf`) just before exec.
 
 Order of concern (libseccomp emits the arch check first by construction):
 1. a syscall from a non-native arch (i386 `int 0x80`) or an x32 number
@@ -167,7 +168,14 @@ FILTER_FLAG_NEW_LISTENER = 1 << 3
 FILTER_FLAG_WAIT_KILLABLE_RECV = 1 << 5     # Linux 5.19
 
 
-def load_with_listener(seccomp_filter) -> int:
+def filter_bpf(allow_unix_sockets: bool, supervised: bool = False) -> bytes:
+    """The BPF program libseccomp makes of the rules (what its own load would
+    load), made once in the helper: the program's process loads these bytes
+    (load_bpf) instead of making them again after go."""
+    return _exported_bpf(build_filter(allow_unix_sockets, supervised))
+
+
+def load_with_listener(bpf: bytes) -> int:
     """Load a filter that has a notify rule, in the calling thread; its listener fd.
 
     libseccomp 2.5 (Debian 12's) cannot ask for SECCOMP_FILTER_FLAG_WAIT_KILLABLE_RECV,
@@ -177,20 +185,29 @@ def load_with_listener(seccomp_filter) -> int:
     longer make the program give up on a connect() the supervisor then makes
     behind its back (docs/security.md, "Unix sockets by origin"). A kernel
     before 5.19 refuses the flag (EINVAL): the filter is loaded without it."""
+    return load_bpf(bpf, listener=True)
+
+
+def load_bpf(bpf: bytes, listener: bool = False) -> int:
+    """Load `bpf` (filter_bpf's) in the calling thread, as libseccomp's own
+    load does: no_new_privs, then seccomp(2) with no flag (libseccomp sets
+    none by default). With `listener`, the notify listener's fd is returned."""
     import ctypes
     from stages.kernel.privileges import PR_SET_NO_NEW_PRIVS, prctl
 
-    bpf = _exported_bpf(seccomp_filter)
+    if not bpf or len(bpf) % 8:       # sizeof(struct sock_filter)
+        raise ValueError(f"not a BPF program ({len(bpf)} bytes)")
     code = ctypes.create_string_buffer(bpf, len(bpf))
 
     class SockFprog(ctypes.Structure):
         _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
-    prog = SockFprog(len(bpf) // 8, ctypes.addressof(code))     # sizeof(struct sock_filter)
+    prog = SockFprog(len(bpf) // 8, ctypes.addressof(code))
     libc = ctypes.CDLL(None, use_errno=True)
     libc.syscall.restype = ctypes.c_long
     prctl(PR_SET_NO_NEW_PRIVS, 1)         # as libseccomp does (and the drop did)
-    for flags in (FILTER_FLAG_NEW_LISTENER | FILTER_FLAG_WAIT_KILLABLE_RECV,
-                  FILTER_FLAG_NEW_LISTENER):
+    tries = ((FILTER_FLAG_NEW_LISTENER | FILTER_FLAG_WAIT_KILLABLE_RECV, FILTER_FLAG_NEW_LISTENER)
+             if listener else (0,))
+    for flags in tries:
         fd = libc.syscall(ctypes.c_long(SYS_SECCOMP), ctypes.c_uint(SECCOMP_SET_MODE_FILTER),
                           ctypes.c_uint(flags), ctypes.byref(prog))
         if fd >= 0:
