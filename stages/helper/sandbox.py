@@ -363,8 +363,8 @@ def _send_filter(filter_w: int, allow_unix_sockets: bool, supervised: bool) -> s
     except BrokenPipeError:
         return None         # init ended before taking it: its own report says why
     finally:
+        mark("helper", "seccomp filter built")    # before the close: init's EOF comes after it
         os.close(filter_w)
-        mark("helper", "seccomp filter built")
 
 
 def take_filter(filter_r: int) -> bytes | None:
