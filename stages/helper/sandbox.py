@@ -306,10 +306,14 @@ def _seal(allow_unix_sockets: bool, unix_allow, capture: bool, local_ports: tupl
     # Before unshare: pyseccomp looks libseccomp up by running ldconfig, and
     # a process spawned after unshare(CLONE_NEWPID) would become the new
     # namespace's PID 1 and spend it.
-    # The filter itself is built later, while init mounts (_send_filter).
+    # The filter itself is built later, while init mounts (_send_filter);
+    # seccomp_rules and its loader are made now so that the program's
+    # process, which loads the filter after go, has them without making them.
     try:
         with _sonames_known():
             import pyseccomp  # noqa: F401
+            from stages.helper import seccomp_rules
+            seccomp_rules.loader()
             unix = _unix_plan(allow_unix_sockets, unix_allow)
     except (ImportError, OSError, RuntimeError) as e:
         raise SealError(f"cannot build the seccomp filter (libseccomp via pyseccomp): {e}; "

@@ -198,12 +198,8 @@ def load_bpf(bpf: bytes, listener: bool = False) -> int:
     if not bpf or len(bpf) % 8:       # sizeof(struct sock_filter)
         raise ValueError(f"not a BPF program ({len(bpf)} bytes)")
     code = ctypes.create_string_buffer(bpf, len(bpf))
-
-    class SockFprog(ctypes.Structure):
-        _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
-    prog = SockFprog(len(bpf) // 8, ctypes.addressof(code))
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.syscall.restype = ctypes.c_long
+    sock_fprog, libc = loader()
+    prog = sock_fprog(len(bpf) // 8, ctypes.addressof(code))
     prctl(PR_SET_NO_NEW_PRIVS, 1)         # as libseccomp does (and the drop did)
     tries = ((FILTER_FLAG_NEW_LISTENER | FILTER_FLAG_WAIT_KILLABLE_RECV, FILTER_FLAG_NEW_LISTENER)
              if listener else (0,))
@@ -216,6 +212,25 @@ def load_bpf(bpf: bytes, listener: bool = False) -> int:
         if err != errno.EINVAL:
             break
     raise OSError(err, f"seccomp(SECCOMP_SET_MODE_FILTER): {os.strerror(err)}")
+
+
+_LOADER = None
+
+
+def loader():
+    """struct sock_fprog and libc's syscall(), made once: the helper makes
+    them while building the filter, and the program's process (forked from
+    init, forked from the helper) finds them made."""
+    global _LOADER
+    if _LOADER is None:
+        import ctypes
+
+        class SockFprog(ctypes.Structure):
+            _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.syscall.restype = ctypes.c_long
+        _LOADER = (SockFprog, libc)
+    return _LOADER
 
 
 def _exported_bpf(seccomp_filter) -> bytes:
