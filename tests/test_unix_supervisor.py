@@ -79,10 +79,25 @@ def test_with_the_supervisor_a_clone_may_share_the_fd_table_only_as_a_thread():
     assert not refused(filter_rules(False), CLONE_FILES | 17)  # no supervisor, no "continue"
 
 
-def test_the_thread_count_is_read_past_the_last_parenthesis():
-    fields = b" ".join(str(n).encode() for n in range(4, 53))
-    assert threads_in(b"42 (a) b) (c) S " + fields) == 20
-    assert threads_in(open("/proc/self/stat", "rb").read()) >= 1
+def test_the_thread_count_is_the_task_directorys_links_past_two():
+    import threading
+    task = os.open("/proc/self/task", os.O_PATH | os.O_DIRECTORY)
+    try:
+        before = threads_in(os.fstat(task).st_nlink)
+        started, done = threading.Event(), threading.Event()
+
+        def wait():
+            started.set()
+            done.wait()
+        thread = threading.Thread(target=wait)
+        thread.start()
+        started.wait()
+        assert threads_in(os.fstat(task).st_nlink) == before + 1
+        done.set()
+        thread.join()
+    finally:
+        os.close(task)
+    assert before >= 1 and threads_in(2) == 0           # a thread that is gone: none
 
 
 def _message(kind: int, body: bytes, seq: int = 1) -> bytes:

@@ -45,12 +45,12 @@ UNIX_FAMILY = AF_UNIX.to_bytes(2, "little")     # a sockaddr's first two bytes, 
 SUN_PATH_AT = 2                 # offsetof(struct sockaddr_un, sun_path)
 SOCKADDR_UN_MAX = 110           # sizeof(struct sockaddr_un)
 SOCKADDR_MAX = 128              # sizeof(struct sockaddr_storage): the kernel's limit
-# Threads take the notifications and each answers its own, blocking connects
-# included; one more starts whenever none is left waiting, up to this many, so
-# a connect that waits on a full backlog holds only its own thread. Past this
-# many, the program only waits on itself.
+# One thread at a time receives; it hands that turn to another before a
+# connect of its own that may wait (a full backlog), and one more starts when
+# no other is parked, up to this many, so such a connect holds only its own
+# thread. Past this many, the program only waits on itself.
 MOST_RECEIVERS = 32
-# The pidfds (and /proc/TID/stat fds) a receiving thread keeps open, by TID
+# The pidfds (and /proc/TID/task fds) a receiving thread keeps open, by TID
 # (its own: no other thread closes them).
 KEPT_PER_RECEIVER = 8
 # What _decide answers when the kernel may go on with the program's own call.
@@ -142,21 +142,21 @@ def loopback_port(raw: bytes) -> int | None:
     return None
 
 
-def threads_in(stat: bytes) -> int:
-    """Pure: num_threads of a /proc/PID/stat line (its 20th field; the command
-    name, field 2, may hold spaces and parentheses, so fields are counted
-    from its last ")")."""
-    return int(stat[stat.rindex(b")") + 2:].split(b" ", 18)[17])
+def threads_in(task_dir_links: int) -> int:
+    """Pure: how many threads the group has, from the link count of its
+    /proc/TID/task directory (the kernel's proc_task_getattr adds the group's
+    nr_threads to a directory's two; a thread that is gone leaves two)."""
+    return task_dir_links - 2
 
 
 class Threads:
     """One receiving thread's handles on the program's threads, kept by TID:
-    a pidfd (PIDFD_THREAD) and an open /proc/TID/stat, so that a program that
-    connects again from the same thread costs neither a pidfd_open nor an
-    open. Sound because each names one thread for life (a later thread with
+    a pidfd (PIDFD_THREAD) and an O_PATH fd of /proc/TID/task, so that a
+    program that connects again from the same thread costs neither a
+    pidfd_open nor an open. Sound because each names one thread for life (a later thread with
     the same TID has another struct pid): when the kept one's thread is gone,
-    pidfd_getfd fails (ESRCH, EBADF) and reading the stat fails (ESRCH), and
-    it is opened again; when they succeed, the thread they named was alive
+    pidfd_getfd fails (ESRCH, EBADF) and the task directory counts no thread,
+    and it is opened again; when they succeed, the thread they named was alive
     with that TID while the notified one was waiting (NOTIF_ID_VALID after
     the take, or the "continue" answer, which the kernel checks against the
     pending notification), so they are the same thread. Only thread pidfds
@@ -165,10 +165,14 @@ class Threads:
 
     def __init__(self, proc_fd: int, thread_group: Callable[[int], int]):
         self.pidfds: dict[int, int] = {}
-        self.stats: dict[int, int] = {}
+        self.tasks: dict[int, int] = {}
         self.proc = proc_fd
         self.thread_group = thread_group
-        self.memory = sn.MemoryReader(SOCKADDR_MAX)     # this thread's only
+        # This receiving thread's own buffers, made once.
+        self.memory = sn.MemoryReader(SOCKADDR_MAX)
+        self.domain = sn.DomainReader()
+        self.has_turn = False       # the supervisor's turn to receive (Supervisor._receive)
+        self.notification = bytearray(sn.NOTIF.size)
 
     def take(self, tid: int, fd: int) -> int:
         """A duplicate of the thread's fd `fd` (pidfd_getfd)."""
@@ -195,24 +199,24 @@ class Threads:
         return sn.pidfd_getfd(pidfd, fd)
 
     def alone(self, tid: int) -> bool:
-        """Is the thread the only one of its thread group (num_threads, read
-        again from its /proc/TID/stat on every call)? False when that cannot
-        be read."""
-        stat = self.stats.pop(tid, None)
+        """Is the thread the only one of its thread group? Asked again on
+        every call (fstat of its kept /proc/TID/task: the group's
+        nr_threads, with no text to make or parse). False when that cannot
+        be told."""
+        task = self.tasks.pop(tid, None)
         for _ in range(2):
-            if stat is None:
+            if task is None:
                 try:
-                    stat = os.open(f"{tid}/stat", os.O_RDONLY | os.O_CLOEXEC, dir_fd=self.proc)
+                    task = os.open(f"{tid}/task", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC,
+                                   dir_fd=self.proc)
                 except OSError:
                     return False
-            try:
-                line = os.pread(stat, 1024, 0)
-            except OSError:
-                os.close(stat)           # its thread is gone (ESRCH): opened again
-                stat = None
-                continue
-            _keep(self.stats, tid, stat)
-            return threads_in(line) == 1
+            count = threads_in(os.fstat(task).st_nlink)
+            if count > 0:
+                _keep(self.tasks, tid, task)
+                return count == 1
+            os.close(task)              # its thread is gone: opened again, by TID
+            task = None
         return False
 
 
@@ -235,8 +239,9 @@ class Supervisor:
         self.diag = unix_diag.open_diag()
         self.netns = os.stat("self/ns/net", dir_fd=proc_fd).st_ino
         self.lock = threading.Lock()        # the counts below
-        self.receivers = 0
-        self.waiting = 0
+        self.receivers = 0                  # receiving threads started
+        self.parked = 0                     # of them, waiting for the turn
+        self.turn = threading.Lock()        # held by the one thread that receives
         self.over = False                   # serve() has returned
         self.diag_lock = threading.Lock()   # one dump at a time on the one socket
         self.report_lock = threading.Lock()  # one message at a time on the status pipe
@@ -254,7 +259,7 @@ class Supervisor:
         # own /proc (the one from before init's).
         os.fchdir(self.proc)
         sn.wake_up_synchronously(self.listener)
-        self.receivers = self.waiting = 1
+        self.receivers = 1
         self._start_receiver()
         poller = select.poll()
         poller.register(self.listener, 0)
@@ -266,32 +271,52 @@ class Supervisor:
         threading.Thread(target=self._receive, daemon=True).start()
 
     def _receive(self) -> None:
+        """One thread at a time waits in NOTIF_RECV: the one with the turn.
+        It keeps the turn while it answers without waiting on anything (a
+        "continue", a refusal), so a program's connects are answered by one
+        thread, woken once each. Before a connect it makes itself (which may
+        wait on a full backlog) it hands the turn over (_hand_over). Only one
+        waits in the ioctl because the kernel (6.6+) wakes every thread
+        waiting there for each notification, and all but one go back to
+        sleep."""
         threads = Threads(self.proc, self._thread_group)
         try:
             while True:
+                if not threads.has_turn:
+                    with self.lock:
+                        self.parked += 1
+                    self.turn.acquire()
+                    with self.lock:
+                        self.parked -= 1
+                    threads.has_turn = True
                 try:
-                    notification = sn.receive(self.listener)
+                    notification = sn.receive(self.listener, threads.notification)
                 except OSError as e:
                     if e.errno in (errno.EINTR, errno.ENOENT):
                         continue    # the program's call ended before we read it
                     raise
-                with self.lock:
-                    self.waiting -= 1
-                    more = self.waiting == 0 and self.receivers < MOST_RECEIVERS
-                    if more:
-                        self.receivers += 1
-                        self.waiting += 1
-                if more:
-                    self._start_receiver()
                 self._answer(notification, threads)
-                with self.lock:
-                    self.waiting += 1
         except BaseException:  # noqa: BLE001 - a supervisor that cannot answer must end
             if self.over:
                 return      # serve() returned: the listener is closed, on purpose
             # The listener closes with us: every connect still to come fails
             # (ENOSYS), never one that nobody checked.
             os._exit(1)
+
+    def _hand_over(self, threads: Threads) -> None:
+        """Before this thread does what may wait: another takes the turn (one
+        more starts when none is parked, up to MOST_RECEIVERS; past that the
+        program only waits on itself)."""
+        if not threads.has_turn:
+            return
+        threads.has_turn = False
+        with self.lock:
+            more = self.parked == 0 and self.receivers < MOST_RECEIVERS
+            if more:
+                self.receivers += 1
+        if more:
+            self._start_receiver()
+        self.turn.release()
 
     def _answer(self, n: sn.Notification, threads: Threads) -> None:
         held: list[int] = []
@@ -337,8 +362,9 @@ class Supervisor:
             return errno.EINVAL
         # The address is read once; everything after decides on these bytes.
         raw = threads.memory.read(n.pid, n.args[1], length) if length else b""
-        if alone and raw[:SUN_PATH_AT] != UNIX_FAMILY and self._may_go_on(sock, raw):
+        if alone and raw[:SUN_PATH_AT] != UNIX_FAMILY and self._may_go_on(threads, sock, raw):
             return GO_ON
+        self._hand_over(threads)
         # The thread still waits: the TID named it all along, so the socket
         # and the bytes came from it.
         if not sn.still_pending(self.listener, n.id):
@@ -368,7 +394,7 @@ class Supervisor:
             return target
         return sn.connect_raw(sock, target)
 
-    def _may_go_on(self, sock: int, raw: bytes) -> bool:
+    def _may_go_on(self, threads: Threads, sock: int, raw: bytes) -> bool:
         """May the kernel go on with the connect of a thread alone in its
         group (its fd table is its own until it returns)? When the socket is
         TCP/UDP over IP (never a Unix, vsock or other one: the kernel will
@@ -376,7 +402,7 @@ class Supervisor:
         not the loopback's at a port we have not yet seen a listener on (its
         refusal is evidence for a hint, so we make that connect and see)."""
         try:
-            if sn.socket_domain(sock) not in INET_FAMILIES:
+            if threads.domain(sock) not in INET_FAMILIES:
                 return False
         except OSError:
             return False

@@ -64,12 +64,18 @@ class Notification:
         self.args = fields[6:12]
 
 
-def receive(listener: int) -> Notification:
+_NOTIF_ZEROS = bytes(NOTIF.size)
+
+
+def receive(listener: int, buf: bytearray | None = None) -> Notification:
     """Block for the next notification (the buffer must be zeroed: the kernel
     refuses anything else with EINVAL). fcntl.ioctl lets go of the GIL while
     it waits, so several threads may wait here at once: the kernel hands each
-    notification to one of them."""
-    buf = bytearray(NOTIF.size)
+    notification to one of them. `buf`: a thread's own, reused."""
+    if buf is None:
+        buf = bytearray(NOTIF.size)
+    else:
+        buf[:] = _NOTIF_ZEROS
     fcntl.ioctl(listener, NOTIF_RECV, buf, True)
     return Notification(buf)
 
@@ -192,6 +198,20 @@ def socket_domain(fd: int) -> int:
     _check(_getsockopt(fd, SOL_SOCKET, SO_DOMAIN, ctypes.byref(value), ctypes.byref(size)),
            "getsockopt")
     return value.value
+
+
+class DomainReader:
+    """socket_domain through buffers of its own, made once (one per thread)."""
+    __slots__ = ("value", "size", "_value", "_size")
+
+    def __init__(self):
+        self.value, self.size = ctypes.c_int(0), ctypes.c_uint(ctypes.sizeof(ctypes.c_int))
+        self._value, self._size = ctypes.byref(self.value), ctypes.byref(self.size)
+
+    def __call__(self, fd: int) -> int:
+        self.size.value = ctypes.sizeof(ctypes.c_int)
+        _check(_getsockopt(fd, SOL_SOCKET, SO_DOMAIN, self._value, self._size), "getsockopt")
+        return self.value.value
 
 
 def socket_netns(fd: int) -> int:
