@@ -74,3 +74,16 @@ def write_plan(path: Path, plan: list[dict]) -> str:
     text = "".join(json.dumps(op) + "\n" for op in plan)
     path.write_text(text)
     return text
+
+
+def openat2_ops(directory: str, rel: str, path: str) -> list[dict]:
+    """tests/progs/file_probe.py's four openat2(2) ways to `path`: `rel`
+    beneath `directory`, the same without crossing a mount, inside /, and
+    through /proc/self/root."""
+    return [
+        {"name": "openat2_beneath", "op": "openat2", "dir": directory, "path": rel, "resolve": ["BENEATH"]},
+        {"name": "openat2_no_xdev", "op": "openat2", "dir": directory, "path": rel, "resolve": ["NO_XDEV"]},
+        {"name": "openat2_in_root", "op": "openat2", "dir": "/", "path": path, "resolve": ["IN_ROOT"]},
+        {"name": "openat2_proc_root", "op": "openat2", "dir": "/proc/self/root", "path": path.lstrip("/"),
+         "resolve": ["NO_XDEV", "NO_MAGICLINKS"]},
+    ]

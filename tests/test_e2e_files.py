@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from e2e_support import describe, run_events
+from e2e_support import describe, openat2_ops, run_events
 from stages.record.check import check_run
 from world import DEMO_PACKAGE, DEMO_VALUE, UNPRIVILEGED_USER
 
@@ -117,13 +117,7 @@ def reach_ops(home: Path, work: Path, user: str) -> list[dict]:
         {"name": "proc_self_root", "op": "read", "path": f"/proc/self/root{key}"},
         {"name": "proc_1_root", "op": "read", "path": f"/proc/1/root{key}"},
         {"name": "proc_cwd", "op": "proc_cwd", "dir": str(home), "rel": ".ssh/id_ed25519"},
-        {"name": "openat2_beneath", "op": "openat2", "dir": str(home), "path": ".ssh/id_ed25519",
-         "resolve": ["BENEATH"]},
-        {"name": "openat2_no_xdev", "op": "openat2", "dir": str(home), "path": ".ssh/id_ed25519",
-         "resolve": ["NO_XDEV"]},
-        {"name": "openat2_in_root", "op": "openat2", "dir": "/", "path": key, "resolve": ["IN_ROOT"]},
-        {"name": "openat2_proc_root", "op": "openat2", "dir": "/proc/self/root",
-         "path": key.lstrip("/"), "resolve": ["NO_XDEV", "NO_MAGICLINKS"]},
+        *openat2_ops(str(home), ".ssh/id_ed25519", key),
     ]
 
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from e2e_support import describe
+from e2e_support import describe, openat2_ops
 from stages.record.chain import Chain, unchained, verify
 
 pytestmark = pytest.mark.world
@@ -553,13 +553,7 @@ def key_reach_ops(keys_dir: Path, work: Path) -> list[dict]:
         {"name": "hardlink", "op": "link", "src": key, "path": f"{work}/hard"},
         {"name": "dotdot", "op": "read", "path": f"{keys_dir}/../keys/./run-signing.key"},
         {"name": "proc_cwd", "op": "proc_cwd", "dir": str(keys_dir), "rel": "run-signing.key"},
-        {"name": "openat2_beneath", "op": "openat2", "dir": str(vpnw_dir), "path": "keys/run-signing.key",
-         "resolve": ["BENEATH"]},
-        {"name": "openat2_no_xdev", "op": "openat2", "dir": str(vpnw_dir), "path": "keys/run-signing.key",
-         "resolve": ["NO_XDEV"]},
-        {"name": "openat2_in_root", "op": "openat2", "dir": "/", "path": key, "resolve": ["IN_ROOT"]},
-        {"name": "openat2_proc_root", "op": "openat2", "dir": "/proc/self/root", "path": key.lstrip("/"),
-         "resolve": ["NO_XDEV", "NO_MAGICLINKS"]},
+        *openat2_ops(str(vpnw_dir), "keys/run-signing.key", key),
         {"name": "umount", "op": "umount", "path": str(keys_dir)},
         {"name": "remount_rw", "op": "remount_rw", "path": str(keys_dir)},
         {"name": "mount_tmpfs", "op": "mount_tmpfs", "path": str(keys_dir)},
