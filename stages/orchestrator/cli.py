@@ -169,3 +169,7 @@ def main(argv=None) -> None:
     if run_command.started:
         run_command.exit_now(code)
     sys.exit(code)
+
+
+if __name__ == "__main__":
+    main()
