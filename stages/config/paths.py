@@ -24,6 +24,7 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import dataclass, field, replace
+from typing import NamedTuple
 
 from stages.config.errors import ConfigError  # noqa: F401  (raised here; callers catch it from here)
 from stages.config.toml_lines import key_lines, line_of
@@ -38,8 +39,7 @@ _PATH_KEYS = {"type", "url", "username", "password_env", "password_file", "ca_fi
 _WIREGUARD_KEYS = {"type", "conf", "private_key_file", "private_key_env"}
 
 
-@dataclass(frozen=True)
-class SecretSource:
+class SecretSource(NamedTuple):
     """Where a path's password is, read only when the path is chosen."""
     kind: str                      # "env" | "file"
     name: str                      # the variable, or the file's path
@@ -404,8 +404,7 @@ def choose_path(config: Config | None, via: str | None) -> PathSpec:
                       file=config.source)
 
 
-@dataclass(frozen=True)
-class ConfigFiles:
+class ConfigFiles(NamedTuple):
     """What a config names beyond itself, for every path in it (not only the
     chosen one): the program never sees a secret of any of them."""
     named: tuple[str, ...] = ()          # files read-only inside (CA files)

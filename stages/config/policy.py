@@ -34,6 +34,7 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 # ipaddress and stages.config.addresses are imported where rules are parsed:
 # a run without --policy (Policy.allow_all) needs neither before its
@@ -59,8 +60,7 @@ class PolicyError(Exception):
         self.line = line
 
 
-@dataclass(frozen=True)
-class Rule:
+class Rule(NamedTuple):
     """One allow or deny rule as parsed."""
     text: str                      # as written in the file
     kind: str                      # 'name' | 'wildcard' | 'ip' | 'cidr'
@@ -644,15 +644,13 @@ def load_policy(path: str, *, stdin=None) -> Policy:
 FILES_KEYS = ("deny_read", "allow_write")
 
 
-@dataclass(frozen=True)
-class FileEntry:
+class FileEntry(NamedTuple):
     """One path of the [files] table, as written."""
     text: str                      # as written: "~/.ssh", ".", "/tmp"
     line: int | None
 
 
-@dataclass(frozen=True)
-class FileRules:
+class FileRules(NamedTuple):
     """The [files] table as written."""
     deny_read: tuple[FileEntry, ...] = ()
     allow_write: tuple[FileEntry, ...] | None = None   # None: no write limit (key absent)

@@ -25,7 +25,7 @@ can pass a file system of their own.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from typing import NamedTuple
 
 # Home-relative: start-up files of shells, sessions, services, git, ssh and
 # editors. Each names something that runs, or decides what runs, outside.
@@ -56,16 +56,14 @@ GIT_DIR_START_UP = ("hooks", "config")
 NAME_LOOKUP = ("/etc/hosts", "/etc/resolv.conf")
 
 
-@dataclass(frozen=True)
-class Protected:
+class Protected(NamedTuple):
     """A path kept out of the program's reach, and why."""
     path: str          # absolute, symlinks resolved
     why: str           # what it is, for the record and the messages
     kind: str          # "dir" | "file" | "absent"
 
 
-@dataclass(frozen=True)
-class Protection:
+class Protection(NamedTuple):
     """What one run keeps read-only or hidden."""
     read_only: tuple[Protected, ...]
     hidden: tuple[Protected, ...]
@@ -96,8 +94,7 @@ class Protection:
         return out
 
 
-@dataclass(frozen=True)
-class Inputs:
+class Inputs(NamedTuple):
     """What protect() looks at."""
     homes: tuple[str, ...]                 # the invoker's home first (sudo: the user's too)
     cwd: str
@@ -222,8 +219,7 @@ def installation(executable: str, sys_path: list[str], prefix: str, base_prefix:
     return tuple(dict.fromkeys(os.path.abspath(p) for p in paths))
 
 
-@dataclass(frozen=True)
-class HelperProtection:
+class HelperProtection(NamedTuple):
     """What init binds read-only and what it hides (path, "dir" | "file"),
     after the [files] limits."""
     read_only: tuple[str, ...] = ()

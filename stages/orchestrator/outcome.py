@@ -10,14 +10,13 @@ program's own code.
 from __future__ import annotations
 
 import signal
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from stages.wire import status as st
 from stages.wire.exits import ExitCode, killed_by
 
 
-@dataclass(frozen=True)
-class Reports:
+class Reports(NamedTuple):
     """What the stages reported."""
     path_name: str = "direct"
     started: bool = False
