@@ -256,7 +256,7 @@ def test_nothing_listening_is_path_down(exit_world):
         with pytest.raises(PathDownError) as caught:
             run(ns, check_path(path, timeout=3))
         # The text follows "the path 'office' is down: ": where it leads, never its name.
-        assert str(caught.value).startswith(f"{scheme}://127.0.0.1:{port}: cannot connect"), caught.value
+        assert str(caught.value).startswith(f"{scheme}://127.0.0.1:{port}: "), caught.value
         assert "office" not in str(caught.value)
         before = echo.accepted
         with pytest.raises(DialError) as dial_caught:
