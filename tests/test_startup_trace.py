@@ -84,13 +84,11 @@ def test_a_traced_run_marks_every_process_in_the_seal_order(world, user, capture
     go = at["vpnw: go"]
     for before_go in ("vpnw: helper: Ready", "vpnw: broker: PathOk", "vpnw: run.start recorded",
                       "helper: network sealed", "init: protected paths bound read-only",
-                      "recorder: run.start written", "init: seccomp filter taken"):
+                      "recorder: run.start written"):
         assert at[before_go] <= go, before_go
     assert go <= at["helper: go"] <= at["init: go"] <= at["program: sealed, exec"]
     assert at["program: sealed, exec"] <= at["init: program reaped"] <= at["vpnw: run.end sent"]
     assert at["vpnw: run.end sent"] <= at["recorder: signed"] <= at["vpnw: recorder reaped"]
-    # The filter is built while init mounts, not before init exists.
-    assert at["helper: init forked"] <= at["helper: seccomp filter built"] <= at["init: seccomp filter taken"]
     # The broker's loop loads once the doors came (after init's binds), not
     # while the helper seals; a run whose doors and end came together skips it.
     if "broker: loop import begun" in at:

@@ -239,28 +239,20 @@ def run(argv: list[str], handoff_fd: int, status_fd: int, go_fd: int,
 
     report_r, report_w = os.pipe2(os.O_CLOEXEC)
     go_r, go_w = os.pipe2(os.O_CLOEXEC)
-    filter_r, filter_w = os.pipe2(os.O_CLOEXEC)
-    keep = {report_w, go_r, filter_r}
+    keep = {report_w, go_r}
     unix_link = sealed.unix_link
     if unix_link is not None:
         keep.add(unix_link.program_end.fileno())
     init_pid = os.fork()
     if init_pid == 0:
-        os.close(filter_w)
-        os._exit(_init(argv, penv, filter_r, report_w, go_r, keep, files,
+        os._exit(_init(argv, penv, sealed.seccomp_bpf, report_w, go_r, keep, files,
                        tty is not None, protected,
                        unix_link.program_end.fileno() if unix_link else None))
     os.close(report_w)
     os.close(go_r)
-    os.close(filter_r)
     if unix_link is not None:
         unix_link.program_end.close()
     mark("helper", "init forked")
-    problem = _send_filter(filter_w, allow_unix_sockets, supervised=sealed.unix is not None)
-    if problem:
-        st.write(status_fd, st.SandboxFailed(problem, ExitCode.NO_SANDBOX))
-        _reap(init_pid)     # init, given no filter, says so and ends (never runs the program)
-        return ExitCode.NO_SANDBOX
     report = st.StatusReader(report_r, st.INIT_REPORT)
     first = _next_report(report)
     mark("helper", "init ready")
@@ -291,6 +283,7 @@ def run(argv: list[str], handoff_fd: int, status_fd: int, go_fd: int,
 
 class _Sealed(NamedTuple):
     """What the seal made, for the rest of the helper's life."""
+    seccomp_bpf: bytes           # the filter's BPF program (seccomp_rules.filter_bpf)
     unix: object                 # the Unix-socket plan (None: every Unix socket refused)
     unix_link: object
     supervisor: object
@@ -306,19 +299,19 @@ def _seal(allow_unix_sockets: bool, unix_allow, capture: bool, local_ports: tupl
     # Before unshare: pyseccomp looks libseccomp up by running ldconfig, and
     # a process spawned after unshare(CLONE_NEWPID) would become the new
     # namespace's PID 1 and spend it.
-    # The filter itself is built later, while init mounts (_send_filter);
-    # seccomp_rules and its loader are made now so that the program's
-    # process, which loads the filter after go, has them without making them.
+    # The filter's BPF is made once, here, and so are the means to load it:
+    # the program's process, forked from init after go, only loads the bytes
+    # (libseccomp's own load made the BPF again there).
     try:
+        from stages.helper import seccomp_rules
         with _sonames_known():
-            import pyseccomp  # noqa: F401
-            from stages.helper import seccomp_rules
-            seccomp_rules.loader()
             unix = _unix_plan(allow_unix_sockets, unix_allow)
-    except (ImportError, OSError, RuntimeError) as e:
+            seccomp_bpf = seccomp_rules.filter_bpf(allow_unix_sockets, supervised=unix is not None)
+        seccomp_rules.loader()
+    except (ImportError, OSError, RuntimeError, ValueError) as e:
         raise SealError(f"cannot build the seccomp filter (libseccomp via pyseccomp): {e}; "
                         f"{DOCTOR_HINT}")
-    mark("helper", "libseccomp loaded")
+    mark("helper", "seccomp filter built")
     # The PID namespace comes last, once the Unix-socket supervisor is
     # forked: outside it, the program cannot see or signal the supervisor.
     _unshare_and_map(priv.SANDBOX_NAMESPACES & ~priv.CLONE_NEWPID)
@@ -344,50 +337,8 @@ def _seal(allow_unix_sockets: bool, unix_allow, capture: bool, local_ports: tupl
     if tty is not None:
         _own_terminal(tty.socket_fd, tty.stdio)
     mark("helper", "devpts")
-    return _Sealed(unix, unix_link, supervisor, counters, opened, doors, datagram_doors)
-
-
-def _send_filter(filter_w: int, allow_unix_sockets: bool, supervised: bool) -> str | None:
-    """Build the seccomp filter and write its BPF to init (then close the
-    pipe): done once init is forked, so the build runs while init mounts on
-    the other core, not before it. None, or why it could not be built (init
-    then reads an empty pipe and never lets the program run)."""
-    try:
-        try:
-            from stages.helper.seccomp_rules import filter_bpf
-            with _sonames_known():
-                bpf = filter_bpf(allow_unix_sockets, supervised=supervised)
-        except (ImportError, OSError, RuntimeError, ValueError) as e:
-            return f"cannot build the seccomp filter (libseccomp via pyseccomp): {e}; {DOCTOR_HINT}"
-        # 1.3 KB: within a pipe's buffer, so this never waits for init.
-        view = memoryview(bpf)
-        while view:
-            view = view[os.write(filter_w, view):]
-        return None
-    except BrokenPipeError:
-        return None         # init ended before taking it: its own report says why
-    finally:
-        mark("helper", "seccomp filter built")    # before the close: init's EOF comes after it
-        os.close(filter_w)
-
-
-def take_filter(filter_r: int) -> bytes | None:
-    """init's side: the whole BPF program the helper wrote, or None when none
-    (or not a whole one) came. Closes the pipe."""
-    chunks = []
-    try:
-        while True:
-            try:
-                chunk = os.read(filter_r, 65536)
-            except InterruptedError:
-                continue
-            if not chunk:
-                break
-            chunks.append(chunk)
-    finally:
-        os.close(filter_r)
-    bpf = b"".join(chunks)
-    return bpf if bpf and len(bpf) % 8 == 0 else None     # sizeof(struct sock_filter)
+    return _Sealed(seccomp_bpf, unix, unix_link, supervisor, counters, opened, doors,
+                   datagram_doors)
 
 
 def _hand_doors_over(handoff_fd: int, sealed: _Sealed) -> None:
@@ -623,7 +574,7 @@ def _wait_for_the_end(report: st.StatusReader, status_fd: int) -> st.Message | N
 
 # ---------------------------------------------------------------- C: init
 
-def _init(argv, penv, filter_r: int, report_w: int, go_r: int, keep: set[int],
+def _init(argv, penv, seccomp_bpf: bytes, report_w: int, go_r: int, keep: set[int],
           files: MountPlan | None = None, tty: bool = False, protected: HelperProtection | None = None,
           listener_end: int | None = None) -> int:
     try:
@@ -655,11 +606,6 @@ def _init(argv, penv, filter_r: int, report_w: int, go_r: int, keep: set[int],
     mark("init", "protected paths bound read-only")
     if problem:
         st.write(report_w, st.InitFailed(problem))
-        return ExitCode.NO_SANDBOX
-    seccomp_bpf = take_filter(filter_r)
-    mark("init", "seccomp filter taken")
-    if seccomp_bpf is None:
-        st.write(report_w, st.InitFailed("no seccomp filter came from the helper"))
         return ExitCode.NO_SANDBOX
     st.write(report_w, st.InitOk())
     if not _go_byte(go_r):

@@ -1,9 +1,9 @@
 """The seccomp filter as bytes (stages/helper/seccomp_rules.py filter_bpf,
-load_bpf): the helper builds it once init is forked and writes it to init
-(stages/helper/sandbox.py take_filter); init lets the program run only with a
-whole BPF program in hand. Here: the pipe's end cases, and a process that
-loads the bytes is refused what the rules refuse, while the same calls in
-this (unfiltered) process succeed: the control."""
+load_bpf): the helper makes libseccomp's BPF once while it seals, and the
+program's process loads those bytes with seccomp(2) (libseccomp's own load
+made the BPF again there, after go). Here: what is not a program is refused,
+and a process that loaded the bytes is refused what the rules refuse, while
+the same calls in this (unfiltered) process succeed: the control."""
 from __future__ import annotations
 
 import errno
@@ -12,27 +12,9 @@ import socket
 
 import pytest
 
-from stages.helper.sandbox import take_filter
 from stages.helper.seccomp_rules import filter_bpf, load_bpf
 
 AF_PACKET = 17
-
-
-def _piped(data: bytes) -> int:
-    r, w = os.pipe()
-    os.write(w, data)
-    os.close(w)
-    return r
-
-
-def test_init_takes_a_whole_program():
-    bpf = filter_bpf(False)
-    assert take_filter(_piped(bpf)) == bpf
-
-
-@pytest.mark.parametrize("data", [b"", b"\0" * 12], ids=["nothing", "torn"])
-def test_init_takes_no_filter_from_an_empty_or_torn_pipe(data):
-    assert take_filter(_piped(data)) is None
 
 
 def test_load_refuses_what_is_not_a_program():
