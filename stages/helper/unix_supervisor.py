@@ -273,9 +273,10 @@ class Supervisor:
     def _receive(self) -> None:
         """One thread at a time waits in NOTIF_RECV: the one with the turn.
         It keeps the turn while it answers without waiting on anything (a
-        "continue", a refusal), so a program's connects are answered by one
-        thread, woken once each. Before a connect it makes itself (which may
-        wait on a full backlog) it hands the turn over (_hand_over). Only one
+        "continue", a refusal, a non-blocking socket's connect), so a
+        program's connects are answered by one thread, woken once each.
+        Before a blocking socket's connect it makes itself (which may wait on
+        a full backlog) it hands the turn over (_hand_over). Only one
         waits in the ioctl because the kernel (6.6+) wakes every thread
         waiting there for each notification, and all but one go back to
         sleep."""
@@ -364,7 +365,10 @@ class Supervisor:
         raw = threads.memory.read(n.pid, n.args[1], length) if length else b""
         if alone and raw[:SUN_PATH_AT] != UNIX_FAMILY and self._may_go_on(threads, sock, raw):
             return GO_ON
-        self._hand_over(threads)
+        if os.get_blocking(sock):
+            # Only a blocking socket's connect can wait (on a full backlog);
+            # a non-blocking one (Node, Go, libuv, asyncio) answers at once.
+            self._hand_over(threads)
         # The thread still waits: the TID named it all along, so the socket
         # and the bytes came from it.
         if not sn.still_pending(self.listener, n.id):
