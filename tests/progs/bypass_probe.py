@@ -1185,29 +1185,67 @@ def _outcome(fn, args):
         return {"ok": False, "errno": "PROBE_BUG", "detail": repr(e)}
 
 
+# An attempt's own time (its alarm), then what the whole attempt may take
+# before its process group is killed: a race that runs past its alarm must not
+# leave a grandchild (a listener) holding the result pipe, so that the probe
+# waits forever.
+ATTEMPT_SECONDS = 15
+ATTEMPT_DEADLINE = 25
+
+
 def run_one(attempt):
-    """In a forked child: an attempt that works may change this process
-    (join a namespace, chroot), and must not change the next attempt."""
+    """In a forked child, in a process group of its own: an attempt that works
+    may change this process (join a namespace, chroot), and must not change
+    the next attempt. Once the child has ended (or run past the deadline),
+    whatever it left in its group is killed, so the pipe always ends."""
     r, w = os.pipe()
     pid = os.fork()
     if pid == 0:
         os.close(r)
-        signal.alarm(15)
+        os.setpgid(0, 0)
+        signal.alarm(ATTEMPT_SECONDS)
         res = _outcome(globals()[attempt["attempt"]], attempt.get("args", []))
         os.write(w, json.dumps(res).encode())
         os._exit(0)
     os.close(w)
-    data = b""
+    try:
+        os.setpgid(pid, pid)         # whichever of us gets there first
+    except OSError:
+        pass
+    data, status, timed_out = b"", None, False
+    deadline = time.monotonic() + ATTEMPT_DEADLINE
     while True:
-        chunk = os.read(r, 65536)
-        if not chunk:
-            break
-        data += chunk
+        if status is None:
+            done, st = os.waitpid(pid, os.WNOHANG)
+            if done:
+                status = st
+                _kill_group(pid)
+        if time.monotonic() > deadline:
+            if timed_out:
+                break                # a holder outside the group: stop waiting
+            timed_out = True
+            _kill_group(pid)
+            deadline += 5
+        readable, _, _ = select.select([r], [], [], 0.2)
+        if readable:
+            chunk = os.read(r, 65536)
+            if not chunk:
+                break
+            data += chunk
     os.close(r)
-    _, status = os.waitpid(pid, 0)
-    if data:
+    if status is None:
+        _, status = os.waitpid(pid, 0)
+    if data and os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0:
         return json.loads(data)
-    return {"ok": False, "errno": "CRASH", "detail": f"wait status {status}"}
+    return {"ok": False, "errno": "CRASH", "detail": f"wait status {status}"
+            + (f", killed after {ATTEMPT_DEADLINE} s" if timed_out else "")}
+
+
+def _kill_group(pgid):
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except OSError:
+        pass
 
 
 def main():
