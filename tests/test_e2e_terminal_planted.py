@@ -28,7 +28,7 @@ import time
 
 import pytest
 
-from test_e2e_terminal import SYSTEM_PYTHON, term, write  # noqa: F401 - `term` is a fixture
+from test_e2e_terminal import SYSTEM_PYTHON, write
 from tmux_support import wait_file
 
 pytestmark = pytest.mark.world
