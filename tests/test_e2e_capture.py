@@ -235,14 +235,20 @@ def test_dns_door_control_outside_vpnw(world, dns_clients, user):
     assert "evil.example" in world.dns_queries(mark)
 
 
+def captured_run(world, user, mode: str, name: str, allow: str, program: list):
+    """`program` under `trace --capture`, or under `guard` with a capture policy
+    that allows only `allow`; without proxy variables."""
+    policy = world.file(f"capture-{name}-{user}.toml",
+                        f'version = 1\n[policy]\ncapture = true\nallow = ["{allow}"]\n')
+    args = ["trace", "--capture"] if mode == "trace" else ["guard", "--policy", str(policy)]
+    return world.vpnw([*args, "--", *NO_PROXY_ENV, *program], user=user)
+
+
 @pytest.mark.parametrize("mode", ["trace", "guard"])
 def test_dns_door_answers_and_never_looks_anything_up(world, dns_clients, user, mode):
     from world import DNS_ADDR
-    policy = world.file(f"capture-dns-{user}.toml",
-                        'version = 1\n[policy]\ncapture = true\nallow = ["api.github.com:80"]\n')
-    args = ["trace", "--capture"] if mode == "trace" else ["guard", "--policy", str(policy)]
     mark = world.dns_mark()
-    r = world.vpnw([*args, "--", *NO_PROXY_ENV, "python3", str(dns_clients), DNS_ADDR], user=user)
+    r = captured_run(world, user, mode, "dns", "api.github.com:80", ["python3", str(dns_clients), DNS_ADDR])
     got = results(r.stdout)
     assert "dig-a" in got, describe(r)
     made_up = ipaddress.ip_address(got["dig-a"]["out"])
@@ -393,11 +399,8 @@ def go_fetch(world):
 
 @pytest.mark.parametrize("mode", ["trace", "guard"])
 def test_a_go_program_with_its_own_dialer_and_resolver_is_captured(world, user, mode, go_fetch):
-    policy = world.file(f"capture-go-{user}.toml",
-                        'version = 1\n[policy]\ncapture = true\nallow = ["pypi.world"]\n')
-    args = ["trace", "--capture"] if mode == "trace" else ["guard", "--policy", str(policy)]
     mark = world.dns_mark()
-    r = world.vpnw([*args, "--", *NO_PROXY_ENV, str(go_fetch)], user=user)
+    r = captured_run(world, user, mode, "go", "pypi.world", [str(go_fetch)])
     requests = [e["fields"] for e in run_events(r) if e["type"] == "conn.request"]
     assert requests and requests[0]["host"] == "api.github.com" and requests[0]["door"] == "capture", \
         describe(r)
@@ -422,11 +425,8 @@ def test_node_fetch_is_captured(world, user, mode, which):
     node = shutil.which("node") if which == "node" else node_with_env_proxy()
     if node is None:
         cannot(f"no {which} here (scripts/setup installs nodejs, and Node from npm into /opt/vpnw-node)")
-    policy = world.file(f"capture-node-{user}.toml",
-                        'version = 1\n[policy]\ncapture = true\nallow = ["pypi.world"]\n')
-    args = ["trace", "--capture"] if mode == "trace" else ["guard", "--policy", str(policy)]
     mark = world.dns_mark()
-    r = world.vpnw([*args, "--", *NO_PROXY_ENV, node, "-e", NODE_FETCH], user=user)
+    r = captured_run(world, user, mode, "node", "pypi.world", [node, "-e", NODE_FETCH])
     events = run_events(r)
     requests = [e["fields"] for e in events if e["type"] == "conn.request"]
     assert requests and requests[0]["host"] == "api.github.com" and requests[0]["door"] == "capture"
