@@ -153,3 +153,46 @@ def test_the_helper_gone_before_any_door_ends_without_the_loop():
     assert early.quiet_end and early.handed == []
     time.sleep(0.1)
     assert not load.started.is_set()
+
+
+# In a fresh interpreter, as in a forked broker that has not loaded its loop:
+# the direct path's import, then a real connection served by asyncio.
+_LOOP_WITHOUT_TLS = r"""
+import sys
+assert "ssl" not in sys.modules and "asyncio" not in sys.modules
+from stages.broker.main import _load_the_loop
+_load_the_loop(capture=sys.argv[1] == "capture")
+print("ssl loaded:", "ssl" in sys.modules, "_ssl loaded:", "_ssl" in sys.modules)
+import asyncio, asyncio.sslproto, asyncio.base_events
+print("asyncio sees ssl:", asyncio.sslproto.ssl is not None or asyncio.base_events.ssl is not None)
+
+async def main():
+    async def echo(reader, writer):
+        writer.write(await reader.readexactly(5))
+        await writer.drain()
+        writer.close()
+    server = await asyncio.start_server(echo, "127.0.0.1", 0)
+    reader, writer = await asyncio.open_connection(*server.sockets[0].getsockname())
+    writer.write(b"hello")
+    print("echo:", (await reader.readexactly(5)).decode())
+    writer.close()
+    server.close()
+asyncio.run(main())
+import ssl                      # refused only while the loop loaded
+print("ssl afterwards:", ssl.OPENSSL_VERSION.split()[0])
+"""
+
+
+def test_the_direct_paths_loop_loads_without_tls_and_serves():
+    """The broker on the direct path never speaks TLS: its loop loads
+    without ssl (and OpenSSL), asyncio serves connections as before, and
+    `import ssl` is refused only while the loop loads. Failed before: the
+    loop's import loaded ssl."""
+    import subprocess
+    for mode in ("plain", "capture"):
+        out = subprocess.run([sys.executable, "-c", _LOOP_WITHOUT_TLS, mode], capture_output=True,
+                             text=True, timeout=60)
+        assert out.returncode == 0, out.stderr
+        assert out.stdout.splitlines() == ["ssl loaded: False _ssl loaded: False",
+                                           "asyncio sees ssl: False", "echo: hello",
+                                           "ssl afterwards: OpenSSL"], (mode, out.stdout)

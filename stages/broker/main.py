@@ -6,6 +6,7 @@ before forking the broker.
 """
 from __future__ import annotations
 
+import sys
 
 from stages.broker.warn import warn
 from stages.wire.startup_trace import mark
@@ -83,10 +84,24 @@ def main_from_fds(handoff_fd: int, event_fd: int, status_fd: int, *, run_id: str
 def _load_the_loop(capture: bool) -> None:
     """What the first connection needs, loaded before it comes: the loop,
     the decisions (connector.py imports decide.py when the broker starts)
-    and, on a run with capture, its doors."""
-    from stages.broker import decide, loop  # noqa: F401
-    if capture:
-        from stages.broker import capture_door, dns_door  # noqa: F401
+    and, on a run with capture, its doors.
+
+    Only on the direct path (main_from_fds), whose broker never speaks TLS:
+    asyncio is loaded without the ssl module (`import ssl` refused while it
+    loads, which asyncio takes as "no TLS here"). ssl and OpenSSL's
+    libraries were about a quarter of this import, and a program that
+    connects at once waits for the rest of it (docs/architecture.md,
+    "Start-up budget")."""
+    refused = "ssl" not in sys.modules
+    if refused:
+        sys.modules["ssl"] = None           # None in sys.modules: `import ssl` raises ImportError
+    try:
+        from stages.broker import decide, loop  # noqa: F401
+        if capture:
+            from stages.broker import capture_door, dns_door  # noqa: F401
+    finally:
+        if refused and sys.modules.get("ssl", 0) is None:
+            del sys.modules["ssl"]
 
 
 def _end_without_the_loop(early, status_fd: int) -> int:
