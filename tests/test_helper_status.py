@@ -109,6 +109,45 @@ def test_eof_on_go_aborts_without_running_the_program(tmp_path):
     assert rest == [] and code == 122 and not marker.exists()
 
 
+def _marks(trace) -> list[str]:
+    try:
+        return [" ".join(line.split(" ", 4)[3:]) for line in trace.read_text().splitlines()]
+    except FileNotFoundError:
+        return []
+
+
+@pytest.mark.parametrize("go", [True, False], ids=["go", "eof"])
+def test_the_program_is_sealed_before_go_and_execs_only_after_it(tmp_path, monkeypatch, go):
+    """The program's process is forked and sealed while vpnw answers Ready
+    (after go it only reads the byte and execs); nothing of the program
+    runs before go, and go's EOF ends that process unexec'd. Failed before:
+    the process was forked only after go, so no "sealed" before it."""
+    import time
+    from stages.helper import sandbox
+    from stages.wire import startup_trace
+    trace, marker = tmp_path / "trace", tmp_path / "ran"
+    monkeypatch.setattr(startup_trace, "_path", str(trace))
+    monkeypatch.setattr(sandbox, "mark", startup_trace._mark)
+    h = Helper(["touch", str(marker)])
+    assert "ready" in h.line()
+    deadline = time.monotonic() + 20
+    while "program sealed" not in _marks(trace) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert "program sealed" in _marks(trace)
+    time.sleep(0.2)
+    assert not marker.exists() and "program go, exec" not in _marks(trace)
+    if go:
+        h.go()
+        assert h.line() == {"exit": {"code": 0, "signal": None}}
+    rest, code = h.finish()
+    assert rest == [] and code == (0 if go else 122)
+    assert marker.exists() == go
+    marks = _marks(trace)
+    assert ("program go, exec" in marks) == go
+    if go:
+        assert marks.index("program sealed") < marks.index("helper go") < marks.index("program go, exec")
+
+
 def test_environment_is_the_callers_plus_proxy_settings(tmp_path):
     env = {"PATH": os.environ["PATH"], "KEEP": "1", "no_proxy": "*", "No_Proxy": "x",
            "HTTPS_PROXY": "socks5://evil:1", "HOME": str(tmp_path)}

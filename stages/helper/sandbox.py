@@ -14,7 +14,8 @@ terminal, Stopped whenever the program stops (P passes it on, so the
 orchestrator can suspend vpnw with it, as a shell job). G tells C why it
 could not exec over a third pipe.
 P starts C before it reports ready (so a failed /proc mount is a sandbox
-error, not a surprise later) and lets it go with one byte on a second pipe.
+error, not a surprise later); C forks G then, and G seals itself while P
+reports ready, then waits for one byte on a second pipe (go) and only execs.
 """
 from __future__ import annotations
 
@@ -256,6 +257,10 @@ def run(argv: list[str], handoff_fd: int, status_fd: int, go_fd: int,
     report = st.StatusReader(report_r, st.INIT_REPORT)
     first = _next_report(report)
     mark("helper", "init ready")
+    if isinstance(first, st.SandboxFailed):     # init could not give the program its terminal
+        st.write(status_fd, first)
+        _reap(init_pid)
+        return first.code
     if not isinstance(first, st.InitOk):
         why = first.error if isinstance(first, st.InitFailed) else \
             "the sandbox's init process died while starting"
@@ -276,7 +281,10 @@ def run(argv: list[str], handoff_fd: int, status_fd: int, go_fd: int,
         signal.signal(sig, lambda s, _f: _kill_quietly(init_pid, s))
     before = _no_route_count(sealed.counters)     # the seal's own checks are not the program's
     mark("helper", "go")
-    os.write(go_w, b"g")
+    try:
+        os.write(go_w, b"g")
+    except BrokenPipeError:
+        pass    # the program's process is gone before go (its seal failed): init reports why
     os.close(go_w)
     return _the_end(report, status_fd, init_pid, sealed, before, handoff_fd)
 
@@ -607,11 +615,6 @@ def _init(argv, penv, seccomp_bpf: bytes, report_w: int, go_r: int, keep: set[in
     if problem:
         st.write(report_w, st.InitFailed(problem))
         return ExitCode.NO_SANDBOX
-    st.write(report_w, st.InitOk())
-    if not _go_byte(go_r):
-        return ExitCode.NO_SANDBOX
-    os.close(go_r)
-
     if tty:
         try:
             _lead_terminal_session()
@@ -619,16 +622,22 @@ def _init(argv, penv, seccomp_bpf: bytes, report_w: int, go_r: int, keep: set[in
             st.write(report_w, st.SandboxFailed(f"cannot give the program its terminal: {e}",
                                                 ExitCode.INTERNAL))
             return ExitCode.INTERNAL
-    mark("init", "go")
+    # The program's process is forked and sealed now, while the helper
+    # reports ready and vpnw answers; it waits for go itself and then only
+    # execs (docs/architecture.md, "The sandbox", 4). Before go nothing of
+    # the program runs: go's EOF ends that process unexec'd.
     err_r, err_w = os.pipe2(os.O_CLOEXEC)
     program_pid = os.fork()
     if program_pid == 0:
-        _program(argv, penv, seccomp_bpf, err_w, files, tty, listener_end)  # never returns
+        _program(argv, penv, seccomp_bpf, err_w, go_r, files, tty, listener_end)  # never returns
     os.close(err_w)
+    os.close(go_r)
     if listener_end is not None:
         os.close(listener_end)
     for sig in FORWARDED_SIGNALS:
         signal.signal(sig, lambda s, _f: _kill_quietly(program_pid, s))
+    st.write(report_w, st.InitOk())
+    mark("init", "program forked")
 
     failure = b""
     while True:
@@ -796,8 +805,10 @@ def _wait_for(program_pid: int, stops_to: int | None = None) -> int:
 
 # ---------------------------------------------------------------- G: program
 
-def _program(argv, penv, seccomp_bpf: bytes, err_w: int, files: MountPlan | None = None,
-             tty: bool = False, listener_end: int | None = None) -> None:
+def _program(argv, penv, seccomp_bpf: bytes, err_w: int, go_r: int,
+              files: MountPlan | None = None, tty: bool = False,
+              listener_end: int | None = None) -> None:
+    """Sealed first (before go), then go read, then exec; never returns."""
     try:
         for sig in FORWARDED_SIGNALS + (signal.SIGPIPE, signal.SIGXFSZ):
             signal.signal(sig, signal.SIG_DFL)  # Python ignores SIGPIPE; programs expect the default
@@ -806,7 +817,7 @@ def _program(argv, penv, seccomp_bpf: bytes, err_w: int, files: MountPlan | None
         else:
             os.setsid()
         priv.prctl(priv.PR_SET_PDEATHSIG, signal.SIGKILL)
-        close_all_but({err_w} if listener_end is None else {err_w, listener_end})
+        close_all_but({err_w, go_r} if listener_end is None else {err_w, go_r, listener_end})
         priv.drop_all_privileges()
         if files and files.landlock_abi:
             # After no_new_privs (the drop), before the filter and exec.
@@ -821,8 +832,12 @@ def _program(argv, penv, seccomp_bpf: bytes, err_w: int, files: MountPlan | None
     except BaseException as e:  # noqa: BLE001 - whatever went wrong, never exec unsealed
         _report_exec(err_w, st.SandboxFailed(f"cannot seal the program's process: {e}; "
                                              f"{DOCTOR_HINT}", ExitCode.NO_SANDBOX))
+    mark("program", "sealed")
+    if not _go_byte(go_r):
+        os._exit(ExitCode.NO_SANDBOX)   # vpnw gave up before go: nothing of the program ran
+    os.close(go_r)
     try:
-        mark("program", "sealed, exec")
+        mark("program", "go, exec")
         os.execve(_search_path(argv[0], penv.get("PATH")), argv, penv)
     except OSError as e:
         if e.errno in (errno.ENOENT, errno.ENOTDIR):
