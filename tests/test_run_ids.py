@@ -1,6 +1,6 @@
 """Run ids and the run file in the state directory (issue 32, finding 9): a
 repeated id, or a file planted at the id's name, is never truncated; the run
-takes a fresh id (stages/record/events.py open_run_file)."""
+takes a fresh id (stages/record/run_file.py open_run_file)."""
 from __future__ import annotations
 
 import os
@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-from stages.record import events
+from stages.record import events, run_file
 
 
 @pytest.fixture
@@ -22,7 +22,7 @@ def runs_dir(tmp_path, monkeypatch):
 def _ids(monkeypatch, *ids):
     """new_run_id returns these ids in turn (a forced repeat)."""
     queue = list(ids)
-    monkeypatch.setattr(events, "new_run_id", lambda: queue.pop(0))
+    monkeypatch.setattr(run_file, "new_run_id", lambda: queue.pop(0))
     return queue
 
 
@@ -36,7 +36,7 @@ def test_a_repeated_id_never_truncates_the_earlier_record(runs_dir, monkeypatch)
     earlier = runs_dir / "r-000000000001.jsonl"
     earlier.write_bytes(b'{"earlier": "record that holds a leak"}\n')
     left = _ids(monkeypatch, "r-000000000001", "r-000000000001", "r-000000000002")
-    path, fd, run_id = events.open_run_file(None)
+    path, fd, run_id = run_file.open_run_file(None)
     os.close(fd)
     assert left == []                     # control: the repeat really happened
     assert (run_id, path) == ("r-000000000002", str(runs_dir / "r-000000000002.jsonl"))
@@ -49,15 +49,15 @@ def test_a_symlink_planted_at_the_id_is_not_followed(runs_dir, tmp_path, monkeyp
     victim.write_bytes(b"keep me\n")
     (runs_dir / "r-00000000000a.jsonl").symlink_to(victim)
     _ids(monkeypatch, "r-00000000000a", "r-00000000000b")
-    path, fd, run_id = events.open_run_file(None)
+    path, fd, run_id = run_file.open_run_file(None)
     os.close(fd)
     assert run_id == "r-00000000000b" and path.endswith("r-00000000000b.jsonl")
     assert victim.read_bytes() == b"keep me\n"
 
 
 def test_a_directory_that_refuses_every_id_is_unwritable_not_a_spin(runs_dir, monkeypatch):
-    monkeypatch.setattr(events, "new_run_id", lambda: "r-00000000000c")
+    monkeypatch.setattr(run_file, "new_run_id", lambda: "r-00000000000c")
     (runs_dir / "r-00000000000c.jsonl").write_bytes(b"x\n")
-    with pytest.raises(events.RecordUnwritable, match="the program was not run"):
-        events.open_run_file(None)
+    with pytest.raises(run_file.RecordUnwritable, match="the program was not run"):
+        run_file.open_run_file(None)
     assert (runs_dir / "r-00000000000c.jsonl").read_bytes() == b"x\n"

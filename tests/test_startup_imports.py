@@ -10,6 +10,10 @@ import os
 import subprocess
 import sys
 
+import pytest
+
+from stages.wire import startup_trace
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 
@@ -140,3 +144,73 @@ def test_a_plain_run_loads_no_click_and_no_file_limits_before_the_helper(tmp_pat
     assert {"stages.orchestrator.run", "stages.config.protected"} <= loaded   # control: at the fork
     assert not {m for m in loaded if m.split(".")[0] == "click"}
     assert "stages.config.file_limits" not in loaded
+
+
+# What dataclasses and orjson bring (inspect: ast, dis, tokenize; uuid:
+# platform), ~20 ms of CPU before the seal when they were on its way.
+OFF_THE_WAY = {"orjson", "dataclasses", "inspect", "uuid", "platform"}
+
+
+def test_the_run_forks_its_helper_before_the_records_modules(tmp_path):
+    """At the helper's fork (every module vpnw has loaded is one the helper
+    starts with) there is no orjson, no dataclasses and nothing they bring:
+    the status lines use the standard library's json, the run's records are
+    `config.records`, and the record's modules load after the fork.
+    Control: at the recorder's fork, the next one, orjson is loaded (the
+    listing would show it)."""
+    code = UNTIL_THE_HELPER_FORKS.replace(
+        "    os._exit(0)\n", "    if forks: os._exit(0)\n    forks.append(1)\n    return 424242\n"
+    ).replace("def fork():", "forks = []\ndef fork():")
+    env = {**os.environ, "PYTHONPATH": ROOT, "XDG_STATE_HOME": str(tmp_path / "state")}
+    out = subprocess.run([sys.executable, "-c", code], check=True, cwd=tmp_path, env=env,
+                         capture_output=True, text=True, stdin=subprocess.DEVNULL)
+    at_helper, at_recorder = (set(json.loads(line)) for line in out.stdout.splitlines()[-2:])
+    assert {"stages.orchestrator.run", "stages.config.policy", "stages.wire.status"} <= at_helper
+    assert not OFF_THE_WAY & at_helper
+    assert {"orjson", "stages.record.events"} <= at_recorder      # control
+
+
+HOOKED_RUN = """
+import os, sys, time
+out = sys.argv[1]
+def hook(event, args):
+    if event == "import":
+        fd = os.open(out, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        os.write(fd, f"{time.clock_gettime_ns(time.CLOCK_MONOTONIC)} {os.getpid()} {args[0]}\\n".encode())
+        os.close(fd)
+sys.addaudithook(hook)
+from stages.orchestrator import main
+main.main(sys.argv[2:])
+"""
+
+
+@pytest.mark.world
+def test_the_helper_reaches_ready_without_the_records_modules(world, user):
+    """A real run, every import of every process seen (an audit hook):
+    what the helper had loaded when it sent Ready (vpnw's modules at the
+    fork, and its own after it) has no orjson, no dataclasses and nothing
+    they bring. Control: the same listing has the helper's own modules,
+    and vpnw, in the same run, loads orjson before it forks the recorder."""
+    work = world.workdir(user)
+    trace, imports = work / "trace", work / "imports"
+    result = world.run([world.python, "-c", HOOKED_RUN, str(imports), "run", "--record",
+                        str(work / "run.jsonl"), "--", "true"], user=user,
+                       env={startup_trace.VARIABLE: str(trace)})
+    assert result.returncode == 0, result.stderr
+    at = {}
+    for line in trace.read_text().splitlines():
+        ns, pid, _cpu, stage, what = line.split(" ", 4)
+        at[(stage, what)] = (int(ns), int(pid))
+    vpnw_forked, vpnw_pid = at[("vpnw", "helper forked")]
+    ready, helper_pid = at[("helper", "Ready sent")]
+    recorder_forked = at[("vpnw", "recorder forked")][0]
+    loaded, by_the_recorders_fork = set(), set()
+    for line in imports.read_text().splitlines():
+        ns, pid, name = line.split(" ", 2)
+        if (int(pid) == vpnw_pid and int(ns) < vpnw_forked) or (int(pid) == helper_pid and int(ns) < ready):
+            loaded.add(name)
+        if int(pid) == vpnw_pid and int(ns) < recorder_forked:
+            by_the_recorders_fork.add(name)
+    assert {"stages.helper.sandbox", "stages.wire.status", "json"} <= loaded      # control
+    assert "orjson" in by_the_recorders_fork                                      # control
+    assert not OFF_THE_WAY & loaded

@@ -177,6 +177,61 @@ def test_decode_of_any_bytes_raises_only_status_error(data):
         pass
 
 
+_ANY_TEXT = hs.text(hs.characters(blacklist_categories=("Cs",)), max_size=30)
+_MESSAGES = hs.one_of(
+    hs.builds(st.SandboxFailed, _ANY_TEXT, hs.sampled_from(st._SANDBOX_CODES)),
+    hs.builds(st.ExecFailed, _ANY_TEXT, hs.sampled_from(st._EXEC_CODES)),
+    hs.builds(st.InitFailed, _ANY_TEXT),
+    hs.builds(st.Exited, hs.integers(0, 255), hs.none() | hs.integers(1, 64), hs.integers(0, 2**53)),
+    hs.builds(st.PathDown, path=_ANY_TEXT, error=_ANY_TEXT),
+    hs.builds(st.UnixConnect, path=_ANY_TEXT, allowed=hs.booleans(), process=hs.integers(0, 2**22),
+              program=_ANY_TEXT, reason=_ANY_TEXT),
+    hs.builds(st.Ready, namespaces=hs.lists(_ANY_TEXT, max_size=5).map(tuple), seccomp=hs.booleans(),
+              unix_sockets=hs.booleans(), unix=hs.sampled_from(st.UNIX_MODES),
+              doors=hs.dictionaries(_ANY_TEXT, hs.integers(1, 65535), max_size=3).map(
+                  lambda d: tuple(d.items())),
+              local=hs.lists(hs.integers(1, 65535), max_size=3).map(tuple)),
+    hs.sampled_from(SAMPLES))
+
+
+@settings(max_examples=300, derandomize=True)
+@given(_MESSAGES)
+def test_the_lines_are_the_bytes_orjson_wrote(message):
+    """The helper's lines are written with the standard library's json (no
+    orjson on its way to Ready, docs/architecture.md "Start-up budget"):
+    byte for byte what orjson made of the same message, control characters,
+    quotes and any Unicode included, so either end may be the older one."""
+    import orjson
+    assert st.encode(message) == orjson.dumps(message.to_wire()) + b"\n"
+
+
+ODD_LINES = [b'{"stopped":NaN}', b'{"stopped":Infinity}', b'{"stopped":-Infinity}',
+             b'{"init_error":"\\ud800"}', b'{"init_error":"\\udc80x"}', b'{"init_error":"\xff"}',
+             b'{"init_error":"\xed\xa0\x80"}', b'\xef\xbb\xbf{"init":"ok"}', b'{"init":"ok"}\x00',
+             b'\xff\xfe{\x00}\x00', b'{"stopped":1' + b'0' * 5000 + b'}', b'[' * 5000 + b']' * 5000,
+             b'{"stopped":20.0}', b'{"stopped":2e1}', b'{"stopped":true}', b' {"init":"ok"} ',
+             b'{"init":"ok","init":"ok"}', b'{"stopped":20,"stopped":21}', b'{"init":"\\u006fk"}',
+             b'{"init_error":"\\ud83d\\ude00"}', b'{"init_error":"\x01"}', b"{'init':'ok'}"]
+
+
+@pytest.mark.parametrize("line", ODD_LINES)
+def test_a_line_is_read_as_orjson_read_it(line):
+    """What decode accepts, and the message it makes, is what it was with
+    orjson: lone surrogates, NaN, Infinity, non-UTF-8 bytes, a BOM, huge
+    numbers and deep nesting are refused (as StatusError, never another
+    exception); the rest reads the same."""
+    import orjson
+    try:
+        expected = st._KINDS[frozenset(orjson.loads(line))].from_wire(orjson.loads(line))
+    except (orjson.JSONDecodeError, st.StatusError, KeyError, TypeError, RecursionError):
+        expected = st.StatusError
+    try:
+        got = st.decode(line, ALL_KINDS)
+    except st.StatusError:
+        got = st.StatusError
+    assert got == expected
+
+
 def test_reader_takes_lines_across_reads_and_refuses_an_endless_one():
     r, w = os.pipe()
     try:

@@ -23,9 +23,9 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass, field, replace
 from typing import NamedTuple
 
+from stages.config.records import FrozenRecord
 from stages.config.errors import ConfigError  # noqa: F401  (raised here; callers catch it from here)
 from stages.config.toml_lines import key_lines, line_of
 
@@ -46,20 +46,21 @@ class SecretSource(NamedTuple):
     at: "ConfigError"              # file and line, for the message if it cannot be read
 
 
-@dataclass(frozen=True)
-class PathSpec:
+class PathSpec(FrozenRecord):
     """One way out: direct, a proxy or a WireGuard tunnel."""
+    _uncompared = ("secret",)
+    _unshown = ("password", "secret", "wireguard")
     name: str
     type: str                      # "direct" | "proxy" | "wireguard"
     scheme: str | None = None      # "socks5" | "socks5h" | "http"
     host: str | None = None        # the proxy's own host (name or address)
     port: int | None = None
     username: str | None = None
-    password: str | None = field(default=None, repr=False)
+    password: str | None = None    # never shown (repr)
     resolves_at_exit: bool = False
     ca_file: str | None = None
-    secret: SecretSource | None = field(default=None, repr=False, compare=False)
-    wireguard: object = field(default=None, repr=False)   # wgconf.WgConf for type "wireguard"
+    secret: SecretSource | None = None
+    wireguard: object = None       # wgconf.WgConf for type "wireguard"
 
     def describe(self) -> str:
         """'office (socks5h://10.8.0.1:1080)', never with credentials."""
@@ -82,14 +83,15 @@ class PathSpec:
 DIRECT = PathSpec(name="direct", type="direct")
 
 
-@dataclass(frozen=True)
-class Config:
+class Config(FrozenRecord):
     """A paths file: its named paths and its default."""
+    _uncompared = ("env",)
+    _unshown = ("env",)
     name: str
     paths: dict[str, PathSpec]
     default: str | None
     source: str
-    env: object = field(default=None, repr=False, compare=False)   # where password_env is read
+    env: object = None             # where password_env is read
 
 
 class _Reader:
@@ -323,9 +325,10 @@ def with_secret(spec: PathSpec, env=os.environ) -> PathSpec:
             raise ConfigError(f"the private key from {option}_{source.kind} is not a WireGuard "
                               "key (base64 of 32 bytes)", "put the key your VPN gave you there",
                               file=at.file, line=at.line)
-        return replace(spec, wireguard=replace(spec.wireguard, private_key=key), secret=None)
+        from dataclasses import replace     # WgConf's: the wireguard path loads it anyway
+        return spec.replace(wireguard=replace(spec.wireguard, private_key=key), secret=None)
     _check_credential("password", password, at)
-    return replace(spec, password=password, secret=None)
+    return spec.replace(password=password, secret=None)
 
 
 _WG_QUICK = re.compile(r"^\s*\[Interface\]\s*$(?s:.*)^\s*PrivateKey\s*=", re.M)

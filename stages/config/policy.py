@@ -33,12 +33,12 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass, field
 from typing import NamedTuple
 
 # ipaddress and stages.config.addresses are imported where rules are parsed:
 # a run without --policy (Policy.allow_all) needs neither before its
 # stages start (docs/architecture.md "Start-up budget").
+from stages.config.records import FrozenRecord
 from stages.record.text import printable
 from stages.config.toml_lines import key_lines, line_of
 
@@ -147,9 +147,10 @@ class RuleIndex:
         return self._address_any_port or port in self._address_ports
 
 
-@dataclass(frozen=True)
-class Policy:
+class Policy(FrozenRecord):
     """A policy file, parsed and checked."""
+    _uncompared = ("sha256", "deny_private_line", "allow_index", "deny_index")
+    _unshown = ("allow_index", "deny_index")
     name: str
     default: str                   # "allow" | "deny"
     default_explicit: bool         # False: the default came from the presence of an allow list
@@ -161,12 +162,12 @@ class Policy:
     no_policy: bool = False        # allow_all(): run/trace without --policy
     files: "FileRules | None" = None   # the [files] table; None when the policy has none
     ask: bool = False              # `ask = true`: guard asks the person (as with --ask)
-    sha256: str | None = field(default=None, compare=False)   # of the text read (--ask writes back only onto it)
+    sha256: str | None = None      # of the text read (--ask writes back only onto it)
     capture: bool = False          # capture = true: every run under it captures (docs/architecture.md "Capture")
     unix_allow: tuple[str, ...] = ()   # [unix] allow: paths and $VARIABLES, as written
-    deny_private_line: int | None = field(default=None, compare=False)   # where it is set
-    allow_index: RuleIndex = field(default=None, compare=False, repr=False)
-    deny_index: RuleIndex = field(default=None, compare=False, repr=False)
+    deny_private_line: int | None = None   # where it is set
+    allow_index: RuleIndex = None  # made from allow by __post_init__
+    deny_index: RuleIndex = None
 
     def __post_init__(self):
         if self.allow_index is None:

@@ -14,19 +14,17 @@ import selectors
 import signal
 import sys
 import time
-from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from stages import __version__
+from stages.config.records import Factory, Record
 from stages.wire import handoff
 from stages.orchestrator import outcome
 from stages.wire import status as st
 from stages.kernel.descriptors import close_all_but
 from stages.wire.exits import ExitCode
 from stages.wire.startup_trace import mark
-from stages.record.events import (
-    Emitter, RecordUnwritable, open_run_file, vpnw_state_dir,
-)
+from stages.record.run_file import RecordUnwritable, open_run_file, vpnw_state_dir
 
 FORWARDED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT,
                      signal.SIGUSR1, signal.SIGUSR2)
@@ -35,8 +33,7 @@ HURRY_SIGNAL = signal.SIGURG
 PR_SET_PDEATHSIG = 1
 
 
-@dataclass
-class RunRequest:
+class RunRequest(Record):
     """One run as the command line asked for it."""
     mode: str                      # run | trace | guard
     argv: list[str]
@@ -56,7 +53,7 @@ class RunRequest:
     ask_timeout: float = 60.0      # seconds a question waits before it is a denial
     capture: bool = False          # --capture or the policy's capture = true
     config_files: object = None    # stages.config.paths.ConfigFiles: what the config names
-    env: dict = field(default_factory=lambda: dict(os.environ))
+    env: dict = Factory(lambda: dict(os.environ))
     no_clipboard: bool = False     # drop the program's OSC 52 on the user's terminal
 
 
@@ -176,8 +173,7 @@ def _program_env(env: dict, run_id: str) -> tuple[dict, list[str]]:
     return apply(env, python=sys.executable, run_id=run_id)
 
 
-@dataclass
-class _Terminal:
+class _Terminal(Record):
     """Where the program's fds 0-2 and vpnw's human lines go (docs/architecture.md, "The terminal")."""
     program_stdio: tuple[int, int, int]
     human_fd: int                    # the recorder's and the broker's fd 2
@@ -189,7 +185,7 @@ class _Terminal:
     human_r: int | None = None       # vpnw's lines, to merge into the program's output
     pty_socket: object = None        # (ours, the helper's): the pty master comes over it
     relay: object = None             # terminal.TerminalRelay once the master is here
-    own_fds: list = field(default_factory=list)   # closed by the orchestrator after the forks
+    own_fds: list = Factory(list)  # closed by the orchestrator after the forks
 
 
 def _open_log(path: str) -> int:
@@ -302,6 +298,10 @@ def _execute(request: RunRequest, terminal: _Terminal) -> int:
     # checked the path.
     helper = _start_helper(request, terminal, files_plan, program_env, protection)
     mark("vpnw", "helper forked")
+    # The record's modules (orjson) load only now, after the helper's fork:
+    # the helper never needs them, and the recorder and the broker, forked
+    # next, share them.
+    from stages.record.events import Emitter
     # Then the recorder: nothing is recorded that it does not see. The broker
     # dials only while the recorder holds room for the lines (record/gate.py).
     from stages.record.gate import RecordGate
@@ -451,7 +451,7 @@ def _start_recorder(request: RunRequest, terminal: _Terminal, record: str, recor
     return recorder_pid, events_w, recorded_r
 
 
-def _emit_run_start(emitter: Emitter, request: RunRequest, record: str, files_record: dict,
+def _emit_run_start(emitter, request: RunRequest, record: str, files_record: dict,
                     env_kept, protection) -> None:
     policy_name = getattr(request.policy, "name", None)
     unix_allow = _unix_allow_record(request)

@@ -27,12 +27,17 @@ dataclasses or NamedTuples: this module is imported on the way of every
 NamedTuples ~0.4 ms (an eval each), nine `_Message`s ~0.05 ms. Equality is
 by kind as well as value: a PathDown is never equal to a plain tuple or to
 another kind.
+
+The JSON is the standard library's, not orjson: the helper writes and reads
+these lines on its way to Ready, and orjson's import loads dataclasses,
+inspect, uuid, platform and datetime (~10 ms before the seal). The bytes are
+orjson's (compact, UTF-8, no escapes beyond JSON's own), and a line is read
+as strictly: UTF-8 only, no NaN or Infinity, no lone surrogate (`_text`).
 """
+import json
 import operator
 import os
 from typing import Union
-
-import orjson
 
 from stages.wire.exits import ExitCode
 
@@ -56,6 +61,11 @@ def _clip(value) -> str:
 def _text(value, what: str) -> str:
     if not isinstance(value, str) or len(value) > MAX_TEXT:
         raise StatusError(f"{what} must be a string of at most {MAX_TEXT} characters, not {_clip(value)}")
+    if not value.isascii():
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            raise StatusError(f"{what} must be text (UTF-8), not {_clip(value)}") from None
     return value
 
 
@@ -418,11 +428,20 @@ BROKER_STATUS = (PathOk, PathDown, Totals)
 
 # --------------------------------------------------------------- encode/decode
 
+def _no_constant(name: str):
+    raise ValueError(f"{name} is not JSON")
+
+
+_ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False,
+                            check_circular=False)
+_DECODER = json.JSONDecoder(parse_constant=_no_constant)
+
+
 def encode(message: Message) -> bytes:
     """One JSON line; StatusError if `message` is not one decode would accept."""
     wire = message.to_wire()
     type(message).from_wire(wire)
-    return orjson.dumps(wire) + b"\n"
+    return _ENCODER.encode(wire).encode("utf-8") + b"\n"
 
 
 def decode(line: bytes | str, expect: tuple[type, ...]) -> Message:
@@ -430,8 +449,8 @@ def decode(line: bytes | str, expect: tuple[type, ...]) -> Message:
     if len(line) > MAX_LINE:
         raise StatusError(f"a status line of {len(line)} bytes (at most {MAX_LINE})")
     try:
-        obj = orjson.loads(line)
-    except orjson.JSONDecodeError:
+        obj = _DECODER.decode(line.decode("utf-8") if isinstance(line, bytes) else line)
+    except (ValueError, RecursionError):     # UnicodeDecodeError and JSONDecodeError are ValueErrors
         raise StatusError(f"a status line that is not JSON: {_clip(line)}") from None
     if not isinstance(obj, dict):
         raise StatusError(f"a status line that is not an object: {_clip(obj)}")
