@@ -113,3 +113,32 @@ def test_bulk_sets_curl_rows_beside_curl_direct_and_judges_netloads_only(bench):
     rows = {(r["section"], r["row"]): r for r in bench.compare_against({"bulk": out}, rev)}
     assert rows[("bulk", "vpnw http (curl)")]["ratio"] == pytest.approx(0.45 / 0.4)
     assert rows[("bulk", "vpnw http (curl), connect")]["ratio"] == pytest.approx(0.5)
+
+
+def test_bulk_sets_each_row_beside_the_reference_relay_of_its_client(bench):
+    """The bound beside vpnw: each row over the C splice relay measured by the
+    same client; the relay itself is neither judged nor set beside REV."""
+    rev = "abc1234"
+    ref = bench.REFERENCE
+    runs = {"direct": [_run(2.0, 0.5, 0.0)], ref: [_run(1.5, 0.6, 0.0)],
+            "vpnw http": [_run(1.2, 0.7, 0.1)], f"vpnw http @{rev}": [_run(1.0, 0.8, 0.1)],
+            "direct (curl)": [_run(0.5, 2.0, 0.0)], ref + " (curl)": [_run(0.4, 2.2, 0.0)],
+            "vpnw http (curl)": [_run(0.36, 2.4, 0.2)]}
+    out = bench.bulk_figures(runs)
+    assert out[ref]["x_direct"] == pytest.approx(0.75)
+    assert out[ref]["x_reference"] == pytest.approx(1.0)
+    assert out["vpnw http"]["x_reference"] == pytest.approx(0.8)
+    assert out["vpnw http (curl)"]["x_reference"] == pytest.approx(0.9)
+    assert [v["row"] for v in bench.judge({"bulk": out}) if v["section"] == "bulk"] == ["vpnw http"]
+    assert not [r for r in bench.compare_against({"bulk": out}, rev) if ref in r["row"]]
+    # Without the relay (no gcc) the rows carry no such ratio.
+    del runs[ref], runs[ref + " (curl)"]
+    assert bench.bulk_figures(runs)["vpnw http"]["x_reference"] is None
+
+
+def test_reference_relay_way_connects_to_the_relay_in_front_of_each_server(bench):
+    way = bench.Way(bench.REFERENCE, via=bench.RELAY_PORTS)
+    assert way.kind == "direct" and way.door_args() == []
+    assert way.server_port(bench.SINK_PORT) == bench.RELAY_PORTS[0]
+    assert way.server_port(bench.NGINX_PORT) == bench.RELAY_PORTS[1]
+    assert bench.DIRECT.server_port(bench.SINK_PORT) == bench.SINK_PORT

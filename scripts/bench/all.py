@@ -26,6 +26,12 @@ again with curl downloading the bulk file from nginx through the tunnel
 (CONNECT with -p, SOCKS5 with the name sent; "(curl)" rows, beside curl
 direct, shown and not judged): the client of issue 33's figures; its own
 16 KiB reads set direct's pace too, so the tunnel's cost shows less there.
+Beside them the bound, "splice relay (C)": scripts/bench/splice_relay.c,
+built here with gcc, a plain relay in front of the sink and of nginx (a
+thread per direction, blocking splice through a 1 MiB pipe: the fastest
+relay Linux allows without privileges; Debian's haproxy in TCP mode with
+splice-auto measured slower here). "x relay" is each row over it, measured
+by the same client: how much of the attainable vpnw's tunnels reach.
 
 `httpget`: a plain http:// GET of the bulk file from nginx (Debian's, sendfile
 on): direct, through vpnw's HTTP door (the client in the sandbox, the door as
@@ -118,6 +124,8 @@ NETLOAD = os.path.join(HERE, "netload.py")
 NGINX = "/usr/sbin/nginx"
 AB = "/usr/bin/ab"
 SINK_PORT = 9000
+RELAY_PORTS = (9200, 9201)     # the reference relay: in front of the sink, of nginx
+REFERENCE = "splice relay (C)"
 CAPTURE_ADDR = "10.77.0.1"     # not loopback, so a sandbox with --capture captures it
 NGINX_PORT = 9081
 SMALL_PATH = "/small"
@@ -186,6 +194,7 @@ class Place:
         self.procs: list[subprocess.Popen] = []
         self.exits: list[exits.Exit] = []
         self.nginx: subprocess.Popen | None = None
+        self.relay_ports: tuple[int, int] | None = None   # the reference relay's, once started
         self.policies = {}
         for rules in POLICY_SIZES:
             self.policies[rules] = os.path.join(self.tmp, f"policy-{rules}.toml")
@@ -245,6 +254,22 @@ http {{
                                       stdin=subprocess.DEVNULL)
         if not exits.wait_listening(NGINX_PORT, self.nginx):
             raise SystemExit(f"nginx did not start: see {self.tmp}/nginx-error.log")
+
+    def start_reference_relay(self) -> None:
+        """bulk's bound: splice_relay.c built into tmp and started in front of
+        the sink and of nginx. Without gcc the row is left out, said so."""
+        relay = os.path.join(self.tmp, "splice_relay")
+        built = shutil.which("gcc") and subprocess.run(
+            ["gcc", "-O2", "-pthread", "-o", relay, os.path.join(HERE, "splice_relay.c")]).returncode == 0
+        if not built:
+            print(f"bench: no {REFERENCE} row (it needs gcc; scripts/setup installs it)", file=sys.stderr)
+            return
+        for port, target in zip(RELAY_PORTS, (SINK_PORT, NGINX_PORT)):
+            process = subprocess.Popen([relay, str(port), str(target)], stdout=subprocess.PIPE)
+            self.procs.append(process)
+            if process.stdout.readline().strip() != b"ready":
+                raise SystemExit(f"{REFERENCE} did not start on port {port}")
+        self.relay_ports = RELAY_PORTS
 
     def start_proxies(self) -> dict[str, tuple[str, int]]:
         """The Debian proxies installed here: kind -> (door, port)."""
@@ -385,6 +410,11 @@ class Way:
     vpnw: tuple[str, ...] | None = None   # `vpnw run` arguments; None: the client runs plainly
     rules: int | None = None              # the size of vpnw's policy, if it has one
     rev: str | None = None                # --against's revision; None: this tree's vpnw
+    via: tuple[int, int] | None = None    # a plain relay's ports (the sink's, nginx's): connect there
+
+    def server_port(self, port: int) -> int:
+        """The port the client connects to for the server on `port`."""
+        return port if self.via is None else self.via[(SINK_PORT, NGINX_PORT).index(port)]
 
     @property
     def kind(self) -> str:
@@ -427,9 +457,11 @@ def debian_way(kind: str, proxies: dict) -> Way:
 
 
 def variants(proxies: dict, with_policy: bool = False) -> list[Way]:
-    """bulk's and lat's ways: direct, both doors, dante and squid."""
+    """bulk's and lat's ways: direct, both doors, dante and squid; bulk's
+    also the reference relay, when it runs."""
     rules = POLICY_SIZES[0] if with_policy else None
-    return ([DIRECT, *vpnw_ways("http", rules), *vpnw_ways("socks", rules)]
+    reference = [Way(REFERENCE, via=PLACE.relay_ports)] if PLACE.relay_ports and not with_policy else []
+    return ([DIRECT, *reference, *vpnw_ways("http", rules), *vpnw_ways("socks", rules)]
             + [debian_way(kind, proxies) for kind in ("danted", "squid") if kind in proxies])
 
 
@@ -636,10 +668,10 @@ CURL = " (curl)"
 
 def bench_bulk(rounds: int, proxies: dict) -> dict:
     runs: dict[str, list[dict]] = {}
-    url = f"http://127.0.0.1:{NGINX_PORT}/payload"
     for _ in range(rounds):
         for way in variants(proxies):
-            r = run_netload(["bulk", "--to", f"127.0.0.1:{SINK_PORT}", "--file", PLACE.payload],
+            url = f"http://127.0.0.1:{way.server_port(NGINX_PORT)}/payload"
+            r = run_netload(["bulk", "--to", f"127.0.0.1:{way.server_port(SINK_PORT)}", "--file", PLACE.payload],
                             way, sampler=True)
             if r["received"] != r["bytes"]:
                 raise RuntimeError(f"{way.label}: sent {r['bytes']} but the sink counted {r['received']}")
@@ -653,15 +685,18 @@ def bench_bulk(rounds: int, proxies: dict) -> dict:
 
 def bulk_figures(runs: dict[str, list[dict]]) -> dict:
     """Each row's medians, and its ratios to direct measured by the same
-    client (a "(curl)" row to "direct (curl)"). Pure: runs in, figures out."""
+    client (a "(curl)" row to "direct (curl)"), and to the reference relay's
+    (x_reference, None without it). Pure: runs in, figures out."""
     out = {label: {"gbps": median([r["gbps"] for r in rs]),
                    "handshake_ms": median([r["handshake_s"] * 1e3 for r in rs]),
                    "tunnel_gbps": median([r["bytes"] / (r["seconds"] - r["handshake_s"]) / 1e9 for r in rs]),
                    "rss_mib": peak_mib(rs, "rss_kb"), "pss_mib": peak_mib(rs, "pss_kb")}
            for label, rs in runs.items()}
     for label, v in out.items():
-        direct = out["direct" + CURL if label.endswith(CURL) else "direct"]
+        client = CURL if label.endswith(CURL) else ""
+        direct, reference = out["direct" + client], out.get(REFERENCE + client)
         v["x_direct"] = v["gbps"] / direct["gbps"]
+        v["x_reference"] = v["gbps"] / reference["gbps"] if reference else None
         v["tunnel_x_direct"] = v["tunnel_gbps"] / direct["tunnel_gbps"]
     return out
 
@@ -1390,11 +1425,12 @@ def print_table(res: dict, meta: dict, verdicts: list[dict]) -> None:
     if "startup" in res:
         print_startup(w, res["startup"], _mark(mark.get(("startup", "vpnw run -- true"))))
     if "bulk" in res:
-        w(f"\nbulk, one transfer                GB/s   x direct   connect ms  after it x direct   "
+        w(f"\nbulk, one transfer                GB/s   x direct  x relay   connect ms  after it x direct   "
           f"peak RSS / PSS of vpnw (MiB)   target\n")
         for label, v in res["bulk"].items():
             mem = f"{v['rss_mib']:.1f} / {v['pss_mib']:.1f}" if v.get("rss_mib") else ""
-            w(f"    {label:<26} {v['gbps']:8.2f}   {v['x_direct']:6.2f}   {v['handshake_ms']:9.1f}  "
+            relay = f"{v['x_reference']:7.2f}" if v.get("x_reference") is not None else " " * 7
+            w(f"    {label:<26} {v['gbps']:8.2f}   {v['x_direct']:6.2f}  {relay}   {v['handshake_ms']:9.1f}  "
               f"{v['tunnel_x_direct']:17.2f}   {mem:<29}  {_mark(mark.get(('bulk', label)))}\n")
     if "httpget" in res:
         w(f"\nplain http:// GET from nginx;       GB/s   x direct   rounds (GB/s)   target\n"
@@ -1494,6 +1530,8 @@ def main() -> None:
         proxies = PLACE.start_proxies() if which & {"bulk", "httpget", "conns", "paced", "lat"} else {}
         if which & {"bulk", "httpget", "conns", "paced", "leak", "capture"}:
             PLACE.start_nginx()
+        if "bulk" in which:
+            PLACE.start_reference_relay()
         if "startup" in which:
             res["startup"] = bench_startup(rounds * 2)
         if "bulk" in which:
