@@ -100,6 +100,29 @@ def test_the_thread_count_is_the_task_directorys_links_past_two():
     assert before >= 1 and threads_in(2) == 0           # a thread that is gone: none
 
 
+# A filter whose one notify rule is getppid (x86_64's 110): enough for a listener.
+NOTIFY_GETPPID = b"".join(struct.pack("=HBBI", *i) for i in (
+    (0x20, 0, 0, 0), (0x15, 0, 1, 110), (0x06, 0, 0, 0x7FC00000), (0x06, 0, 0, 0x7FFF0000)))
+
+
+@pytest.mark.skipif(tuple(map(int, os.uname().release.split(".")[:2])) < (6, 6),
+                    reason="SECCOMP_USER_NOTIF_FD_SYNC_WAKE_UP is Linux 6.6+")
+def test_the_listener_takes_the_synchronous_wake_up():
+    """The supervisor's listener hands the CPU from the program's thread to
+    the supervisor and back (SECCOMP_USER_NOTIF_FD_SYNC_WAKE_UP). Before, the
+    flag went as a pointer to it, and the kernel refused it (EINVAL)."""
+    from stages.helper.seccomp_rules import load_bpf
+    from stages.kernel.seccomp_notify import wake_up_synchronously
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            code = 0 if wake_up_synchronously(load_bpf(NOTIFY_GETPPID, listener=True)) else 2
+        finally:
+            os._exit(code)
+    assert os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) == 0
+
+
 def _message(kind: int, body: bytes, seq: int = 1) -> bytes:
     length = 16 + len(body)
     return struct.pack("=IHHII", length, kind, 2, seq, 0) + body + b"\0" * (-length % 4)

@@ -110,9 +110,10 @@ def wake_up_synchronously(listener: int) -> bool:
     """Ask the kernel (6.6+) to hand the CPU straight from the notifying
     thread to the supervisor and back (SECCOMP_USER_NOTIF_FD_SYNC_WAKE_UP):
     a round trip without a trip through the scheduler. False where the
-    kernel lacks it: the notifications work the same, more slowly."""
-    value = ctypes.c_uint64(USER_NOTIF_FD_SYNC_WAKE_UP)
-    return _libc.ioctl(listener, NOTIF_SET_FLAGS, ctypes.byref(value)) == 0
+    kernel lacks it: the notifications work the same, more slowly. The
+    flags are the ioctl's argument itself, not a pointer to them (the kernel's
+    seccomp_notify_set_flags; a pointer is refused with EINVAL)."""
+    return _libc.ioctl(listener, NOTIF_SET_FLAGS, USER_NOTIF_FD_SYNC_WAKE_UP) == 0
 
 
 def pidfd_open(pid: int, flags: int = 0) -> int:
