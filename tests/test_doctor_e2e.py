@@ -42,6 +42,19 @@ def test_doctor_is_ok_here_and_json_has_every_check(world, user):
         assert c["name"] in r.stdout
 
 
+def test_doctor_says_which_path_answers_continue(world, user):
+    """scripts/setup builds the supervisor's compiled "continue"
+    (stages/helper/fast_continue.c): doctor names it; with it turned off
+    (as where it did not build), doctor names the Python path."""
+    def detail(env=None):
+        j = world.vpnw(["doctor", "--json"], user=user, env=env)
+        return next(json.loads(line) for line in j.stdout.splitlines()
+                    if '"unix_sockets"' in line)["detail"]
+    assert "answered by the compiled (fast_continue) path" in detail()
+    assert "answered by the Python (VPNW_SUPERVISOR_PYTHON is set) path" in \
+        detail({"VPNW_SUPERVISOR_PYTHON": "1"})
+
+
 def userns_off(world, user: str, command: list):
     """Run `command` in a user namespace of our own whose max_user_namespaces is 0."""
     script = ("echo 0 > /proc/sys/user/max_user_namespaces && exec "

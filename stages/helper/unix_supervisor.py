@@ -56,9 +56,34 @@ KEPT_PER_RECEIVER = 8
 # What _decide answers when the kernel may go on with the program's own call.
 GO_ON = -1
 INET_FAMILIES = frozenset({socket.AF_INET, socket.AF_INET6})
+# The compiled "continue" answer (stages/helper/fast_continue.c, built where a
+# C compiler and Python's headers were at install); set, the Python path
+# answers every notification, as where it did not build (the tests run both).
+PYTHON_ONLY_ENV = "VPNW_SUPERVISOR_PYTHON"
 # The loopback ports whose refusals are reported (evidence for a hint; the
 # rest of a scan adds nothing).
 MAX_REFUSED_PORTS = 16
+
+
+def compiled_path():
+    """The compiled fast path's module, or None (not built here, or
+    PYTHON_ONLY_ENV set): then the Python path answers everything."""
+    if os.environ.get(PYTHON_ONLY_ENV):
+        return None
+    try:
+        from stages.helper import fast_continue
+    except ImportError:
+        return None
+    return fast_continue
+
+
+def answered_by() -> str:
+    """Which path answers "continue", for `vpnw doctor`."""
+    if compiled_path() is not None:
+        return "compiled (fast_continue)"
+    if os.environ.get(PYTHON_ONLY_ENV):
+        return f"Python ({PYTHON_ONLY_ENV} is set)"
+    return "Python (the compiled path was not built at install)"
 
 
 class Destination(NamedTuple):
@@ -247,6 +272,9 @@ class Supervisor:
         self.report_lock = threading.Lock()  # one message at a time on the status pipe
         self.refused_ports: set[int] = set()     # reported (self.lock)
         self.listened_ports: set[int] = set()    # seen with a listener inside (self.lock)
+        # The same ports as bits, which the compiled path reads (only ever set).
+        self.listened_bits = bytearray(65536 // 8)
+        self.fast = compiled_path()
 
     # ------------------------------------------------------------ threads
 
@@ -291,7 +319,7 @@ class Supervisor:
                         self.parked -= 1
                     threads.has_turn = True
                 try:
-                    notification = sn.receive(self.listener, threads.notification)
+                    notification = self._next(threads)
                 except OSError as e:
                     if e.errno in (errno.EINTR, errno.ENOENT):
                         continue    # the program's call ended before we read it
@@ -303,6 +331,15 @@ class Supervisor:
             # The listener closes with us: every connect still to come fails
             # (ENOSYS), never one that nobody checked.
             os._exit(1)
+
+    def _next(self, threads: Threads) -> sn.Notification:
+        """The next notification to decide here: the compiled path, where
+        there is one, answers those that may go on first, and returns with
+        the first that may not, which is decided from the start here."""
+        if self.fast is None:
+            return sn.receive(self.listener, threads.notification)
+        self.fast.receive(self.listener, self.proc, self.listened_bits, threads.notification)
+        return sn.Notification(threads.notification)
 
     def _hand_over(self, threads: Threads) -> None:
         """Before this thread does what may wait: another takes the turn (one
@@ -416,7 +453,7 @@ class Supervisor:
     def _at_loopback(self, tid: int, port: int, result: int) -> None:
         if result == 0:
             with self.lock:
-                self.listened_ports.add(port)       # connects to it may go on now
+                self._listened(port)       # connects to it may go on now
         elif result in (errno.ECONNREFUSED, errno.EINPROGRESS):
             self._refused_at_loopback(tid, port, result)
 
@@ -438,7 +475,7 @@ class Supervisor:
             try:
                 if loopback_listener(port):
                     with self.lock:
-                        self.listened_ports.add(port)
+                        self._listened(port)
                     return
             except (OSError, unix_diag.DiagError):
                 return          # no evidence: no report
@@ -447,6 +484,11 @@ class Supervisor:
                 return
             self.refused_ports.add(port)
         self.report(LoopbackRefused(port, *self._who(tid)))
+
+    def _listened(self, port: int) -> None:
+        """A listener was seen on the loopback's `port` (self.lock held)."""
+        self.listened_ports.add(port)
+        self.listened_bits[port >> 3] |= 1 << (port & 7)
 
     def _thread_group(self, tid: int) -> int:
         for line in self._proc_text(tid, "status").splitlines():

@@ -343,7 +343,7 @@ def check_unix_supervisor() -> Check:
     """The program's own Unix sockets need the supervisor (docs/security.md,
     "Unix sockets by origin"); without it every Unix socket stays refused."""
     actions = (_read("/proc/sys/kernel/seccomp/actions_avail") or "").split()
-    from stages.helper.unix_supervisor import missing
+    from stages.helper.unix_supervisor import answered_by, missing
     why = None if "user_notif" in actions else "seccomp has no user notification (user_notif)"
     why = why or missing()
     if why:
@@ -353,7 +353,8 @@ def check_unix_supervisor() -> Check:
                      "use Linux 5.9 or newer (pidfd_getfd, seccomp user notification) with "
                      "libseccomp 2.5 or newer")
     return Check("unix_sockets", "ok", "the program's own Unix sockets work; others are refused "
-                 "unless the policy's [unix] allow names them")
+                 "unless the policy's [unix] allow names them; a TCP connect's \"continue\" "
+                 f"is answered by the {answered_by()} path")
 
 
 # Node honours NODE_USE_ENV_PROXY (which vpnw sets) from these versions on.

@@ -152,13 +152,14 @@ class Bench:
         return str(self.world.file(f"plan-{name}-{user}.json", json.dumps(concrete)))
 
     def inside(self, name: str, user: str, plan: list[dict], vpnw_args=("run",),
-               expect_exit: int = 0) -> tuple[dict[str, dict], list[dict]]:
-        """Run the plan sealed; return (results by id, the run's events)."""
-        key = ("inside", name, user)
+               expect_exit: int = 0, env: dict | None = None) -> tuple[dict[str, dict], list[dict]]:
+        """Run the plan sealed; return (results by id, the run's events).
+        `env`: more of vpnw's own environment (part of what the run is cached by)."""
+        key = ("inside", name, user, tuple(sorted((env or {}).items())))
         if key not in self._cache:
             plan_file = self._plan_file(name, user, plan)
             r = self.world.vpnw([*vpnw_args, "--", PYTHON, str(self.probe), plan_file],
-                                user=user, timeout=300)
+                                user=user, timeout=300, env=env)
             assert r.returncode == expect_exit, describe(r)
             results = parse_results(r)
             assert set(results) == {a["id"] for a in plan}, describe(r)

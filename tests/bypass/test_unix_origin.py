@@ -135,6 +135,26 @@ def test_a_socket_bound_outside_is_out_of_reach(bench, user, way_id):
     check_control(bench, user, "unix-origin", PLAN, w)
 
 
+# The supervisor's Python path alone, as an install where its compiled
+# "continue" (stages/helper/fast_continue.c) did not build answers.
+PYTHON_PATH = {"VPNW_SUPERVISOR_PYTHON": "1"}
+
+
+def test_the_python_path_alone_decides_every_way_the_same(bench, user):
+    """Every way above, and the program's own sockets, with the compiled path
+    turned off: the same refusals (the tests above run the compiled one,
+    which setup builds)."""
+    _outside_targets(bench, user)
+    results, events = bench.inside("unix-origin", user, PLAN, env=PYTHON_PATH)
+    wrong = {w.id: results[w.id] for w in WAYS
+             if results[w.id]["ok"] or not errnos(results[w.id]) <= w.accept}
+    wrong |= {f"works-{k}-{w}": results[f"works-{k}-{w}"] for k, w in WORKS
+              if not results[f"works-{k}-{w}"]["ok"]}
+    assert not wrong, wrong
+    assert {e["fields"]["reason"] for e in events if e["type"] == "unix.deny"} >= \
+        set(REFUSED_BY_SUPERVISOR.values())
+
+
 @pytest.mark.parametrize("kind,where", WORKS, ids=lambda v: v)
 def test_the_programs_own_sockets_work(bench, user, kind, where):
     results, _events = _inside(bench, user)
