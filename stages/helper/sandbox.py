@@ -622,22 +622,27 @@ def _init(argv, penv, seccomp_bpf: bytes, report_w: int, go_r: int, keep: set[in
             st.write(report_w, st.SandboxFailed(f"cannot give the program its terminal: {e}",
                                                 ExitCode.INTERNAL))
             return ExitCode.INTERNAL
+    st.write(report_w, st.InitOk())
     # The program's process is forked and sealed now, while the helper
     # reports ready and vpnw answers; it waits for go itself and then only
     # execs (docs/architecture.md, "The sandbox", 4). Before go nothing of
     # the program runs: go's EOF ends that process unexec'd.
-    err_r, err_w = os.pipe2(os.O_CLOEXEC)
-    program_pid = os.fork()
+    try:
+        err_r, err_w = os.pipe2(os.O_CLOEXEC)
+        program_pid = os.fork()
+    except OSError as e:
+        st.write(report_w, st.SandboxFailed(f"cannot start the program's process: {e}",
+                                            ExitCode.INTERNAL))
+        return ExitCode.INTERNAL
     if program_pid == 0:
         _program(argv, penv, seccomp_bpf, err_w, go_r, files, tty, listener_end)  # never returns
+    mark("init", "program forked")
     os.close(err_w)
     os.close(go_r)
     if listener_end is not None:
         os.close(listener_end)
     for sig in FORWARDED_SIGNALS:
         signal.signal(sig, lambda s, _f: _kill_quietly(program_pid, s))
-    st.write(report_w, st.InitOk())
-    mark("init", "program forked")
 
     failure = b""
     while True:
