@@ -121,26 +121,50 @@ def test_a_run_makes_only_its_own_command(tmp_path):
     assert all(f"  {name} " in listed for name in ("run", "trace", "guard", "learn", "show"))
 
 
-UNTIL_THE_HELPER_FORKS = """
+UNTIL_THE_RECORDER_FORKS = """
 import json, os, sys
-def fork():                      # the first fork is the helper's: say what is loaded, stop
+real_fork, forks = os.fork, []
+def fork():      # say what is loaded at each fork; the helper's child ends at once, the recorder's stops all
+    forks.append(1)
     print(json.dumps(sorted(sys.modules)), flush=True)
-    os._exit(0)
+    if len(forks) == 2:
+        os._exit(0)
+    pid = real_fork()
+    if pid == 0:
+        os._exit(0)
+    return pid
 os.fork = fork
 from stages.orchestrator import main
 main.main(["run", "--record", "-", "--", "true"])
 """
 
 
-def test_a_plain_run_loads_no_click_and_no_file_limits_before_the_helper(tmp_path):
-    """`vpnw run -- true` as the console script starts it, up to the helper's
-    fork (every module loaded by then is on the start's critical path): the
-    command line is read without click (options.quick_parse), and a policy
-    without [files] needs no file_limits (its dataclasses)."""
+def _loaded_at_the_forks(tmp_path) -> tuple[set[str], set[str]]:
     env = {**os.environ, "PYTHONPATH": ROOT, "XDG_STATE_HOME": str(tmp_path / "state")}
-    out = subprocess.run([sys.executable, "-c", UNTIL_THE_HELPER_FORKS], check=True, cwd=tmp_path,
+    out = subprocess.run([sys.executable, "-c", UNTIL_THE_RECORDER_FORKS], check=True, cwd=tmp_path,
                          env=env, capture_output=True, text=True, stdin=subprocess.DEVNULL)
-    loaded = set(json.loads(out.stdout.splitlines()[-1]))
+    helper, recorder = (set(json.loads(line)) for line in out.stdout.splitlines()[-2:])
+    return helper, recorder
+
+
+def test_the_helper_forks_before_the_run_modules_and_the_policy_load(tmp_path):
+    """The helper is forked first, right after the command line is read
+    (stages/orchestrator/helper_first.py): its imports and its seccomp filter
+    run while vpnw loads the run's modules and the policy, not after them."""
+    helper, recorder = _loaded_at_the_forks(tmp_path)
+    assert {"stages.orchestrator.run", "stages.config.policy"} <= recorder    # control: loaded later
+    assert "stages.orchestrator.options" in helper                            # control: parsed first
+    assert not {"stages.orchestrator.run", "stages.config.policy", "stages.config.protected",
+                "stages.record.events", "dataclasses"} & helper
+
+
+def test_a_plain_run_loads_no_click_and_no_file_limits_before_the_recorder(tmp_path):
+    """`vpnw run -- true` as the console script starts it, up to the recorder's
+    fork (vpnw's part of the start: every module loaded by then is on the
+    critical path): the command line is read without click
+    (options.quick_parse), and a policy without [files] needs no file_limits
+    (its dataclasses)."""
+    _helper, loaded = _loaded_at_the_forks(tmp_path)
     assert {"stages.orchestrator.run", "stages.config.protected"} <= loaded   # control: at the fork
     assert not {m for m in loaded if m.split(".")[0] == "click"}
     assert "stages.config.file_limits" not in loaded
@@ -154,18 +178,12 @@ OFF_THE_WAY = {"orjson", "dataclasses", "inspect", "uuid", "platform"}
 def test_the_run_forks_its_helper_before_the_records_modules(tmp_path):
     """At the helper's fork (every module vpnw has loaded is one the helper
     starts with) there is no orjson, no dataclasses and nothing they bring:
-    the status lines use the standard library's json, the run's records are
-    `config.records`, and the record's modules load after the fork.
+    the helper is forked before the run's modules (helper_first.py), and
+    the record's modules load after the fork.
     Control: at the recorder's fork, the next one, orjson is loaded (the
     listing would show it)."""
-    code = UNTIL_THE_HELPER_FORKS.replace(
-        "    os._exit(0)\n", "    if forks: os._exit(0)\n    forks.append(1)\n    return 424242\n"
-    ).replace("def fork():", "forks = []\ndef fork():")
-    env = {**os.environ, "PYTHONPATH": ROOT, "XDG_STATE_HOME": str(tmp_path / "state")}
-    out = subprocess.run([sys.executable, "-c", code], check=True, cwd=tmp_path, env=env,
-                         capture_output=True, text=True, stdin=subprocess.DEVNULL)
-    at_helper, at_recorder = (set(json.loads(line)) for line in out.stdout.splitlines()[-2:])
-    assert {"stages.orchestrator.run", "stages.config.policy", "stages.wire.status"} <= at_helper
+    at_helper, at_recorder = _loaded_at_the_forks(tmp_path)
+    assert {"stages.orchestrator.helper_first", "stages.wire.exits"} <= at_helper   # control
     assert not OFF_THE_WAY & at_helper
     assert {"orjson", "stages.record.events"} <= at_recorder      # control
 

@@ -30,13 +30,39 @@ def run_helper(argv: list[str], *, handoff_fd: int, status_fd: int, go_fd: int,
     program's stops are reported. `protected`: stages/config/protected.py's
     Protection.to_helper() (read-only and hidden paths).
     """
+    def body():
+        from stages.helper.sandbox import run
+        return run(argv, handoff_fd, status_fd, go_fd, allow_unix_sockets, env, files, tty=tty,
+                   protected=protected, capture=capture, local_ports=local_ports,
+                   unix_allow=unix_allow)
+    _exit_with(body, status_fd)
+
+
+def run_helper_first(argv: list[str], *, handoff_fd: int, status_fd: int, go_fd: int,
+                     plan_fd: int, allow_unix_sockets: bool = False,
+                     tty: ProgramTerminal | None = None) -> NoReturn:
+    """run_helper, forked before vpnw has loaded the policy: what needs no
+    policy first, then the plan from `plan_fd` (stages/wire/helper_plan.py),
+    then the rest. No plan (the pipe ended first: vpnw refused the run or
+    died): exits having made nothing."""
+    def next_plan():
+        from stages.wire import helper_plan
+        plan = helper_plan.receive(plan_fd)
+        os.close(plan_fd)
+        return plan
+
+    def body():
+        from stages.helper.sandbox import run_planned
+        return run_planned(argv, handoff_fd, status_fd, go_fd, allow_unix_sockets, tty, next_plan)
+    _exit_with(body, status_fd)
+
+
+def _exit_with(body, status_fd: int) -> NoReturn:
+    """body()'s code as the process's exit; never returns into the orchestrator's code."""
     from stages.wire.exits import ExitCode
     code = ExitCode.INTERNAL
     try:
-        from stages.helper.sandbox import run
-        code = run(argv, handoff_fd, status_fd, go_fd, allow_unix_sockets, env, files, tty=tty,
-                   protected=protected, capture=capture, local_ports=local_ports,
-                   unix_allow=unix_allow)
+        code = body()
     except BaseException as e:  # never return into the orchestrator's code
         try:
             from stages.wire import status

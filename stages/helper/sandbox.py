@@ -26,10 +26,11 @@ import signal
 import socket
 import stat
 import sys
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, Callable, NamedTuple
 
 from stages.wire import handoff
 from stages.kernel.descriptors import close_all_but
+from stages.wire import helper_plan
 from stages.wire import status as st
 from stages.wire.exits import ExitCode, killed_by
 from stages.kernel import mounts
@@ -222,18 +223,41 @@ def run(argv: list[str], handoff_fd: int, status_fd: int, go_fd: int,
         tty: ProgramTerminal | None = None, protected: HelperProtection | None = None, capture: bool = False,
         local_ports: tuple = (),
         unix_allow: list[tuple[str, str]] = ()) -> int:
-    """P's whole life; returns its exit code (the caller _exits with it)."""
+    """P's whole life, its plan given at once; returns its exit code (the caller _exits with it)."""
+    plan = helper_plan.Plan(env=env, files=files, protected=protected, capture=capture,
+                            local_ports=tuple(local_ports), unix_allow=tuple(unix_allow))
+    return run_planned(argv, handoff_fd, status_fd, go_fd, allow_unix_sockets, tty, lambda: plan)
+
+
+def run_planned(argv: list[str], handoff_fd: int, status_fd: int, go_fd: int,
+                allow_unix_sockets: bool, tty: ProgramTerminal | None,
+                next_plan: Callable[[], helper_plan.Plan | None]) -> int:
+    """P's whole life; returns its exit code (the caller _exits with it).
+    What needs no policy (the imports, the seccomp filter) is done first;
+    then next_plan() gives the rest (stages/wire/helper_plan.py): None when
+    vpnw sent none (it refused the run or died), and then the helper exits
+    having made nothing (docs/architecture.md, "Start-up budget")."""
     if not argv:
         st.write(status_fd, st.ExecFailed("no program given", ExitCode.NOT_FOUND))
         return ExitCode.NOT_FOUND
     mark("helper", "imported")
-    penv = program_env(dict(os.environ if env is None else env))
     # The orchestrator forwards these to us once the program runs; until init
     # exists to pass them on, they must not kill the helper (and so the run).
     for sig in FORWARDED_SIGNALS:
         signal.signal(sig, signal.SIG_IGN)
     try:
-        sealed = _seal(allow_unix_sockets, unix_allow, capture, local_ports, tty, status_fd)
+        early = _before_the_plan(allow_unix_sockets)
+    except SealError as e:
+        st.write(status_fd, st.SandboxFailed(str(e), ExitCode.NO_SANDBOX))
+        return ExitCode.NO_SANDBOX
+    plan = next_plan()
+    if plan is None:
+        return ExitCode.NO_SANDBOX     # no namespace, no process made yet: nothing is left
+    mark("helper", "plan read")
+    files, protected, local_ports = plan.files, plan.protected, plan.local_ports
+    penv = program_env(dict(os.environ if plan.env is None else plan.env))
+    try:
+        sealed = _seal(early, plan.unix_allow, plan.capture, local_ports, tty, status_fd)
     except SealError as e:
         st.write(status_fd, st.SandboxFailed(str(e), ExitCode.NO_SANDBOX))
         return ExitCode.NO_SANDBOX
@@ -301,9 +325,17 @@ class _Sealed(NamedTuple):
     datagram_doors: list
 
 
-def _seal(allow_unix_sockets: bool, unix_allow, capture: bool, local_ports: tuple,
-          tty: ProgramTerminal | None, status_fd: int) -> _Sealed:
-    """Namespaces, the network check, the doors, the terminal; SealError when any fails."""
+class _Early(NamedTuple):
+    """What the helper made before the plan: nothing that needs the policy."""
+    allow_unix_sockets: bool
+    supervised: bool             # the Unix-socket supervisor can run (and will)
+    seccomp_bpf: bytes
+
+
+def _before_the_plan(allow_unix_sockets: bool) -> _Early:
+    """The seccomp filter, and the modules the rest needs; no namespace yet
+    (the [unix] allow sockets are stat-ed as vpnw's user, before the user
+    namespace). SealError when the filter cannot be made."""
     # Before unshare: pyseccomp looks libseccomp up by running ldconfig, and
     # a process spawned after unshare(CLONE_NEWPID) would become the new
     # namespace's PID 1 and spend it.
@@ -313,13 +345,24 @@ def _seal(allow_unix_sockets: bool, unix_allow, capture: bool, local_ports: tupl
     try:
         from stages.helper import seccomp_rules
         with _sonames_known():
-            unix = _unix_plan(allow_unix_sockets, unix_allow)
-            seccomp_bpf = seccomp_rules.filter_bpf(allow_unix_sockets, supervised=unix is not None)
+            supervised = _supervised(allow_unix_sockets)
+            seccomp_bpf = seccomp_rules.filter_bpf(allow_unix_sockets, supervised=supervised)
         seccomp_rules.loader()
     except (ImportError, OSError, RuntimeError, ValueError) as e:
         raise SealError(f"cannot build the seccomp filter (libseccomp via pyseccomp): {e}; "
                         f"{DOCTOR_HINT}")
     mark("helper", "seccomp filter built")
+    # Loaded now, while vpnw still loads the policy: the rest uses them.
+    from stages.config import client_env  # noqa: F401
+    from stages.helper import netlink  # noqa: F401
+    return _Early(allow_unix_sockets, supervised, seccomp_bpf)
+
+
+def _seal(early: _Early, unix_allow, capture: bool, local_ports: tuple,
+          tty: ProgramTerminal | None, status_fd: int) -> _Sealed:
+    """Namespaces, the network check, the doors, the terminal; SealError when any fails."""
+    unix = _unix_plan(early.allow_unix_sockets, unix_allow, early.supervised)
+    seccomp_bpf = early.seccomp_bpf
     # The PID namespace comes last, once the Unix-socket supervisor is
     # forked: outside it, the program cannot see or signal the supervisor.
     _unshare_and_map(priv.SANDBOX_NAMESPACES & ~priv.CLONE_NEWPID)
@@ -398,13 +441,21 @@ def _the_end(report, status_fd: int, init_pid: int, sealed: _Sealed, before: int
     return code
 
 
-def _unix_plan(allow_unix_sockets: bool, unix_allow: list[str]):
+def _supervised(allow_unix_sockets: bool) -> bool:
+    """The Unix-socket supervisor can run (then own sockets are allowed):
+    not with --allow-unix-sockets, nor on a kernel that lacks what it needs."""
+    from stages.helper import unix_supervisor
+    return not allow_unix_sockets and unix_supervisor.missing() is None
+
+
+def _unix_plan(allow_unix_sockets: bool, unix_allow: list[str], supervised: bool | None = None):
     """The sockets the policy names, when the supervisor can run (then own
     sockets are allowed); None: every Unix socket stays refused as before
-    (--allow-unix-sockets, or a kernel that lacks what the supervisor needs)."""
-    from stages.helper import unix_supervisor
-    if allow_unix_sockets or unix_supervisor.missing():
+    (--allow-unix-sockets, or a kernel that lacks what the supervisor needs).
+    `supervised`: _supervised's answer, when already asked."""
+    if not (_supervised(allow_unix_sockets) if supervised is None else supervised):
         return None
+    from stages.helper import unix_supervisor
     return unix_supervisor.named_sockets(unix_allow)
 
 

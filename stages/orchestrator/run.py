@@ -7,7 +7,6 @@ parallel and the orchestrator stays light.
 """
 from __future__ import annotations
 
-import errno
 import gc
 import os
 import selectors
@@ -18,19 +17,18 @@ from typing import NamedTuple
 
 from stages import __version__
 from stages.config.records import Factory, Record
-from stages.wire import handoff
 from stages.orchestrator import outcome
 from stages.wire import status as st
-from stages.kernel.descriptors import close_all_but
 from stages.wire.exits import ExitCode
 from stages.wire.startup_trace import mark
 from stages.record.run_file import RecordUnwritable, open_run_file, vpnw_state_dir
+from stages.orchestrator.helper_first import (  # noqa: F401  (names callers and tests use)
+    FORWARDED_SIGNALS, Helper as _Helper, RunRefused, Terminal as _Terminal, abandon,
+    become_stdio as _become_stdio, fork_stage as _fork_stage, open_the_log, send_plan,
+)
 
-FORWARDED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT,
-                     signal.SIGUSR1, signal.SIGUSR2)
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
 HURRY_SIGNAL = signal.SIGURG
-PR_SET_PDEATHSIG = 1
 
 
 class RunRequest(Record):
@@ -68,54 +66,6 @@ def say(message: str) -> None:
         return
     sys.stderr.write(f"vpnw: {message}\n")
     sys.stderr.flush()
-
-
-def _set_pdeathsig(sig: int) -> None:
-    import ctypes    # in the forked stage, which loads it anyway (not on the way to the fork)
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.prctl(PR_SET_PDEATHSIG, sig, 0, 0, 0)
-
-
-def _fork_stage(keep: list[int], body, *, die_with_parent: bool = False,
-                stdin_null: bool = True, stdio: tuple[int, int, int] | None = None) -> int:
-    """Fork a child that keeps only fds 0-2 and `keep`, runs body() and exits with its code.
-
-    `stdio`: the fds that become the child's 0, 1 and 2 (default: the orchestrator's)."""
-    # What exists now (every module, the policy's index) lives for the whole
-    # run: out of the collector's sight, its pages stay shared with the
-    # stages (a collection writes to every object it looks at, and a page
-    # written after the fork is copied, in each stage that writes it).
-    gc.freeze()
-    pid = os.fork()
-    if pid:
-        return pid
-    code = ExitCode.INTERNAL
-    try:
-        gc.enable()     # off only while vpnw starts (cli.py)
-        # Terminal signals go to the orchestrator only; it forwards what it must.
-        os.setpgid(0, 0)
-        for sig in FORWARDED_SIGNALS:
-            signal.signal(sig, signal.SIG_DFL)
-        if die_with_parent:
-            _set_pdeathsig(signal.SIGKILL)
-        if stdio is not None:
-            _become_stdio(stdio)
-        if stdin_null:
-            null = os.open(os.devnull, os.O_RDONLY)
-            os.dup2(null, 0)
-            os.close(null)
-        close_all_but(keep)
-        code = body()
-    except SystemExit as exc:
-        code = exc.code if isinstance(exc.code, int) else ExitCode.INTERNAL
-    except BaseException as exc:  # noqa: BLE001 - a stage must never return into the parent's code
-        try:
-            sys.stderr.write(f"vpnw: internal error in stage: {exc!r}\n")
-            sys.stderr.flush()
-        except Exception:
-            pass
-    finally:
-        os._exit(code if isinstance(code, int) else ExitCode.INTERNAL)
 
 
 def _unix_sockets_named(request: RunRequest) -> list[tuple[str, str]]:
@@ -157,84 +107,11 @@ def _unix_allow_record(request: RunRequest) -> dict:
     return {"unix_allow": listed, **({"unix_allow_unlisted": unlisted} if unlisted else {})}
 
 
-def _become_stdio(stdio: tuple[int, int, int]) -> None:
-    # Through fresh duplicates first, so that (a, b, c) = (1, 0, 2) cannot clobber itself.
-    copies = [os.dup(fd) for fd in stdio]
-    for target, fd in enumerate(copies):
-        os.dup2(fd, target)
-    for fd in copies:
-        os.close(fd)
-
-
 def _program_env(env: dict, run_id: str) -> tuple[dict, list[str]]:
     """The program's environment and the client settings kept as the user set
     them (names only: the record never holds values)."""
     from stages.config.client_env import apply
     return apply(env, python=sys.executable, run_id=run_id)
-
-
-class _Terminal(Record):
-    """Where the program's fds 0-2 and vpnw's human lines go (docs/architecture.md, "The terminal")."""
-    program_stdio: tuple[int, int, int]
-    human_fd: int                    # the recorder's and the broker's fd 2
-    color: bool | None = None        # None: the recorder looks at its fd 2
-    pty: bool = False                # the program gets a pty of its own
-    program_out: int = 1             # the user's fd the pty's output goes to
-    on_tty: tuple = (False, False, False)   # which of the program's fds 0-2 get the pty
-    no_clipboard: bool = False       # the relay drops OSC 52 (--no-clipboard)
-    human_r: int | None = None       # vpnw's lines, to merge into the program's output
-    pty_socket: object = None        # (ours, the helper's): the pty master comes over it
-    relay: object = None             # terminal.TerminalRelay once the master is here
-    own_fds: list = Factory(list)  # closed by the orchestrator after the forks
-
-
-def _open_log(path: str) -> int:
-    # O_NOFOLLOW: a symlink planted at the log's name is refused, never followed.
-    try:
-        return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC | os.O_NOFOLLOW,
-                       0o600)
-    except OSError as exc:
-        why = "it is a symbolic link (vpnw never writes its log through one)" \
-            if exc.errno == errno.ELOOP else exc.strerror
-        raise RunRefused(f"--log {path}: cannot open it for writing: {why}") from None
-
-
-class RunRefused(Exception):
-    """A run that cannot start as asked (exit 121); nothing was started."""
-
-
-def _plan_terminal(request: RunRequest) -> _Terminal:
-    # `--record -` puts the record on stdout, so the program's stdout goes to
-    # stderr: the two streams never mix.
-    program_out = 2 if request.record == "-" else 1
-    human_fd = _open_log(request.log) if request.log else 2
-    own = [human_fd] if request.log else []
-    # A pty whenever any of the program's fds 0-2 would be a terminal (sudo's
-    # use_pty): the program never holds an fd of the user's terminal, so
-    # `vpnw run -- agent < /dev/null &` cannot read the shell's keys nor leave
-    # its modes behind. Only the terminal fds become the pty's slave; a file or
-    # a pipe stays the program's own (the relay's modules load only here).
-    on_tty = (os.isatty(0), os.isatty(program_out), os.isatty(2))
-    if not any(on_tty):
-        return _Terminal(program_stdio=(0, program_out, 2), human_fd=human_fd, own_fds=own)
-    import socket
-    human_r = None
-    color = None
-    # The pty's output (the program's terminal stdout/stderr, the echo of the
-    # keys) goes to the user's terminal: where stdout goes, else stderr, else stdin.
-    screen = program_out if on_tty[1] else 2 if on_tty[2] else 0
-    if not request.log and on_tty[2]:
-        # vpnw's lines are on the same screen as the program's: merge them.
-        human_r, human_fd = os.pipe()
-        own.append(human_fd)
-        color = "NO_COLOR" not in request.env
-    ours, helpers = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-    # The helper replaces each of fds 0-2 that is a terminal with the pty's
-    # slave before anything of the program's runs.
-    return _Terminal(program_stdio=(0, program_out, 2), human_fd=human_fd, color=color,
-                     pty=True, program_out=screen, human_r=human_r,
-                     pty_socket=(ours, helpers), own_fds=own, on_tty=on_tty,
-                     no_clipboard=request.no_clipboard)
 
 
 def _start_relay(terminal: _Terminal):
@@ -255,16 +132,20 @@ def _start_relay(terminal: _Terminal):
     return terminal.relay
 
 
-def execute(request: RunRequest) -> int:
-    try:
-        terminal = _plan_terminal(request)
-    except RunRefused as exc:
-        say(str(exc))
-        return ExitCode.USAGE
+def execute(request: RunRequest, terminal: _Terminal, helper: _Helper) -> int:
+    """The run, its terminal planned and its helper forked first
+    (helper_first.py); a run that ends before the plan is sent abandons the
+    helper (it has made nothing yet)."""
     global _relay_say
     try:
-        return _execute(request, terminal)
+        try:
+            open_the_log(terminal, request.log)
+        except RunRefused as exc:
+            say(str(exc))
+            return ExitCode.USAGE
+        return _execute(request, terminal, helper)
     finally:
+        abandon(helper)
         _relay_say = None
         if terminal.relay is not None:
             terminal.relay.close()
@@ -273,7 +154,7 @@ def execute(request: RunRequest) -> int:
                 end.close()
 
 
-def _execute(request: RunRequest, terminal: _Terminal) -> int:
+def _execute(request: RunRequest, terminal: _Terminal, helper: _Helper) -> int:
     started = time.monotonic()
     path_name = request.path.name
     relay = None
@@ -291,14 +172,12 @@ def _execute(request: RunRequest, terminal: _Terminal) -> int:
     program_env, env_kept = _program_env(_without_secrets(request), run_id)
     mark("vpnw", "protection and environment computed")
 
-    # The helper first: sealing the sandbox is the longest step before the
-    # program, and it needs nothing of the other stages (docs/architecture.md,
-    # "Start-up budget"). It reports ready and then waits for go, which
-    # comes only once the recorder has written run.start and the broker has
-    # checked the path.
-    helper = _start_helper(request, terminal, files_plan, program_env, protection)
-    mark("vpnw", "helper forked")
-    # The record's modules (orjson) load only now, after the helper's fork:
+    # The helper was forked first (helper_first.py) and has done what needs
+    # no policy meanwhile; now its plan. It reports ready and then waits for
+    # go, which comes only once the recorder has written run.start and the
+    # broker has checked the path (docs/architecture.md, "Start-up budget").
+    send_plan(helper, _helper_plan(request, files_plan, program_env, protection))
+    # The record's modules (orjson) load only now, after the helper's plan:
     # the helper never needs them, and the recorder and the broker, forked
     # next, share them.
     from stages.record.events import Emitter
@@ -358,72 +237,36 @@ class _SandboxStages(NamedTuple):
     ask_link: object
 
 
-class _Helper(NamedTuple):
-    pid: int
-    status_r: int
-    go_w: int
-    broker_end: object           # the handoff link's far end, for the broker
-
-
-def _start_helper(request: RunRequest, terminal: _Terminal, files_plan, program_env,
-                  protection) -> _Helper:
-    """The helper (which builds the sandbox and runs the program), with the
-    handoff link whose far end goes to the broker."""
-    helper_end, broker_end = handoff.link()
-    helper_status_r, helper_status_w = os.pipe()
-    go_r, go_w = os.pipe()
-    unix_allow = _unix_sockets_named(request)
-
-    def helper_body():
-        mark("helper", "forked")
-        from stages.wire.pty_handoff import ProgramTerminal
-        from stages.helper.main import run_helper
-        run_helper(request.argv, handoff_fd=helper_end.fileno(), status_fd=helper_status_w,
-                   go_fd=go_r, allow_unix_sockets=request.allow_unix_sockets, env=program_env,
-                   files=files_plan,
-                   tty=ProgramTerminal(terminal.pty_socket[1].fileno(), stdio=terminal.on_tty)
-                   if terminal.pty else None,
-                   protected=protection.to_helper(), capture=request.capture,
-                   local_ports=_localhost_ports(request.policy),
-                   unix_allow=unix_allow)
-        return ExitCode.INTERNAL
-
-    # The helper, its init and the program get the program's fds 0-2: with a
-    # pty, nothing inside the sandbox holds the user's terminal.
-    helper_keep = [helper_end.fileno(), helper_status_w, go_r]
-    if terminal.pty:
-        helper_keep.append(terminal.pty_socket[1].fileno())
-    helper_pid = _fork_stage(helper_keep, helper_body, die_with_parent=True, stdin_null=False,
-                             stdio=terminal.program_stdio)
-    for fd in (helper_status_w, go_r):
-        os.close(fd)
-    helper_end.close()
-    return _Helper(helper_pid, helper_status_r, go_w, broker_end)
+def _helper_plan(request: RunRequest, files_plan, program_env, protection):
+    """What the helper forked first needs of the policy (stages/wire/helper_plan.py)."""
+    from stages.wire.helper_plan import Plan
+    return Plan(env=program_env, files=files_plan, protected=protection.to_helper(),
+                capture=request.capture, local_ports=_localhost_ports(request.policy),
+                unix_allow=tuple(_unix_sockets_named(request)))
 
 
 def _start_broker(request: RunRequest, terminal: _Terminal, helper: _Helper, run_id: str,
                   events_w: int, record_gate, stage_stdio) -> _SandboxStages:
     """The broker, once run.start is on the event pipe (its path.check comes
     after it), on the handoff link's far end; the pipes status comes on."""
-    broker_end = helper.broker_end
+    broker_end = helper.broker_end      # an fd
     broker_status_r, broker_status_w = os.pipe()
     ask_link = _ask_link(request)
 
     def broker_body():
         mark("broker", "forked")
         from stages.broker.main import main_from_fds
-        return main_from_fds(broker_end.fileno(), events_w, broker_status_w, run_id=run_id,
+        return main_from_fds(broker_end, events_w, broker_status_w, run_id=run_id,
                              policy=request.policy, path=request.path,
                              dry_run=request.dry_run, record_gate=record_gate,
                              ask_fd=ask_link[1].fileno() if ask_link else None,
                              capture=request.capture)
 
-    broker_pid = _fork_stage([broker_end.fileno(), events_w, broker_status_w,
+    broker_pid = _fork_stage([broker_end, events_w, broker_status_w,
                               *([ask_link[1].fileno()] if ask_link else [])], broker_body,
                              stdio=stage_stdio)
-    for fd in (broker_status_w, *terminal.own_fds):
+    for fd in (broker_status_w, broker_end, *terminal.own_fds):
         os.close(fd)
-    broker_end.close()
     return _SandboxStages(broker_pid, helper.pid, broker_status_r, helper.status_r, helper.go_w,
                           ask_link)
 

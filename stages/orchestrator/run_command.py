@@ -123,8 +123,6 @@ def execute(mode, program, policy_file, config_file, via, record, events_to,
 def _start_run(mode, program, policy_file, config_file, via, record, events_to,
                allow_unix_sockets, log, quiet, dry_run, syslog, events_format, ask, ask_timeout,
                capture, no_clipboard):
-    from stages.orchestrator.run import RunRequest, execute
-    from stages.config.policy import check_policy_for_path
     if policy_file == "-" and config_file == "-":
         raise UsageProblem("--policy - and --config - both read stdin; fix: read one of them from a file")
     syslog = _check_syslog_target(syslog)
@@ -133,6 +131,29 @@ def _start_run(mode, program, policy_file, config_file, via, record, events_to,
         # An answer is written into the policy file: never into vpnw's own copy.
         raise UsageProblem(f"--ask edits the policy file, and {policy_file} is vpnw's own; "
                            f"fix: vpnw presets {policy_file[1:]} > policy.toml, then --policy policy.toml")
+    # The helper first, before the run's modules and the policy load: what
+    # it does needs neither (helper_first.py); a refusal from here on kills it.
+    from stages.orchestrator import helper_first
+    terminal = helper_first.plan_terminal(record, log, no_clipboard, os.environ)
+    helper = helper_first.fork_helper(list(program), allow_unix_sockets, terminal)
+    try:
+        request = _request(mode, program, policy_file, config_file, via, record, events_to,
+                           allow_unix_sockets, log, quiet, dry_run, syslog, events_format, ask,
+                           ask_timeout, capture, no_clipboard)
+    except BaseException:
+        helper_first.abandon(helper)
+        helper_first.close_terminal(terminal)
+        raise
+    from stages.orchestrator.run import execute
+    return execute(request, terminal, helper)
+
+
+def _request(mode, program, policy_file, config_file, via, record, events_to,
+             allow_unix_sockets, log, quiet, dry_run, syslog, events_format, ask, ask_timeout,
+             capture, no_clipboard):
+    """The policy and the paths loaded (UsageProblem when they cannot be): the RunRequest."""
+    from stages.orchestrator.run import RunRequest
+    from stages.config.policy import check_policy_for_path
     policy = _load_policy(policy_file)
     path, named = _load_path(config_file, via)
     problem = check_policy_for_path(policy, path.resolves_at_exit) if policy_file else None
@@ -156,7 +177,7 @@ def _start_run(mode, program, policy_file, config_file, via, record, events_to,
                          capture=capture or getattr(policy, "capture", False),
                          no_clipboard=no_clipboard)
     mark("vpnw", "policy and paths loaded")
-    return execute(request)
+    return request
 
 
 def exit_now(code: int) -> None:
