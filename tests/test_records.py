@@ -9,7 +9,7 @@ import pytest
 
 from stages.config.paths import DIRECT, PathSpec, SecretSource
 from stages.config.policy import Policy, load_policy
-from stages.config.records import Factory, FrozenRecord, Record
+from stages.config.records import Factory, FrozenRecord, NamedTuple, Record
 
 
 class Spec(FrozenRecord):
@@ -80,3 +80,35 @@ def test_the_policy_and_the_paths_compare_as_before(tmp_path):
     assert "pw" not in repr(spec) and "secret" not in repr(spec)
     assert spec == spec.replace(secret=None) != spec.replace(password="other")
     assert DIRECT == PathSpec(name="direct", type="direct") and hash(DIRECT) == hash(DIRECT.replace())
+
+
+def test_named_tuple_is_typings_without_typing():
+    import pickle
+    import typing
+
+    class Mine(NamedTuple):
+        """a doc"""
+        x: int
+        y: str = "d"
+
+        def twice(self):
+            return self.x * 2
+
+    class Typings(typing.NamedTuple):
+        x: int
+        y: str = "d"
+
+    mine, theirs = Mine(1), Typings(1)
+    assert (mine, repr(mine)[4:], mine._fields, mine._field_defaults) == \
+        (theirs, repr(theirs)[7:], theirs._fields, theirs._field_defaults)
+    assert mine.twice() == 2 and Mine.__doc__ == "a doc" and mine._replace(y="e") == (1, "e")
+    assert Mine.__module__ == __name__
+    with pytest.raises(TypeError):
+        Mine()
+    from stages.config.policy import Rule
+    rule = Rule("example.com", "name", 443, 3, host="example.com")
+    assert pickle.loads(pickle.dumps(rule)) == rule and rule.network is None
+    with pytest.raises(TypeError, match="follows one with a default"):
+        class Bad(NamedTuple):
+            a: int = 1
+            b: int

@@ -23,11 +23,9 @@ from __future__ import annotations
 
 import os
 import re
-from typing import NamedTuple
 
-from stages.config.records import FrozenRecord
+from stages.config.records import FrozenRecord, NamedTuple   # not dataclasses, not typing
 from stages.config.errors import ConfigError  # noqa: F401  (raised here; callers catch it from here)
-from stages.config.toml_lines import key_lines, line_of
 
 SCHEMES = ("socks5", "socks5h", "http")
 # Schemes where the destination name goes to the exit, which resolves it.
@@ -98,10 +96,12 @@ class _Reader:
     """Helper that builds ConfigErrors pointing at the right line."""
 
     def __init__(self, source: str, text: str):
+        from stages.config.toml_lines import key_lines    # only a paths file needs it: not direct
         self.source = source
         self.lines = key_lines(text)
 
     def error(self, where: tuple[str, ...], problem: str, fix: str) -> ConfigError:
+        from stages.config.toml_lines import line_of
         return ConfigError(problem, fix, file=self.source, line=line_of(self.lines, where))
 
 

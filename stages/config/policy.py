@@ -33,14 +33,11 @@ from __future__ import annotations
 
 import os
 import re
-from typing import NamedTuple
 
 # ipaddress and stages.config.addresses are imported where rules are parsed:
 # a run without --policy (Policy.allow_all) needs neither before its
 # stages start (docs/architecture.md "Start-up budget").
-from stages.config.records import FrozenRecord
-from stages.record.text import printable
-from stages.config.toml_lines import key_lines, line_of
+from stages.config.records import FrozenRecord, NamedTuple   # not dataclasses, not typing
 
 VERSION = 1
 TOP_KEYS = ("version", "name", "policy", "files", "unix")
@@ -444,6 +441,7 @@ def _a_label_fix(text: str) -> str:
 def _show(value) -> str:
     # A value from the file goes into a one-line message: no line breaks or
     # control characters of its own (a "\r" once split a message in two).
+    from stages.record.text import printable
     text = repr(value) if not isinstance(value, str) else '"' + printable(value) + '"'
     return text if len(text) <= 60 else text[:57] + "..."
 
@@ -460,6 +458,7 @@ class _Problems:
         self.found: list[tuple[int, str]] = []
 
     def line_of(self, path: tuple) -> int:
+        from stages.config.toml_lines import line_of
         return line_of(self.lines, path) or 1
 
     def add(self, path: tuple, what: str, fix: str) -> None:
@@ -503,6 +502,7 @@ def _unclosed_array_line(text: str) -> int | None:
 def parse_policy(text: str, source: str = "<policy>") -> Policy:
     """Policy text -> Policy, or PolicyError naming source and line."""
     data = _toml(text, source)
+    from stages.config.toml_lines import key_lines    # only a policy file needs it: not allow_all()
     problems = _Problems(source, key_lines(text))
     for key in data:
         if key not in TOP_KEYS:

@@ -25,7 +25,8 @@ can pass a file system of their own.
 from __future__ import annotations
 
 import os
-from typing import NamedTuple
+
+from stages.config.records import NamedTuple  # typing's, without importing typing
 
 # Home-relative: start-up files of shells, sessions, services, git, ssh and
 # editors. Each names something that runs, or decides what runs, outside.

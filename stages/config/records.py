@@ -1,6 +1,7 @@
 """Records of named fields with defaults: what the run's dataclasses gave
 (keyword or positional construction, defaults, equality and repr by field,
-frozen on request), made without the `dataclasses` module.
+frozen on request), made without the `dataclasses` module; and `NamedTuple`,
+typing.NamedTuple's class syntax without the `typing` module.
 
 The records on the way to the helper's fork (the policy, the paths, the
 run's request) used to be dataclasses; importing `dataclasses` loads
@@ -20,6 +21,8 @@ gets its own. `__post_init__`, when a class has one, runs after the fields
 are set (as in a dataclass).
 """
 from __future__ import annotations
+
+from collections import namedtuple
 
 
 class Factory:
@@ -106,3 +109,30 @@ class FrozenRecord(Record):
 
     def __hash__(self):
         return hash(self._key())
+
+
+class _NamedTupleMeta(type):
+    def __new__(mcls, name, bases, namespace):
+        if not bases:
+            return super().__new__(mcls, name, bases, namespace)
+        fields = tuple(namespace.get("__annotations__", {}))
+        defaults = [namespace[field] for field in fields if field in namespace]
+        if any(field not in namespace for field in fields[len(fields) - len(defaults):]):
+            raise TypeError(f"{name}: a field without a default follows one with a default")
+        made = namedtuple(name, fields, defaults=defaults, module=namespace["__module__"])
+        for key, value in namespace.items():
+            if key not in fields and key not in _NOT_COPIED:
+                setattr(made, key, value)
+        made.__qualname__ = namespace.get("__qualname__", name)
+        return made
+
+
+_NOT_COPIED = {"__module__", "__qualname__", "__annotations__", "__dict__", "__weakref__"}
+
+
+class NamedTuple(metaclass=_NamedTupleMeta):
+    """`class Rule(NamedTuple):` with annotated fields, defaults, methods and
+    a docstring, as typing.NamedTuple: the class made is a
+    collections.namedtuple. Without `typing`, whose import is ~4 ms of CPU
+    on the way to the helper's fork and again in the helper (docs/architecture.md,
+    "Start-up budget")."""

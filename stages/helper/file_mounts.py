@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import errno
 import os
-from typing import TYPE_CHECKING
+TYPE_CHECKING = False   # typing.TYPE_CHECKING, without importing typing (~4 ms)
 
 from stages.kernel import privileges as priv
 from stages.kernel.mounts import (

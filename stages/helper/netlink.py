@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import socket
 import struct
-from typing import NamedTuple
+
+from stages.config.records import NamedTuple  # typing's, without importing typing
 
 NETLINK_ROUTE = 0
 RTM_GETLINK = 18

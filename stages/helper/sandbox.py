@@ -26,8 +26,8 @@ import signal
 import socket
 import stat
 import sys
-from typing import TYPE_CHECKING, Callable, NamedTuple
 
+from stages.config.records import NamedTuple  # typing's, without importing typing
 from stages.wire import handoff
 from stages.kernel.descriptors import close_all_but
 from stages.wire import helper_plan
@@ -38,7 +38,10 @@ from stages.kernel import privileges as priv
 from stages.wire.pty_handoff import ProgramTerminal, send_master
 from stages.wire.startup_trace import mark
 
+TYPE_CHECKING = False   # typing.TYPE_CHECKING, without importing typing
 if TYPE_CHECKING:   # annotations only: the helper imports no policy code at run time
+    from typing import Callable
+
     from stages.config.file_limits import MountPlan
     from stages.config.protected import HelperProtection
 

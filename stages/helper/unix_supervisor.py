@@ -34,11 +34,16 @@ import os
 import socket
 import stat
 import threading
-from typing import Callable, NamedTuple
 
+from stages.config.records import NamedTuple  # typing's, without importing typing
 from stages.kernel import seccomp_notify as sn
 from stages.kernel import unix_diag
 from stages.kernel import privileges as priv
+
+TYPE_CHECKING = False   # typing.TYPE_CHECKING, without importing typing
+if TYPE_CHECKING:
+    from typing import Callable
+
 
 AF_UNIX = socket.AF_UNIX
 UNIX_FAMILY = AF_UNIX.to_bytes(2, "little")     # a sockaddr's first two bytes, for AF_UNIX

@@ -13,7 +13,6 @@ from __future__ import annotations
 import os
 import socket
 import struct
-from typing import Callable, Iterator, TypeVar
 
 NETLINK_SOCK_DIAG = 4
 SOCK_DIAG_BY_FAMILY = 20
@@ -23,7 +22,12 @@ TCP_LISTEN = 10
 
 NLMSGHDR = struct.Struct("=IHHII")      # length, type, flags, seq, pid
 
-T = TypeVar("T")
+# typing only for the annotations: the helper imports this on its way to
+# Ready, and typing's import is ~4 ms there.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Callable, Iterator, TypeVar
+    T = TypeVar("T")
 
 
 class DiagError(Exception):

@@ -10,8 +10,8 @@ program's own code.
 from __future__ import annotations
 
 import signal
-from typing import NamedTuple
 
+from stages.config.records import NamedTuple  # typing's, without importing typing
 from stages.wire import status as st
 from stages.wire.exits import ExitCode, killed_by
 

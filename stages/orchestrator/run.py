@@ -9,14 +9,12 @@ from __future__ import annotations
 
 import gc
 import os
-import selectors
 import signal
 import sys
 import time
-from typing import NamedTuple
 
 from stages import __version__
-from stages.config.records import Factory, Record
+from stages.config.records import Factory, NamedTuple, Record   # not dataclasses, not typing
 from stages.orchestrator import outcome
 from stages.wire import status as st
 from stages.wire.exits import ExitCode
@@ -580,6 +578,7 @@ class _Run:
     def wait(self) -> tuple[int, str | None]:
         caught = FORWARDED_SIGNALS + ((signal.SIGWINCH, signal.SIGCONT) if self.relay else ())
         old = {sig: signal.signal(sig, self._on_signal) for sig in caught}
+        import selectors    # only now: vpnw's own, after every stage is forked
         sel = selectors.DefaultSelector()
         wake_r, wake_w = os.pipe()
         os.set_blocking(wake_w, False)

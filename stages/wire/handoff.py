@@ -26,7 +26,8 @@ from __future__ import annotations
 import array
 import os
 import socket
-from typing import NamedTuple
+
+from stages.config.records import NamedTuple  # typing's, without importing typing
 
 DOORS = {"http": 3128, "socks": 1080}
 # With capture (docs/architecture.md "Capture"): every TCP connection the

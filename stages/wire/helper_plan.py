@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import marshal
 import os
-from typing import NamedTuple
+
+from stages.config.records import NamedTuple  # typing's, without importing typing
 
 VERSION = 1
 _HEADER = 4

@@ -14,7 +14,8 @@ import fcntl
 import os
 import socket
 import stat
-from typing import NamedTuple
+
+from stages.config.records import NamedTuple  # typing's, without importing typing
 
 _TIOCGPTN = 0x80045430
 MESSAGE = b"m"

@@ -37,7 +37,6 @@ as strictly: UTF-8 only, no NaN or Infinity, no lone surrogate (`_text`).
 import json
 import operator
 import os
-from typing import Union
 
 from stages.wire.exits import ExitCode
 
@@ -417,8 +416,8 @@ class Totals(_Message):
         return cls(**{key: _int(value, f"totals.{key}", 0, 2**53) for key, value in body.items()})
 
 
-Message = Union[Ready, UnixConnect, LoopbackRefused, SandboxFailed, ExecFailed, Exited, Stopped, InitOk, InitFailed, PathOk,
-                PathDown, Totals]
+Message = (Ready | UnixConnect | LoopbackRefused | SandboxFailed | ExecFailed | Exited | Stopped | InitOk
+           | InitFailed | PathOk | PathDown | Totals)
 
 HELPER_STATUS = (Ready, Stopped, UnixConnect, LoopbackRefused, SandboxFailed, ExecFailed, Exited)
 INIT_REPORT = (InitOk, InitFailed, Stopped, SandboxFailed, ExecFailed, Exited)
