@@ -91,6 +91,9 @@ def test_startup_compares_each_stages_cpu_beside_rev(bench, tmp_path):
     trace.write_text("1000000 42 1500 vpnw helper forked\n3000000 42 9000 vpnw exit\n")
     assert bench.read_trace(str(trace), 0)["cpu: vpnw until the helper forked"] == 1.5
     assert bench.read_trace(str(trace), 0)["cpu: vpnw"] == 9.0
+    # vpnw's part of the start, comparable whenever its helper forks: until the recorder's fork.
+    trace.write_text("1000000 42 1500 vpnw helper forked\n2000000 42 4000 vpnw recorder forked\n")
+    assert bench.read_trace(str(trace), 0)["cpu: vpnw until the recorder forked"] == 4.0
 
 
 def _run(gbps, seconds, handshake_s, size=1 << 30):

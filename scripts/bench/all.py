@@ -1002,6 +1002,8 @@ def read_trace(path: str, t0: int) -> dict[str, float]:
             cpu[(stage, pid)] = int(cpu_us) / 1e3
             if (stage, what) == ("vpnw", "helper forked"):    # vpnw alone, step 1 of the budget
                 marks.setdefault("cpu: vpnw until the helper forked", int(cpu_us) / 1e3)
+            if (stage, what) == ("vpnw", "recorder forked"):  # vpnw's part before the stages run
+                marks.setdefault("cpu: vpnw until the recorder forked", int(cpu_us) / 1e3)
     for (stage, _pid), ms in cpu.items():
         marks[f"cpu: {stage}"] = marks.get(f"cpu: {stage}", 0.0) + ms
     return marks
