@@ -24,9 +24,9 @@ def bulk_cpu():
 
 
 def test_cpu_is_the_min_of_the_rounds_per_gib_and_summed_over_the_processes(bulk_cpu):
-    rows = [{"gbps": 1.0, "client": (0.4, 0, 0), "relay": (0.5, 300, 100), "sink": (0.6, 200, 50)},
-            {"gbps": 2.0, "client": (0.3, 0, 0), "relay": (0.7, 500, 300), "sink": (0.5, 400, 150)},
-            {"gbps": 0.5, "client": (0.5, 0, 0), "relay": (0.6, 400, 200), "sink": (0.9, 600, 250)}]
+    rows = [{"gbps": 1.0, "client": (0.4, 0, 0, 0), "relay": (0.5, 300, 100, 0.1), "sink": (0.6, 200, 50, 0.2)},
+            {"gbps": 2.0, "client": (0.3, 0, 0, 0), "relay": (0.7, 500, 300, 0.3), "sink": (0.5, 400, 150, 0.1)},
+            {"gbps": 0.5, "client": (0.5, 0, 0, 0), "relay": (0.6, 400, 200, 0.2), "sink": (0.9, 600, 250, 0.4)}]
     out = bulk_cpu.figures(rows, 0.5)
     assert out["gbps"] == 1.0 and out["best_gbps"] == 2.0
     assert out["client"]["cpu"] == pytest.approx(0.6)        # 0.3 s for half a GiB
@@ -34,9 +34,10 @@ def test_cpu_is_the_min_of_the_rounds_per_gib_and_summed_over_the_processes(bulk
     assert out["sink"]["cpu"] == pytest.approx(1.0)
     assert out["cpu_sum"] == pytest.approx(2.6)
     assert out["relay"]["voluntary"] == pytest.approx(800) and out["sink"]["involuntary"] == pytest.approx(300)
+    assert out["relay"]["waited_ms"] == pytest.approx(400) and out["sink"]["waited_ms"] == pytest.approx(400)
 
 
 def test_direct_has_no_relay_row(bulk_cpu):
-    rows = [{"gbps": 1.0, "client": (0.2, 0, 0), "sink": (0.3, 10, 20)}]
+    rows = [{"gbps": 1.0, "client": (0.2, 0, 0, 0), "sink": (0.3, 10, 20, 0.05)}]
     out = bulk_cpu.figures(rows, 1.0)
     assert "relay" not in out and out["cpu_sum"] == pytest.approx(0.5)

@@ -16,8 +16,10 @@ For each: the throughput (median, and the best round: under load only the
 best says much), and each process's CPU seconds per GiB (min of the rounds:
 CPU time is what the machine's other load changes least) with its context
 switches per GiB (voluntary: it slept for want of data or room; involuntary:
-it was put off the CPU; not shown for the C relay, whose threads end with
-each connection and take their counts with them). On 2 cores the sum of CPU seconds bounds the
+it was put off the CPU) and its wait for a CPU while runnable, ms per GiB
+(/proc/PID/schedstat: the scheduling share of the loss); neither is shown
+for the C relay, whose threads end with each connection and take their
+counts with them. On 2 cores the sum of CPU seconds bounds the
 throughput: three busy processes share two cores, and the third pays in
 waits and colder caches (the sink's copy costs more per byte behind any
 relay). No vpnw run is started: this is the relay alone, no policy, no record.
@@ -65,9 +67,10 @@ def serve_relay(port: int, target: int) -> None:
     asyncio.run(main())
 
 
-def process_cpu(pid: int) -> tuple[float, int, int]:
+def process_cpu(pid: int) -> tuple[float, int, int, float]:
     """(CPU seconds, its ended threads' included; voluntary and involuntary
-    context switches of its main thread) of a live process."""
+    context switches and seconds runnable but waiting for a CPU, of its main
+    thread) of a live process."""
     with open(f"/proc/{pid}/stat") as f:
         fields = f.read().rsplit(")", 1)[1].split()
     switches = {}
@@ -76,8 +79,10 @@ def process_cpu(pid: int) -> tuple[float, int, int]:
             if "ctxt_switches" in line:
                 key, value = line.split(":")
                 switches[key] = int(value)
+    with open(f"/proc/{pid}/schedstat") as f:
+        waited_ns = int(f.read().split()[1])
     return ((int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK"),
-            switches["voluntary_ctxt_switches"], switches["nonvoluntary_ctxt_switches"])
+            switches["voluntary_ctxt_switches"], switches["nonvoluntary_ctxt_switches"], waited_ns / 1e9)
 
 
 def start(argv: list[str]) -> subprocess.Popen:
@@ -98,7 +103,7 @@ def one_upload(port: int, payload: str, watched: dict[str, int]) -> dict:
     if result["received"] != result["bytes"]:
         raise RuntimeError(f"port {port}: sent {result['bytes']}, the sink counted {result['received']}")
     row = {"gbps": result["gbps"], "client": (after_times.children_user + after_times.children_system
-                                              - times.children_user - times.children_system, 0, 0)}
+                                              - times.children_user - times.children_system, 0, 0, 0.0)}
     for name, pid in watched.items():
         row[name] = tuple(a - b for a, b in zip(process_cpu(pid), before[name]))
     return row
@@ -106,13 +111,14 @@ def one_upload(port: int, payload: str, watched: dict[str, int]) -> dict:
 
 def figures(rows: list[dict], gib: float) -> dict:
     """Per way: GB/s (median, best); per process CPU s/GiB (min) and context
-    switches per GiB (median). Pure."""
+    switches and ms waited for a CPU per GiB (median). Pure."""
     out = {"gbps": statistics.median(r["gbps"] for r in rows), "best_gbps": max(r["gbps"] for r in rows)}
     for name in ("client", "relay", "sink"):
         if name in rows[0]:
             out[name] = {"cpu": min(r[name][0] for r in rows) / gib,
                          "voluntary": statistics.median(r[name][1] for r in rows) / gib,
-                         "involuntary": statistics.median(r[name][2] for r in rows) / gib}
+                         "involuntary": statistics.median(r[name][2] for r in rows) / gib,
+                         "waited_ms": statistics.median(r[name][3] for r in rows) * 1e3 / gib}
     out["cpu_sum"] = sum(out[name]["cpu"] for name in ("client", "relay", "sink") if name in out)
     return out
 
@@ -145,14 +151,15 @@ def print_table(res: dict, meta: str) -> None:
     w = sys.stdout.write
     w(f"bulk upload, CPU per GiB ({meta})\n"
       f"    {'':<20}{'GB/s':>6} {'best':>6}  {'CPU s/GiB: client':>17} {'relay':>6} {'sink':>6} {'sum':>6}"
-      f"   relay switches/GiB vol / invol   sink vol / invol\n")
+      f"   per GiB: relay switches vol / invol, waited ms   sink's\n")
     for way, v in res.items():
         relay = v.get("relay")
         counted = relay and way != "splice relay (C)"
         w(f"    {way:<20}{v['gbps']:6.2f} {v['best_gbps']:6.2f}  {v['client']['cpu']:17.3f} "
           f"{relay['cpu'] if relay else 0:6.3f} {v['sink']['cpu']:6.3f} {v['cpu_sum']:6.3f}   "
-          + (f"{relay['voluntary']:14.0f} / {relay['involuntary']:<12.0f}" if counted else " " * 29)
-          + f"  {v['sink']['voluntary']:8.0f} / {v['sink']['involuntary']:.0f}\n")
+          + (f"{relay['voluntary']:10.0f} / {relay['involuntary']:<5.0f} {relay['waited_ms']:7.0f}"
+             if counted else " " * 26)
+          + f"      {v['sink']['voluntary']:5.0f} / {v['sink']['involuntary']:<5.0f} {v['sink']['waited_ms']:6.0f}\n")
 
 
 def main() -> None:
