@@ -18,10 +18,10 @@ from __future__ import annotations
 import fcntl
 import os
 import stat
-from typing import NamedTuple
 
 import orjson
 
+from stages.config.records import NamedTuple  # typing's, without importing typing
 from stages.record.chain import Chain, link_problem
 from stages.record.events import split_digest, vpnw_state_dir
 
