@@ -161,17 +161,18 @@ static int loopback_port(const unsigned char *raw, int len)
     return -1;
 }
 
-/* 1 when the kernel may go on with this connect (the tests above), else 0. */
+/* The socket taken (>= 0) when the kernel may go on with this connect (the
+   tests above), closed by the caller once it has answered; else -1. */
 static int may_go_on(int proc, const struct seccomp_notif *n, const unsigned char *listened)
 {
     struct kept *k = slot_of((pid_t)n->pid);
     if (!k)
         k = new_slot((pid_t)n->pid);
     if (!alone(proc, k))
-        return 0;
+        return -1;
     int sock = take(k, (int)(int32_t)n->data.args[0]);
     if (sock < 0)
-        return 0;
+        return -1;
     int yes = 0;
     int length = (int)(int32_t)n->data.args[2];
     unsigned char raw[SOCKADDR_MAX];
@@ -189,8 +190,10 @@ static int may_go_on(int proc, const struct seccomp_notif *n, const unsigned cha
             }
         }
     }
+    if (yes)
+        return sock;
     close(sock);
-    return yes;
+    return -1;
 }
 
 /* receive(listener, proc_fd, listened, notification) -> None
@@ -225,11 +228,15 @@ static PyObject *receive(PyObject *self, PyObject *args)
             error = errno;
             break;
         }
-        if (!may_go_on(proc, &n, listened.buf))
+        int sock = may_go_on(proc, &n, listened.buf);
+        if (sock < 0)
             break;
         struct seccomp_notif_resp resp = {.id = n.id, .flags = SECCOMP_USER_NOTIF_FLAG_CONTINUE};
-        if (ioctl(listener, SECCOMP_IOCTL_NOTIF_SEND, &resp) < 0 && errno != ENOENT) {
-            error = errno;
+        int sent = ioctl(listener, SECCOMP_IOCTL_NOTIF_SEND, &resp);
+        int sent_errno = errno;
+        close(sock);        /* after the answer: the program's thread need not wait for it */
+        if (sent < 0 && sent_errno != ENOENT) {
+            error = sent_errno;
             break;
         }
     }
