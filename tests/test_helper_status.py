@@ -13,6 +13,7 @@ import tempfile
 import pytest
 
 from stages.wire import handoff
+from stages.wire.status import GO
 from stages.config.client_env import ssh_command
 from stages.helper.sandbox import program_env
 
@@ -48,7 +49,7 @@ class Helper:
         return json.loads(raw) if raw else None
 
     def go(self):
-        os.write(self.go_w, b"g")
+        os.write(self.go_w, GO)
 
     def finish(self):
         os.close(self.go_w)
@@ -145,7 +146,29 @@ def test_the_program_is_sealed_before_go_and_execs_only_after_it(tmp_path, monke
     marks = _marks(trace)
     assert ("program go, exec" in marks) == go
     if go:
-        assert marks.index("program sealed") < marks.index("helper go") < marks.index("program go, exec")
+        assert marks.index("program sealed") < marks.index("program go, exec")
+
+
+def test_go_reaches_the_program_without_a_hop_through_the_helper(tmp_path):
+    """vpnw's go pipe goes down to the program's sealed process, which reads
+    its own byte of go: it execs while the helper is stopped. Failed before:
+    the helper passed go on, so a stopped helper held the program back."""
+    import time
+    marker = tmp_path / "ran"
+    h = Helper(["touch", str(marker)])
+    assert "ready" in h.line()
+    os.kill(h.pid, signal.SIGSTOP)
+    try:
+        h.go()
+        deadline = time.monotonic() + 20
+        while not marker.exists() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert marker.exists()
+    finally:
+        os.kill(h.pid, signal.SIGCONT)
+    assert h.line() == {"exit": {"code": 0, "signal": None}}
+    rest, code = h.finish()
+    assert rest == [] and code == 0
 
 
 def test_environment_is_the_callers_plus_proxy_settings(tmp_path):

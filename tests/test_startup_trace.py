@@ -89,7 +89,7 @@ def test_a_traced_run_marks_every_process_in_the_seal_order(world, user, capture
     # The program's process is sealed before go (while Ready is answered)
     # and execs only after it.
     assert at["init: protected paths bound read-only"] <= at["program: sealed"] <= at["program: go, exec"]
-    assert go <= at["helper: go"] <= at["program: go, exec"]
+    assert go <= at["helper: go"] and go <= at["program: go, exec"]     # each reads its byte of go
     assert at["program: go, exec"] <= at["init: program reaped"] <= at["vpnw: run.end sent"]
     assert at["vpnw: run.end sent"] <= at["recorder: signed"] <= at["vpnw: recorder reaped"]
     # The broker's loop loads once the doors came (after init's binds), not

@@ -105,7 +105,7 @@ def main(args: list[str]) -> int:
                 sys.stderr.flush()
             msg = st.decode(line.rstrip(b"\n"), st.HELPER_STATUS)
             if isinstance(msg, st.Ready):
-                os.write(go_w, b"g")
+                os.write(go_w, st.GO)
             elif not isinstance(msg, st.UnixConnect):    # shown above; the run goes on
                 result = msg.code
     os.close(go_w)

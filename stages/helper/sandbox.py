@@ -15,7 +15,8 @@ orchestrator can suspend vpnw with it, as a shell job). G tells C why it
 could not exec over a third pipe.
 P starts C before it reports ready (so a failed /proc mount is a sandbox
 error, not a surprise later); C forks G then, and G seals itself while P
-reports ready, then waits for one byte on a second pipe (go) and only execs.
+reports ready, then waits for go and only execs. vpnw's go pipe is P's and
+G's both: go is one byte for each (status.GO); its EOF, for either, is no go.
 """
 from __future__ import annotations
 
@@ -266,18 +267,18 @@ def run_planned(argv: list[str], handoff_fd: int, status_fd: int, go_fd: int,
         return ExitCode.NO_SANDBOX
 
     report_r, report_w = os.pipe2(os.O_CLOEXEC)
-    go_r, go_w = os.pipe2(os.O_CLOEXEC)
-    keep = {report_w, go_r}
+    # vpnw's go pipe itself goes down to the program's process: vpnw's go
+    # (status.GO) is a byte for us and one for it (no hop through us).
+    keep = {report_w, go_fd}
     unix_link = sealed.unix_link
     if unix_link is not None:
         keep.add(unix_link.program_end.fileno())
     init_pid = os.fork()
     if init_pid == 0:
-        os._exit(_init(argv, penv, sealed.seccomp_bpf, report_w, go_r, keep, files,
+        os._exit(_init(argv, penv, sealed.seccomp_bpf, report_w, go_fd, keep, files,
                        tty is not None, protected,
                        unix_link.program_end.fileno() if unix_link else None))
     os.close(report_w)
-    os.close(go_r)
     if unix_link is not None:
         unix_link.program_end.close()
     mark("helper", "init forked")
@@ -296,6 +297,9 @@ def run_planned(argv: list[str], handoff_fd: int, status_fd: int, go_fd: int,
         return ExitCode.NO_SANDBOX
 
     _hand_doors_over(handoff_fd, sealed)
+    # Counted before Ready: once go is written the program may run before we
+    # read our byte (the seal's own checks are not the program's).
+    before = _no_route_count(sealed.counters)
     st.write(status_fd, st.Ready(namespaces=tuple(priv.NAMESPACE_NAMES), seccomp=True,
                                  unix_sockets=allow_unix_sockets,
                                  unix="all" if allow_unix_sockets else
@@ -306,13 +310,8 @@ def run_planned(argv: list[str], handoff_fd: int, status_fd: int, go_fd: int,
         return ExitCode.NO_SANDBOX  # the orchestrator gave up; init dies with us (pdeathsig)
     for sig in FORWARDED_SIGNALS:
         signal.signal(sig, lambda s, _f: _kill_quietly(init_pid, s))
-    before = _no_route_count(sealed.counters)     # the seal's own checks are not the program's
     mark("helper", "go")
-    try:
-        os.write(go_w, b"g")
-    except BrokenPipeError:
-        pass    # the program's process is gone before go (its seal failed): init reports why
-    os.close(go_w)
+    os.close(go_fd)
     return _the_end(report, status_fd, init_pid, sealed, before, handoff_fd)
 
 

@@ -771,7 +771,7 @@ class _Run:
             elif self.path_ok and self.ready is not None and self.recorded and \
                     (self.relay is None or not self.relay.awaiting_master()):
                 mark("vpnw", "go")
-                os.write(self.go_w, b"g")
+                os.write(self.go_w, st.GO)
                 os.close(self.go_w)
                 self.go_w = None
                 self.started = True
