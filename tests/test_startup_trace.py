@@ -86,6 +86,13 @@ def test_a_traced_run_marks_every_process_in_the_seal_order(world, user, capture
                       "helper: network sealed", "init: protected paths bound read-only",
                       "recorder: run.start written"):
         assert at[before_go] <= go, before_go
+    # The helper is forked first, before the policy loads, and makes its
+    # namespaces only once it has the plan vpnw sends after loading it.
+    assert at["vpnw: command line parsed"] <= at["vpnw: helper forked"] \
+        <= at["vpnw: policy and paths loaded"] <= at["vpnw: plan sent"]
+    assert at["helper: seccomp filter built"] <= at["helper: waiting for the plan"] \
+        <= at["helper: plan read"] <= at["helper: namespaces made"]
+    assert at["vpnw: plan sent"] <= at["helper: plan read"]
     # The program's process is sealed before go (while Ready is answered)
     # and execs only after it.
     assert at["init: protected paths bound read-only"] <= at["program: sealed"] <= at["program: go, exec"]

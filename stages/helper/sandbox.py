@@ -249,15 +249,10 @@ def run_planned(argv: list[str], handoff_fd: int, status_fd: int, go_fd: int,
     # exists to pass them on, they must not kill the helper (and so the run).
     for sig in FORWARDED_SIGNALS:
         signal.signal(sig, signal.SIG_IGN)
-    try:
-        early = _before_the_plan(allow_unix_sockets)
-    except SealError as e:
-        st.write(status_fd, st.SandboxFailed(str(e), ExitCode.NO_SANDBOX))
-        return ExitCode.NO_SANDBOX
-    plan = next_plan()
-    if plan is None:
-        return ExitCode.NO_SANDBOX     # no namespace, no process made yet: nothing is left
-    mark("helper", "plan read")
+    started = _until_the_plan(allow_unix_sockets, status_fd, next_plan)
+    if not isinstance(started, tuple):
+        return started
+    early, plan = started
     files, protected, local_ports = plan.files, plan.protected, plan.local_ports
     penv = program_env(dict(os.environ if plan.env is None else plan.env))
     try:
@@ -313,6 +308,25 @@ def run_planned(argv: list[str], handoff_fd: int, status_fd: int, go_fd: int,
     mark("helper", "go")
     os.close(go_fd)
     return _the_end(report, status_fd, init_pid, sealed, before, handoff_fd)
+
+
+def _until_the_plan(allow_unix_sockets: bool, status_fd: int,
+                    next_plan: Callable[[], helper_plan.Plan | None]):
+    """What needs no policy, then the plan: (the _Early, the plan), or the
+    exit code when the filter cannot be made or no plan came."""
+    try:
+        early = _before_the_plan(allow_unix_sockets)
+    except SealError as e:
+        st.write(status_fd, st.SandboxFailed(str(e), ExitCode.NO_SANDBOX))
+        return ExitCode.NO_SANDBOX
+    # Marked before the wait: when it comes before vpnw's "plan sent", the
+    # helper's own start was off the critical path.
+    mark("helper", "waiting for the plan")
+    plan = next_plan()
+    if plan is None:
+        return ExitCode.NO_SANDBOX     # no namespace, no process made yet: nothing is left
+    mark("helper", "plan read")
+    return early, plan
 
 
 class _Sealed(NamedTuple):
