@@ -103,3 +103,5 @@ def test_a_traced_run_marks_every_process_in_the_seal_order(world, user, capture
     # while the helper seals; a run whose doors and end came together skips it.
     if "broker: loop import begun" in at:
         assert at["init: protected paths bound read-only"] <= at["broker: loop import begun"]
+    if "broker: loop loaded" in at:
+        assert at["broker: loop import begun"] <= at["broker: loop loaded"]

@@ -79,6 +79,7 @@ class _Loader:
     def _run(self) -> None:
         try:
             self.load()
+            mark("broker", "loop loaded")
         except BaseException:   # noqa: BLE001 - the main thread imports again and sees it
             pass
         finally:
