@@ -244,3 +244,22 @@ def test_the_recorder_writes_run_start_without_typing(tmp_path):
                             "from stages.recorder import main, seal", tmp_path)
     assert {"orjson", "stages.recorder.main", "stages.record.signing"} <= loaded   # control
     assert "typing" not in loaded
+
+
+def test_the_recorder_makes_no_dataclass_on_its_way_to_run_start():
+    """Each dataclass execs its generated methods when its module loads
+    (~1 ms of CPU each under load): the recorder's modules, loaded between
+    its fork and run.start written, make none (config.records instead).
+    Control: the check sees a dataclass where there is one."""
+    import dataclasses
+    import importlib
+    names = ["stages.record.chain", "stages.record.digests", "stages.record.events",
+             "stages.record.gate", "stages.recorder.main", "stages.recorder.feeder",
+             "stages.recorder.hints", "stages.recorder.human", "stages.recorder.reserve"]
+    made = [f"{name}.{key}" for name in names
+            for key, value in vars(importlib.import_module(name)).items()
+            if isinstance(value, type) and dataclasses.is_dataclass(value)
+            and value.__module__ == name]
+    assert made == []
+    from stages.config import wg_quick
+    assert dataclasses.is_dataclass(wg_quick.WgConf)      # control

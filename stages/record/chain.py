@@ -9,10 +9,9 @@ proves and what it does not.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import orjson
 
+from stages.config.records import FrozenRecord
 from stages.record.digests import sha256
 from stages.record.events import split_digest
 
@@ -48,8 +47,7 @@ def unchained(raw: bytes) -> bytes:
     return orjson.dumps(event)
 
 
-@dataclass(frozen=True)
-class Verdict:
+class Verdict(FrozenRecord):     # not a dataclass: made as the recorder starts, ~1 ms less
     status: str          # "whole", "broken" or "unchained"
     lines: int           # lines read
     message: str
