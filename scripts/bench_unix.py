@@ -14,12 +14,12 @@ curl are), and prints the median and p99 in microseconds:
   unix  a Unix stream connect to a socket bound in a temp dir (checked: the
         socket file against the sandbox's listeners, then made by the supervisor)
 
-"cpu": the CPU time of the whole run (vpnw's processes, the supervisor, the
+"cpu": the least, over the rounds, of the CPU time of the whole run (vpnw's processes, the supervisor, the
 program, start-up included; `perf stat -e task-clock`, nan without perf)
 divided by the connects; less noisy on a loaded machine than the latencies. A row's cpu minus the no-notifier row's is the
 notifier's own cost per connect (plus its start-up, spread over N).
 
-Rows, interleaved over rounds (median of the rounds' medians):
+Rows, interleaved over rounds (p50 and p99: the median of the rounds'):
   outside       the same program, no vpnw
   vpnw, no notifier   `vpnw run --allow-unix-sockets` (no supervisor: the
                 filter has no notify rule; every Unix socket reachable)
@@ -141,15 +141,16 @@ def main() -> None:
             for way, args in WAYS.items():
                 for kind in KINDS:
                     results[(way, kind)].append(once(args, kind, n, script))
-    print(f"per connect(), {n} connects a run, median of {rounds} interleaved runs "
-          f"(p50 / p99, microseconds)")
+    print(f"per connect(), {n} connects a run, {rounds} interleaved runs: p50 / p99 their "
+          f"medians, cpu their least (microseconds; the least CPU holds best under load)")
     print(f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())} at the end")
     print(f"{'':32}" + "".join(f"{kind + ' ' + q:>13}" for kind in KINDS for q in ("p50", "p99", "cpu")))
     for way in WAYS:
         row = []
         for kind in KINDS:
             runs = results[(way, kind)]
-            row += [statistics.median(r[i] for r in runs) for i in range(3)]
+            row += [statistics.median(r[0] for r in runs), statistics.median(r[1] for r in runs),
+                    min(r[2] for r in runs)]
         print(f"{way:32}" + "".join(f"{v:>13.1f}" for v in row))
 
 
