@@ -752,6 +752,7 @@ def spawn(link_: Link, named: dict[tuple[int, int], str], status_fd: int,
 
 
 def _serve_when_listened(link_: Link, named, report) -> None:
+    compiled_path()     # loaded while the program's process still starts, not after
     with link_.supervisor_end as sock:
         try:
             _msg, fds, _flags, _addr = socket.recv_fds(sock, 1, 1)
