@@ -208,7 +208,7 @@ def test_the_helper_reaches_ready_without_the_records_modules(world, user):
     """A real run, every import of every process seen (an audit hook):
     what the helper had loaded when it sent Ready (vpnw's modules at the
     fork, and its own after it) has no orjson, no dataclasses and nothing
-    they bring (typing it has: pyseccomp imports it). Control: the same listing has the helper's own modules,
+    they bring, and no typing (pyseccomp's imports it with a stand-in). Control: the same listing has the helper's own modules,
     and vpnw, in the same run, loads orjson before it forks the recorder."""
     work = world.workdir(user)
     trace, imports = work / "trace", work / "imports"
@@ -232,7 +232,7 @@ def test_the_helper_reaches_ready_without_the_records_modules(world, user):
             by_the_recorders_fork.add(name)
     assert {"stages.helper.sandbox", "stages.wire.status", "json"} <= loaded      # control
     assert "orjson" in by_the_recorders_fork                                      # control
-    assert OFF_THE_WAY - {"typing"} & loaded == set()     # typing: pyseccomp's own import
+    assert OFF_THE_WAY & loaded == set()
 
 
 def test_the_recorder_writes_run_start_without_typing(tmp_path):
@@ -263,3 +263,35 @@ def test_the_recorder_makes_no_dataclass_on_its_way_to_run_start():
     assert made == []
     from stages.config import wg_quick
     assert dataclasses.is_dataclass(wg_quick.WgConf)      # control
+
+
+FILTERS = """
+import hashlib, json, sys
+{first}
+from stages.helper import sandbox, seccomp_rules
+with sandbox._sonames_known():
+    with sandbox._typing_for_pyseccomp():
+        import pyseccomp
+    typing_after_import = "typing" in sys.modules
+    digests = [hashlib.sha256(seccomp_rules.filter_bpf(unix, supervised=supervised)).hexdigest()
+               for unix in (False, True) for supervised in (False, True)]
+import typing
+print(json.dumps([typing_after_import, digests, pyseccomp.get_api() > 0, callable(typing.get_type_hints)]))
+"""
+
+
+def test_pyseccomp_imports_without_typing_and_makes_the_same_filter(tmp_path):
+    """The helper imports pyseccomp with a stand-in typing (its annotations,
+    cast and overload only; stages/helper/sandbox.py): typing never loads,
+    the filter's BPF is byte for byte the one made with the real typing,
+    every way, and a later `import typing` is the real one.
+    Control: with typing imported first, the stand-in steps aside."""
+    def run(first):
+        env = {**os.environ, "PYTHONPATH": ROOT}
+        out = subprocess.run([sys.executable, "-c", FILTERS.format(first=first)], check=True,
+                             cwd=tmp_path, env=env, capture_output=True, text=True)
+        return json.loads(out.stdout.splitlines()[-1])
+    light, real = run(""), run("import typing")
+    assert light[0] is False and real[0] is True            # control: typing there only when asked
+    assert light[1] == real[1] and len(set(light[1])) > 1    # the same filters, each way
+    assert light[2:] == real[2:] == [True, True]

@@ -222,6 +222,45 @@ def _sonames_known():
 _KNOWN_SONAMES = {"c": "libc.so.6", "seccomp": "libseccomp.so.2"}
 
 
+@contextlib.contextmanager
+def _typing_for_pyseccomp():
+    """pyseccomp imports typing (~4 ms of the helper's CPU before the plan)
+    for its annotations, `cast` and `@overload` alone: nothing else in the
+    helper needs typing. While pyseccomp imports, `typing` is a stand-in whose
+    annotations are inert, `cast` returns its value and `overload` its
+    function; any other name loads the real typing (as before), and so
+    does any import of typing after this."""
+    import sys
+    import types
+    if "typing" in sys.modules:
+        yield
+        return
+    stand_in = types.ModuleType("typing")
+
+    class _Inert:
+        def __getitem__(self, _arguments):
+            return self
+
+    def real(name):
+        if name.startswith("__"):       # the import system asks for __path__ and such
+            raise AttributeError(name)
+        if sys.modules.get("typing") is stand_in:
+            del sys.modules["typing"]
+        import typing
+        return getattr(typing, name)
+
+    stand_in.Any = stand_in.Collection = stand_in.Iterable = stand_in.Union = _Inert()
+    stand_in.cast = lambda _type, value: value
+    stand_in.overload = lambda function: function
+    stand_in.__getattr__ = real
+    sys.modules["typing"] = stand_in
+    try:
+        yield
+    finally:
+        if sys.modules.get("typing") is stand_in:
+            del sys.modules["typing"]
+
+
 def run(argv: list[str], handoff_fd: int, status_fd: int, go_fd: int,
         allow_unix_sockets: bool, env: dict[str, str] | None, files: MountPlan | None = None,
         tty: ProgramTerminal | None = None, protected: HelperProtection | None = None, capture: bool = False,
@@ -361,6 +400,8 @@ def _before_the_plan(allow_unix_sockets: bool) -> _Early:
     try:
         from stages.helper import seccomp_rules
         with _sonames_known():
+            with _typing_for_pyseccomp():
+                import pyseccomp  # noqa: F401  (its import alone sees the stand-in typing)
             supervised = _supervised(allow_unix_sockets)
             seccomp_bpf = seccomp_rules.filter_bpf(allow_unix_sockets, supervised=supervised)
         seccomp_rules.loader()
