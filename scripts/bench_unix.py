@@ -18,6 +18,9 @@ curl are), and prints the median and p99 in microseconds:
 program, start-up included; `perf stat -e task-clock`, nan without perf)
 divided by the connects; less noisy on a loaded machine than the latencies. A row's cpu minus the no-notifier row's is the
 notifier's own cost per connect (plus its start-up, spread over N).
+"sup": the supervisor's own CPU per connect (its process, with `perf stat
+-p` from when its receiving thread has started; the least of the rounds),
+which no other process's load muddles.
 
 Rows, interleaved over rounds (p50 and p99: the median of the rounds'):
   outside       the same program, no vpnw
@@ -46,6 +49,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
 
 VPNW = os.path.join(os.path.dirname(sys.executable), "vpnw")
 PERF = shutil.which("perf")     # linux-perf: the cpu figures
@@ -85,25 +89,80 @@ WAYS = {"outside": None, "vpnw, no notifier": [VPNW, "run", "--allow-unix-socket
         "vpnw": [VPNW, "run"]}
 
 
-def once(way: list[str] | None, kind: str, n: int, script: str) -> tuple[float, float, float]:
-    """(p50, p99) as the program timed them, and the CPU the whole run took
-    per connect (perf stat's task-clock, which follows every process the run
-    forks, reaped by whom it may be; NaN without perf)."""
+def once(way: list[str] | None, kind: str, n: int, script: str) -> tuple[float, float, float, float]:
+    """(p50, p99) as the program timed them, the CPU the whole run took per
+    connect (perf stat's task-clock, which follows every process the run
+    forks, reaped by whom it may be; NaN without perf), and the supervisor's
+    own (its threads from when it serves; NaN without one)."""
     argv = [sys.executable, script, kind, str(n)]
     if way is not None:
         argv = [*way, "--record", os.devnull, "--", "/usr/bin/python3", script, kind, str(n)]
     if PERF:
         argv = [PERF, "stat", "-x", ",", "-e", "task-clock", "--", *argv]
-    out = subprocess.run(argv, capture_output=True, text=True, timeout=300)
-    cpu = math.nan
-    for line in out.stderr.splitlines():
+    run = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    watch = _watch_supervisor(run) if PERF and way is not None else None
+    stdout, stderr = run.communicate(timeout=300)
+    supervisor = math.nan
+    if watch is not None:
+        supervisor = _task_clock_ms(watch.communicate(timeout=60)[1]) * 1000 / n
+    cpu = _task_clock_ms(stderr) * 1000 / n if PERF else math.nan    # msec -> us per connect
+    if run.returncode != 0:
+        raise SystemExit(f"{argv}: exit {run.returncode}\n{stderr}")
+    p50, p99 = stdout.split()
+    return float(p50), float(p99), cpu, supervisor
+
+
+def _task_clock_ms(perf_stderr: str) -> float:
+    for line in perf_stderr.splitlines():
         fields = line.split(",")
-        if PERF and len(fields) > 2 and fields[2] == "task-clock":
-            cpu = float(fields[0]) * 1000 / n      # msec -> us per connect
-    if out.returncode != 0:
-        raise SystemExit(f"{argv}: exit {out.returncode}\n{out.stderr}")
-    p50, p99 = out.stdout.split()
-    return float(p50), float(p99), cpu
+        if len(fields) > 2 and fields[2] == "task-clock":
+            return float(fields[0])
+    return math.nan
+
+
+def _watch_supervisor(run: subprocess.Popen) -> subprocess.Popen | None:
+    """`perf stat -p` of the run's supervisor (the one descendant holding a
+    seccomp listener), once its receiving thread has started; None if it
+    never shows (no notifier: --allow-unix-sockets)."""
+    for _ in range(2000):
+        if run.poll() is not None:
+            return None
+        for pid in _descendants(run.pid):
+            try:
+                holds = any(os.readlink(f"/proc/{pid}/fd/{fd}") == "anon_inode:seccomp notify"
+                            for fd in os.listdir(f"/proc/{pid}/fd"))
+                threads = len(os.listdir(f"/proc/{pid}/task"))
+            except OSError:
+                continue
+            if holds and threads >= 2:
+                return subprocess.Popen([PERF, "stat", "-x", ",", "-e", "task-clock", "-p", str(pid)],
+                                        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        time.sleep(0.005)
+    return None
+
+
+def _descendants(root: int) -> list[int]:
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, ValueError, IndexError):
+                continue
+            children.setdefault(ppid, []).append(int(entry))
+    found, todo = [], [root]
+    while todo:
+        kids = children.get(todo.pop(), [])
+        found += kids
+        todo += kids
+    return found
+
+
+def least(values) -> float:
+    """The least of the figures that were measured (NaN: not measured)."""
+    measured = [v for v in values if not math.isnan(v)]
+    return min(measured) if measured else math.nan
 
 
 def ways_against(revs: list[str]) -> dict:
@@ -144,13 +203,14 @@ def main() -> None:
     print(f"per connect(), {n} connects a run, {rounds} interleaved runs: p50 / p99 their "
           f"medians, cpu their least (microseconds; the least CPU holds best under load)")
     print(f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())} at the end")
-    print(f"{'':32}" + "".join(f"{kind + ' ' + q:>13}" for kind in KINDS for q in ("p50", "p99", "cpu")))
+    print(f"{'':32}" + "".join(f"{kind + ' ' + q:>13}" for kind in KINDS
+                               for q in ("p50", "p99", "cpu", "sup")))
     for way in WAYS:
         row = []
         for kind in KINDS:
             runs = results[(way, kind)]
             row += [statistics.median(r[0] for r in runs), statistics.median(r[1] for r in runs),
-                    min(r[2] for r in runs)]
+                    least(r[2] for r in runs), least(r[3] for r in runs)]
         print(f"{way:32}" + "".join(f"{v:>13.1f}" for v in row))
 
 
