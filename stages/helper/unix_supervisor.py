@@ -276,8 +276,8 @@ class Supervisor:
         self.diag_lock = threading.Lock()   # one dump at a time on the one socket
         self.report_lock = threading.Lock()  # one message at a time on the status pipe
         self.refused_ports: set[int] = set()     # reported (self.lock)
-        self.listened_ports: set[int] = set()    # seen with a listener inside (self.lock)
-        # The same ports as bits, which the compiled path reads (only ever set).
+        # The loopback ports seen with a listener inside, a bit each: one
+        # table for both paths (the compiled one reads it; only ever set, under self.lock).
         self.listened_bits = bytearray(65536 // 8)
         self.fast = compiled_path()
 
@@ -453,7 +453,7 @@ class Supervisor:
         except OSError:
             return False
         port = loopback_port(raw)
-        return port is None or port in self.listened_ports
+        return port is None or self._has_listener(port)
 
     def _at_loopback(self, tid: int, port: int, result: int) -> None:
         if result == 0:
@@ -473,7 +473,7 @@ class Supervisor:
         with self.lock:
             if port in self.refused_ports or len(self.refused_ports) >= MAX_REFUSED_PORTS:
                 return
-            if result == errno.EINPROGRESS and port in self.listened_ports:
+            if result == errno.EINPROGRESS and self._has_listener(port):
                 return
         if result == errno.EINPROGRESS:
             from stages.kernel.inet_diag import loopback_listener
@@ -492,8 +492,10 @@ class Supervisor:
 
     def _listened(self, port: int) -> None:
         """A listener was seen on the loopback's `port` (self.lock held)."""
-        self.listened_ports.add(port)
         self.listened_bits[port >> 3] |= 1 << (port & 7)
+
+    def _has_listener(self, port: int) -> bool:
+        return bool(self.listened_bits[port >> 3] >> (port & 7) & 1)
 
     def _thread_group(self, tid: int) -> int:
         for line in self._proc_text(tid, "status").splitlines():
