@@ -54,6 +54,11 @@ def _build(repo: str, rev: str, commit: str, home: str) -> str:
         subprocess.run(["/usr/bin/python3", "-m", "venv", os.path.join(home, "venv")], check=True)
         subprocess.run([os.path.join(home, "venv", "bin", "python"), "-m", "pip", "install", "-q", src],
                        check=True)
+        # As scripts/setup does after installing, where the revision has it:
+        # the seccomp filter's cache (stages/helper/seccomp_cache.py).
+        subprocess.run([os.path.join(home, "venv", "bin", "python"), "-I", "-m",
+                        "stages.helper.seccomp_cache"], cwd="/", stdout=subprocess.DEVNULL,
+                       stderr=subprocess.DEVNULL)
     os.chmod(home, 0o755)
     subprocess.run(["chmod", "-R", "a+rX", home], check=True)
     with open(os.path.join(home, "ready"), "w") as f:

@@ -397,13 +397,17 @@ def _before_the_plan(allow_unix_sockets: bool) -> _Early:
     # The filter's BPF is made once, here, and so are the means to load it:
     # the program's process, forked from init after go, only loads the bytes
     # (libseccomp's own load made the BPF again there).
+    # libseccomp's BPF for these rules made at install (seccomp_cache.py) is
+    # used when its key matches; else libseccomp (through pyseccomp) makes it.
     try:
-        from stages.helper import seccomp_rules
-        with _sonames_known():
-            with _typing_for_pyseccomp():
-                import pyseccomp  # noqa: F401  (its import alone sees the stand-in typing)
-            supervised = _supervised(allow_unix_sockets)
-            seccomp_bpf = seccomp_rules.filter_bpf(allow_unix_sockets, supervised=supervised)
+        from stages.helper import seccomp_cache, seccomp_rules
+        supervised = _supervised(allow_unix_sockets)
+        seccomp_bpf = seccomp_cache.cached_bpf(allow_unix_sockets, supervised)
+        if seccomp_bpf is None:
+            with _sonames_known():
+                with _typing_for_pyseccomp():
+                    import pyseccomp  # noqa: F401  (its import alone sees the stand-in typing)
+                seccomp_bpf = seccomp_rules.filter_bpf(allow_unix_sockets, supervised=supervised)
         seccomp_rules.loader()
     except (ImportError, OSError, RuntimeError, ValueError) as e:
         raise SealError(f"cannot build the seccomp filter (libseccomp via pyseccomp): {e}; "

@@ -216,6 +216,33 @@ def load_bpf(bpf: bytes, listener: bool = False) -> int:
 
 
 _LOADER = None
+_LIBSECCOMP = None
+
+
+class _Version(NamedTuple):
+    major: int
+    minor: int
+    micro: int
+
+
+def libseccomp_version() -> tuple[_Version, int]:
+    """libseccomp's version and the API level it finds in this kernel,
+    asked of the library itself through ctypes (pyseccomp's import, ~4 ms,
+    is then needed only when a filter is made: seccomp_cache.py). Raises
+    OSError when the library cannot be loaded, AttributeError when it is too
+    old to say."""
+    global _LIBSECCOMP
+    import ctypes
+    if _LIBSECCOMP is None:
+        class Version(ctypes.Structure):
+            _fields_ = [("major", ctypes.c_uint), ("minor", ctypes.c_uint), ("micro", ctypes.c_uint)]
+        library = ctypes.CDLL("libseccomp.so.2")
+        library.seccomp_version.restype = ctypes.POINTER(Version)
+        library.seccomp_api_get.restype = ctypes.c_uint
+        _LIBSECCOMP = library
+    version = _LIBSECCOMP.seccomp_version().contents
+    return (_Version(version.major, version.minor, version.micro),
+            int(_LIBSECCOMP.seccomp_api_get()))
 
 
 def loader():

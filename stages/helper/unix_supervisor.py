@@ -670,10 +670,10 @@ def missing() -> str | None:
     else what is missing (the run then refuses every Unix socket, as before,
     and `vpnw doctor` says why)."""
     try:
-        import pyseccomp
-        if pyseccomp.get_api() < 5:
+        from stages.helper.seccomp_rules import libseccomp_version
+        if libseccomp_version()[1] < 5:     # the API level, as pyseccomp's get_api() says it
             return "libseccomp or the kernel lacks seccomp user notification (API level < 5)"
-    except (ImportError, OSError, RuntimeError) as e:
+    except (ImportError, OSError, RuntimeError, AttributeError) as e:
         return f"libseccomp cannot be asked ({e})"
     gap = sn.syscalls_present()
     if gap:
