@@ -483,6 +483,30 @@ def test_a_fifo_in_place_of_a_signature_or_the_ledger_holds_nothing(runs):
     assert not marker.exists()
 
 
+def test_a_link_planted_at_the_signatures_name_is_replaced_never_written_through(runs):
+    """The program links a file of the user's at its record's .minisig name
+    (the record's directory is the user's, writable inside). The signature
+    goes into a new file at that name: the linked file keeps its content,
+    and the run checks. Failed before: the .minisig was truncated in place,
+    through the link (on ext4 that also costs a write-back when it is
+    closed, 0.5-4 ms on the way to vpnw's exit)."""
+    notes = runs.work / "signed-end-notes.txt"
+    record = runs.work / "signed-end-planted.jsonl"
+    sig = Path(f"{record}.minisig")
+    notes.write_text("the user's own\n")
+    os.chown(notes, *owner(runs.user))
+    try:
+        r = runs.vpnw("run", "--record", str(record), "--", "ln", str(notes), str(sig))
+        assert r.returncode == 0, describe(r)
+        assert notes.read_text() == "the user's own\n" and notes.stat().st_nlink == 1
+        assert sig.read_text().startswith("untrusted comment: ")
+        v = runs.verify(record)
+        assert v.returncode == 0 and "signature: good: " in v.stdout, describe(v)
+    finally:
+        for made in (notes, record, sig):
+            made.unlink(missing_ok=True)
+
+
 def test_a_signature_stripped_leaves_the_file_unproven_never_whole(runs):
     """Why a whole chain with no signature is 2, not 0 (docs/record.md): a
     rewritten, rechained file whose .minisig is removed and whose ledger line

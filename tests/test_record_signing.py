@@ -153,3 +153,26 @@ def test_the_public_half_is_written_when_the_run_starts(tmp_path, monkeypatch):
     os.unlink(pub)
     again = Sealer.open()
     assert open(pub).read() == again.key.public().minisign_text() == sealer.key.public().minisign_text()
+
+
+def test_a_signature_left_under_the_name_is_replaced_never_written_through(tmp_path, monkeypatch):
+    """A .minisig already at the name (an earlier run under the same
+    --record, or a link planted there) is removed and a new file made: the
+    file it was linked to keeps its content. Failed before: it was truncated
+    in place and the signature written through the link (and on ext4 a file
+    truncated to nothing is written back when closed, 0.5-4 ms on the way to
+    vpnw's exit, where a new file costs ~0.1 ms)."""
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path))
+    from test_record_ledger import a_run_file
+    path = str(tmp_path / "r-000001.jsonl")
+    start, end = a_run_file(path, "r-000001")
+    notes = tmp_path / "notes.txt"
+    notes.write_text("the user's own\n")
+    os.link(notes, f"{path}.minisig")
+    fd = os.open(path, os.O_WRONLY)
+    sig, _seq, _head = Sealer.open().seal(fd, path, start, end, end["d"])
+    os.close(fd)
+    assert notes.read_text() == "the user's own\n" and notes.stat().st_nlink == 1
+    assert open(f"{path}.minisig").read() == sig
+    assert os.stat(f"{path}.minisig").st_mode & 0o777 == 0o600
+    assert evidence.check(path, key=evidence.public_key_for(None), ledger=ledger.read()).exit_code == 0

@@ -91,7 +91,21 @@ def is_regular(fd: int) -> bool:
 
 
 def _write_beside(path: str, text: str) -> None:
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
+    """A new file at `path`: one an earlier run left under the same name is
+    removed first, never truncated in place. On ext4 a file truncated to
+    nothing is written back when it is closed (auto_da_alloc): 0.5-4 ms on
+    the way to vpnw's exit, where a new file costs ~0.1 ms; and a link
+    planted at the name is never written through. A name that cannot be
+    removed (its directory is read-only to us) is written over as before."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW
+    try:
+        os.unlink(path)
+        flags |= os.O_EXCL
+    except FileNotFoundError:
+        flags |= os.O_EXCL
+    except OSError:
+        flags |= os.O_TRUNC
+    fd = os.open(path, flags, 0o600)
     try:
         os.write(fd, text.encode())
     finally:
