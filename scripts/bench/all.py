@@ -1410,12 +1410,19 @@ def _ms(value, places: int = 3) -> str:
     return "" if value is None else f"{value:.{places}f}"
 
 
+def _label_width(labels, least: int) -> int:
+    """The label column's width: `least`, or wider, so that no label runs
+    into the next column (the --against and no-notifier rows are long)."""
+    return max([least] + [len(label) + 1 for label in labels])
+
+
 def _latency_table(w, title: str, rows: list[dict], target=None) -> None:
     """p50/p99 and what each adds to direct's; a target column when given."""
-    w(f"\n{title}\n    {'':<28}{'conn/s':>7} {'p50 ms':>8} {'p99 ms':>8}  {'added p50':>9} {'added p99':>9} "
+    lw = _label_width((r["label"] for r in rows), 28)
+    w(f"\n{title}\n    {'':<{lw}}{'conn/s':>7} {'p50 ms':>8} {'p99 ms':>8}  {'added p50':>9} {'added p99':>9} "
       f"{'errors':>6}" + ("  target" if target else "") + "\n")
     for r in rows:
-        w(f"    {r['label']:<28}{r['rate']:7.0f} {r['p50_ms']:8.3f} {r['p99_ms']:8.3f}  {r['added_p50_ms']:9.3f} "
+        w(f"    {r['label']:<{lw}}{r['rate']:7.0f} {r['p50_ms']:8.3f} {r['p99_ms']:8.3f}  {r['added_p50_ms']:9.3f} "
           f"{r['added_p99_ms']:9.3f} {r['errors']:6d}" + (f"  {target(r)}" if target else "") + "\n")
 
 
@@ -1427,12 +1434,13 @@ def print_table(res: dict, meta: dict, verdicts: list[dict]) -> None:
     if "startup" in res:
         print_startup(w, res["startup"], _mark(mark.get(("startup", "vpnw run -- true"))))
     if "bulk" in res:
-        w(f"\nbulk, one transfer                GB/s   x direct  x relay   connect ms  after it x direct   "
+        bw = _label_width(res["bulk"], 26)
+        w(f"\n{'bulk, one transfer':<{bw + 4}}     GB/s   x direct  x relay   connect ms  after it x direct   "
           f"peak RSS / PSS of vpnw (MiB)   target\n")
         for label, v in res["bulk"].items():
             mem = f"{v['rss_mib']:.1f} / {v['pss_mib']:.1f}" if v.get("rss_mib") else ""
             relay = f"{v['x_reference']:7.2f}" if v.get("x_reference") is not None else " " * 7
-            w(f"    {label:<26} {v['gbps']:8.2f}   {v['x_direct']:6.2f}  {relay}   {v['handshake_ms']:9.1f}  "
+            w(f"    {label:<{bw}} {v['gbps']:8.2f}   {v['x_direct']:6.2f}  {relay}   {v['handshake_ms']:9.1f}  "
               f"{v['tunnel_x_direct']:17.2f}   {mem:<29}  {_mark(mark.get(('bulk', label)))}\n")
     if "httpget" in res:
         w(f"\nplain http:// GET from nginx;       GB/s   x direct   rounds (GB/s)   target\n"
@@ -1443,15 +1451,16 @@ def print_table(res: dict, meta: dict, verdicts: list[dict]) -> None:
               f"{_mark(mark.get(('httpget', label)))}\n")
     if "conns" in res:
         c = res["conns"]
+        lw = _label_width((r["label"] for r in c["rows"]), 28)
         w(f"\nnew connections/s, {c['clients']} clients, {c['seconds']} s a round: connect, GET 64 B from nginx "
           f"by name, read to end, close\n"
-          f"    {'':<28}{'client':<8} {'conn/s':>7}  {'x direct':>8}  {'x best proxy':<24} "
+          f"    {'':<{lw}}{'client':<8} {'conn/s':>7}  {'x direct':>8}  {'x best proxy':<24} "
           f"{'p50 ms':>7} {'p99 ms':>7} {'errors':>6}  {'RSS / PSS MiB':<13}  target\n")
         for r in c["rows"]:
             best = f"{r['x_best_proxy']:.2f} {r['best_proxy']}" if r["x_best_proxy"] is not None else ""
             mem = f"{r['rss_mib']:.1f} / {r['pss_mib']:.1f}" if r.get("rss_mib") else ""
             places = 0 if r["client"] == "ab" else 3
-            w(f"    {r['label']:<28}{r['client']:<8} {r['rate']:7.0f}  {r['x_direct']:8.2f}  {best:<24} "
+            w(f"    {r['label']:<{lw}}{r['client']:<8} {r['rate']:7.0f}  {r['x_direct']:8.2f}  {best:<24} "
               f"{_ms(r['p50_ms'], places):>7} {_ms(r['p99_ms'], places):>7} {r['errors']:6d}  {mem:<13}  "
               f"{_mark(mark.get(('conns', r['label'] + ' (' + r['client'] + ')')))}\n")
         _latency_table(w, f"latency per connection at full speed, {c['clients']} clients (netload, minus "
@@ -1494,8 +1503,9 @@ def print_table(res: dict, meta: dict, verdicts: list[dict]) -> None:
         print_against(w, rev, rows)
     if verdicts:
         w(f"\ntargets\n")
+        rw = _label_width((v["row"] for v in verdicts), 36)
         for v in verdicts:
-            w(f"    {v['section']:<8} {v['row']:<36} {v['figure']:<46} {v['target']:<34} {_mark(v)}\n")
+            w(f"    {v['section']:<8} {v['row']:<{rw}} {v['figure']:<46} {v['target']:<34} {_mark(v)}\n")
 
 
 PLACE: Place
