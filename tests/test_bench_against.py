@@ -145,3 +145,21 @@ def test_reference_relay_way_connects_to_the_relay_in_front_of_each_server(bench
     assert way.server_port(bench.SINK_PORT) == bench.RELAY_PORTS[0]
     assert way.server_port(bench.NGINX_PORT) == bench.RELAY_PORTS[1]
     assert bench.DIRECT.server_port(bench.SINK_PORT) == bench.SINK_PORT
+
+
+def test_the_budget_says_which_marks_only_some_runs_have(bench):
+    """A mark only some runs reach (vpnw reads the broker's status to its end
+    only when that end comes before vpnw is done) has the median of those
+    runs alone, so its place in the budget is no order: the budget says in
+    how many runs it is. Before, "vpnw: broker's status ended" stood after
+    vpnw's exit with nothing to say so."""
+    runs = [{"vpnw: go": 10.0, "vpnw: exit": 20.0}] * 9 + \
+        [{"vpnw: go": 10.0, "vpnw: exit": 20.0, "vpnw: broker's status ended": 25.0}] * 3
+    s = {"true_ms": 1.0, "over_ms": {"signed": 19.0}, "against": {},
+         "timeline_ms": {"signed": bench._median_marks(runs)},
+         "timeline_runs": {"signed": bench._runs_with(runs)}}
+    out = []
+    bench.print_startup(out.append, s, "MISSED")
+    text = "".join(out)
+    assert "  vpnw: broker's status ended  (in 3 of 12 runs)\n" in text
+    assert "  vpnw: exit\n" in text and "  vpnw: go\n" in text
