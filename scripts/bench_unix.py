@@ -11,6 +11,11 @@ curl are), and prints the median and p99 in microseconds:
         the first connect to the port is made by the supervisor)
   tcp-nb  the same, non-blocking (as ab, curl, Node and Go connect), until
         the socket is writable
+  tcp-mt  the same non-blocking connect from a program of four threads (three
+        parked), as Node, Go, tokio and Chromium are: never "continue", the
+        supervisor makes the connect on the socket it took
+  tcp-mt-b  the same, blocking (a Python program with threads): the
+        supervisor hands its turn over and makes the connect
   unix  a Unix stream connect to a socket bound in a temp dir (checked: the
         socket file against the sandbox's listeners, then made by the supervisor)
 
@@ -57,7 +62,7 @@ PERF = shutil.which("perf")     # linux-perf: the cpu figures
 CONNECTOR = r'''
 import errno, os, select, socket, sys, tempfile, time
 kind, n = sys.argv[1], int(sys.argv[2])
-if kind in ("tcp", "tcp-nb"):
+if kind.startswith("tcp"):
     server = socket.socket(); server.bind(("127.0.0.1", 0)); address = server.getsockname()
     family = socket.AF_INET
 else:
@@ -66,13 +71,18 @@ else:
     family = socket.AF_UNIX
 server.listen(1024)
 server.setblocking(False)
+if kind.startswith("tcp-mt"):  # a program of many threads (Node, Go, tokio): three more, parked
+    import threading
+    parked = threading.Event()
+    for _ in range(3):
+        threading.Thread(target=parked.wait, daemon=True).start()
 times = []
 for _ in range(n):
     s = socket.socket(family)
-    if kind == "tcp-nb":
+    if kind in ("tcp-nb", "tcp-mt"):
         s.setblocking(False)
     start = time.perf_counter_ns()
-    if kind == "tcp-nb":       # as ab, curl, Node and Go connect: then wait until writable
+    if kind in ("tcp-nb", "tcp-mt"):   # as ab, curl, Node and Go connect: then wait until writable
         if s.connect_ex(address) == errno.EINPROGRESS:
             select.select([], [s], [])
     else:
@@ -84,7 +94,7 @@ times.sort()
 print(times[len(times) // 2] / 1000, times[int(len(times) * 0.99)] / 1000)
 '''
 
-KINDS = ("tcp", "tcp-nb", "unix")
+KINDS = ("tcp", "tcp-nb", "tcp-mt", "tcp-mt-b", "unix")
 WAYS = {"outside": None, "vpnw, no notifier": [VPNW, "run", "--allow-unix-sockets"],
         "vpnw": [VPNW, "run"]}
 
@@ -99,7 +109,8 @@ def once(way: list[str] | None, kind: str, n: int, script: str) -> tuple[float, 
         argv = [*way, "--record", os.devnull, "--", "/usr/bin/python3", script, kind, str(n)]
     if PERF:
         argv = [PERF, "stat", "-x", ",", "-e", "task-clock", "--", *argv]
-    run = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    run = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                           env=ENV)
     watch = _watch_supervisor(run) if PERF and way is not None else None
     stdout, stderr = run.communicate(timeout=300)
     supervisor = math.nan
@@ -110,6 +121,11 @@ def once(way: list[str] | None, kind: str, n: int, script: str) -> tuple[float, 
         raise SystemExit(f"{argv}: exit {run.returncode}\n{stderr}")
     p50, p99 = stdout.split()
     return float(p50), float(p99), cpu, supervisor
+
+
+# vpnw's state (its ledger, its keys) in a directory of the bench's own,
+# removed at the end: a run by hand appends nothing to the user's.
+ENV = dict(os.environ)
 
 
 def _task_clock_ms(perf_stderr: str) -> float:
@@ -191,6 +207,7 @@ def main() -> None:
     rounds, n = opts.rounds, opts.connects
     WAYS.update(ways_against(opts.against))
     with tempfile.TemporaryDirectory() as tmp:
+        ENV["XDG_STATE_HOME"] = os.path.join(tmp, "state")
         script = os.path.join(tmp, "connector.py")
         with open(script, "w") as f:
             f.write(CONNECTOR)

@@ -1,27 +1,33 @@
-/* The supervisor's compiled fast path: the "continue" answer only.
+/* The supervisor's compiled fast path: the connects of IP sockets.
 
    stages/helper/unix_supervisor.py answers every connect() of the program.
-   Most are TCP connects of a program of one thread (ab, curl, a Python
+   Most are TCP connects: of a program of one thread (ab, curl, a Python
    client), which it lets the kernel go on with (SECCOMP_USER_NOTIF_FLAG_
-   CONTINUE). Made in Python, that answer costs tens of microseconds of
-   interpreter per connect, and the program's thread waits for all of them.
+   CONTINUE), or of a program of many (Node, Go, tokio, Chromium), whose
+   connect it makes itself on the socket it took. Made in Python, either
+   answer costs tens of microseconds of interpreter per connect, and the
+   program's thread waits for all of them.
 
    receive() waits for notifications with the GIL let go, and answers here,
-   in C, exactly those the Python code would answer with "continue", by the
-   same tests in the same order (Supervisor._decide and _may_go_on, the
-   argument in docs/security.md "Unix sockets by origin"):
-     1. the thread group has one thread (the link count of a kept
-        /proc/TID/task, less two), counted before the socket is taken;
+   in C, those the Python code would answer the same way, by the same tests
+   in the same order (Supervisor._decide and _may_go_on, the argument in
+   docs/security.md "Unix sockets by origin"):
+     1. the thread group is counted (the link count of a kept
+        /proc/TID/task, less two) before the socket is taken;
      2. the socket taken with pidfd_getfd (a kept PIDFD_THREAD pidfd);
      3. the address, read once (process_vm_readv), 2 to 128 bytes, whose
         family is not AF_UNIX;
      4. the socket's SO_DOMAIN is AF_INET or AF_INET6;
      5. the address is not loopback at a port no listener has been seen on
-        (the Python code's bitmap of such ports, 65536 bits, only ever set).
+        (the Python code's bitmap of such ports, 65536 bits, only ever set);
+     6. a thread alone in its group: "continue". Another: when the socket is
+        non-blocking (a connect that cannot wait), NOTIF_ID_VALID, then the
+        connect made here on the socket taken, to the bytes read, and its
+        result is the answer (decide() below).
    Anything else (and any error on the way) returns the notification to the
    Python code untouched, which decides it from the start as it does where
    this module did not build: this path never decides anything else, so it
-   can only ever answer a subset of what the Python code answers "continue".
+   only ever answers what the Python code would answer, and as it would.
 
    Kept fds by TID are sound for the reasons Threads in unix_supervisor.py
    gives: each names one thread for life; a thread that is gone makes
@@ -161,45 +167,85 @@ static int loopback_port(const unsigned char *raw, int len)
     return -1;
 }
 
-/* The socket taken (>= 0) when the kernel may go on with this connect (the
-   tests above), closed by the caller once it has answered; else -1. */
-static int may_go_on(int proc, const struct seccomp_notif *n, const unsigned char *listened)
+/* What decide() found for one notification. */
+enum answer {
+    TO_PYTHON,          /* returned unanswered: the Python code decides it */
+    GO_ON,              /* "continue": the kernel runs the program's own call */
+    CONNECTED,          /* made here: the result is the program's */
+    GONE,               /* the thread no longer waits: nobody to answer */
+};
+
+/* The socket taken and its address read once, when they are an IP socket
+   and an IP address the kernel may be let connect (not a loopback port no
+   listener has been seen on: that connect is the Python code's, whose
+   refusal is evidence for a hint). -1 (nothing held) otherwise. */
+static int inet_socket(struct kept *k, const struct seccomp_notif *n,
+                       const unsigned char *listened, unsigned char *raw, int *length)
 {
-    struct kept *k = slot_of((pid_t)n->pid);
-    if (!k)
-        k = new_slot((pid_t)n->pid);
-    if (!alone(proc, k))
-        return -1;
     int sock = take(k, (int)(int32_t)n->data.args[0]);
     if (sock < 0)
         return -1;
-    int yes = 0;
-    int length = (int)(int32_t)n->data.args[2];
-    unsigned char raw[SOCKADDR_MAX];
-    if (length >= 2 && length <= SOCKADDR_MAX) {
-        struct iovec local = {raw, (size_t)length};
-        struct iovec remote = {(void *)(uintptr_t)n->data.args[1], (size_t)length};
-        if (process_vm_readv((pid_t)n->pid, &local, 1, &remote, 1, 0) == length &&
+    *length = (int)(int32_t)n->data.args[2];
+    if (*length >= 2 && *length <= SOCKADDR_MAX) {
+        struct iovec local = {raw, (size_t)*length};
+        struct iovec remote = {(void *)(uintptr_t)n->data.args[1], (size_t)*length};
+        if (process_vm_readv((pid_t)n->pid, &local, 1, &remote, 1, 0) == *length &&
             (raw[0] | raw[1] << 8) != AF_UNIX) {
             int domain = 0;
             socklen_t size = sizeof domain;
             if (getsockopt(sock, SOL_SOCKET, SO_DOMAIN, &domain, &size) == 0 &&
                 (domain == AF_INET || domain == AF_INET6)) {
-                int port = loopback_port(raw, length);
-                yes = port < 0 || (listened[port >> 3] >> (port & 7) & 1);
+                int port = loopback_port(raw, *length);
+                if (port < 0 || (listened[port >> 3] >> (port & 7) & 1))
+                    return sock;
             }
         }
     }
-    if (yes)
-        return sock;
     close(sock);
     return -1;
 }
 
+/* The answer to one notification; `*sock` is the socket taken (closed by
+   the caller once it has answered) and `*result` the connect's errno (0:
+   connected) when CONNECTED.
+
+   A thread alone in its group gets "continue" (its fd table is its own
+   until its call has looked the fd up; counted before the take). Any other
+   thread's connect on a non-blocking IP socket is made here, on the socket
+   taken once, to the address read once, after NOTIF_ID_VALID says the
+   thread waited all along (its TID named it: the socket and the bytes are
+   its own), as the Python code makes it (Supervisor._decide): the kernel
+   never looks the fd or the address up again, so another thread's swap
+   changes nothing. A blocking socket goes to the Python code, which hands
+   its turn to another receiving thread before a connect that may wait. */
+static enum answer decide(int proc, int listener, const struct seccomp_notif *n,
+                          const unsigned char *listened, int *sock, int *result)
+{
+    struct kept *k = slot_of((pid_t)n->pid);
+    if (!k)
+        k = new_slot((pid_t)n->pid);
+    int by_itself = alone(proc, k);
+    unsigned char raw[SOCKADDR_MAX];
+    int length = 0;
+    *sock = inet_socket(k, n, listened, raw, &length);
+    if (*sock < 0)
+        return TO_PYTHON;
+    if (by_itself)
+        return GO_ON;
+    int flags = fcntl(*sock, F_GETFL);
+    if (flags < 0 || !(flags & O_NONBLOCK))
+        return TO_PYTHON;
+    __u64 id = n->id;
+    if (ioctl(listener, SECCOMP_IOCTL_NOTIF_ID_VALID, &id) < 0)
+        return GONE;
+    *result = connect(*sock, (const struct sockaddr *)raw, (socklen_t)length) == 0 ? 0 : errno;
+    return CONNECTED;
+}
+
 /* receive(listener, proc_fd, listened, notification) -> None
 
-   Waits for notifications and answers each the Python code would answer
-   with "continue"; returns when one needs the Python code, with it in
+   Waits for notifications and answers each that decide() may answer here;
+   returns when one needs the Python code, with it in
    `notification` (a writable buffer of sizeof(struct seccomp_notif)).
    `listened`: the bitmap of loopback ports seen with a listener (8192
    bytes, read only here). Raises OSError as the ioctls fail (EINTR and
@@ -228,11 +274,19 @@ static PyObject *receive(PyObject *self, PyObject *args)
             error = errno;
             break;
         }
-        int sock = may_go_on(proc, &n, listened.buf);
-        if (sock < 0)
+        int sock = -1, result = 0;
+        enum answer answer = decide(proc, listener, &n, listened.buf, &sock, &result);
+        if (answer == TO_PYTHON) {
+            if (sock >= 0)
+                close(sock);
             break;
-        struct seccomp_notif_resp resp = {.id = n.id, .flags = SECCOMP_USER_NOTIF_FLAG_CONTINUE};
-        int sent = ioctl(listener, SECCOMP_IOCTL_NOTIF_SEND, &resp);
+        }
+        struct seccomp_notif_resp resp = {.id = n.id};
+        if (answer == GO_ON)
+            resp.flags = SECCOMP_USER_NOTIF_FLAG_CONTINUE;
+        else
+            resp.error = -result;
+        int sent = answer == GONE ? 0 : ioctl(listener, SECCOMP_IOCTL_NOTIF_SEND, &resp);
         int sent_errno = errno;
         close(sock);        /* after the answer: the program's thread need not wait for it */
         if (sent < 0 && sent_errno != ENOENT) {
@@ -254,13 +308,13 @@ static PyObject *receive(PyObject *self, PyObject *args)
 
 static PyMethodDef methods[] = {
     {"receive", receive, METH_VARARGS,
-     "Answer the notifications that may go on; return with the first that may not."},
+     "Answer the IP connects decided here; return with the first that is not."},
     {NULL, NULL, 0, NULL},
 };
 
 static struct PyModuleDef module = {
     PyModuleDef_HEAD_INIT, "fast_continue",
-    "The supervisor's compiled \"continue\" answer (stages/helper/fast_continue.c).",
+    "The supervisor's compiled answer to IP connects (stages/helper/fast_continue.c).",
     -1, methods,
 };
 

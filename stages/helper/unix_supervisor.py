@@ -339,8 +339,10 @@ class Supervisor:
 
     def _next(self, threads: Threads) -> sn.Notification:
         """The next notification to decide here: the compiled path, where
-        there is one, answers those that may go on first, and returns with
-        the first that may not, which is decided from the start here."""
+        there is one, answers first those it decides as this code would (a
+        "continue", or a non-blocking IP socket's connect of a thread that
+        is not alone), and returns with the first it does not, which is
+        decided from the start here."""
         if self.fast is None:
             return sn.receive(self.listener, threads.notification)
         self.fast.receive(self.listener, self.proc, self.listened_bits, threads.notification)

@@ -60,6 +60,12 @@ WAYS = [
     # sharing the table without being a thread is refused at clone().
     way("swap-socket-then-leave", "unix_swap_and_leave", "{unix_path}",
         accept={"NEVER_OUTSIDE"}, control="world"),
+    # A thread that is not alone, on a non-blocking IP socket (Node, Go,
+    # tokio): the supervisor (its compiled path too) connects the socket it
+    # took to the bytes it read, while two other threads swap the socket
+    # under the fd number and the address in memory.
+    way("swap-with-many-threads", "unix_swap_many_threads", "{unix_path}",
+        accept={"NEVER_OUTSIDE"}, control="world"),
     way("clone-files-sharer", "unix_clone_files_swap", "{unix_path}", accept={"EPERM"},
         control="world"),
     way("scm-rights-passed-socket", "unix_scm_rights", "{unix_path}", accept={"EPERM"},

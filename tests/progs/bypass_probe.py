@@ -837,6 +837,73 @@ def unix_swap_and_leave(target, rounds=1000):
     raise Refused("NEVER_OUTSIDE", json.dumps(seen))
 
 
+def unix_swap_many_threads(target, rounds=1000):
+    """A program of many threads (as Node, Go and tokio are) connects a
+    non-blocking TCP socket to a loopback listener of its own while two
+    other threads keep swapping what the connect names: one puts a
+    non-blocking Unix socket under the fd number (dup2) and the TCP one
+    back, one writes `target`'s address over the inet one in memory and
+    back. Such a thread is never let go on ("continue"): the supervisor
+    connects the socket it took to the bytes it read, so the Unix socket
+    never reaches `target`, whichever swap lands when. Outside, it does."""
+    own = socket.socket()
+    own.bind(("127.0.0.1", 0))
+    own.listen(4096)
+    own.setblocking(False)
+    size = 110
+    addr = [(struct.pack("=H", socket.AF_INET) + struct.pack("!H", own.getsockname()[1])
+             + socket.inet_aton("127.0.0.1")).ljust(size, b"\0"),
+            (struct.pack("=H", socket.AF_UNIX) + target.encode()).ljust(size, b"\0")]
+    buf = ctypes.create_string_buffer(addr[0], size)
+    # Fixed numbers: each round's TCP and Unix sockets are put under them.
+    tcp_at, unix_at, slot = (os.dup(own.fileno()) for _ in range(3))
+    stop = threading.Event()
+
+    def swap_fd():
+        while not stop.is_set():
+            os.dup2(unix_at, slot)
+            os.dup2(tcp_at, slot)
+
+    def swap_address():
+        i = 0
+        while not stop.is_set():
+            ctypes.memmove(buf, addr[i % 2], size)
+            i += 1
+    switch = sys.getswitchinterval()
+    sys.setswitchinterval(1e-5)
+    swappers = [threading.Thread(target=f, daemon=True) for f in (swap_fd, swap_address)]
+    for t in swappers:
+        t.start()
+    seen = {}
+    try:
+        for _ in range(rounds):
+            with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as unix, socket.socket() as tcp:
+                unix.setblocking(False)
+                tcp.setblocking(False)
+                os.dup2(unix.fileno(), unix_at)
+                os.dup2(tcp.fileno(), tcp_at)
+                got = "inside" if libc.connect(slot, buf, size) == 0 else \
+                    errno.errorcode.get(ctypes.get_errno(), "?")
+                try:
+                    got = f"the Unix socket is connected to {unix.getpeername()!r}"
+                except OSError:
+                    pass
+                seen[got] = seen.get(got, 0) + 1
+                while True:
+                    try:
+                        own.accept()[0].close()
+                    except BlockingIOError:
+                        break
+                if got.startswith("the Unix socket"):
+                    return f"reached {got!r} ({seen})"
+    finally:
+        stop.set()
+        for t in swappers:
+            t.join()
+        sys.setswitchinterval(switch)
+    raise Refused("NEVER_OUTSIDE", json.dumps(seen))
+
+
 CLONE_FILES = 0x400
 
 
