@@ -3,6 +3,7 @@ that every connection it made is there and accounted for."""
 from __future__ import annotations
 
 import json
+import os
 import re
 from collections import defaultdict
 from pathlib import Path
@@ -87,3 +88,19 @@ def openat2_ops(directory: str, rel: str, path: str) -> list[dict]:
         {"name": "openat2_proc_root", "op": "openat2", "dir": "/proc/self/root", "path": path.lstrip("/"),
          "resolve": ["NO_XDEV", "NO_MAGICLINKS"]},
     ]
+
+
+def descendants(pid: int) -> list[int]:
+    """The processes under `pid` (its children's children too), as /proc shows them now."""
+    found = []
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except (FileNotFoundError, ProcessLookupError):     # gone meanwhile
+        return []
+    for task in tasks:
+        try:
+            with open(f"/proc/{pid}/task/{task}/children") as f:
+                found += [int(c) for c in f.read().split()]
+        except (FileNotFoundError, ProcessLookupError):
+            pass
+    return found + [d for c in found for d in descendants(c)]

@@ -17,7 +17,7 @@ import time
 import pytest
 
 from ci_support import cannot
-from e2e_support import describe, run_events
+from e2e_support import descendants, describe, run_events
 from tmux_support import wait_file
 
 pytestmark = pytest.mark.world
@@ -68,21 +68,6 @@ def dead_path(world):
                                          'type = "wireguard"\nconf = "daily-dead.conf"\n')
 
 
-def _descendants(pid: int) -> list[int]:
-    found = []
-    try:
-        tasks = os.listdir(f"/proc/{pid}/task")
-    except (FileNotFoundError, ProcessLookupError):     # gone meanwhile
-        return []
-    for task in tasks:
-        try:
-            with open(f"/proc/{pid}/task/{task}/children") as f:
-                found += [int(c) for c in f.read().split()]
-        except (FileNotFoundError, ProcessLookupError):
-            pass
-    return found + [d for c in found for d in _descendants(c)]
-
-
 def _cmdline(pid: int) -> bytes:
     try:
         with open(f"/proc/{pid}/cmdline", "rb") as f:
@@ -104,7 +89,7 @@ def _await_wireguard_go(term) -> list[int]:
     shell = int(term._tmux("display-message", "-p", "-t", "t", "#{pane_pid}").strip())
     end = time.monotonic() + 60
     while time.monotonic() < end:
-        found = [p for p in _descendants(shell) if _cmdline(p).startswith(b"wireguard-go\0")]
+        found = [p for p in descendants(shell) if _cmdline(p).startswith(b"wireguard-go\0")]
         if found:
             return found
         time.sleep(0.05)

@@ -8,11 +8,14 @@ Every way at a socket bound outside: tests/bypass/test_unix_origin.py.
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import subprocess
+import time
 
 import pytest
 
-from e2e_support import describe, run_events
+from e2e_support import descendants, describe, run_events
 from tmux_support import world_shell
 
 pytestmark = pytest.mark.world
@@ -68,6 +71,70 @@ def test_run_start_names_the_unix_allow_list_as_this_run_resolved_it(world, user
         {"entry": "/run/vpnw-test.sock", "path": "/run/vpnw-test.sock"}]
     assert "unix_allow_unlisted" not in start["fields"]
 
+
+
+# TCP connects of a program of one thread, then of four (non-blocking, as
+# Node, Go and tokio make them), each to a listener of its own; then it waits
+# for a line, so the test can look at the run's supervisor meanwhile.
+CONNECTS_THEN_WAITS = r'''
+import select, socket, sys, threading
+server = socket.socket(); server.bind(("127.0.0.1", 0)); server.listen(64)
+def connect(blocking):
+    with socket.socket() as s:
+        s.setblocking(blocking)
+        s.connect_ex(server.getsockname())
+        select.select([], [s], [], 10)
+        assert s.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR) == 0
+        server.accept()[0].close()
+for _ in range(5):
+    connect(True)
+parked = threading.Event()
+for _ in range(3):
+    threading.Thread(target=parked.wait, daemon=True).start()
+for _ in range(5):
+    connect(False)
+print("connected", flush=True)
+sys.stdin.readline()
+'''
+
+
+def _supervisor(run: subprocess.Popen) -> int:
+    """The run's supervisor: its one process holding a seccomp listener."""
+    for _ in range(200):
+        for pid in descendants(run.pid):
+            try:
+                fds = os.listdir(f"/proc/{pid}/fd")
+                if any(os.readlink(f"/proc/{pid}/fd/{fd}") == "anon_inode:seccomp notify"
+                       for fd in fds):
+                    return pid
+            except OSError:
+                continue        # gone meanwhile, or an fd closed between the two looks
+        time.sleep(0.05)
+    raise AssertionError("no process of the run holds a seccomp listener")
+
+
+@pytest.mark.parametrize("path", ["compiled", "python"])
+def test_the_supervisor_of_a_real_run_answers_through_the_path_doctor_names(world, user, path):
+    """The supervisor of a run that made TCP connects (a thread alone, then
+    threads among others) has the compiled path (stages/helper/fast_continue.c)
+    mapped: it waits for and answers notifications there, as setup builds it
+    and doctor says; with VPNW_SUPERVISOR_PYTHON=1 it has not, and the Python
+    path answered them."""
+    script = world.file("connects_then_waits.py", CONNECTS_THEN_WAITS)
+    env = {"VPNW_SUPERVISOR_PYTHON": "1"} if path == "python" else {}
+    run = world.popen([str(world.vpnw_path), "run", "--", "/usr/bin/python3", str(script)],
+                      user=user, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                      stderr=subprocess.PIPE)
+    mapped = None
+    try:
+        line = run.stdout.readline()
+        if line == b"connected\n":
+            with open(f"/proc/{_supervisor(run)}/maps") as f:
+                mapped = "/stages/helper/fast_continue." in f.read()
+    finally:
+        _out, err = run.communicate(b"\n", timeout=60)
+    assert line == b"connected\n" and run.returncode == 0, (line, err.decode())
+    assert mapped == (path == "compiled")
 
 INTERRUPTED = r'''
 import ctypes, errno, json, os, signal, socket, struct, tempfile, threading, time

@@ -882,6 +882,7 @@ def unix_swap_many_threads(target, rounds=1000):
                 tcp.setblocking(False)
                 os.dup2(unix.fileno(), unix_at)
                 os.dup2(tcp.fileno(), tcp_at)
+                os.dup2(tcp_at, slot)       # from here the slot holds this round's sockets only
                 got = "inside" if libc.connect(slot, buf, size) == 0 else \
                     errno.errorcode.get(ctypes.get_errno(), "?")
                 try:
