@@ -846,6 +846,7 @@ def unix_swap_many_threads(target, rounds=1000):
     back. Such a thread is never let go on ("continue"): the supervisor
     connects the socket it took to the bytes it read, so the Unix socket
     never reaches `target`, whichever swap lands when. Outside, it does."""
+    import random
     own = socket.socket()
     own.bind(("127.0.0.1", 0))
     own.listen(4096)
@@ -862,12 +863,15 @@ def unix_swap_many_threads(target, rounds=1000):
     def swap_fd():
         while not stop.is_set():
             os.dup2(unix_at, slot)
+            time.sleep(1e-4)
             os.dup2(tcp_at, slot)
+            time.sleep(1e-4)
 
     def swap_address():
         i = 0
         while not stop.is_set():
             ctypes.memmove(buf, addr[i % 2], size)
+            time.sleep(7e-5)
             i += 1
     switch = sys.getswitchinterval()
     sys.setswitchinterval(1e-5)
@@ -883,6 +887,7 @@ def unix_swap_many_threads(target, rounds=1000):
                 os.dup2(unix.fileno(), unix_at)
                 os.dup2(tcp.fileno(), tcp_at)
                 os.dup2(tcp_at, slot)       # from here the slot holds this round's sockets only
+                time.sleep(random.random() * 3e-4)
                 got = "inside" if libc.connect(slot, buf, size) == 0 else \
                     errno.errorcode.get(ctypes.get_errno(), "?")
                 try:
