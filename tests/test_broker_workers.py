@@ -140,3 +140,65 @@ def test_workers_are_forked_only_when_the_lead_sees_load():
 
 def workers_wanted() -> int:
     return worker_count(DIRECT)[0]
+
+
+def _timeslices(pid: int) -> int:
+    """How many times the process's threads have been put on a CPU (schedstat's third field)."""
+    total = 0
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
+            total += int(f.read().split()[2])
+    return total
+
+
+def test_an_idle_lead_is_not_woken_by_its_load_watch():
+    # The lead looks at its load only while connections come: a broker with
+    # doors and no connections (most of an agent's run) sleeps. Its load
+    # watch used to be a timer for the whole run, 20 wake-ups a second
+    # (about 2.5 ms of CPU a second, vpnw's whole idle cost). After a few
+    # connections it goes quiet again.
+    import signal
+    import socket
+    import subprocess
+    import sys
+    import time
+
+    import pytest
+
+    from stages.wire import handoff
+    if len(os.sched_getaffinity(0)) < 2:
+        pytest.skip("one core: the broker has no workers and no load watch")
+    helper_end, broker_end = handoff.link()
+    env = {k: v for k, v in os.environ.items() if k != "VPNW_BROKER_WORKERS"}
+    proc = subprocess.Popen([sys.executable, "-m", "stages.broker", "--handoff-fd", str(broker_end.fileno()),
+                             "--grace", "0.5", "--run-id", "r-idle"], env=env, pass_fds=[broker_end.fileno()],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    broker_end.close()
+    door, target = socket.socket(), socket.socket()
+    for s in (door, target):
+        s.bind(("127.0.0.1", 0))
+        s.listen(64)
+    try:
+        handoff.send_door(helper_end, "http", door.fileno())
+        c = socket.create_connection(door.getsockname(), timeout=20)   # the loop is up once it answers
+        c.sendall(b"CONNECT 127.0.0.1:%d HTTP/1.1\r\n\r\n" % target.getsockname()[1])
+        assert c.recv(100).startswith(b"HTTP/1.1 200")
+        target.accept()[0].close()
+        c.close()
+        for _ in range(2):
+            time.sleep(0.5)                           # the connection's own work and last look done
+            before = _timeslices(proc.pid)
+            time.sleep(2.0)
+            woken = _timeslices(proc.pid) - before
+            assert proc.poll() is None
+            # A 50 ms timer is about 40 wake-ups in 2 s, even on a loaded machine.
+            assert woken <= 6, f"the idle broker was put on a CPU {woken} times in 2 s"
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=30)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+        for s in (door, target, helper_end):
+            s.close()

@@ -78,6 +78,7 @@ class Broker:
         self.handshaking: set[socket.socket] = self.context.handshaking
         self.listening: list[tuple[str, socket.socket]] = []   # the doors, handed over by the helper
         self.taken_this_tick = 0                        # for the crew's load check
+        self.load_look = None                           # its timer, while connections come
         self.paused_said = False
         self.doors = {"socks": Socks5Door(self.context), "http": HttpDoor(self.context),
                       "local": LocalDoor(self.context), **_capture_doors(self.context)}
@@ -132,8 +133,6 @@ class Broker:
             loop.add_reader(handoff.fileno(), self._on_handoff, handoff)
         if self.crew is not None and self.crew_at_once:
             self.crew.start(self._doors_for_workers())
-        elif self.crew is not None:
-            loop.call_later(LOAD_TICK, self._check_load)
         try:
             await self.stopping.wait()
         finally:
@@ -240,17 +239,24 @@ class Broker:
                 loop.add_reader(listener.fileno(), self._on_door, door, listener)
         loop.call_later(0.1, resume)
 
+    def _watch_load(self) -> None:
+        """A connection was taken: look at the load LOAD_TICK from now, unless
+        a look is already due. The tick runs only while connections come: an
+        idle broker (most of an agent's run) is never woken by it (a timer
+        that ran for the whole run woke the broker 20 times a second)."""
+        if self.load_look is None and self.crew is not None and not self.crew.started:
+            self.load_look = self.loop.call_later(LOAD_TICK, self._check_load)
+
     def _check_load(self) -> None:
-        """One look per LOAD_TICK (one timer for the run, none per
-        connection): a busy tick forks the workers (workers.py)."""
+        """The look: a busy tick forks the workers (workers.py); a quiet
+        one starts the count again, with the next connection."""
+        self.load_look = None
         if self.stopping.is_set():
             return
         if self.taken_this_tick >= LOAD_PER_TICK:
             self.connector.lookups.pause(self._fork_crew)
             return
         self.taken_this_tick = 0
-        if not self.stopping.is_set():
-            self.loop.call_later(LOAD_TICK, self._check_load)
 
     def _fork_crew(self) -> None:
         """Load: the workers, forked once no name lookup is in flight
@@ -265,6 +271,7 @@ class Broker:
 
     def _take(self, door: str, sock: socket.socket) -> None:
         self.taken_this_tick += 1
+        self._watch_load()
         if len(self.handshaking) >= MAX_PENDING_HANDSHAKES:
             sock.close()
             self.journal.fail(self.journal.new_conn(), "handshake", "refused",
