@@ -155,6 +155,35 @@ def test_the_helper_gone_before_any_door_ends_without_the_loop():
     assert not load.started.is_set()
 
 
+# In a fresh interpreter, as in a forked broker that has loaded neither
+# socket nor the link's messages: the doors come from the parent (the helper).
+_BEGUN_BEFORE_OWN_IMPORTS = r"""
+import sys
+from stages.broker import startup
+seen = []
+startup.mark = lambda stage, what: seen.append((what, "socket" in sys.modules,
+                                                "stages.wire.handoff" in sys.modules))
+startup.load_while_watching(int(sys.argv[1]), lambda: None)
+print(seen[0])
+"""
+
+
+def test_the_loop_begins_to_load_on_the_doors_before_the_brokers_own_imports():
+    """On the first doors, before the watch loads socket and the link's
+    messages (~5 ms of its own): the import, which loads socket first too,
+    no longer waits behind them. Failed before: startup.py imported both
+    before it read the link."""
+    import subprocess
+    helper_end, broker_end = handoff.link()
+    http = door()
+    handoff.send_door(helper_end, "http", http.fileno())
+    out = subprocess.run([sys.executable, "-c", _BEGUN_BEFORE_OWN_IMPORTS, str(broker_end.fileno())],
+                         pass_fds=(broker_end.fileno(),), capture_output=True, text=True, timeout=60)
+    helper_end.close()
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split("\n")[0] == "('loop import begun', False, False)", out.stdout
+
+
 # In a fresh interpreter, as in a forked broker that has not loaded its loop:
 # the direct path's import, then a real connection served by asyncio.
 _LOOP_WITHOUT_TLS = r"""

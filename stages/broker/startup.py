@@ -9,14 +9,18 @@ was ready, not when the program was. So the import runs in a thread while
 this process's main thread reads the link: the doors the helper hands over,
 then what the program does.
 
-The import starts only once the first door (or connection) comes over the
-link: the helper hands the doors over when the sandbox is sealed, just
-before it reports ready. Started at once, the import took its ~45 ms of CPU
-while the helper sealed, and on two cores that stretched the seal, the
-longest step before the program (docs/architecture.md, "Start-up budget").
-No connection can come before a door exists, so none waits for an import
-that had not begun; the program's first connection waits at most for what
-is left of it.
+The import begins when the first doors come over the link (the helper hands
+them over once the sandbox is sealed, just before it reports ready), and
+before this thread's own imports (socket, the link's messages), which it
+would otherwise wait behind. No connection can come before a door exists,
+so none waits for an import that had not begun; the program's first
+connection waits at most for what is left of it.
+
+Begun earlier, as soon as PathOk is out, the import finishes sooner for a
+program that connects at once, but its CPU then competes with the last
+steps before go (init's binds, the program's seal, the recorder's run.start:
+both cores are busy until just before go), and a run that never connects
+pays it too (docs/architecture.md, "Start-up budget", the figures).
 
 The ways out:
 
@@ -35,19 +39,17 @@ from __future__ import annotations
 
 import os
 import select
-import socket
 import sys
 import threading
 from dataclasses import dataclass, field
 
-from stages.wire.handoff import Handed, take_pending
 from stages.wire.startup_trace import mark
 
 
 @dataclass
 class Early:
     """What the link said before the loop was there."""
-    handed: list[Handed] = field(default_factory=list)   # in the order they came
+    handed: list = field(default_factory=list)   # in the order they came
     link_over: bool = False     # the helper's end of the link closed
     quiet_end: bool = False     # link over, no connection anywhere: no loop needed
     warnings: list[str] = field(default_factory=list)
@@ -57,7 +59,7 @@ IMPORTING_SWITCH_INTERVAL = 0.0005     # s
 
 
 class _Loader:
-    """load() in a thread of its own, begun on the first door (see above)."""
+    """load() in a thread of its own, begun on the first doors (see above)."""
 
     def __init__(self, load):
         self.load = load
@@ -95,11 +97,15 @@ class _Loader:
 
 
 def load_while_watching(link_fd: int, load) -> Early:
-    """Run load() (the loop's imports) in a thread once the first door has
+    """Run load() (the loop's imports) in a thread once the first doors have
     come; meanwhile read the link (fd `link_fd`, left open and
     non-blocking). Returns once the loop is loaded, is needed, or never will
     be (Early.quiet_end)."""
     loader = _Loader(load)
+    if _doors_come(link_fd):
+        loader.start()
+    # Only now, after the import has begun (which loads socket too, first):
+    import socket
     link = socket.socket(fileno=link_fd)
     link.setblocking(False)
     early = Early()
@@ -115,9 +121,10 @@ def load_while_watching(link_fd: int, load) -> Early:
     return early
 
 
-def _watch(link: socket.socket, loader: _Loader, early: Early) -> None:
+def _watch(link, loader: _Loader, early: Early) -> None:
     """Read the link until the loop has loaded, is needed (a connection),
     or never will be (early.quiet_end)."""
+    from stages.wire.handoff import take_pending
     while True:
         ready = _readable({loader.loaded_r, *_doors(early), link.fileno()})
         if loader.loaded_r in ready or ready & _doors(early):
@@ -125,14 +132,22 @@ def _watch(link: socket.socket, loader: _Loader, early: Early) -> None:
         pending = take_pending(link)
         early.handed += pending.handed
         early.warnings += pending.problems
-        if pending.handed and not pending.ended:
-            loader.start()          # the sandbox is sealed: the loop may be needed soon
         if any(h.kind == "conn" for h in pending.handed):
             return                  # a connection handed over
         if pending.ended:
             early.link_over = True
             early.quiet_end = not _readable(_doors(early), timeout_ms=0)
             return
+
+
+def _doors_come(link_fd: int) -> bool:
+    """Wait for the link's first message: True when something came over a
+    link still open (the doors), False on its end alone (a helper gone
+    before the seal hands no door, and its broker needs no loop)."""
+    poller = select.poll()
+    poller.register(link_fd, select.POLLIN)
+    [(_fd, events)] = poller.poll()
+    return not events & (select.POLLHUP | select.POLLERR)
 
 
 def _doors(early: Early) -> set[int]:
