@@ -13,6 +13,7 @@ import socket
 import time
 from dataclasses import dataclass
 
+from stages.config.records import NamedTuple   # not dataclasses: the loop's import (records.py)
 from stages.broker.dial import DialError
 from stages.broker.hosts_file import HostsFile
 from stages.broker.journal import Journal, ms_since
@@ -35,22 +36,19 @@ class Opened:
     closed: bool = False
 
 
-@dataclass(frozen=True)
-class Denied:
+class Denied(NamedTuple):
     reason: str
     rule: str
     asked: dict | None = None     # guard --ask: {"by": ..., "answer": ...} for the record
 
 
-@dataclass(frozen=True)
-class Failed:
+class Failed(NamedTuple):
     stage: str      # resolve | dial | path (conn.fail's stages past the handshake)
     error: str      # conn.fail's error (dial.DIAL_ERRORS)
     reason: str
 
 
-@dataclass(frozen=True)
-class _Allowed:
+class _Allowed(NamedTuple):
     """Decided: go on and dial these addresses (empty: the exit resolves)."""
     host: str
     addresses: tuple

@@ -42,6 +42,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from ipaddress import IPv4Address, IPv6Address, ip_address
 
+from stages.config.records import NamedTuple   # not dataclasses: the loop's import (records.py)
 from stages.config.addresses import (
     SPECIAL_LAST_LABELS, BadHost, classify, classify_name, embedded_ipv4, parse_host,
 )
@@ -52,8 +53,7 @@ class BadTarget(Exception):
     """A request we refuse before any decision; str() is the reason sentence."""
 
 
-@dataclass(frozen=True)
-class Target:
+class Target(NamedTuple):
     host: str                              # canonical name, or the address as text
     port: int
     ip: IPv4Address | IPv6Address | None   # set when the client asked for an address
@@ -69,8 +69,7 @@ class LookUp:
     """Resolve the target's name, then call decide() again with its addresses."""
 
 
-@dataclass(frozen=True)
-class Decision:
+class Decision(NamedTuple):
     allowed: bool
     reason: str           # a sentence for a person
     rule: str             # deny_private | default | deny "<text>" (line N) | allow "<text>" (line N) | no policy | target

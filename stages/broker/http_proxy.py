@@ -21,8 +21,8 @@ The heads never go to the record: the record keeps host and port only.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 
+from stages.config.records import NamedTuple   # not dataclasses: the loop's import (records.py)
 from stages.broker.sans_io import NEED_DATA, Sentinel  # noqa: F401 - NEED_DATA is one of this parser's events
 
 MAX_REQUEST_LINE = 8 * 1024
@@ -91,20 +91,17 @@ CHUNK_DATA_END = Sentinel("CHUNK_DATA_END")   # the line end after a chunk's dat
 TRAILER = Sentinel("TRAILER")
 
 
-@dataclass(frozen=True)
-class Body:
+class Body(NamedTuple):
     data: bytes
 
 
-@dataclass(frozen=True)
-class ConnectHead:
+class ConnectHead(NamedTuple):
     host: str
     port: int
     version: bytes
 
 
-@dataclass(frozen=True)
-class ForwardHead:
+class ForwardHead(NamedTuple):
     method: bytes
     host: str               # as written in the URI (IPv6 without brackets)
     port: int
@@ -120,8 +117,7 @@ class ForwardHead:
         return b"\r\n".join(lines) + b"\r\n\r\n"
 
 
-@dataclass(frozen=True)
-class ResponseHead:
+class ResponseHead(NamedTuple):
     status: int
     version: bytes
     reason: bytes

@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import ipaddress
 import struct
-from dataclasses import dataclass
 
+from stages.config.records import NamedTuple   # not dataclasses: the loop's import (records.py)
 from stages.broker.sans_io import NEED_DATA  # noqa: F401 - one sentinel for both doors' parsers
 
 VERSION = 5
@@ -49,25 +49,21 @@ class Socks5Error(Exception):
         self.reply_code = reply_code
 
 
-@dataclass(frozen=True)
-class Greeted:
+class Greeted(NamedTuple):
     reply: bytes
 
 
-@dataclass(frozen=True)
-class NoAcceptableMethod:
+class NoAcceptableMethod(NamedTuple):
     reply: bytes
 
 
-@dataclass(frozen=True)
-class ConnectRequest:
+class ConnectRequest(NamedTuple):
     host: str            # domain name as sent, or the address in text form
     port: int
     address_type: int    # ATYP_IPV4 / ATYP_DOMAIN / ATYP_IPV6
 
 
-@dataclass(frozen=True)
-class Refused:
+class Refused(NamedTuple):
     reply: bytes
     reason: str
 
