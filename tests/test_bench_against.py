@@ -140,9 +140,11 @@ def test_bulk_sets_each_row_beside_the_reference_relay_of_its_client(bench):
     assert out["vpnw http (curl)"]["x_reference"] == pytest.approx(0.9)
     assert [v["row"] for v in bench.judge({"bulk": out}) if v["section"] == "bulk"] == ["vpnw http (curl)"]
     assert not [r for r in bench.compare_against({"bulk": out}, rev) if ref in r["row"]]
+    assert bench.bulk_note(out).endswith(f"{ref} 0.75x direct is its bound")
     # Without the relay (no gcc) the rows carry no such ratio.
     del runs[ref], runs[ref + " (curl)"]
     assert bench.bulk_figures(runs)["vpnw http"]["x_reference"] is None
+    assert "bound" not in bench.bulk_note(bench.bulk_figures(runs))
 
 
 def test_reference_relay_way_connects_to_the_relay_in_front_of_each_server(bench):

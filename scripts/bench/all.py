@@ -707,6 +707,16 @@ def bulk_figures(runs: dict[str, list[dict]]) -> dict:
     return out
 
 
+def bulk_note(bulk: dict) -> str:
+    """What the bulk table judges, and netload's bound (the C relay's row)."""
+    note = f"judged: the{CURL} rows, issue 33's line (whole transfer, first connect included)"
+    reference = bulk.get(REFERENCE)
+    if reference:
+        note += (f"; netload's upload is faster direct than any relay here: {REFERENCE} "
+                 f"{reference['x_direct']:.2f}x direct is its bound")
+    return note
+
+
 def run_curl_get(url: str, way: Way, tunnel: bool = False) -> dict:
     """curl GET url (through the HTTP proxy of the way, forwarded; with
     `tunnel`, through the way's door as a tunnel: CONNECT (-p) or SOCKS5 with
@@ -1465,6 +1475,7 @@ def print_table(res: dict, meta: dict, verdicts: list[dict]) -> None:
             relay = f"{v['x_reference']:7.2f}" if v.get("x_reference") is not None else " " * 7
             w(f"    {label:<{bw}} {v['gbps']:8.2f}   {v['x_direct']:6.2f}  {relay}   {v['handshake_ms']:9.1f}  "
               f"{v['tunnel_x_direct']:17.2f}   {mem:<29}  {_mark(mark.get(('bulk', label)))}\n")
+        w(f"    {bulk_note(res['bulk'])}\n")
     if "httpget" in res:
         w(f"\nplain http:// GET from nginx;       GB/s   x direct   rounds (GB/s)   target\n"
           f"(POST): to netload's sink\n")
