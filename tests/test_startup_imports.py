@@ -230,7 +230,7 @@ def test_the_helper_reaches_ready_without_the_records_modules(world, user):
             loaded.add(name)
         if int(pid) == vpnw_pid and int(ns) < recorder_forked:
             by_the_recorders_fork.add(name)
-    assert {"stages.helper.sandbox", "stages.wire.status", "json"} <= loaded      # control
+    assert {"stages.helper.sandbox", "stages.wire.status", "_json"} <= loaded     # control
     assert "orjson" in by_the_recorders_fork                                      # control
     assert OFF_THE_WAY & loaded == set()
 

@@ -26,7 +26,6 @@ what the orchestrator already made.
 from __future__ import annotations
 
 import os
-import re
 import stat
 
 DOOR_HTTP = "http://127.0.0.1:3128"
@@ -40,7 +39,9 @@ DOOR_SETTINGS = ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "NO_PROXY", "NODE_USE
 JVM_PROXY_OPTIONS = ("-Dhttp.proxyHost=127.0.0.1 -Dhttp.proxyPort=3128 "
                      "-Dhttps.proxyHost=127.0.0.1 -Dhttps.proxyPort=3128 "
                      "-DsocksProxyHost=127.0.0.1 -DsocksProxyPort=1080")
-_JVM_PROXY_WORDS = re.compile(r"proxyHost|proxyPort|proxySet|useSystemProxies", re.IGNORECASE)
+# (In any case of their letters, as before. No `re` here: nothing else on the
+# helper's way to Ready, which applies these, needs it.)
+_JVM_PROXY_WORDS = ("proxyhost", "proxyport", "proxyset", "usesystemproxies")
 
 # ssh asks this relay for the connection; it speaks SOCKS5 to the door with the
 # name unresolved, so known_hosts is checked against the name the user typed.
@@ -49,12 +50,23 @@ SSH_RELAY_MODULE = "stages.inside.ssh_proxy"
 # git's settings that choose the ssh command, strongest first. A variable set
 # to the empty string counts as unset (as git treats it).
 _GIT_SSH_VARIABLES = ("GIT_SSH_COMMAND", "GIT_SSH")
-_SSH_COMMAND_KEY = re.compile(r"sshcommand\s*(=|$|[;#])", re.IGNORECASE)
+_SHELL_PLAIN = frozenset("_@%+=:,./-")
+
+
+def _sets_ssh_command_key(rest: str) -> bool:
+    r"""`sshcommand` in any case of its letters, then only whitespace before
+    `=`, `;`, `#` or the end (what r"sshcommand\s*(=|$|[;#])" matched with
+    re.IGNORECASE)."""
+    if rest[:10].lower() != "sshcommand":
+        return False
+    tail = rest[10:].lstrip()
+    return tail == "" or tail[0] in "=;#"
 
 
 def _shell_quote(text: str) -> str:
-    # shlex.quote without importing shlex (start-up cost on every run).
-    if text and re.fullmatch(r"[\w@%+=:,./-]+", text):
+    # shlex.quote without importing shlex (start-up cost on every run): plain
+    # when every character is a word character (as re's \w) or one of @%+=:,./-
+    if text and all(c.isalnum() or c in _SHELL_PLAIN for c in text):
         return text
     return "'" + text.replace("'", "'\"'\"'") + "'"
 
@@ -74,7 +86,7 @@ def config_sets_ssh_command(text: str) -> bool:
             end = rest.find("]")
             in_core = end > 0 and rest[1:end].strip().lower() == "core"
             rest = rest[end + 1:].strip() if end > 0 else ""
-        if in_core and _SSH_COMMAND_KEY.match(rest):
+        if in_core and _sets_ssh_command_key(rest):
             return True
     return False
 
@@ -222,7 +234,8 @@ def program_env(env: dict[str, str], *, python: str | None,
     # The JVM: the user's options stay; ours are added after them unless they
     # already choose a proxy.
     java = env.get("JAVA_TOOL_OPTIONS", "")
-    if _JVM_PROXY_WORDS.search(java):
+    lowered = java.lower()
+    if any(word in lowered for word in _JVM_PROXY_WORDS):
         kept.append("JAVA_TOOL_OPTIONS")
     else:
         out["JAVA_TOOL_OPTIONS"] = f"{java} {JVM_PROXY_OPTIONS}".strip()

@@ -33,8 +33,11 @@ these lines on its way to Ready, and orjson's import loads dataclasses,
 inspect, uuid, platform and datetime (~10 ms before the seal). The bytes are
 orjson's (compact, UTF-8, no escapes beyond JSON's own), and a line is read
 as strictly: UTF-8 only, no NaN or Infinity, no lone surrogate (`_text`).
+It is the standard library's C half, `_json`, that json.JSONEncoder and
+JSONDecoder use for these settings: the `json` package itself imports `re`
+(~6 ms), which nothing else on the helper's way to Ready needs.
 """
-import json
+import _json
 import operator
 import os
 
@@ -431,16 +434,50 @@ def _no_constant(name: str):
     raise ValueError(f"{name} is not JSON")
 
 
-_ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False,
-                            check_circular=False)
-_DECODER = json.JSONDecoder(parse_constant=_no_constant)
+def _not_json(value):
+    raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
+
+
+# json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False,
+# check_circular=False)'s one-shot encoder, made as it makes it.
+_ENCODE = _json.make_encoder(None, _not_json, _json.encode_basestring, None, ":", ",",
+                             False, False, False)
+
+
+class _Reading:
+    """What json.JSONDecoder(parse_constant=_no_constant) hands its C scanner."""
+    strict = True
+    object_hook = None
+    object_pairs_hook = None
+    parse_float = float
+    parse_int = int
+    parse_constant = staticmethod(_no_constant)
+
+
+_SCAN = _json.make_scanner(_Reading())
+_WHITESPACE = " \t\n\r"        # json.decoder's WHITESPACE
+
+
+def read_json(text: str):
+    """One JSON value, as json.JSONDecoder(parse_constant=...).decode reads it
+    (JSON's whitespace around it, nothing else; NaN and Infinity refused):
+    ValueError when it is not that. Also the helper's reading of nftables'
+    listing (capture.py), which then needs no `json` either."""
+    start = len(text) - len(text.lstrip(_WHITESPACE))
+    try:
+        value, end = _SCAN(text, start)
+    except StopIteration:
+        raise ValueError("Expecting value") from None
+    if text[end:].strip(_WHITESPACE):
+        raise ValueError("Extra data")
+    return value
 
 
 def encode(message: Message) -> bytes:
     """One JSON line; StatusError if `message` is not one decode would accept."""
     wire = message.to_wire()
     type(message).from_wire(wire)
-    return _ENCODER.encode(wire).encode("utf-8") + b"\n"
+    return "".join(_ENCODE(wire, 0)).encode("utf-8") + b"\n"
 
 
 def decode(line: bytes | str, expect: tuple[type, ...]) -> Message:
@@ -448,7 +485,7 @@ def decode(line: bytes | str, expect: tuple[type, ...]) -> Message:
     if len(line) > MAX_LINE:
         raise StatusError(f"a status line of {len(line)} bytes (at most {MAX_LINE})")
     try:
-        obj = _DECODER.decode(line.decode("utf-8") if isinstance(line, bytes) else line)
+        obj = read_json(line.decode("utf-8") if isinstance(line, bytes) else line)
     except (ValueError, RecursionError):     # UnicodeDecodeError and JSONDecodeError are ValueErrors
         raise StatusError(f"a status line that is not JSON: {_clip(line)}") from None
     if not isinstance(obj, dict):
