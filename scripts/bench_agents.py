@@ -188,7 +188,7 @@ def cases(world, user):
     out = [("true (vpnw's own cost)", lambda inside: timed_command(world, user, ["true"], inside=inside)),
            # vpnw's own cost for a program that stays a moment: what `true`
            # ends before it starts (the broker's loop import, ~45 ms of CPU).
-           ("sleep 1 (vpnw's, a program that stays)",
+           ("sleep 1 (vpnw, program stays)",
             lambda inside: timed_command(world, user, ["sleep", "1"], inside=inside))]
     for name, path in (("codex --version", CODEX), ("claude --version", CLAUDE), ("aider --version", AIDER)):
         if path.exists():
