@@ -507,6 +507,27 @@ def test_a_link_planted_at_the_signatures_name_is_replaced_never_written_through
             made.unlink(missing_ok=True)
 
 
+def test_the_room_reserved_for_the_record_is_given_back_before_vpnw_exits(runs):
+    """While the program runs, its record holds room reserved past its end
+    (docs/security.md, "A full disk hides nothing"); by the time vpnw has
+    exited that room is given back and the run is signed. The recorder gives
+    it back while it signs, in a thread of its own that it waits for before
+    it exits: this pins that both are done before vpnw's exit."""
+    record = runs.work / "signed-end-room.jsonl"
+    try:
+        r = runs.vpnw("run", "--record", str(record), "--", "stat", "-c", "%b %B", str(record))
+        assert r.returncode == 0, describe(r)
+        blocks, unit = map(int, r.stdout.split())
+        assert blocks * unit >= 1 << 20, f"no room reserved while the program ran (control): {r.stdout}"
+        after = record.stat()
+        assert after.st_blocks * 512 < 64 << 10 and after.st_size > 0, (after.st_blocks, after.st_size)
+        v = runs.verify(record)
+        assert v.returncode == 0 and "signature: good: " in v.stdout, describe(v)
+    finally:
+        for made in (record, Path(f"{record}.minisig")):
+            made.unlink(missing_ok=True)
+
+
 def test_a_signature_stripped_leaves_the_file_unproven_never_whole(runs):
     """Why a whole chain with no signature is 2, not 0 (docs/record.md): a
     rewritten, rechained file whose .minisig is removed and whose ledger line
