@@ -18,6 +18,7 @@ curl are), and prints the median and p99 in microseconds:
         supervisor hands its turn over and makes the connect
   unix  a Unix stream connect to a socket bound in a temp dir (checked: the
         socket file against the sandbox's listeners, then made by the supervisor)
+  unix-nb  the same, non-blocking (as Node, Go and tokio connect)
 
 "cpu": the least, over the rounds, of the CPU time of the whole run (vpnw's processes, the supervisor, the
 program, start-up included; `perf stat -e task-clock`, nan without perf)
@@ -79,10 +80,10 @@ if kind.startswith("tcp-mt"):  # a program of many threads (Node, Go, tokio): th
 times = []
 for _ in range(n):
     s = socket.socket(family)
-    if kind in ("tcp-nb", "tcp-mt"):
+    if kind in ("tcp-nb", "tcp-mt", "unix-nb"):
         s.setblocking(False)
     start = time.perf_counter_ns()
-    if kind in ("tcp-nb", "tcp-mt"):   # as ab, curl, Node and Go connect: then wait until writable
+    if kind in ("tcp-nb", "tcp-mt", "unix-nb"):   # as ab, curl, Node and Go connect: then wait until writable
         if s.connect_ex(address) == errno.EINPROGRESS:
             select.select([], [s], [])
     else:
@@ -94,7 +95,7 @@ times.sort()
 print(times[len(times) // 2] / 1000, times[int(len(times) * 0.99)] / 1000)
 '''
 
-KINDS = ("tcp", "tcp-nb", "tcp-mt", "tcp-mt-b", "unix")
+KINDS = ("tcp", "tcp-nb", "tcp-mt", "tcp-mt-b", "unix", "unix-nb")
 WAYS = {"outside": None, "vpnw, no notifier": [VPNW, "run", "--allow-unix-sockets"],
         "vpnw": [VPNW, "run"]}
 

@@ -33,6 +33,7 @@ import errno
 import os
 import socket
 import stat
+import sys
 import threading
 
 from stages.config.records import NamedTuple  # typing's, without importing typing
@@ -280,6 +281,10 @@ class Supervisor:
         # table for both paths (the compiled one reads it; only ever set, under self.lock).
         self.listened_bits = bytearray(65536 // 8)
         self.fast = compiled_path()
+        # The policy's sockets for the compiled path, which leaves their
+        # connects (recorded) to this code: (st_dev, st_ino), native 64-bit pairs.
+        self.named_identities = b"".join(
+            ident.to_bytes(8, sys.byteorder) for pair in named for ident in pair)
 
     # ------------------------------------------------------------ threads
 
@@ -340,12 +345,14 @@ class Supervisor:
     def _next(self, threads: Threads) -> sn.Notification:
         """The next notification to decide here: the compiled path, where
         there is one, answers first those it decides as this code would (a
-        "continue", or a non-blocking IP socket's connect of a thread that
-        is not alone), and returns with the first it does not, which is
-        decided from the start here."""
+        "continue"; a non-blocking IP socket's connect of a thread that is
+        not alone; a non-blocking Unix socket's connect to an absolute path
+        bound by a listener inside), and returns with the first it does
+        not, which is decided from the start here."""
         if self.fast is None:
             return sn.receive(self.listener, threads.notification)
-        self.fast.receive(self.listener, self.proc, self.listened_bits, threads.notification)
+        self.fast.receive(self.listener, self.proc, self.listened_bits, self.named_identities,
+                          threads.notification)
         return sn.Notification(threads.notification)
 
     def _hand_over(self, threads: Threads) -> None:

@@ -47,6 +47,15 @@ WAYS = [
     # is the owner's privilege: fs.protected_hardlinks).
     way("hard-link", "unix_reach", "hardlink", "{mine}", accept={"EPERM"}, control="world"),
     way("bind-mount", "unix_connect", "{bound}", accept={"EPERM"}, control="world"),
+    # The same from a non-blocking socket, as Node, Go and tokio connect (the
+    # compiled path decides those it can: docs/security.md).
+    *[way(f"{name}-nonblocking", "unix_reach", how, target, "nonblocking", accept={"EPERM"},
+          control="world")
+      for name, how, target in [("symlink", "symlink", "{unix_path}"),
+                                ("proc-self-root", "proc-self-root", "{unix_path}"),
+                                ("proc-self-symlink", "proc-self-symlink", "{unix_path}"),
+                                ("relative-path", "relative", "{unix_path}"),
+                                ("hard-link", "hardlink", "{mine}")]],
     way("swap-address-in-memory", "unix_swap_memory", "{unix_path}", accept={"NEVER_OUTSIDE"},
         control="world"),
     way("swap-symlink", "unix_swap_symlink", "{unix_path}", accept={"NEVER_OUTSIDE"},
@@ -91,7 +100,7 @@ assert len(WAY_BY_ID) == len(WAYS)
 
 # What programs do must work inside.
 WORKS = [("stream", "path"), ("stream", "relative"), ("stream", "abstract"),
-         ("seqpacket", "path")]
+         ("seqpacket", "path"), ("stream", "path-nonblocking"), ("seqpacket", "path-nonblocking")]
 PLAN = plan_of(WAYS) + [{"id": f"works-{k}-{w}", "attempt": "unix_own", "args": [k, w]}
                         for k, w in WORKS]
 REFUSED_BY_SUPERVISOR = {"path": "a socket bound outside the sandbox",

@@ -626,10 +626,11 @@ def _banner(s):
     return data.decode(errors="replace").strip() or "connected"
 
 
-def unix_reach(how, target):
+def unix_reach(how, target, mode="blocking"):
     """connect() to `target` (a path outside) another way: through a symlink,
     /proc/self/root (named, or behind a symlink), /proc/<pid>/cwd, a relative
-    path, or a hard link made here."""
+    path, or a hard link made here; from a non-blocking socket (as Node, Go
+    and tokio connect) when `mode` says so."""
     scratch = _scratch()
     name = {"symlink": lambda: _link(os.symlink, target, scratch),
             "hardlink": lambda: _link(os.link, target, scratch),
@@ -640,6 +641,7 @@ def unix_reach(how, target):
             "relative": lambda: (os.chdir(os.path.dirname(target)), os.path.basename(target))[1],
             }[how]()
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+        s.setblocking(mode != "nonblocking")
         s.connect(name)
         return _banner(s)
 
@@ -662,10 +664,12 @@ def unix_own(kind, where):
     scratch = _scratch()
     os.chdir(scratch)
     name = {"path": os.path.join(scratch, "own.sock"), "relative": "own.sock",
-            "abstract": "\0vpnw-own-" + _token()}[where]
+            "abstract": "\0vpnw-own-" + _token(),
+            "path-nonblocking": os.path.join(scratch, "own.sock")}[where]
     pid = _listener(name, sock_type)
     try:
         with socket.socket(socket.AF_UNIX, sock_type) as s:
+            s.setblocking(where != "path-nonblocking")     # as Node, Go and tokio connect
             s.connect(name)
             got = _banner(s)
     finally:
