@@ -10,7 +10,43 @@ from __future__ import annotations
 import os
 import time
 
-import orjson
+
+def _orjson_without_inspect():
+    """orjson, imported with a stand-in `inspect` (docs/architecture.md,
+    "Start-up budget", 3). orjson's import loads dataclasses (to know a
+    dataclass when it sees one), and dataclasses imports inspect (ast, dis,
+    tokenize...: most of orjson's ~10 ms import) for one use: a dataclass
+    made without a docstring gets its signature as one. While orjson imports,
+    and only then, `inspect` is a stand-in that loads the real module the
+    first time any of its names is asked for (dataclasses keeps it, so that
+    docstring comes out the same); any `import inspect` after is the real
+    module. vpnw imports this on its way to the recorder's fork."""
+    import sys
+    if "orjson" in sys.modules or "inspect" in sys.modules:
+        import orjson
+        return orjson
+    import types
+    stand_in = types.ModuleType("inspect")
+
+    def real(name):
+        if name.startswith("__"):       # the import system asks for __path__ and such
+            raise AttributeError(name)
+        if sys.modules.get("inspect") is stand_in:
+            del sys.modules["inspect"]
+        import inspect
+        return getattr(inspect, name)
+
+    stand_in.__getattr__ = real
+    sys.modules["inspect"] = stand_in
+    try:
+        import orjson
+    finally:
+        if sys.modules.get("inspect") is stand_in:
+            del sys.modules["inspect"]
+    return orjson
+
+
+orjson = _orjson_without_inspect()
 
 from stages.record.run_file import (  # noqa: F401  (the record's names, here as before)
     RUN_ID_BYTES, RecordUnwritable, new_run_id, open_run_file, state_dir, vpnw_state_dir,
