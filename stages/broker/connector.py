@@ -11,7 +11,6 @@ import asyncio
 import ipaddress
 import socket
 import time
-from dataclasses import dataclass
 
 from stages.config.records import NamedTuple   # not dataclasses: the loop's import (records.py)
 from stages.broker.dial import DialError
@@ -23,17 +22,17 @@ RECORD_FULL = ("the record has no room left (its file system is full): vpnw dial
                "it cannot record")
 
 
-@dataclass
 class Opened:
-    conn: int
-    sock: socket.socket
-    address: str
-    port: int
-    dial_ms: int
-    opened_at: float
-    bytes_up: int = 0
-    bytes_down: int = 0
-    closed: bool = False
+    """A connection dialled, counted while it relays. A plain class, not a
+    dataclass: made once per connection, and ~1 ms less on the loop's import."""
+    __slots__ = ("conn", "sock", "address", "port", "dial_ms", "opened_at", "bytes_up", "bytes_down",
+                 "closed")
+
+    def __init__(self, conn: int, sock: socket.socket, address: str, port: int, dial_ms: int,
+                 opened_at: float, bytes_up: int = 0, bytes_down: int = 0, closed: bool = False):
+        self.conn, self.sock, self.address, self.port = conn, sock, address, port
+        self.dial_ms, self.opened_at = dial_ms, opened_at
+        self.bytes_up, self.bytes_down, self.closed = bytes_up, bytes_down, closed
 
 
 class Denied(NamedTuple):

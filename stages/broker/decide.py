@@ -38,7 +38,6 @@ of its addresses is acceptable to the policy.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
 from functools import lru_cache
 from ipaddress import IPv4Address, IPv6Address, ip_address
 
@@ -64,9 +63,20 @@ class Target(NamedTuple):
         return f"{self.host}:{self.port}"
 
 
-@dataclass(frozen=True)
 class LookUp:
-    """Resolve the target's name, then call decide() again with its addresses."""
+    """Resolve the target's name, then call decide() again with its addresses.
+    Every LookUp() is equal to every other (a field-less frozen dataclass, made
+    by hand: see the namedtuples here)."""
+    __slots__ = ()
+
+    def __eq__(self, other) -> bool:
+        return type(other) is LookUp
+
+    def __hash__(self) -> int:
+        return hash(LookUp)
+
+    def __repr__(self) -> str:
+        return "LookUp()"
 
 
 class Decision(NamedTuple):

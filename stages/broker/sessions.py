@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import asyncio
 import socket
-from dataclasses import dataclass, field
 
 from stages.broker import http_proxy, socks5
 from stages.broker.connector import Denied, Failed, Opened
@@ -37,18 +36,20 @@ RECV_SIZE = 64 * 1024
 SPLICE_MIN = 32 * 1024
 
 
-@dataclass
 class DoorContext:
     """All a door's session may touch of the broker: the loop, the record
     (Journal), the decisions (Connector), and the run's live connections,
     which the broker ends at shutdown. The broker owns it; sessions never see
-    the broker itself."""
-    journal: object                      # journal.Journal
-    connector: object                    # connector.Connector
-    loop: asyncio.AbstractEventLoop | None = None     # set when the broker's loop runs
-    relays: set = field(default_factory=set)          # tunnels relaying now
-    handshaking: set = field(default_factory=set)     # accepted, no request yet
-    fake_names: object = None            # the DNS door's made-up addresses, when capture is on
+    the broker itself. (A plain class: no dataclass made on the loop's import.)"""
+
+    def __init__(self, journal, connector, loop: asyncio.AbstractEventLoop | None = None,
+                 fake_names=None):
+        self.journal = journal              # journal.Journal
+        self.connector = connector          # connector.Connector
+        self.loop = loop                    # set when the broker's loop runs
+        self.relays: set = set()            # tunnels relaying now
+        self.handshaking: set = set()       # accepted, no request yet
+        self.fake_names = fake_names        # the DNS door's made-up addresses, when capture is on
 
 
 class _Door:

@@ -41,18 +41,18 @@ import os
 import select
 import sys
 import threading
-from dataclasses import dataclass, field
-
 from stages.wire.startup_trace import mark
 
 
-@dataclass
 class Early:
-    """What the link said before the loop was there."""
-    handed: list = field(default_factory=list)   # in the order they came
-    link_over: bool = False     # the helper's end of the link closed
-    quiet_end: bool = False     # link over, no connection anywhere: no loop needed
-    warnings: list[str] = field(default_factory=list)
+    """What the link said before the loop was there. (A plain class: no
+    dataclass made before the import begins.)"""
+
+    def __init__(self):
+        self.handed: list = []          # in the order they came
+        self.link_over = False          # the helper's end of the link closed
+        self.quiet_end = False          # link over, no connection anywhere: no loop needed
+        self.warnings: list[str] = []
 
 
 IMPORTING_SWITCH_INTERVAL = 0.0005     # s
