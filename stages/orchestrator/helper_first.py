@@ -245,8 +245,10 @@ def send_plan(helper: Helper, plan) -> None:
     except BrokenPipeError:
         pass
     finally:
+        # Marked before the close: the helper reads to the pipe's end, so
+        # its "plan read" can come before vpnw runs again after the close.
+        mark("vpnw", "plan sent")
         os.close(plan_w)
-    mark("vpnw", "plan sent")
 
 
 def abandon(helper: Helper | None) -> None:
