@@ -240,9 +240,6 @@ def send_plan(helper: Helper, plan) -> None:
     pipe, which the run reads next."""
     from stages.wire import helper_plan
     plan_w, helper.plan_w = helper.plan_w, None
-    # Marked as it goes, not after: a helper already waiting for it reads
-    # it at once, and can mark "plan read" before vpnw runs again.
-    mark("vpnw", "plan sent")
     try:
         helper_plan.send(plan_w, plan)
     except BrokenPipeError:
