@@ -1167,6 +1167,7 @@ priv.unshare(priv.CLONE_NEWUSER | priv.CLONE_NEWNET | priv.CLONE_NEWNS)
 priv.write_id_maps(uid, gid)
 priv.mount(None, "/", None, priv.MS_REC | priv.MS_PRIVATE)
 from stages.helper import capture, netlink
+from stages.wire import status   # loaded in a real helper long before (its status lines)
 netlink.bring_up("lo")
 t0 = time.perf_counter()
 capture.install(1081, 53)
