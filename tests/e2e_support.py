@@ -104,3 +104,21 @@ def descendants(pid: int) -> list[int]:
         except (FileNotFoundError, ProcessLookupError):
             pass
     return found + [d for c in found for d in descendants(c)]
+
+
+# `python -c IMPORTS_AUDITED_RUN FILE vpnw-args...`: vpnw run as its launcher
+# runs it, with an audit hook in every process of the run (the hook is
+# inherited across fork) that appends `<CLOCK_MONOTONIC ns> <pid> <module>`
+# to FILE for each import: what each stage had loaded by a start-up mark.
+IMPORTS_AUDITED_RUN = """
+import os, sys, time
+out = sys.argv[1]
+def hook(event, args):
+    if event == "import":
+        fd = os.open(out, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        os.write(fd, f"{time.clock_gettime_ns(time.CLOCK_MONOTONIC)} {os.getpid()} {args[0]}\\n".encode())
+        os.close(fd)
+sys.addaudithook(hook)
+from stages.orchestrator import main
+main.main(sys.argv[2:])
+"""

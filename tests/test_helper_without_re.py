@@ -21,6 +21,8 @@ import sys
 import pytest
 from hypothesis import given, settings, strategies as hs
 
+from e2e_support import IMPORTS_AUDITED_RUN
+
 from stages.config import client_env
 from stages.kernel import mounts
 from stages.wire import startup_trace
@@ -152,20 +154,6 @@ def test_the_helpers_modules_load_neither_re_nor_json(tmp_path):
     assert "re" in after            # control: the policy's parser loads it, and it is seen
 
 
-HOOKED_RUN = """
-import os, sys, time
-out = sys.argv[1]
-def hook(event, args):
-    if event == "import":
-        fd = os.open(out, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
-        os.write(fd, f"{time.clock_gettime_ns(time.CLOCK_MONOTONIC)} {os.getpid()} {args[0]}\\n".encode())
-        os.close(fd)
-sys.addaudithook(hook)
-from stages.orchestrator import main
-main.main(sys.argv[2:])
-"""
-
-
 @pytest.mark.world
 def test_a_real_helper_reaches_ready_without_re_or_json(world, user):
     """As the launcher starts vpnw (`python -I`, then main), plain and with
@@ -175,7 +163,7 @@ def test_a_real_helper_reaches_ready_without_re_or_json(world, user):
     work = world.workdir(user)
     for way in ([], ["--capture"]):
         trace, imports = work / f"trace{len(way)}", work / f"imports{len(way)}"
-        result = world.run([world.python, "-I", "-c", HOOKED_RUN, str(imports), "run", *way,
+        result = world.run([world.python, "-I", "-c", IMPORTS_AUDITED_RUN, str(imports), "run", *way,
                             "--record", str(work / f"run{len(way)}.jsonl"), "--", "true"],
                            user=user, env={startup_trace.VARIABLE: str(trace)})
         assert result.returncode == 0, result.stderr

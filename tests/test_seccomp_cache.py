@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from e2e_support import IMPORTS_AUDITED_RUN
+
 from stages.helper import sandbox, seccomp_cache, seccomp_rules
 from stages.wire import startup_trace
 
@@ -133,20 +135,6 @@ def test_a_bad_cache_is_never_used_and_never_stops_a_run(cache, tmp_path, monkey
     assert seccomp_cache.cached_bpf(False, True, str(cache)) == expected
 
 
-HOOKED_RUN = """
-import os, sys, time
-out = sys.argv[1]
-def hook(event, args):
-    if event == "import":
-        fd = os.open(out, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
-        os.write(fd, f"{time.clock_gettime_ns(time.CLOCK_MONOTONIC)} {os.getpid()} {args[0]}\\n".encode())
-        os.close(fd)
-sys.addaudithook(hook)
-from stages.orchestrator import main
-main.main(sys.argv[2:])
-"""
-
-
 @pytest.mark.world
 def test_a_run_takes_its_filter_from_the_installed_cache(world, user):
     """A real run (every import of every process seen by an audit hook): the
@@ -160,7 +148,7 @@ def test_a_run_takes_its_filter_from_the_installed_cache(world, user):
     assert not installed.stat().st_mode & 0o022
     work = world.workdir(user)
     trace, imports = work / "trace", work / "imports"
-    result = world.run([world.python, "-I", "-c", HOOKED_RUN, str(imports), "run", "--record",
+    result = world.run([world.python, "-I", "-c", IMPORTS_AUDITED_RUN, str(imports), "run", "--record",
                         str(work / "run.jsonl"), "--", "true"], user=user,
                        env={startup_trace.VARIABLE: str(trace)})
     assert result.returncode == 0, result.stderr

@@ -12,6 +12,8 @@ import sys
 
 import pytest
 
+from e2e_support import IMPORTS_AUDITED_RUN
+
 from stages.wire import startup_trace
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -189,20 +191,6 @@ def test_the_run_forks_its_helper_before_the_records_modules(tmp_path):
     assert {"orjson", "stages.record.events"} <= at_recorder      # control
 
 
-HOOKED_RUN = """
-import os, sys, time
-out = sys.argv[1]
-def hook(event, args):
-    if event == "import":
-        fd = os.open(out, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
-        os.write(fd, f"{time.clock_gettime_ns(time.CLOCK_MONOTONIC)} {os.getpid()} {args[0]}\\n".encode())
-        os.close(fd)
-sys.addaudithook(hook)
-from stages.orchestrator import main
-main.main(sys.argv[2:])
-"""
-
-
 @pytest.mark.world
 def test_the_helper_reaches_ready_without_the_records_modules(world, user):
     """A real run, every import of every process seen (an audit hook):
@@ -212,7 +200,7 @@ def test_the_helper_reaches_ready_without_the_records_modules(world, user):
     and vpnw, in the same run, loads orjson before it forks the recorder."""
     work = world.workdir(user)
     trace, imports = work / "trace", work / "imports"
-    result = world.run([world.python, "-c", HOOKED_RUN, str(imports), "run", "--record",
+    result = world.run([world.python, "-c", IMPORTS_AUDITED_RUN, str(imports), "run", "--record",
                         str(work / "run.jsonl"), "--", "true"], user=user,
                        env={startup_trace.VARIABLE: str(trace)})
     assert result.returncode == 0, result.stderr
