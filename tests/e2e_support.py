@@ -122,3 +122,23 @@ sys.addaudithook(hook)
 from stages.orchestrator import main
 main.main(sys.argv[2:])
 """
+
+
+def audited_run(world, user, work, args: list[str], tag: str = "",
+                python_flags: tuple[str, ...] = ("-I",)) -> tuple[dict, list[tuple[int, int, str]]]:
+    """`vpnw ARGS` as IMPORTS_AUDITED_RUN runs it, traced (VPNW_STARTUP_TRACE):
+    each start-up mark as {(stage, what): (ns, pid)}, and every import of
+    every process of the run as (ns, pid, module). `tag` names its files
+    in `work` (two runs in one test)."""
+    from stages.wire import startup_trace
+    trace, imports = work / f"trace{tag}", work / f"imports{tag}"
+    result = world.run([world.python, *python_flags, "-c", IMPORTS_AUDITED_RUN, str(imports), *args],
+                       user=user, env={startup_trace.VARIABLE: str(trace)})
+    assert result.returncode == 0, result.stderr
+    at = {}
+    for line in trace.read_text().splitlines():
+        ns, pid, _cpu, stage, what = line.split(" ", 4)
+        at[(stage, what)] = (int(ns), int(pid))
+    loaded = [(int(ns), int(pid), name) for ns, pid, name in
+              (line.split(" ", 2) for line in imports.read_text().splitlines())]
+    return at, loaded

@@ -21,11 +21,10 @@ import sys
 import pytest
 from hypothesis import given, settings, strategies as hs
 
-from e2e_support import IMPORTS_AUDITED_RUN
+from e2e_support import audited_run
 
 from stages.config import client_env
 from stages.kernel import mounts
-from stages.wire import startup_trace
 from stages.wire import status as st
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -162,24 +161,16 @@ def test_a_real_helper_reaches_ready_without_re_or_json(world, user):
     forks the recorder."""
     work = world.workdir(user)
     for way in ([], ["--capture"]):
-        trace, imports = work / f"trace{len(way)}", work / f"imports{len(way)}"
-        result = world.run([world.python, "-I", "-c", IMPORTS_AUDITED_RUN, str(imports), "run", *way,
-                            "--record", str(work / f"run{len(way)}.jsonl"), "--", "true"],
-                           user=user, env={startup_trace.VARIABLE: str(trace)})
-        assert result.returncode == 0, result.stderr
-        at = {}
-        for line in trace.read_text().splitlines():
-            ns, pid, _cpu, stage, what = line.split(" ", 4)
-            at[(stage, what)] = (int(ns), int(pid))
+        at, imported = audited_run(world, user, work, ["run", *way, "--record", str(work / f"run{len(way)}.jsonl"),
+                                                       "--", "true"], tag=str(len(way)))
         forked, vpnw_pid = at[("vpnw", "helper forked")]
         ready, helper_pid = at[("helper", "Ready sent")]
         recorder_forked = at[("vpnw", "recorder forked")][0]
         helpers, vpnws = set(), set()
-        for line in imports.read_text().splitlines():
-            ns, pid, name = line.split(" ", 2)
-            if (int(pid) == vpnw_pid and int(ns) < forked) or (int(pid) == helper_pid and int(ns) < ready):
+        for ns, pid, name in imported:
+            if (pid == vpnw_pid and ns < forked) or (pid == helper_pid and ns < ready):
                 helpers.add(name)
-            if int(pid) == vpnw_pid and int(ns) < recorder_forked:
+            if pid == vpnw_pid and ns < recorder_forked:
                 vpnws.add(name)
         assert {"stages.helper.sandbox", "stages.wire.status"} <= helpers, way     # control
         assert "re" in vpnws, way                                                   # control

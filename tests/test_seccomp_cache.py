@@ -14,10 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from e2e_support import IMPORTS_AUDITED_RUN
+from e2e_support import audited_run
 
 from stages.helper import sandbox, seccomp_cache, seccomp_rules
-from stages.wire import startup_trace
 
 EVERY_WAY = seccomp_cache.COMBINATIONS      # (allow_unix_sockets, supervised)
 
@@ -147,18 +146,8 @@ def test_a_run_takes_its_filter_from_the_installed_cache(world, user):
     assert installed.is_file(), "scripts/setup writes the cache"
     assert not installed.stat().st_mode & 0o022
     work = world.workdir(user)
-    trace, imports = work / "trace", work / "imports"
-    result = world.run([world.python, "-I", "-c", IMPORTS_AUDITED_RUN, str(imports), "run", "--record",
-                        str(work / "run.jsonl"), "--", "true"], user=user,
-                       env={startup_trace.VARIABLE: str(trace)})
-    assert result.returncode == 0, result.stderr
-    at = {}
-    for line in trace.read_text().splitlines():
-        ns, pid, _cpu, stage, what = line.split(" ", 4)
-        at[(stage, what)] = (int(ns), int(pid))
+    at, loaded = audited_run(world, user, work, ["run", "--record", str(work / "run.jsonl"), "--", "true"])
     ready, helper_pid = at[("helper", "Ready sent")]
-    helpers = {name for ns, pid, name in (line.split(" ", 2) for line in
-                                          imports.read_text().splitlines())
-               if int(pid) == helper_pid and int(ns) < ready}
+    helpers = {name for ns, pid, name in loaded if pid == helper_pid and ns < ready}
     assert "stages.helper.seccomp_cache" in helpers      # control
     assert "pyseccomp" not in helpers

@@ -12,9 +12,8 @@ import sys
 
 import pytest
 
-from e2e_support import IMPORTS_AUDITED_RUN
+from e2e_support import audited_run
 
-from stages.wire import startup_trace
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -199,24 +198,16 @@ def test_the_helper_reaches_ready_without_the_records_modules(world, user):
     they bring, and no typing (pyseccomp's imports it with a stand-in). Control: the same listing has the helper's own modules,
     and vpnw, in the same run, loads orjson before it forks the recorder."""
     work = world.workdir(user)
-    trace, imports = work / "trace", work / "imports"
-    result = world.run([world.python, "-c", IMPORTS_AUDITED_RUN, str(imports), "run", "--record",
-                        str(work / "run.jsonl"), "--", "true"], user=user,
-                       env={startup_trace.VARIABLE: str(trace)})
-    assert result.returncode == 0, result.stderr
-    at = {}
-    for line in trace.read_text().splitlines():
-        ns, pid, _cpu, stage, what = line.split(" ", 4)
-        at[(stage, what)] = (int(ns), int(pid))
+    at, imported = audited_run(world, user, work, ["run", "--record", str(work / "run.jsonl"), "--", "true"],
+                               python_flags=())
     vpnw_forked, vpnw_pid = at[("vpnw", "helper forked")]
     ready, helper_pid = at[("helper", "Ready sent")]
     recorder_forked = at[("vpnw", "recorder forked")][0]
     loaded, by_the_recorders_fork = set(), set()
-    for line in imports.read_text().splitlines():
-        ns, pid, name = line.split(" ", 2)
-        if (int(pid) == vpnw_pid and int(ns) < vpnw_forked) or (int(pid) == helper_pid and int(ns) < ready):
+    for ns, pid, name in imported:
+        if (pid == vpnw_pid and ns < vpnw_forked) or (pid == helper_pid and ns < ready):
             loaded.add(name)
-        if int(pid) == vpnw_pid and int(ns) < recorder_forked:
+        if pid == vpnw_pid and ns < recorder_forked:
             by_the_recorders_fork.add(name)
     assert {"stages.helper.sandbox", "stages.wire.status", "_json"} <= loaded     # control
     assert "orjson" in by_the_recorders_fork                                      # control
