@@ -20,7 +20,6 @@ G's both: go is one byte for each (status.GO); its EOF, for either, is no go.
 """
 from __future__ import annotations
 
-import contextlib
 import errno
 import os
 import signal
@@ -29,6 +28,7 @@ import stat
 import sys
 
 from stages.config.records import NamedTuple  # typing's, without importing typing
+from stages.config.stand_ins import stand_in
 from stages.wire import handoff
 from stages.kernel.descriptors import close_all_but
 from stages.wire import helper_plan
@@ -178,8 +178,7 @@ def _open_dns_datagrams() -> list[socket.socket]:
     return socks
 
 
-@contextlib.contextmanager
-def _sonames_known():
+def _sonames_known() -> stand_in:
     """pyseccomp finds libc and libseccomp with ctypes.util.find_library at
     import: importing ctypes.util (shutil, bz2, lzma, subprocess, tempfile...)
     and running `ldconfig -p` twice cost ~30 ms on the way to the seal. While
@@ -187,12 +186,6 @@ def _sonames_known():
     sonames first (the dynamic loader resolves them to the very files ldconfig
     would name) and otherwise asks the real ctypes.util, as before."""
     import ctypes
-    import sys
-    import types
-    if "ctypes.util" in sys.modules:
-        yield
-        return
-    stand_in = types.ModuleType("ctypes.util")
 
     def find_library(name):
         soname = _KNOWN_SONAMES.get(name)
@@ -202,63 +195,32 @@ def _sonames_known():
                 return soname
             except OSError:
                 pass
-        if sys.modules.get("ctypes.util") is stand_in:
-            del sys.modules["ctypes.util"]
-        import ctypes.util as real
-        return real.find_library(name)
+        return standing.real("find_library")(name)
 
-    stand_in.find_library = find_library
-    sys.modules["ctypes.util"] = stand_in
-    ctypes.util = stand_in
-    try:
-        yield
-    finally:
-        if sys.modules.get("ctypes.util") is stand_in:
-            del sys.modules["ctypes.util"]
-        if getattr(ctypes, "util", None) is stand_in:
-            del ctypes.util
+    standing = stand_in("ctypes.util", find_library=find_library)
+    return standing
 
 
 _KNOWN_SONAMES = {"c": "libc.so.6", "seccomp": "libseccomp.so.2"}
 
 
-@contextlib.contextmanager
-def _typing_for_pyseccomp():
+class _Inert:
+    """An annotation that means nothing: `Inert[anything]` is itself."""
+
+    def __getitem__(self, _arguments):
+        return self
+
+
+def _typing_for_pyseccomp() -> stand_in:
     """pyseccomp imports typing (~4 ms of the helper's CPU before the plan)
     for its annotations, `cast` and `@overload` alone: nothing else in the
     helper needs typing. While pyseccomp imports, `typing` is a stand-in whose
     annotations are inert, `cast` returns its value and `overload` its
     function; any other name loads the real typing (as before), and so
     does any import of typing after this."""
-    import sys
-    import types
-    if "typing" in sys.modules:
-        yield
-        return
-    stand_in = types.ModuleType("typing")
-
-    class _Inert:
-        def __getitem__(self, _arguments):
-            return self
-
-    def real(name):
-        if name.startswith("__"):       # the import system asks for __path__ and such
-            raise AttributeError(name)
-        if sys.modules.get("typing") is stand_in:
-            del sys.modules["typing"]
-        import typing
-        return getattr(typing, name)
-
-    stand_in.Any = stand_in.Collection = stand_in.Iterable = stand_in.Union = _Inert()
-    stand_in.cast = lambda _type, value: value
-    stand_in.overload = lambda function: function
-    stand_in.__getattr__ = real
-    sys.modules["typing"] = stand_in
-    try:
-        yield
-    finally:
-        if sys.modules.get("typing") is stand_in:
-            del sys.modules["typing"]
+    inert = _Inert()
+    return stand_in("typing", Any=inert, Collection=inert, Iterable=inert, Union=inert,
+                    cast=lambda _type, value: value, overload=lambda function: function)
 
 
 def run(argv: list[str], handoff_fd: int, status_fd: int, go_fd: int,

@@ -21,28 +21,9 @@ def _orjson_without_inspect():
     first time any of its names is asked for (dataclasses keeps it, so that
     docstring comes out the same); any `import inspect` after is the real
     module. vpnw imports this on its way to the recorder's fork."""
-    import sys
-    if "orjson" in sys.modules or "inspect" in sys.modules:
+    from stages.config.stand_ins import stand_in
+    with stand_in("inspect"):
         import orjson
-        return orjson
-    import types
-    stand_in = types.ModuleType("inspect")
-
-    def real(name):
-        if name.startswith("__"):       # the import system asks for __path__ and such
-            raise AttributeError(name)
-        if sys.modules.get("inspect") is stand_in:
-            del sys.modules["inspect"]
-        import inspect
-        return getattr(inspect, name)
-
-    stand_in.__getattr__ = real
-    sys.modules["inspect"] = stand_in
-    try:
-        import orjson
-    finally:
-        if sys.modules.get("inspect") is stand_in:
-            del sys.modules["inspect"]
     return orjson
 
 

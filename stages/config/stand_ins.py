@@ -1,0 +1,62 @@
+"""A module stood in for while another imports: start-up's one mechanism.
+
+Some libraries import a heavy module for a few names at import time
+(pyseccomp: typing for `cast` and `overload`, ctypes.util for
+find_library; orjson, through dataclasses: inspect for one docstring).
+On the way to the seal those imports cost milliseconds that no run uses
+(docs/architecture.md, "Start-up budget"). `stand_in(name, **names)` puts
+a module with just `names` in sys.modules for the `with` block; any other
+name asked of it loads the real module (which then takes the stand-in's
+place in sys.modules, so the stand-in never hides the real one from a later
+import), and so does any import of `name` after the block.
+"""
+from __future__ import annotations
+
+import sys
+import types
+
+
+class stand_in:        # noqa: N801 - used as `with stand_in(...)`, as a function
+    """`with stand_in("typing", cast=...): import pyseccomp`. Nothing is
+    stood in when the real module is loaded already."""
+
+    def __init__(self, name: str, **names):
+        self.name, self.names = name, names
+        self.module: types.ModuleType | None = None
+
+    def __enter__(self) -> types.ModuleType | None:
+        if self.name in sys.modules:
+            return None
+        module = self.module = types.ModuleType(self.name)
+        module.__dict__.update(self.names)
+        module.__getattr__ = self.real
+        sys.modules[self.name] = module
+        self._set_on_package(module)
+        return module
+
+    def real(self, attribute: str):
+        """A name the stand-in lacks: from the real module, loaded now."""
+        if attribute.startswith("__"):      # the import system asks for __path__ and such
+            raise AttributeError(attribute)
+        self._leave()
+        __import__(self.name)
+        return getattr(sys.modules[self.name], attribute)
+
+    def __exit__(self, *_exc) -> None:
+        self._leave()
+
+    def _leave(self) -> None:
+        if self.module is None:
+            return
+        if sys.modules.get(self.name) is self.module:
+            del sys.modules[self.name]
+        package, _, child = self.name.rpartition(".")
+        if package and getattr(sys.modules.get(package), child, None) is self.module:
+            delattr(sys.modules[package], child)
+
+    def _set_on_package(self, module: types.ModuleType) -> None:
+        # `import ctypes.util` binds the attribute too: `ctypes.util.x` must
+        # find the stand-in while it stands.
+        package, _, child = self.name.rpartition(".")
+        if package and package in sys.modules:
+            setattr(sys.modules[package], child, module)
