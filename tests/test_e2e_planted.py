@@ -114,6 +114,10 @@ def test_the_program_cannot_change_vpnw_start_up_files_or_git_hooks(world, user)
         {"name": "vpnw_code", "op": "write", "path": str(decide), "mode": "a",
          "data": "\nALLOW_EVERYTHING = True\n"},
         {"name": "vpnw_venv_cfg", "op": "open_append", "path": str(venv / "pyvenv.cfg")},
+        # what a later run loads as code: the filter's cache beside it, and the launcher
+        {"name": "vpnw_filter_cache", "op": "write", "mode": "a", "data": "x",
+         "path": str(decide.parent.parent / "helper" / "seccomp_filters.marshal")},
+        {"name": "vpnw_launcher", "op": "write", "mode": "a", "data": "x", "path": str(venv / "bin" / "vpnw")},
         {"name": "bashrc", "op": "write", "path": f"{home}/.bashrc", "mode": "a",
          "data": "export PYTHONPATH=/tmp/evil\n"},
         {"name": "profile", "op": "open_append", "path": f"{home}/.profile"},
