@@ -11,12 +11,18 @@ import re
 
 # C0 controls, DEL, C1 controls, and the Unicode line/paragraph separators and
 # bidi overrides that could reorder what the user sees.
-_UNPRINTABLE = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+_UNPRINTABLE = "[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]"
+_unprintable = None
 
 
 def printable(value) -> str:
     text = str(value)
-    return _UNPRINTABLE.sub(lambda m: f"\\x{ord(m.group()):02x}" if ord(m.group()) < 256
+    if text.isascii() and text.isprintable():
+        return text     # none of _UNPRINTABLE; the pattern is compiled only when needed
+    global _unprintable     # (~1 ms of CPU, on the recorder's way to run.start when at import)
+    if _unprintable is None:
+        _unprintable = re.compile(_UNPRINTABLE)
+    return _unprintable.sub(lambda m: f"\\x{ord(m.group()):02x}" if ord(m.group()) < 256
                             else f"\\u{ord(m.group()):04x}", text)
 
 

@@ -39,14 +39,15 @@ def low_water(in_fd: int) -> int:
 
 
 def _fallocate():
-    import ctypes                     # only for a run file on disk, after the fork
-    libc = ctypes.CDLL(None, use_errno=True)
-    call = libc.fallocate
-    call.argtypes = (ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64)
+    # Only for a run file on disk, after the fork; through _ctypes alone
+    # (stages/kernel/foreign.py: `import ctypes` is ~2 ms more on the way to run.start).
+    from stages.kernel import foreign
+    call = foreign.Library(None, use_errno=True).function(
+        "fallocate", (foreign.c_int, foreign.c_int, foreign.c_int64, foreign.c_int64))
 
     def fallocate(fd: int, mode: int, offset: int, length: int) -> None:
         if call(fd, mode, offset, length) != 0:
-            code = ctypes.get_errno()
+            code = foreign.get_errno()
             raise OSError(code, os.strerror(code))
     return fallocate
 
