@@ -141,6 +141,8 @@ def test_the_recorder_opens_a_signed_run_without_ctypes_base64_or_a_codec(tmp_pa
     assert {"_ctypes", "stages.kernel.foreign", "stages.record.sodium",
             "stages.recorder.reserve"} <= loaded                       # control
     assert not {"ctypes", "base64", "encodings.ascii"} & loaded
+    # No --events-to and no --syslog: no copy's feeder (and select) either.
+    assert not {"stages.recorder.feeder", "select"} & loaded
 
 
 @pytest.mark.world
