@@ -96,6 +96,8 @@ def _load_the_loop(capture: bool) -> None:
     if refused:
         sys.modules["ssl"] = None           # None in sys.modules: `import ssl` raises ImportError
     try:
+        from stages.broker.lean_asyncio import import_asyncio
+        import_asyncio()
         from stages.broker import decide, loop  # noqa: F401
         if capture:
             from stages.broker import capture_door, dns_door  # noqa: F401

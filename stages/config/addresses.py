@@ -39,10 +39,10 @@ from __future__ import annotations
 
 import ipaddress
 import re
+from collections.abc import Iterable
 from ipaddress import IPv4Address, IPv4Network, IPv6Address, IPv6Network
-from typing import Iterable, Union
 
-IPAddress = Union[IPv4Address, IPv6Address]
+IPAddress = IPv4Address | IPv6Address
 
 MAX_NAME = 253
 MAX_LABEL = 63

@@ -28,7 +28,7 @@ import stat
 import sys
 
 from stages.config.records import NamedTuple  # typing's, without importing typing
-from stages.config.stand_ins import stand_in
+from stages.config.stand_ins import inert, stand_in
 from stages.wire import handoff
 from stages.kernel.descriptors import close_all_but
 from stages.wire import helper_plan
@@ -204,13 +204,6 @@ def _sonames_known() -> stand_in:
 _KNOWN_SONAMES = {"c": "libc.so.6", "seccomp": "libseccomp.so.2"}
 
 
-class _Inert:
-    """An annotation that means nothing: `Inert[anything]` is itself."""
-
-    def __getitem__(self, _arguments):
-        return self
-
-
 def _typing_for_pyseccomp() -> stand_in:
     """pyseccomp imports typing (~4 ms of the helper's CPU before the plan)
     for its annotations, `cast` and `@overload` alone: nothing else in the
@@ -218,7 +211,6 @@ def _typing_for_pyseccomp() -> stand_in:
     annotations are inert, `cast` returns its value and `overload` its
     function; any other name loads the real typing (as before), and so
     does any import of typing after this."""
-    inert = _Inert()
     return stand_in("typing", Any=inert, Collection=inert, Iterable=inert, Union=inert,
                     cast=lambda _type, value: value, overload=lambda function: function)
 

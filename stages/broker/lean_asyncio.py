@@ -1,0 +1,113 @@
+"""asyncio imported without the modules it loads but the broker's loop
+uses only when something goes wrong, or not at all.
+
+asyncio's import loads inspect (with ast and dis), logging (with traceback,
+linecache, tokenize, textwrap, string), concurrent.futures, subprocess
+(with locale), typing and contextlib: about 40% of the loop import's CPU,
+and a program's first connection waits for the rest of that import
+(docs/architecture.md, "Start-up budget"). asyncio's own import touches a
+handful of their names; everything else it uses from them inside
+functions: to log an error, to make a name lookup's thread pool, to wrap a
+concurrent future, to start a subprocess (never, here).
+
+So while asyncio imports, and only then, each is a stand-in
+(stages/config/stand_ins.py) holding just the names that import asks for,
+each the same value or function as the real one's:
+
+- inspect: `isgenerator` (the C accelerator _asyncio takes it when loaded);
+- traceback: `extract_stack` (the same; it runs only in asyncio's debug mode);
+- subprocess: `PIPE`, `STDOUT`, `DEVNULL` (asyncio.subprocess's constants, and
+  default arguments);
+- concurrent.futures: `FIRST_COMPLETED`, `FIRST_EXCEPTION`, `ALL_COMPLETED`
+  (asyncio.tasks);
+- logging: `DEBUG` (asyncio.futures) and `getLogger` (asyncio.log's logger,
+  which is the real "asyncio" logger, logging loaded, from its first use);
+- linecache and contextlib: no names (used inside functions only);
+- typing: `final` (as typing's: it marks the class), and inert annotations
+  for asyncio.staggered's and asyncio.timeouts' signatures (as the helper's
+  for pyseccomp): the one place where what asyncio keeps is not typing's.
+
+Any other name asked of a stand-in loads the real module, and any import of
+one after asyncio's is the real module: the first error asyncio logs loads
+logging, the first name the broker looks up loads concurrent.futures (with
+logging: a few ms, once, on the first lookup of a run).
+tests/test_lean_asyncio.py pins what the import loads and that each of
+those paths still gets the real thing.
+"""
+from __future__ import annotations
+
+import sys
+import types
+
+from stages.config.stand_ins import inert, stand_in
+
+
+def _isgenerator(object) -> bool:       # noqa: A002 - inspect.isgenerator's own body
+    """inspect.isgenerator, as the real one is."""
+    return isinstance(object, types.GeneratorType)
+
+
+def _extract_stack(f=None, limit=None):
+    """traceback.extract_stack, from the caller's frame as the real one takes it."""
+    import traceback
+    return traceback.extract_stack(sys._getframe(1) if f is None else f, limit)
+
+
+class _LoggerOnUse:
+    """logging.getLogger(name), made (logging loaded) when first used."""
+
+    def __init__(self, name: str):
+        object.__setattr__(self, "_name", name)
+
+    def _real(self):
+        import logging
+        return logging.getLogger(object.__getattribute__(self, "_name"))
+
+    def __getattr__(self, attribute: str):
+        return getattr(self._real(), attribute)
+
+    def __setattr__(self, attribute: str, value) -> None:
+        setattr(self._real(), attribute, value)
+
+    def __repr__(self) -> str:
+        return repr(self._real())
+
+
+def _final(f):
+    """typing.final, as the real one is."""
+    try:
+        f.__final__ = True
+    except (AttributeError, TypeError):
+        pass
+    return f
+
+
+def _stand_ins() -> list[stand_in]:
+    return [
+        stand_in("inspect", isgenerator=_isgenerator),
+        stand_in("traceback", extract_stack=_extract_stack),
+        stand_in("subprocess", PIPE=-1, STDOUT=-2, DEVNULL=-3),
+        stand_in("concurrent.futures", FIRST_COMPLETED="FIRST_COMPLETED",
+                 FIRST_EXCEPTION="FIRST_EXCEPTION", ALL_COMPLETED="ALL_COMPLETED"),
+        stand_in("logging", DEBUG=10, getLogger=_LoggerOnUse),
+        stand_in("linecache"),      # asyncio.base_tasks's, for printing a task's stack
+        stand_in("contextlib"),     # asyncio.staggered's, inside its function
+        stand_in("typing", final=_final, **dict.fromkeys(
+            ("Any", "Awaitable", "Callable", "Iterable", "List", "Optional", "Tuple", "Type"), inert)),
+    ]
+
+
+def import_asyncio():
+    """`import asyncio`, with the stand-ins above while it imports."""
+    if "asyncio" in sys.modules:
+        return sys.modules["asyncio"]
+    import concurrent   # noqa: F401 - the package, so `concurrent.futures` finds its stand-in
+    standing = _stand_ins()
+    try:
+        for one in standing:
+            one.__enter__()
+        import asyncio
+    finally:
+        for one in standing:
+            one.__exit__()
+    return asyncio
