@@ -12,15 +12,17 @@ import time
 
 
 def _orjson_lean():
-    """orjson, imported with three stand-ins (docs/architecture.md, "Start-up
+    """orjson, imported with four stand-ins (docs/architecture.md, "Start-up
     budget", 3), each only while orjson imports; any import of the module
     after is the real one.
 
-    - `inspect`: orjson loads dataclasses (to know a dataclass when it sees
-      one), and dataclasses imports inspect (ast, dis, tokenize...) for one
-      use: a dataclass made without a docstring gets its signature as one.
-      The stand-in loads the real module the first time any of its names is
-      asked for (dataclasses keeps it, so that docstring comes out the same).
+    - `inspect` and `copy`: orjson loads dataclasses (to know a dataclass
+      when it sees one), and dataclasses imports inspect (ast, dis,
+      tokenize...) for one use, a dataclass made without a docstring gets
+      its signature as one, and copy (and with it weakref) for asdict's and
+      astuple's deepcopy. Each stand-in loads the real module the first time
+      any of its names is asked for (dataclasses keeps them, so that
+      docstring and those copies come out the same).
     - `platform`: orjson takes uuid.UUID, and uuid imports platform (nine
       regular expressions compiled at import) for `platform.system()` alone,
       which on Linux is `os.uname().sysname`: the stand-in's answer.
@@ -32,7 +34,7 @@ def _orjson_lean():
     vpnw imports this on its way to the recorder's fork."""
     import _datetime
     from stages.config.stand_ins import stand_in
-    with stand_in("inspect"), stand_in("platform", system=_system), \
+    with stand_in("inspect"), stand_in("copy"), stand_in("platform", system=_system), \
             stand_in("datetime", datetime_CAPI=_datetime.datetime_CAPI):
         import orjson
     return orjson
