@@ -31,7 +31,9 @@ SCHEMES = ("socks5", "socks5h", "http")
 # Schemes where the destination name goes to the exit, which resolves it.
 RESOLVES_AT_EXIT = {"socks5": False, "socks5h": True, "http": True, "https": True}
 
-_PATH_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}\Z")
+# Patterns as text, compiled (and cached by re) on first use: a run with no
+# config or --via never compiles them (docs/architecture.md, "Start-up budget").
+_PATH_NAME = r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}\Z"
 _TOP_KEYS = {"version", "name", "default", "paths"}
 _PATH_KEYS = {"type", "url", "username", "password_env", "password_file", "ca_file"}
 _WIREGUARD_KEYS = {"type", "conf", "private_key_file", "private_key_env"}
@@ -153,7 +155,7 @@ def _read_path(name: str, table, reader: _Reader, env, base_dir: str) -> PathSpe
     if not isinstance(table, dict):
         raise reader.error(where, f'"paths.{name}" must be a table',
                            f"write it as a [paths.{name}] section")
-    if not _PATH_NAME.match(name):
+    if not re.match(_PATH_NAME, name):
         raise reader.error(where, f'path name "{name[:64]}" is not allowed',
                            "use letters, digits, '.', '_' or '-' (at most 64)")
     kind = table.get("type")
@@ -331,13 +333,13 @@ def with_secret(spec: PathSpec, env=os.environ) -> PathSpec:
     return spec.replace(password=password, secret=None)
 
 
-_WG_QUICK = re.compile(r"^\s*\[Interface\]\s*$(?s:.*)^\s*PrivateKey\s*=", re.M)
+_WG_QUICK = r"^\s*\[Interface\]\s*$(?s:.*)^\s*PrivateKey\s*="
 
 
 def _refuse_wg_quick(path: str, text: str) -> None:
     """A wg-quick .conf given where the paths config goes: say what it is and
     the lines of a paths config that use it."""
-    if not _WG_QUICK.search(text):
+    if not re.search(_WG_QUICK, text, re.M):
         return
     conf = os.path.basename(path)
     raise ConfigError("is a WireGuard (wg-quick) file, not a paths config",
@@ -398,7 +400,7 @@ def choose_path(config: Config | None, via: str | None) -> PathSpec:
     if via == "direct":
         return DIRECT
     known = ", ".join(sorted((set(config.paths) if config else set()) | {"direct"}))
-    shown = via if _PATH_NAME.match(via) else repr(via[:64])
+    shown = via if re.match(_PATH_NAME, via) else repr(via[:64])
     if config is None:
         raise ConfigError(f"--via {shown}: no config was given, so the only path is direct",
                           "add --config FILE that defines this path, or use --via direct")

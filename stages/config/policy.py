@@ -42,7 +42,10 @@ from stages.config.records import FrozenRecord, NamedTuple   # not dataclasses, 
 VERSION = 1
 TOP_KEYS = ("version", "name", "policy", "files", "unix")
 UNIX_KEYS = ("allow",)
-_ENV_NAME = re.compile(r"\$[A-Za-z_][A-Za-z0-9_]*")
+# Patterns as text, compiled (and cached by re) on first use: a run whose
+# policy has no such entry never compiles them (vpnw's start, before the
+# recorder's fork; docs/architecture.md, "Start-up budget").
+_ENV_NAME = r"\$[A-Za-z_][A-Za-z0-9_]*"
 POLICY_KEYS = ("default", "deny_private", "allow", "deny", "ask", "capture")
 MAX_PROBLEMS = 20
 
@@ -298,11 +301,11 @@ class _BadRule(ValueError):
         self.fix = fix
 
 
-_PORT = re.compile(r"[1-9][0-9]{0,4}")
+_PORT = r"[1-9][0-9]{0,4}"
 
 
 def _parse_port(text: str, pattern: str) -> int:
-    if not _PORT.fullmatch(text) or int(text) > 65535:
+    if not re.fullmatch(_PORT, text) or int(text) > 65535:
         raise _BadRule(f'"{text}" is not a port',
                        "write a port from 1 to 65535 after the colon, or leave the port out")
     return int(text)
@@ -332,7 +335,7 @@ def _ambiguous_ipv6(host: str) -> bool:
     """"2001:db8::1:443" reads both as an address and as 2001:db8::1 with
     port 443: a person who meant the port would get a different rule."""
     head, _, last = host.rpartition(":")
-    if not head or not _PORT.fullmatch(last) or int(last) > 65535:
+    if not head or not re.fullmatch(_PORT, last) or int(last) > 65535:
         return False
     from ipaddress import IPv6Address
     try:
@@ -710,7 +713,7 @@ def _parse_unix(data: dict, problems: "_Problems") -> tuple[str, ...]:
             problems, ("unix", "allow"), body.get("allow", []),
             'write allow = ["$SSH_AUTH_SOCK", "/run/user/1000/bus"]',
             'write each socket in quotes, as "$SSH_AUTH_SOCK"') or ():
-        if not (text.startswith("/") or _ENV_NAME.fullmatch(text)) or "\0" in text:
+        if not (text.startswith("/") or re.fullmatch(_ENV_NAME, text)) or "\0" in text:
             problems.add(path, f"allow[{index}] {_show(text)}: not an absolute path or $VARIABLE",
                          'write the socket\'s full path ("/run/user/1000/bus") or the variable '
                          'that holds it ("$SSH_AUTH_SOCK")')
