@@ -118,6 +118,19 @@ out["names"] = [asyncio.subprocess.PIPE == subprocess.PIPE, asyncio.subprocess.S
 # Every module is the real one now, and the packages hold them.
 out["real"] = sorted(name for name in OFF_THE_LOOP - {"ssl"}
                      if name in sys.modules and getattr(sys.modules[name], "__spec__", None) is None)
+import functools
+async def a_coroutine_function():
+    pass
+class Callable:
+    def __call__(self):
+        pass
+    async def method(self):
+        pass
+out["iscoroutinefunction"] = [
+    [asyncio.coroutines.iscoroutinefunction(x), inspect.iscoroutinefunction(x)]
+    for x in (boom, a_coroutine_function, Callable().method, Callable.method, Callable(), Callable,
+              functools.partial(a_coroutine_function), asyncio.Event().set, len, lambda: 0,
+              print, YieldsAGenerator().__await__)]
 from concurrent import futures
 out["package"] = [concurrent.futures is sys.modules["concurrent.futures"],
                   futures is sys.modules["concurrent.futures"]]
@@ -125,12 +138,17 @@ print(json.dumps(out))
 '''
 
 
-def _run(way: str, tmp_path) -> tuple[list[str], dict]:
-    script = SCRIPT.format(way=way, checks=f"OFF_THE_LOOP = set({sorted(OFF_THE_LOOP)!r})\n" + CHECKS)
+def _lines(way: str, checks: str, tmp_path) -> list[str]:
+    """What SCRIPT with this way and these checks prints, in a fresh interpreter."""
+    script = SCRIPT.format(way=way, checks=f"OFF_THE_LOOP = set({sorted(OFF_THE_LOOP)!r})\n" + checks)
     done = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, capture_output=True, text=True,
                           env={**os.environ, "PYTHONPATH": ROOT}, timeout=60)
     assert done.returncode == 0, done.stderr
-    return json.loads(done.stdout.splitlines()[-1])
+    return done.stdout.splitlines()
+
+
+def _run(way: str, tmp_path) -> dict:
+    return json.loads(_lines(way, CHECKS, tmp_path)[-1])
 
 
 @pytest.mark.parametrize("capture", [False, True])
@@ -153,20 +171,48 @@ def test_the_loop_import_loads_no_stood_in_module_and_every_path_gets_the_real_o
     assert brokers["waited"] == 1
     assert brokers["names"] == [True] * 7 + [True]
     assert brokers["real"] == [] and brokers["package"] == [True, True]
+    assert [asyncio for asyncio, _inspect in brokers["iscoroutinefunction"]] == \
+        [False, True, True, True, False, False, True, False, False, False, False, False]
+    assert all(asyncio == inspect for asyncio, inspect in brokers["iscoroutinefunction"])
+
+
+LOOP_STARTS = r'''
+import asyncio, io, signal, sys
+async def main():
+    stopping = asyncio.Event()
+    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stopping.set)
+    asyncio.get_running_loop().call_later(0.01, stopping.set)
+    await stopping.wait()
+asyncio.run(main())
+print(sorted(set(sys.modules) & OFF_THE_LOOP))
+import logging
+logging.basicConfig(level=logging.DEBUG, stream=sys.stdout)
+asyncio.run(main())
+'''
+
+
+def test_the_loop_starts_and_stops_without_them_and_logs_once_logging_is_set_up(tmp_path):
+    """The broker's loop as it starts (a new loop, which logs its selector
+    at debug; add_signal_handler, which asks whether its callback is a
+    coroutine function) loads none of them either. Control: once logging
+    is loaded and set to debug, that line is there."""
+    lines = _lines(BROKERS_WAY.format(capture=False), LOOP_STARTS, tmp_path)
+    assert lines[0] == "[]"
+    assert "DEBUG:asyncio:Using selector: EpollSelector" in lines[1:]
 
 
 @pytest.mark.world
 def test_a_real_brokers_loop_loads_without_the_stood_in_modules(world, user):
-    """A real run (every import of every process seen): between the
-    broker's "loop import begun" and "loop loaded" none of the stood-in
-    modules, nor what they bring, is imported. Control: asyncio and the
-    broker's loop are, in that stretch."""
+    """A real run (every import of every process seen) whose broker loads
+    and starts its loop: from "loop import begun" to its end, the broker
+    imports none of the stood-in modules, nor what they bring. Control:
+    asyncio and the broker's loop are imported in that stretch."""
     work = world.workdir(user)
     at, imported = audited_run(world, user, work, ["run", "--record", str(work / "run.jsonl"), "--",
                                                    "sleep", "1"])
     begun, broker = at[("broker", "loop import begun")]
-    loaded_at, _ = at[("broker", "loop loaded")]
-    during = {name for ns, pid, name in imported if pid == broker and begun <= ns <= loaded_at}
+    assert ("broker", "loop loaded") in at
+    during = {name for ns, pid, name in imported if pid == broker and begun <= ns}
     assert {"asyncio", "asyncio.base_events", "stages.broker.loop"} <= during      # control
     # ssl is asked for (the audit sees the attempt) and refused: main.py's _load_the_loop.
     assert during & OFF_THE_LOOP == {"ssl"}

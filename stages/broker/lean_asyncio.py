@@ -14,14 +14,19 @@ So while asyncio imports, and only then, each is a stand-in
 (stages/config/stand_ins.py) holding just the names that import asks for,
 each the same value or function as the real one's:
 
-- inspect: `isgenerator` (the C accelerator _asyncio takes it when loaded);
+- inspect: `isgenerator` (the C accelerator _asyncio takes it when loaded)
+  and `iscoroutinefunction` (asyncio.coroutines', which add_signal_handler
+  asks as the loop starts; asked of anything but a function or a method, it
+  loads the real inspect);
 - traceback: `extract_stack` (the same; it runs only in asyncio's debug mode);
 - subprocess: `PIPE`, `STDOUT`, `DEVNULL` (asyncio.subprocess's constants, and
   default arguments);
 - concurrent.futures: `FIRST_COMPLETED`, `FIRST_EXCEPTION`, `ALL_COMPLETED`
   (asyncio.tasks);
 - logging: `DEBUG` (asyncio.futures) and `getLogger` (asyncio.log's logger,
-  which is the real "asyncio" logger, logging loaded, from its first use);
+  which is the real "asyncio" logger, logging loaded, from its first use
+  but for debug and info lines while nothing has loaded logging: a fresh
+  logging drops those);
 - linecache and contextlib: no names (used inside functions only);
 - typing: `final` (as typing's: it marks the class), and inert annotations
   for asyncio.staggered's and asyncio.timeouts' signatures (as the helper's
@@ -47,14 +52,39 @@ def _isgenerator(object) -> bool:       # noqa: A002 - inspect.isgenerator's own
     return isinstance(object, types.GeneratorType)
 
 
+_CO_COROUTINE = 0x80        # inspect.CO_COROUTINE
+
+
+def _iscoroutinefunction(object) -> bool:     # noqa: A002 - inspect's name for it
+    """inspect.iscoroutinefunction's answer. For a function or a method of
+    one (what the loop's add_signal_handler asks about the broker's SIGTERM
+    callback as it starts) from the code's flags, as inspect reads it;
+    anything else (a partial, a marked function, a callable object) from
+    the real inspect."""
+    function = object
+    while isinstance(function, types.MethodType):
+        function = function.__func__
+    if type(function) is types.FunctionType and not hasattr(function, "_is_coroutine_marker"):
+        return bool(function.__code__.co_flags & _CO_COROUTINE)
+    import inspect
+    return inspect.iscoroutinefunction(object)
+
+
 def _extract_stack(f=None, limit=None):
     """traceback.extract_stack, from the caller's frame as the real one takes it."""
     import traceback
     return traceback.extract_stack(sys._getframe(1) if f is None else f, limit)
 
 
+def _dropped(*_args, **_kwargs) -> None:
+    return None
+
+
 class _LoggerOnUse:
-    """logging.getLogger(name), made (logging loaded) when first used."""
+    """logging.getLogger(name), made (logging loaded) when first used. Until
+    logging is loaded nothing has configured it, and a fresh logging drops
+    debug and info lines (the root logger's WARNING): so do these, unloaded
+    (the loop logs its selector at debug as it starts)."""
 
     def __init__(self, name: str):
         object.__setattr__(self, "_name", name)
@@ -64,6 +94,8 @@ class _LoggerOnUse:
         return logging.getLogger(object.__getattribute__(self, "_name"))
 
     def __getattr__(self, attribute: str):
+        if attribute in ("debug", "info") and "logging" not in sys.modules:
+            return _dropped
         return getattr(self._real(), attribute)
 
     def __setattr__(self, attribute: str, value) -> None:
@@ -84,7 +116,7 @@ def _final(f):
 
 def _stand_ins() -> list[stand_in]:
     return [
-        stand_in("inspect", isgenerator=_isgenerator),
+        stand_in("inspect", isgenerator=_isgenerator, iscoroutinefunction=_iscoroutinefunction),
         stand_in("traceback", extract_stack=_extract_stack),
         stand_in("subprocess", PIPE=-1, STDOUT=-2, DEVNULL=-3),
         stand_in("concurrent.futures", FIRST_COMPLETED="FIRST_COMPLETED",
