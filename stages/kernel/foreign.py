@@ -18,10 +18,6 @@ class c_int(_ctypes._SimpleCData):
     _type_ = "i"
 
 
-class c_uint(_ctypes._SimpleCData):
-    _type_ = "I"
-
-
 class c_long(_ctypes._SimpleCData):
     _type_ = "l"
 
@@ -30,19 +26,15 @@ class c_ulong(_ctypes._SimpleCData):
     _type_ = "L"
 
 
-class c_longlong(_ctypes._SimpleCData):
-    _type_ = "q"
-
-
-class c_ulonglong(_ctypes._SimpleCData):
-    _type_ = "Q"
-
-
-# As ctypes has them: where long is 64 bits, these are long's.
-if _ctypes.sizeof(c_long) == _ctypes.sizeof(c_longlong):
-    c_int64, c_ulonglong = c_long, c_ulong       # noqa: F811
+# As ctypes has them: where long is 64 bits, int64 and unsigned long long are long's.
+if _ctypes.sizeof(c_long) == 8:
+    c_int64, c_ulonglong = c_long, c_ulong
 else:                                            # pragma: no cover - ILP32
-    c_int64 = c_longlong
+    class c_int64(_ctypes._SimpleCData):
+        _type_ = "q"
+
+    class c_ulonglong(_ctypes._SimpleCData):
+        _type_ = "Q"
 
 
 c_size_t = c_ulong      # size_t on Linux's LP64 and ILP32 alike, as ctypes has it

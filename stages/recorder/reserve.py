@@ -17,7 +17,7 @@ import errno
 import fcntl
 import os
 import stat
-import struct
+import sys
 
 FALLOC_FL_KEEP_SIZE = 0x01
 F_GETPIPE_SZ = 1032
@@ -132,7 +132,9 @@ class RecordRoom:
         if not self.closing:
             self.closing = True
             try:
-                self._left = struct.unpack("i", fcntl.ioctl(self.in_fd, FIONREAD, b"\0" * 4))[0]
+                # A C int, without struct (not otherwise loaded by then).
+                self._left = int.from_bytes(fcntl.ioctl(self.in_fd, FIONREAD, b"\0" * 4),
+                                            sys.byteorder, signed=True)
             except OSError:
                 self._left = 0
 
