@@ -578,7 +578,10 @@ class _Run:
     def wait(self) -> tuple[int, str | None]:
         caught = FORWARDED_SIGNALS + ((signal.SIGWINCH, signal.SIGCONT) if self.relay else ())
         old = {sig: signal.signal(sig, self._on_signal) for sig in caught}
-        import selectors    # only now: vpnw's own, after every stage is forked
+        if self.relay is None and self.asker is None:
+            from stages.orchestrator import fd_wait as selectors    # no selectors module
+        else:
+            import selectors    # only now: vpnw's own, after every stage is forked
         sel = selectors.DefaultSelector()
         wake_r, wake_w = os.pipe()
         os.set_blocking(wake_w, False)
