@@ -151,16 +151,14 @@ def test_a_signed_runs_recorder_reaches_run_start_without_ctypes(world, user):
     """A real signed run, every import of every process seen: the recorder,
     by "run.start written", loaded libsodium's and fallocate's way in
     (`_ctypes`, foreign, sodium) and not `ctypes`, `base64` or a text codec;
-    and the run it signed verifies. Control: vpnw's helper, in the same
-    run, imports ctypes (the check sees a module where there is one)."""
+    and the run it signed verifies. Control: the modules it did load
+    (the check sees a module where there is one)."""
     work = world.workdir(user)
     record = work / "signed-start.jsonl"
     at, imported = audited_run(world, user, work, ["run", "--record", str(record), "--", "true"])
     written, recorder = at[("recorder", "run.start written")]
-    _, helper = at[("helper", "Ready sent")]
     by_run_start = {name for ns, pid, name in imported if pid == recorder and ns <= written}
     assert {"_ctypes", "stages.kernel.foreign", "stages.record.sodium"} <= by_run_start  # control
-    assert "ctypes" in {name for _ns, pid, name in imported if pid == helper}              # control
     assert not {"ctypes", "base64", "encodings.ascii"} & by_run_start
     # The run's own state home (world.state_home numbers each fresh one): its key and ledger.
     state = max(world.tmp.glob(f"state-{user}-*"), key=lambda p: int(p.name.rsplit("-", 1)[1]))
