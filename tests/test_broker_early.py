@@ -192,8 +192,10 @@ assert "ssl" not in sys.modules and "asyncio" not in sys.modules
 from stages.broker.main import _load_the_loop
 _load_the_loop(capture=sys.argv[1] == "capture")
 print("ssl loaded:", "ssl" in sys.modules, "_ssl loaded:", "_ssl" in sys.modules)
-import asyncio, asyncio.sslproto, asyncio.base_events
-print("asyncio sees ssl:", asyncio.sslproto.ssl is not None or asyncio.base_events.ssl is not None)
+import asyncio, asyncio.base_events, asyncio.selector_events
+# (asyncio.sslproto, TLS's protocol, is a stand-in while asyncio loads: lean_asyncio.py)
+print("asyncio sees ssl:", asyncio.base_events.ssl is not None or asyncio.selector_events.ssl is not None
+      or getattr(sys.modules.get("asyncio.sslproto"), "ssl", None) is not None)
 
 async def main():
     async def echo(reader, writer):

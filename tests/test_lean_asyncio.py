@@ -24,7 +24,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # What lean_asyncio stands in for, and what those bring: none is loaded by the loop's import.
 OFF_THE_LOOP = {"inspect", "ast", "dis", "logging", "traceback", "linecache", "tokenize",
                 "textwrap", "string", "subprocess", "locale", "concurrent.futures",
-                "concurrent.futures._base", "typing", "contextlib", "ssl"}
+                "concurrent.futures._base", "typing", "contextlib", "asyncio.sslproto", "ssl"}
 
 # One line each: the traceback lines asyncio logs are compared, line numbers too.
 BROKERS_WAY = "from stages.broker.main import _load_the_loop; _load_the_loop(capture={capture}); import asyncio"

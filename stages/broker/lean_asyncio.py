@@ -27,7 +27,9 @@ each the same value or function as the real one's:
   which is the real "asyncio" logger, logging loaded, from its first use
   but for debug and info lines while nothing has loaded logging: a fresh
   logging drops those);
-- linecache and contextlib: no names (used inside functions only);
+- linecache, contextlib and asyncio.sslproto: no names (used inside
+  functions only; sslproto's only for TLS, which the direct path's broker
+  never speaks);
 - typing: `final` (as typing's: it marks the class), and inert annotations
   for asyncio.staggered's and asyncio.timeouts' signatures (as the helper's
   for pyseccomp): the one place where what asyncio keeps is not typing's.
@@ -124,6 +126,7 @@ def _stand_ins() -> list[stand_in]:
         stand_in("logging", DEBUG=10, getLogger=_LoggerOnUse),
         stand_in("linecache"),      # asyncio.base_tasks's, for printing a task's stack
         stand_in("contextlib"),     # asyncio.staggered's, inside its function
+        stand_in("asyncio.sslproto"),   # TLS's protocol (two enums), made only for TLS
         stand_in("typing", final=_final, **dict.fromkeys(
             ("Any", "Awaitable", "Callable", "Iterable", "List", "Optional", "Tuple", "Type"), inert)),
     ]
