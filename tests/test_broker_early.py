@@ -11,6 +11,8 @@ import sys
 import threading
 import time
 
+import pytest
+
 from stages.wire import handoff
 from stages.broker.startup import load_while_watching
 
@@ -122,6 +124,50 @@ def test_a_bad_message_is_dropped_with_a_warning_and_the_watch_goes_on():
     assert early.quiet_end
     assert len(early.warnings) == 1 and "bad handoff message" in early.warnings[0]
     assert [h.door for h in early.handed] == ["http"]
+
+
+def _slow_import(tmp_path, monkeypatch, count: int):
+    """A loop import of `count` modules, 20 ms each: (load, the names, the thread it ran in)."""
+    names = [f"vpnw_slow_{tmp_path.name}_{i}" for i in range(count)]
+    for name in names:
+        (tmp_path / f"{name}.py").write_text("import time\ntime.sleep(0.02)\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    ran_in = []
+
+    def load():
+        ran_in.append(threading.current_thread())
+        for name in names:
+            __import__(name)
+    return load, names, ran_in
+
+
+@pytest.mark.parametrize("quiet", [True, False])
+def test_a_quiet_end_halts_the_import_at_its_next_module(tmp_path, monkeypatch, quiet):
+    """The helper gone with no connection anywhere while the loop still
+    loads: the import thread raises at its next module and ends (it no
+    longer competes with the end), and its finder leaves sys.meta_path.
+    Control (quiet=False, a connection waiting at the door): every module
+    is imported and the loop is waited for."""
+    load, names, ran_in = _slow_import(tmp_path, monkeypatch, 40)
+    helper_end, broker_end = handoff.link()
+    http = door()
+    handoff.send_door(helper_end, "http", http.fileno())
+    thread, out = watch_in_background(broker_end.fileno(), load)
+    deadline = time.monotonic() + 5
+    while names[1] not in sys.modules and time.monotonic() < deadline:
+        time.sleep(0.005)
+    if not quiet:
+        socket.create_connection(http.getsockname()).close()
+    helper_end.close()
+    thread.join(10)
+    assert out["early"].quiet_end is quiet
+    ran_in[0].join(2)
+    assert not ran_in[0].is_alive()
+    imported = [name for name in names if name in sys.modules]
+    assert (len(imported) < len(names) - 5) if quiet else (imported == names)
+    assert not any(type(finder).__name__ == "_Loader" for finder in sys.meta_path)
+    for name in names:
+        sys.modules.pop(name, None)
 
 
 def test_the_loop_loads_only_once_the_first_door_has_come():
