@@ -125,14 +125,16 @@ main.main(sys.argv[2:])
 
 
 def audited_run(world, user, work, args: list[str], tag: str = "",
-                python_flags: tuple[str, ...] = ("-I",)) -> tuple[dict, list[tuple[int, int, str]]]:
+                python_flags: tuple[str, ...] = ("-I",),
+                script: str = IMPORTS_AUDITED_RUN) -> tuple[dict, list[tuple[int, int, str]]]:
     """`vpnw ARGS` as IMPORTS_AUDITED_RUN runs it, traced (VPNW_STARTUP_TRACE):
     each start-up mark as {(stage, what): (ns, pid)}, and every import of
     every process of the run as (ns, pid, module). `tag` names its files
-    in `work` (two runs in one test)."""
+    in `work` (two runs in one test). `script`: IMPORTS_AUDITED_RUN with
+    more hooks before it (its sys.argv[1] is the imports file)."""
     from stages.wire import startup_trace
     trace, imports = work / f"trace{tag}", work / f"imports{tag}"
-    result = world.run([world.python, *python_flags, "-c", IMPORTS_AUDITED_RUN, str(imports), *args],
+    result = world.run([world.python, *python_flags, "-c", script, str(imports), *args],
                        user=user, env={startup_trace.VARIABLE: str(trace)})
     assert result.returncode == 0, result.stderr
     at = {}

@@ -5,10 +5,22 @@ imported inside the forked helper process.
 """
 from __future__ import annotations
 
+import gc
 import os
 TYPE_CHECKING = False   # typing.TYPE_CHECKING, without importing typing (~4 ms)
 
-from stages.wire.pty_handoff import ProgramTerminal
+from stages.config.stand_ins import stand_in
+
+# The helper's first import of socket (pty_handoff's, then the doors'):
+# socket.py imports selectors, which creates and closes an epoll to choose
+# its DefaultSelector, for socket.sendfile alone, which the helper never
+# calls (~1.2 ms of its CPU before the plan). While socket imports,
+# selectors is a stand-in that loads the real module the first time any
+# name is asked of it (docs/architecture.md, "Start-up budget").
+with stand_in("selectors"):
+    import socket  # noqa: F401,E402
+
+from stages.wire.pty_handoff import ProgramTerminal  # noqa: E402
 
 if TYPE_CHECKING:   # annotations only: the helper imports no policy code at run time
     from typing import NoReturn
@@ -60,7 +72,9 @@ def run_helper_first(argv: list[str], *, handoff_fd: int, status_fd: int, go_fd:
 
 
 def _exit_with(body, status_fd: int) -> NoReturn:
-    """body()'s code as the process's exit; never returns into the orchestrator's code."""
+    """body()'s code as the process's exit; never returns into the orchestrator's code.
+    No garbage collection until Ready (sandbox.collect_from_now)."""
+    gc.disable()
     from stages.wire.exits import ExitCode
     code = ExitCode.INTERNAL
     try:

@@ -21,6 +21,7 @@ G's both: go is one byte for each (status.GO); its EOF, for either, is no go.
 from __future__ import annotations
 
 import errno
+import gc
 import os
 import signal
 import socket
@@ -294,6 +295,7 @@ def run_planned(argv: list[str], handoff_fd: int, status_fd: int, go_fd: int,
                                  "none" if sealed.unix is None else "own",
                                  doors=tuple(sealed.opened.items()), local=tuple(local_ports)))
     mark("helper", "Ready sent")
+    collect_from_now()
     if not _go_byte(go_fd):
         return ExitCode.NO_SANDBOX  # the orchestrator gave up; init dies with us (pdeathsig)
     for sig in FORWARDED_SIGNALS:
@@ -301,6 +303,17 @@ def run_planned(argv: list[str], handoff_fd: int, status_fd: int, go_fd: int,
     mark("helper", "go")
     os.close(go_fd)
     return _the_end(report, status_fd, init_pid, sealed, before, handoff_fd)
+
+
+def collect_from_now() -> None:
+    """The garbage collector on again in a process of the helper's, off since
+    its fork (main.py): until Ready the helper, init and the program only
+    import and build, and a collection there found nothing to free while it
+    walked (and so copied, after the fork) every object made so far. What
+    exists now lives as long as the process, so it is frozen out of the
+    collector's sight first (gc.freeze, as vpnw does before its forks)."""
+    gc.freeze()
+    gc.enable()
 
 
 def _until_the_plan(allow_unix_sockets: bool, status_fd: int,
@@ -703,6 +716,7 @@ def _init(argv, penv, seccomp_bpf: bytes, report_w: int, go_r: int, keep: set[in
     if program_pid == 0:
         _program(argv, penv, seccomp_bpf, err_w, go_r, files, tty, listener_end)  # never returns
     mark("init", "program forked")
+    collect_from_now()
     os.close(err_w)
     os.close(go_r)
     if listener_end is not None:

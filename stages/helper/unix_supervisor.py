@@ -30,6 +30,7 @@ before init mounts the sandbox's over it.
 from __future__ import annotations
 
 import errno
+import gc
 import os
 import socket
 import stat
@@ -752,6 +753,11 @@ def spawn(link_: Link, named: dict[tuple[int, int], str], status_fd: int,
         return pid
     code = 1
     try:
+        # The helper collects nothing before Ready (main.py); this process
+        # lives as long as the program and makes threads and reports: on again
+        # (sandbox.collect_from_now).
+        gc.freeze()
+        gc.enable()
         priv.prctl(priv.PR_SET_PDEATHSIG, 9)
         link_.program_end.close()
         from stages.kernel.descriptors import close_all_but

@@ -37,10 +37,13 @@ def set_pdeathsig(sig: int) -> None:
 
 
 def fork_stage(keep: list[int], body, *, die_with_parent: bool = False,
-               stdin_null: bool = True, stdio: tuple[int, int, int] | None = None) -> int:
+               stdin_null: bool = True, stdio: tuple[int, int, int] | None = None,
+               collect: bool = True) -> int:
     """Fork a child that keeps only fds 0-2 and `keep`, runs body() and exits with its code.
 
-    `stdio`: the fds that become the child's 0, 1 and 2 (default: the orchestrator's)."""
+    `stdio`: the fds that become the child's 0, 1 and 2 (default: the orchestrator's).
+    `collect`: the garbage collector on in the child (the helper's is off
+    until its Ready: stages/helper/sandbox.py, collect_from_now)."""
     # What exists now (every module, the policy's index) lives for the whole
     # run: out of the collector's sight, its pages stay shared with the
     # stages (a collection writes to every object it looks at, and a page
@@ -51,7 +54,10 @@ def fork_stage(keep: list[int], body, *, die_with_parent: bool = False,
         return pid
     code = ExitCode.INTERNAL
     try:
-        gc.enable()     # off only while vpnw starts (cli.py)
+        if collect:
+            gc.enable()     # off only while vpnw starts (cli.py)
+        else:
+            gc.disable()
         # Terminal signals go to the orchestrator only; it forwards what it must.
         os.setpgid(0, 0)
         for sig in FORWARDED_SIGNALS:
@@ -227,7 +233,7 @@ def fork_helper(argv: list[str], allow_unix_sockets: bool, terminal: Terminal) -
     if terminal.pty:
         keep.append(terminal.pty_socket[1].fileno())
     pid = fork_stage(keep, helper_body, die_with_parent=True, stdin_null=False,
-                     stdio=terminal.program_stdio)
+                     stdio=terminal.program_stdio, collect=False)
     for fd in (helper_end, status_w, go_r, plan_r):
         os.close(fd)
     mark("vpnw", "helper forked")

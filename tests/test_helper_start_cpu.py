@@ -1,0 +1,85 @@
+"""The helper's CPU on its way to Ready (docs/architecture.md, "Start-up
+budget"): what it spent there that no run needed.
+
+- Garbage collections: from its fork until Ready the helper (and init and
+  the program's process, forked from it) only import and build, so a
+  collection found nothing to free; it is off there and on again after
+  Ready, what exists then frozen out of its sight (sandbox.collect_from_now).
+- selectors: socket.py imports it for socket.sendfile alone, and its import
+  makes and closes an epoll to choose a DefaultSelector; the helper's socket
+  is imported with a stand-in selectors that loads the real one the first
+  time a name is asked of it (stages/helper/main.py).
+
+A real run as root and as vpnwtest, plain and with --capture, shows no
+collection in the helper before Ready nor in init before it forks the
+program, and no selectors among the helper's imports before Ready (controls:
+vpnw's own collection is seen by the same hook, and selectors is seen when
+another process of the run imports it)."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from e2e_support import IMPORTS_AUDITED_RUN, audited_run
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+# Each collection's start, as `<ns> <pid> gc` in the imports file (the hook
+# is inherited across fork); vpnw collects once first, the control.
+COLLECTIONS_TOO = """
+import gc, os, sys, time
+def _collection(phase, _info):
+    if phase == "start":
+        fd = os.open(sys.argv[1], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        os.write(fd, f"{time.clock_gettime_ns(time.CLOCK_MONOTONIC)} {os.getpid()} (gc)\\n".encode())
+        os.close(fd)
+gc.callbacks.append(_collection)
+gc.collect()
+""" + IMPORTS_AUDITED_RUN
+
+
+@pytest.mark.world
+def test_the_helper_neither_collects_nor_loads_selectors_before_ready(world, user):
+    work = world.workdir(user)
+    for way in ([], ["--capture"]):
+        at, seen = audited_run(world, user, work, ["run", *way, "--record", str(work / f"run{len(way)}.jsonl"),
+                                                   "--", "true"], tag=str(len(way)), script=COLLECTIONS_TOO)
+        vpnw_pid = at[("vpnw", "helper forked")][1]
+        ready, helper_pid = at[("helper", "Ready sent")]
+        program_forked, init_pid = at[("init", "program forked")]
+        assert any(pid == vpnw_pid and name == "(gc)" for _ns, pid, name in seen), way   # control
+        assert any(name == "selectors" for _ns, _pid, name in seen), way                  # control
+        helpers = {name for ns, pid, name in seen if pid == helper_pid and ns < ready}
+        assert "stages.helper.sandbox" in helpers, way                                     # control
+        assert "(gc)" not in helpers, way
+        assert "selectors" not in helpers, way
+        inits = {name for ns, pid, name in seen if pid == init_pid and ns < program_forked}
+        assert "(gc)" not in inits, way
+
+
+THE_HELPERS_SOCKET = """
+import sys
+import stages.helper.main
+import socket
+print("selectors" in sys.modules)
+poll = socket.selectors.PollSelector     # what socket.sendfile asks of it
+import selectors
+print(poll is selectors.PollSelector, selectors.DefaultSelector.__name__,
+      socket.selectors.DefaultSelector is selectors.DefaultSelector)
+"""
+
+
+def test_the_helpers_socket_loads_selectors_only_when_asked(tmp_path):
+    """In a fresh interpreter, as the helper starts: socket is loaded, its
+    selectors not; the first name asked of it loads the real module, which
+    any later import then gets (and socket's name for it is that module)."""
+    out = subprocess.run([sys.executable, "-c", THE_HELPERS_SOCKET], cwd=tmp_path, check=True,
+                         env={**os.environ, "PYTHONPATH": ROOT}, capture_output=True,
+                         text=True).stdout.split()
+    assert out == ["False", "True", "EpollSelector", "True"]
+    plain = subprocess.run([sys.executable, "-c", "import sys, socket; print('selectors' in sys.modules)"],
+                           check=True, capture_output=True, text=True).stdout.split()
+    assert plain == ["True"]        # control: a plain import of socket loads it
