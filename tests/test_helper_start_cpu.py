@@ -9,10 +9,16 @@ budget"): what it spent there that no run needed.
   makes and closes an epoll to choose a DefaultSelector; the helper's socket
   is imported with a stand-in selectors that loads the real one the first
   time a name is asked of it (stages/helper/main.py).
+- ctypes: prctl, unshare, mount, capset, seccomp(2) and libseccomp's version
+  go through `_ctypes` alone (stages/kernel/foreign.py); the supervisor's
+  process alone loads ctypes, for its notify calls. Each call answers as
+  ctypes' did (compared below), and the program's seal is the real one
+  (tests/test_helper_filter_bytes.py, tests/bypass/).
 
 A real run as root and as vpnwtest, plain and with --capture, shows no
 collection in the helper before Ready nor in init before it forks the
-program, and no selectors among the helper's imports before Ready (controls:
+program, and neither selectors nor (without --capture) ctypes among the
+helper's imports before Ready (controls:
 vpnw's own collection is seen by the same hook, and selectors is seen when
 another process of the run imports it)."""
 from __future__ import annotations
@@ -56,6 +62,9 @@ def test_the_helper_neither_collects_nor_loads_selectors_before_ready(world, use
         assert "stages.helper.sandbox" in helpers, way                                     # control
         assert "(gc)" not in helpers, way
         assert "selectors" not in helpers, way
+        if not way:     # capture's nftables calls go through ctypes, after the plan
+            assert "_ctypes" in helpers                                                    # control
+            assert "ctypes" not in helpers
         inits = {name for ns, pid, name in seen if pid == init_pid and ns < program_forked}
         assert "(gc)" not in inits, way
 
@@ -83,3 +92,46 @@ def test_the_helpers_socket_loads_selectors_only_when_asked(tmp_path):
     plain = subprocess.run([sys.executable, "-c", "import sys, socket; print('selectors' in sys.modules)"],
                            check=True, capture_output=True, text=True).stdout.split()
     assert plain == ["True"]        # control: a plain import of socket loads it
+
+
+THE_HELPERS_KERNEL_CALLS = """
+import sys
+from stages.kernel import privileges
+from stages.helper import seccomp_rules, unix_supervisor
+print(unix_supervisor.missing())
+print(seccomp_rules.libseccomp_version())
+seccomp_rules.loader()
+print(privileges.prctl(3))          # PR_GET_DUMPABLE
+try:
+    privileges.mount(None, "/nonexistent-vpnw", None, 0)
+except OSError as e:
+    print(e.errno)
+print("ctypes" in sys.modules)
+from stages.kernel import seccomp_notify
+print("ctypes" in sys.modules)
+import ctypes
+class Version(ctypes.Structure):
+    _fields_ = [("major", ctypes.c_uint), ("minor", ctypes.c_uint), ("micro", ctypes.c_uint)]
+library = ctypes.CDLL("libseccomp.so.2")
+library.seccomp_version.restype = ctypes.POINTER(Version)
+v = library.seccomp_version().contents
+print(((v.major, v.minor, v.micro), library.seccomp_api_get()))
+"""
+
+
+def test_the_helpers_kernel_calls_need_no_ctypes_and_answer_as_it_did(tmp_path):
+    """privileges' calls, libseccomp's version and API level, and the seccomp
+    loader, in a fresh interpreter: ctypes is not loaded (control: the
+    supervisor's notify calls load it), the answers are the kernel's (an
+    errno as OSError), and libseccomp's version and API level are what
+    ctypes reads."""
+    out = subprocess.run([sys.executable, "-c", THE_HELPERS_KERNEL_CALLS], cwd=tmp_path, check=True,
+                         env={**os.environ, "PYTHONPATH": ROOT}, capture_output=True,
+                         text=True).stdout.splitlines()
+    missing, ours, dumpable, mount_errno, before, after, theirs = out
+    assert missing == "None"
+    assert dumpable == "1"
+    assert mount_errno in ("1", "2")        # EPERM (not root), ENOENT (root)
+    assert (before, after) == ("False", "True")
+    (major, minor, micro), api = eval(theirs)       # noqa: S307 - our own printout
+    assert ours == f"(_Version(major={major}, minor={minor}, micro={micro}), {api})"

@@ -193,23 +193,22 @@ def load_bpf(bpf: bytes, listener: bool = False) -> int:
     """Load `bpf` (filter_bpf's) in the calling thread, as libseccomp's own
     load does: no_new_privs, then seccomp(2) with no flag (libseccomp sets
     none by default). With `listener`, the notify listener's fd is returned."""
-    import ctypes
+    from stages.kernel import foreign
     from stages.kernel.privileges import PR_SET_NO_NEW_PRIVS, prctl
 
     if not bpf or len(bpf) % 8:       # sizeof(struct sock_filter)
         raise ValueError(f"not a BPF program ({len(bpf)} bytes)")
-    code = ctypes.create_string_buffer(bpf, len(bpf))
-    sock_fprog, libc = loader()
-    prog = sock_fprog(len(bpf) // 8, ctypes.addressof(code))
+    code = (foreign.c_char * len(bpf)).from_buffer_copy(bpf)
+    sock_fprog, seccomp = loader()
+    prog = sock_fprog(len(bpf) // 8, foreign.addressof(code))
     prctl(PR_SET_NO_NEW_PRIVS, 1)         # as libseccomp does (and the drop did)
     tries = ((FILTER_FLAG_NEW_LISTENER | FILTER_FLAG_WAIT_KILLABLE_RECV, FILTER_FLAG_NEW_LISTENER)
              if listener else (0,))
     for flags in tries:
-        fd = libc.syscall(ctypes.c_long(SYS_SECCOMP), ctypes.c_uint(SECCOMP_SET_MODE_FILTER),
-                          ctypes.c_uint(flags), ctypes.byref(prog))
+        fd = seccomp(SYS_SECCOMP, SECCOMP_SET_MODE_FILTER, flags, foreign.addressof(prog))
         if fd >= 0:
             return fd
-        err = ctypes.get_errno()
+        err = foreign.get_errno()
         if err != errno.EINVAL:
             break
     raise OSError(err, f"seccomp(SECCOMP_SET_MODE_FILTER): {os.strerror(err)}")
@@ -227,37 +226,38 @@ class _Version(NamedTuple):
 
 def libseccomp_version() -> tuple[_Version, int]:
     """libseccomp's version and the API level it finds in this kernel,
-    asked of the library itself through ctypes (pyseccomp's import, ~4 ms,
-    is then needed only when a filter is made: seccomp_cache.py). Raises
-    OSError when the library cannot be loaded, AttributeError when it is too
-    old to say."""
+    asked of the library itself through `_ctypes` (stages/kernel/foreign.py;
+    pyseccomp's import, ~4 ms, is then needed only when a filter is made:
+    seccomp_cache.py). Raises OSError when the library cannot be loaded,
+    AttributeError when it is too old to say."""
     global _LIBSECCOMP
-    import ctypes
+    from stages.kernel import foreign
     if _LIBSECCOMP is None:
-        class Version(ctypes.Structure):
-            _fields_ = [("major", ctypes.c_uint), ("minor", ctypes.c_uint), ("micro", ctypes.c_uint)]
-        library = ctypes.CDLL("libseccomp.so.2")
-        library.seccomp_version.restype = ctypes.POINTER(Version)
-        library.seccomp_api_get.restype = ctypes.c_uint
-        _LIBSECCOMP = library
-    version = _LIBSECCOMP.seccomp_version().contents
-    return (_Version(version.major, version.minor, version.micro),
-            int(_LIBSECCOMP.seccomp_api_get()))
+        class Version(foreign.Structure):
+            _fields_ = [("major", foreign.c_uint), ("minor", foreign.c_uint), ("micro", foreign.c_uint)]
+        library = foreign.Library("libseccomp.so.2")
+        _LIBSECCOMP = (library.function("seccomp_version", (), restype=foreign.POINTER(Version)),
+                       library.function("seccomp_api_get", (), restype=foreign.c_uint))
+    seccomp_version, seccomp_api_get = _LIBSECCOMP
+    version = seccomp_version().contents
+    return (_Version(version.major, version.minor, version.micro), int(seccomp_api_get()))
 
 
 def loader():
-    """struct sock_fprog and libc's syscall(), made once: the helper makes
-    them while building the filter, and the program's process (forked from
-    init, forked from the helper) finds them made."""
+    """struct sock_fprog and seccomp(2) through libc's syscall(), made once
+    (`_ctypes` alone, stages/kernel/foreign.py): the helper makes them while
+    building the filter, and the program's process (forked from init, forked
+    from the helper) finds them made."""
     global _LOADER
     if _LOADER is None:
-        import ctypes
+        from stages.kernel import foreign
 
-        class SockFprog(ctypes.Structure):
-            _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.syscall.restype = ctypes.c_long
-        _LOADER = (SockFprog, libc)
+        class SockFprog(foreign.Structure):
+            _fields_ = [("len", foreign.c_ushort), ("filter", foreign.c_void_p)]
+        libc = foreign.Library(None, use_errno=True)
+        seccomp = libc.function("syscall", (foreign.c_long, foreign.c_uint, foreign.c_uint,
+                                            foreign.c_void_p), restype=foreign.c_long)
+        _LOADER = (SockFprog, seccomp)
     return _LOADER
 
 

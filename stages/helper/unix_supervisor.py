@@ -38,9 +38,20 @@ import sys
 import threading
 
 from stages.config.records import NamedTuple  # typing's, without importing typing
-from stages.kernel import seccomp_notify as sn
 from stages.kernel import unix_diag
 from stages.kernel import privileges as priv
+
+# stages/kernel/seccomp_notify.py, which loads ctypes: loaded by the
+# supervisor's process alone (_load_notify), never by the helper on its way
+# to Ready, which asks only whether the supervisor can run (missing()).
+sn = None
+
+
+def _load_notify() -> None:
+    global sn
+    if sn is None:
+        from stages.kernel import seccomp_notify
+        sn = seccomp_notify
 
 TYPE_CHECKING = False   # typing.TYPE_CHECKING, without importing typing
 if TYPE_CHECKING:
@@ -196,6 +207,7 @@ class Threads:
     thread group)."""
 
     def __init__(self, proc_fd: int, thread_group: Callable[[int], int]):
+        _load_notify()
         self.pidfds: dict[int, int] = {}
         self.tasks: dict[int, int] = {}
         self.proc = proc_fd
@@ -264,6 +276,7 @@ class Supervisor:
 
     def __init__(self, listener: int, proc_fd: int, named: dict[tuple[int, int], str],
                  report: Callable[[Report | LoopbackRefused], None]):
+        _load_notify()
         self.listener = listener
         self.proc = proc_fd
         self.named = named
@@ -685,7 +698,7 @@ def missing() -> str | None:
             return "libseccomp or the kernel lacks seccomp user notification (API level < 5)"
     except (ImportError, OSError, RuntimeError, AttributeError) as e:
         return f"libseccomp cannot be asked ({e})"
-    gap = sn.syscalls_present()
+    gap = priv.supervisor_syscalls_missing()
     if gap:
         return f"the kernel lacks {gap}()"
     try:

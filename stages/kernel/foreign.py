@@ -18,6 +18,14 @@ class c_int(_ctypes._SimpleCData):
     _type_ = "i"
 
 
+class c_uint(_ctypes._SimpleCData):
+    _type_ = "I"
+
+
+class c_ushort(_ctypes._SimpleCData):
+    _type_ = "H"
+
+
 class c_long(_ctypes._SimpleCData):
     _type_ = "l"
 
@@ -53,6 +61,9 @@ class c_char(_ctypes._SimpleCData):
 
 
 get_errno = _ctypes.get_errno
+addressof = _ctypes.addressof
+POINTER = _ctypes.POINTER
+Structure = _ctypes.Structure
 
 
 def buffer(size: int):

@@ -14,13 +14,13 @@ import fcntl
 import os
 import struct
 
+# x86_64 syscall numbers (the filter refuses every other arch).
+from stages.kernel.privileges import SYS_OPENAT2, SYS_PIDFD_GETFD, SYS_PIDFD_OPEN  # noqa: F401
+
 _libc = ctypes.CDLL(None, use_errno=True)
 _libc.syscall.restype = ctypes.c_long
 _libc.ioctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_void_p]
 _libc.connect.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
-
-# x86_64 syscall numbers (the filter refuses every other arch).
-SYS_PIDFD_OPEN, SYS_OPENAT2, SYS_PIDFD_GETFD = 434, 437, 438
 
 # struct seccomp_notif {u64 id; u32 pid; u32 flags; struct seccomp_data data}
 # struct seccomp_data {int nr; u32 arch; u64 ip; u64 args[6]}
@@ -219,15 +219,3 @@ def socket_netns(fd: int) -> int:
     """A new fd for the network namespace the socket `fd` was made in (EPERM
     unless this process administers that namespace)."""
     return _check(_libc.ioctl(fd, SIOCGSKNS, None), "SIOCGSKNS")
-
-
-def syscalls_present() -> str | None:
-    """None when pidfd_open, pidfd_getfd and openat2 exist; else which is missing."""
-    for name, nr in (("pidfd_open", SYS_PIDFD_OPEN), ("pidfd_getfd", SYS_PIDFD_GETFD),
-                     ("openat2", SYS_OPENAT2)):
-        # Bad arguments on purpose: ENOSYS says the call is missing, any other
-        # error that it is there.
-        if _libc.syscall(nr, ctypes.c_int(-1), ctypes.c_int(-1), ctypes.c_int(0),
-                         ctypes.c_int(0)) < 0 and ctypes.get_errno() == 38:
-            return name
-    return None

@@ -31,9 +31,10 @@ PR_SET_PDEATHSIG = 1
 
 
 def set_pdeathsig(sig: int) -> None:
-    import ctypes    # in the forked stage, which loads it anyway (not on the way to the fork)
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.prctl(PR_SET_PDEATHSIG, sig, 0, 0, 0)
+    # In the forked stage, which loads it anyway (not on the way to the fork);
+    # through _ctypes alone, not the ctypes package (stages/kernel/privileges.py).
+    from stages.kernel.privileges import prctl
+    prctl(PR_SET_PDEATHSIG, sig)
 
 
 def fork_stage(keep: list[int], body, *, die_with_parent: bool = False,
