@@ -8,6 +8,9 @@ half makes some sixty classes), on the recorder's way to run.start, which
 the program waits for (docs/architecture.md, "Start-up budget"). These few
 types are made exactly as ctypes makes them (`class c_int(_SimpleCData):
 _type_ = "i"`), so the calls convert their arguments as ctypes' would.
+The helper, init and the program's process use it too (privileges.py's
+prctl, unshare, mount and capset; the seccomp loader and libseccomp's
+version, stages/helper/seccomp_rules.py), on their way to the seal.
 """
 from __future__ import annotations
 
