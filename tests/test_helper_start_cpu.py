@@ -9,11 +9,11 @@ budget"): what it spent there that no run needed.
   makes and closes an epoll to choose a DefaultSelector; the helper's socket
   is imported with a stand-in selectors that loads the real one the first
   time a name is asked of it (stages/helper/main.py).
-- ctypes: prctl, unshare, mount, capset, seccomp(2) and libseccomp's version
-  go through `_ctypes` alone (stages/kernel/foreign.py); the supervisor's
-  process alone loads ctypes, for its notify calls. Each call answers as
-  ctypes' did (compared below), and the program's seal is the real one
-  (tests/test_helper_filter_bytes.py, tests/bypass/).
+- ctypes: prctl, unshare, mount, capset, seccomp(2), libseccomp's version
+  and the supervisor's notify calls go through `_ctypes` alone
+  (stages/kernel/foreign.py). Each call answers as ctypes' did (compared
+  below, and in tests/test_unix_supervisor.py), and the program's seal is
+  the real one (tests/test_helper_filter_bytes.py, tests/bypass/).
 
 A real run as root and as vpnwtest, plain and with --capture, shows no
 collection in the helper before Ready nor in init before it forks the
@@ -106,8 +106,9 @@ try:
     privileges.mount(None, "/nonexistent-vpnw", None, 0)
 except OSError as e:
     print(e.errno)
-print("ctypes" in sys.modules)
 from stages.kernel import seccomp_notify
+print("ctypes" in sys.modules)
+from stages.helper import landlock
 print("ctypes" in sys.modules)
 import ctypes
 class Version(ctypes.Structure):
@@ -120,11 +121,11 @@ print(((v.major, v.minor, v.micro), library.seccomp_api_get()))
 
 
 def test_the_helpers_kernel_calls_need_no_ctypes_and_answer_as_it_did(tmp_path):
-    """privileges' calls, libseccomp's version and API level, and the seccomp
-    loader, in a fresh interpreter: ctypes is not loaded (control: the
-    supervisor's notify calls load it), the answers are the kernel's (an
-    errno as OSError), and libseccomp's version and API level are what
-    ctypes reads."""
+    """privileges' calls, libseccomp's version and API level, the seccomp
+    loader and the supervisor's notify calls, in a fresh interpreter: ctypes
+    is not loaded (control: landlock, which uses it, loads it), the answers
+    are the kernel's (an errno as OSError), and libseccomp's version and API
+    level are what ctypes reads."""
     out = subprocess.run([sys.executable, "-c", THE_HELPERS_KERNEL_CALLS], cwd=tmp_path, check=True,
                          env={**os.environ, "PYTHONPATH": ROOT}, capture_output=True,
                          text=True).stdout.splitlines()

@@ -41,7 +41,7 @@ from stages.config.records import NamedTuple  # typing's, without importing typi
 from stages.kernel import unix_diag
 from stages.kernel import privileges as priv
 
-# stages/kernel/seccomp_notify.py, which loads ctypes: loaded by the
+# stages/kernel/seccomp_notify.py, the notify calls: loaded by the
 # supervisor's process alone (_load_notify), never by the helper on its way
 # to Ready, which asks only whether the supervisor can run (missing()).
 sn = None

@@ -65,6 +65,8 @@ class c_char(_ctypes._SimpleCData):
 
 get_errno = _ctypes.get_errno
 addressof = _ctypes.addressof
+byref = _ctypes.byref
+sizeof = _ctypes.sizeof
 POINTER = _ctypes.POINTER
 Structure = _ctypes.Structure
 

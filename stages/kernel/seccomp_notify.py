@@ -1,26 +1,28 @@
-"""The kernel calls a seccomp user-notification supervisor needs, through ctypes.
+"""The kernel calls a seccomp user-notification supervisor needs, through `_ctypes`.
 
 Python 3.11 has none of them: the notification ioctls (SECCOMP_IOCTL_NOTIF_RECV,
 _SEND, _ID_VALID: through fcntl.ioctl, which lets go of the GIL while it
-waits), pidfd_getfd, openat2, process_vm_readv, SIOCGSKNS (ctypes). Each
+waits), pidfd_getfd, openat2, process_vm_readv, SIOCGSKNS (through `_ctypes`
+alone, stages/kernel/foreign.py: the `ctypes` package's Python half, ~3 ms
+of CPU in the supervisor's process as it starts, is not loaded). Each
 wrapper raises OSError with the kernel's errno; nothing here decides anything
 (stages/helper/unix_supervisor.py does). Layouts: include/uapi/linux/seccomp.h,
 openat2.h, sockios.h.
 """
 from __future__ import annotations
 
-import ctypes
 import fcntl
 import os
 import struct
 
+from stages.kernel import foreign
+
 # x86_64 syscall numbers (the filter refuses every other arch).
 from stages.kernel.privileges import SYS_OPENAT2, SYS_PIDFD_GETFD, SYS_PIDFD_OPEN  # noqa: F401
 
-_libc = ctypes.CDLL(None, use_errno=True)
-_libc.syscall.restype = ctypes.c_long
-_libc.ioctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_void_p]
-_libc.connect.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
+_libc = foreign.Library(None, use_errno=True)
+_ioctl = _libc.function("ioctl", (foreign.c_int, foreign.c_ulong, foreign.c_void_p))
+_connect = _libc.function("connect", (foreign.c_int, foreign.c_char_p, foreign.c_uint))
 
 # struct seccomp_notif {u64 id; u32 pid; u32 flags; struct seccomp_data data}
 # struct seccomp_data {int nr; u32 arch; u64 ip; u64 args[6]}
@@ -48,7 +50,7 @@ RESOLVE_NO_MAGICLINKS, RESOLVE_IN_ROOT = 0x02, 0x10
 
 def _check(res: int, what: str) -> int:
     if res < 0:
-        e = ctypes.get_errno()
+        e = foreign.get_errno()
         raise OSError(e, f"{what}: {os.strerror(e)}")
     return res
 
@@ -113,15 +115,15 @@ def wake_up_synchronously(listener: int) -> bool:
     kernel lacks it: the notifications work the same, more slowly. The
     flags are the ioctl's argument itself, not a pointer to them (the kernel's
     seccomp_notify_set_flags; a pointer is refused with EINVAL)."""
-    return _libc.ioctl(listener, NOTIF_SET_FLAGS, USER_NOTIF_FD_SYNC_WAKE_UP) == 0
+    return _ioctl(listener, NOTIF_SET_FLAGS, USER_NOTIF_FD_SYNC_WAKE_UP) == 0
 
 
 def pidfd_open(pid: int, flags: int = 0) -> int:
     return os.pidfd_open(pid, flags)
 
 
-_pidfd_getfd = ctypes.CFUNCTYPE(ctypes.c_long, ctypes.c_long, ctypes.c_int, ctypes.c_int,
-                                ctypes.c_uint, use_errno=True)(("syscall", _libc))
+_pidfd_getfd = _libc.function("syscall", (foreign.c_long, foreign.c_int, foreign.c_int, foreign.c_uint),
+                               restype=foreign.c_long)
 
 
 def pidfd_getfd(pidfd: int, targetfd: int) -> int:
@@ -130,25 +132,29 @@ def pidfd_getfd(pidfd: int, targetfd: int) -> int:
     return _check(_pidfd_getfd(SYS_PIDFD_GETFD, pidfd, targetfd, 0), "pidfd_getfd")
 
 
-class _OpenHow(ctypes.Structure):
-    _fields_ = [("flags", ctypes.c_uint64), ("mode", ctypes.c_uint64),
-                ("resolve", ctypes.c_uint64)]
+class _OpenHow(foreign.Structure):
+    _fields_ = [("flags", foreign.c_ulonglong), ("mode", foreign.c_ulonglong),
+                ("resolve", foreign.c_ulonglong)]      # __u64 each
+
+
+_openat2 = _libc.function("syscall", (foreign.c_long, foreign.c_int, foreign.c_char_p, foreign.c_void_p,
+                                      foreign.c_size_t), restype=foreign.c_long)
 
 
 def openat2(dirfd: int, path: bytes, flags: int, resolve: int) -> int:
     how = _OpenHow(flags, 0, resolve)
-    return _check(_libc.syscall(SYS_OPENAT2, ctypes.c_int(dirfd), ctypes.c_char_p(path),
-                                ctypes.byref(how), ctypes.c_size_t(ctypes.sizeof(how))),
+    return _check(_openat2(SYS_OPENAT2, dirfd, path, foreign.byref(how), foreign.sizeof(how)),
                   "openat2")
 
 
-class _IoVec(ctypes.Structure):
-    _fields_ = [("base", ctypes.c_void_p), ("len", ctypes.c_size_t)]
+class _IoVec(foreign.Structure):
+    _fields_ = [("base", foreign.c_void_p), ("len", foreign.c_size_t)]
 
 
-_libc.process_vm_readv.restype = ctypes.c_ssize_t
-_libc.process_vm_readv.argtypes = [ctypes.c_int, ctypes.POINTER(_IoVec), ctypes.c_ulong,
-                                   ctypes.POINTER(_IoVec), ctypes.c_ulong, ctypes.c_ulong]
+_process_vm_readv = _libc.function(
+    "process_vm_readv", (foreign.c_int, foreign.POINTER(_IoVec), foreign.c_ulong,
+                         foreign.POINTER(_IoVec), foreign.c_ulong, foreign.c_ulong),
+    restype=foreign.c_long)      # ssize_t
 
 
 def read_memory(pid: int, address: int, length: int) -> bytes:
@@ -160,43 +166,43 @@ def read_memory(pid: int, address: int, length: int) -> bytes:
 class MemoryReader:
     """process_vm_readv into a buffer of its own, made once: a supervisor
     thread reads every connect's address through one of these, with no
-    ctypes object made per read. One per thread (the buffer is shared by
+    _ctypes object made per read. One per thread (the buffer is shared by
     its reads)."""
     __slots__ = ("buf", "local", "remote", "_local", "_remote")
 
     def __init__(self, size: int):
-        self.buf = ctypes.create_string_buffer(max(size, 1))
-        self.local = _IoVec(ctypes.addressof(self.buf), 0)
+        self.buf = foreign.buffer(max(size, 1))
+        self.local = _IoVec(foreign.addressof(self.buf), 0)
         self.remote = _IoVec(0, 0)
-        self._local, self._remote = ctypes.byref(self.local), ctypes.byref(self.remote)
+        self._local, self._remote = foreign.byref(self.local), foreign.byref(self.remote)
 
     def read(self, pid: int, address: int, length: int) -> bytes:
         """As read_memory; `length` at most the buffer's size."""
         self.local.len = self.remote.len = length
         self.remote.base = address
-        got = _check(_libc.process_vm_readv(pid, self._local, 1, self._remote, 1, 0),
+        got = _check(_process_vm_readv(pid, self._local, 1, self._remote, 1, 0),
                      "process_vm_readv")
         if got != length:
             raise OSError(14, "process_vm_readv: a short read (EFAULT)")
-        return ctypes.string_at(self.buf, length)
+        return self.buf.raw[:length]
 
 
 def connect_raw(fd: int, address: bytes) -> int:
     """connect(2) with the address's bytes as they are; 0 or a positive errno."""
-    if _libc.connect(fd, address, len(address)) == 0:
+    if _connect(fd, address, len(address)) == 0:
         return 0
-    return ctypes.get_errno()
+    return foreign.get_errno()
 
 
-_getsockopt = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_int,
-                               ctypes.c_void_p, ctypes.c_void_p, use_errno=True)(("getsockopt", _libc))
+_getsockopt = _libc.function("getsockopt", (foreign.c_int, foreign.c_int, foreign.c_int,
+                                            foreign.c_void_p, foreign.c_void_p))
 SOL_SOCKET, SO_DOMAIN = 1, 39
 
 
 def socket_domain(fd: int) -> int:
     """SO_DOMAIN of the socket `fd` (ENOTSOCK for any other file)."""
-    value, size = ctypes.c_int(0), ctypes.c_uint(ctypes.sizeof(ctypes.c_int))
-    _check(_getsockopt(fd, SOL_SOCKET, SO_DOMAIN, ctypes.byref(value), ctypes.byref(size)),
+    value, size = foreign.c_int(0), foreign.c_uint(foreign.sizeof(foreign.c_int))
+    _check(_getsockopt(fd, SOL_SOCKET, SO_DOMAIN, foreign.byref(value), foreign.byref(size)),
            "getsockopt")
     return value.value
 
@@ -206,11 +212,11 @@ class DomainReader:
     __slots__ = ("value", "size", "_value", "_size")
 
     def __init__(self):
-        self.value, self.size = ctypes.c_int(0), ctypes.c_uint(ctypes.sizeof(ctypes.c_int))
-        self._value, self._size = ctypes.byref(self.value), ctypes.byref(self.size)
+        self.value, self.size = foreign.c_int(0), foreign.c_uint(foreign.sizeof(foreign.c_int))
+        self._value, self._size = foreign.byref(self.value), foreign.byref(self.size)
 
     def __call__(self, fd: int) -> int:
-        self.size.value = ctypes.sizeof(ctypes.c_int)
+        self.size.value = foreign.sizeof(foreign.c_int)
         _check(_getsockopt(fd, SOL_SOCKET, SO_DOMAIN, self._value, self._size), "getsockopt")
         return self.value.value
 
@@ -218,4 +224,4 @@ class DomainReader:
 def socket_netns(fd: int) -> int:
     """A new fd for the network namespace the socket `fd` was made in (EPERM
     unless this process administers that namespace)."""
-    return _check(_libc.ioctl(fd, SIOCGSKNS, None), "SIOCGSKNS")
+    return _check(_ioctl(fd, SIOCGSKNS, None), "SIOCGSKNS")
