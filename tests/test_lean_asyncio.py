@@ -185,20 +185,40 @@ async def main():
     await stopping.wait()
 asyncio.run(main())
 print(sorted(set(sys.modules) & OFF_THE_LOOP))
+from stages.broker.connector import LookupThreads
+async def look_up():
+    return await LookupThreads().getaddrinfo("127.0.0.1", 80)
+print(sorted({info[4] for info in asyncio.run(look_up())}))
+print(sorted(set(sys.modules) & OFF_THE_LOOP))
+import concurrent.futures
+future = concurrent.futures.Future()
+def raises(_future):
+    raise ValueError("from a callback")
+future.add_done_callback(raises)
+captured, sys.stderr = sys.stderr, io.StringIO()
+future.set_result(1)
+captured, sys.stderr = sys.stderr, captured
+print(repr(captured.getvalue().splitlines()[:1]), "ValueError: from a callback" in captured.getvalue())
 import logging
 logging.basicConfig(level=logging.DEBUG, stream=sys.stdout)
 asyncio.run(main())
 '''
 
 
-def test_the_loop_starts_and_stops_without_them_and_logs_once_logging_is_set_up(tmp_path):
+def test_the_loop_starts_stops_and_looks_up_without_them_and_logs_once_logging_is_set_up(tmp_path):
     """The broker's loop as it starts (a new loop, which logs its selector
     at debug; add_signal_handler, which asks whether its callback is a
-    coroutine function) loads none of them either. Control: once logging
-    is loaded and set to debug, that line is there."""
+    coroutine function) loads none of them either, and its first name
+    lookup through the thread pool loads concurrent.futures alone, whose
+    logger still logs a callback that raises (to stderr, through logging,
+    loaded then). Control: once logging is loaded and set to debug, the
+    loop's debug line is there."""
     lines = _lines(BROKERS_WAY.format(capture=False), LOOP_STARTS, tmp_path)
     assert lines[0] == "[]"
-    assert "DEBUG:asyncio:Using selector: EpollSelector" in lines[1:]
+    assert lines[1] == "[('127.0.0.1', 80)]"
+    assert lines[2] == "['concurrent.futures', 'concurrent.futures._base']"
+    assert lines[3].startswith("['exception calling callback for <Future at") and lines[3].endswith(" True")
+    assert "DEBUG:asyncio:Using selector: EpollSelector" in lines[4:]
 
 
 @pytest.mark.world

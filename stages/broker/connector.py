@@ -72,8 +72,8 @@ class LookupThreads:
             await self.paused.wait()
         loop = asyncio.get_running_loop()
         if self.executor is None:
-            from concurrent.futures import ThreadPoolExecutor
-            self.executor = ThreadPoolExecutor(thread_name_prefix="vpnw-lookup")
+            from stages.broker.lean_asyncio import thread_pool_executor
+            self.executor = thread_pool_executor()(thread_name_prefix="vpnw-lookup")
         self.in_flight += 1
         call = self.executor.submit(socket.getaddrinfo, host, port, 0, socket.SOCK_STREAM, socket.IPPROTO_TCP)
         call.add_done_callback(lambda _: loop.call_soon_threadsafe(self._returned))

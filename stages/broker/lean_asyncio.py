@@ -36,8 +36,8 @@ each the same value or function as the real one's:
 
 Any other name asked of a stand-in loads the real module, and any import of
 one after asyncio's is the real module: the first error asyncio logs loads
-logging, the first name the broker looks up loads concurrent.futures (with
-logging: a few ms, once, on the first lookup of a run).
+logging, the first name the broker looks up through its threads loads
+concurrent.futures (itself with logging stood in: thread_pool_executor).
 tests/test_lean_asyncio.py pins what the import loads and that each of
 those paths still gets the real thing.
 """
@@ -130,6 +130,17 @@ def _stand_ins() -> list[stand_in]:
         stand_in("typing", final=_final, **dict.fromkeys(
             ("Any", "Awaitable", "Callable", "Iterable", "List", "Optional", "Tuple", "Type"), inert)),
     ]
+
+
+def thread_pool_executor():
+    """concurrent.futures.ThreadPoolExecutor, for the broker's name lookups
+    (connector.LookupThreads: the run's first lookup imports it), with
+    logging stood in as for asyncio's import: concurrent.futures' logger is
+    made on its first use (a callback that raises), so that lookup does not
+    wait for logging, traceback and the rest (~10 ms of CPU here)."""
+    with stand_in("logging", getLogger=_LoggerOnUse):
+        from concurrent.futures import ThreadPoolExecutor
+    return ThreadPoolExecutor
 
 
 def import_asyncio():
