@@ -102,6 +102,8 @@ class _Loader:
         finally:
             if self in sys.meta_path:
                 sys.meta_path.remove(self)
+            if self.halted:     # nobody waits for it (finish() restores it otherwise)
+                sys.setswitchinterval(self.interval)
             os.write(self.loaded_w, b"l")
 
     def halt(self) -> None:
