@@ -399,14 +399,15 @@ def _seal(early: _Early, unix_allow, capture: bool, local_ports: tuple,
     # borrow the handoff socket. Children (init) inherit it.
     priv.prctl(priv.PR_SET_DUMPABLE, 0)
     unix_link = _unix_link(unix)
-    supervisor = _spawn_supervisor(unix_link, unix, status_fd)
+    opened = handoff.doors(capture)
+    supervisor = _spawn_supervisor(unix_link, unix, status_fd,
+                                   listened=(*opened.values(), *local_ports))
     mark("helper", "supervisor started")
     _unshare_pid()
     _check_network(capture)
     mark("helper", "network sealed")
     # Opened now, while /proc is still the machine's: init mounts a fresh one.
     counters = _open_counters()
-    opened = handoff.doors(capture)
     # A `localhost:PORT` rule: a door on that port (docs/architecture.md,
     # "The machine's own loopback").
     doors = _open_doors([*opened.items(), *(("local", port) for port in local_ports)])
@@ -497,7 +498,9 @@ def _unix_link(unix):
         raise SealError(f"cannot prepare the Unix-socket supervisor: {e}; {DOCTOR_HINT}")
 
 
-def _spawn_supervisor(unix_link, named, status_fd: int) -> int | None:
+def _spawn_supervisor(unix_link, named, status_fd: int, listened: tuple = ()) -> int | None:
+    """`listened`: the doors' ports, which the supervisor treats as listened
+    on from the start (unix_supervisor.Supervisor)."""
     if unix_link is None:
         return None
     from stages.helper import unix_supervisor
@@ -509,7 +512,7 @@ def _spawn_supervisor(unix_link, named, status_fd: int) -> int | None:
         st.write(status_fd, st.UnixConnect(path=r.path, allowed=r.allowed, process=r.process,
                                            program=r.program, reason=r.reason))
     try:
-        return unix_supervisor.spawn(unix_link, named, status_fd, report)
+        return unix_supervisor.spawn(unix_link, named, status_fd, report, listened)
     except OSError as e:
         raise SealError(f"cannot start the Unix-socket supervisor: {e}; {DOCTOR_HINT}")
 

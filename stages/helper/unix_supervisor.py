@@ -275,7 +275,7 @@ class Supervisor:
     have written the record) before the program is answered."""
 
     def __init__(self, listener: int, proc_fd: int, named: dict[tuple[int, int], str],
-                 report: Callable[[Report | LoopbackRefused], None]):
+                 report: Callable[[Report | LoopbackRefused], None], listened: tuple = ()):
         _load_notify()
         self.listener = listener
         self.proc = proc_fd
@@ -294,6 +294,13 @@ class Supervisor:
         # The loopback ports seen with a listener inside, a bit each: one
         # table for both paths (the compiled one reads it; only ever set, under self.lock).
         self.listened_bits = bytearray(65536 // 8)
+        # The doors' ports (`listened`): the helper listens on them before
+        # the program runs (a door it cannot open fails the seal), so their
+        # connects go on from the first (the compiled path's "continue"),
+        # without this code's sock_diag look (inet_diag and its import,
+        # some ms of the program's first connect through a door).
+        for port in listened:
+            self._listened(port)
         self.fast = compiled_path()
         # The policy's sockets for the compiled path, which leaves their
         # connects (recorded) to this code: (st_dev, st_ino), native 64-bit pairs.
@@ -752,7 +759,7 @@ def hand_over_listener(program_end: int, seccomp_filter) -> None:
 
 
 def spawn(link_: Link, named: dict[tuple[int, int], str], status_fd: int,
-          report: Callable[[Report | LoopbackRefused], None]) -> int:
+          report: Callable[[Report | LoopbackRefused], None], listened: tuple = ()) -> int:
     """In the helper, inside the new user and network namespaces but before
     the new PID namespace: the supervisor process (its PID). Forked there, it
     is out of the program's PID namespace (the program can neither see nor
@@ -775,13 +782,13 @@ def spawn(link_: Link, named: dict[tuple[int, int], str], status_fd: int,
         link_.program_end.close()
         from stages.kernel.descriptors import close_all_but
         close_all_but({link_.supervisor_end.fileno(), link_.proc_fd, status_fd})
-        _serve_when_listened(link_, named, report)
+        _serve_when_listened(link_, named, report, listened)
         code = 0
     finally:
         os._exit(code)
 
 
-def _serve_when_listened(link_: Link, named, report) -> None:
+def _serve_when_listened(link_: Link, named, report, listened: tuple = ()) -> None:
     compiled_path()     # loaded while the program's process still starts, not after
     with link_.supervisor_end as sock:
         try:
@@ -791,7 +798,7 @@ def _serve_when_listened(link_: Link, named, report) -> None:
     if not fds:
         return          # the program's process never loaded its filter
     try:
-        Supervisor(fds[0], link_.proc_fd, named, report).serve()
+        Supervisor(fds[0], link_.proc_fd, named, report, listened).serve()
     finally:
         # Closed, the listener makes every connect still to come fail
         # (ENOSYS): never one that nobody checked.
