@@ -232,3 +232,45 @@ def test_tmux_runs_inside_vpnw(world, term, where):
     term.line("exit")
     term.wait_for(r"^\[exited\]$")
     term.wait_for(r"^status=0$", whole=True)
+
+
+KNOCKS = r'''
+import select, socket, sys
+own = socket.socket()
+own.bind(("127.0.0.1", 0))
+own.listen()
+for port in [int(p) for p in sys.argv[1:]] or [own.getsockname()[1]]:
+    s = socket.socket()
+    s.setblocking(False)           # as curl's: EINPROGRESS, the case that looked
+    started = s.connect_ex(("127.0.0.1", port))
+    select.select([], [s], [], 10)
+    error = s.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
+    print(port, started, error)
+    s.close()
+    if error:
+        sys.exit(1)            # audited_run wants exit 0: each connect was made
+'''
+
+
+@pytest.mark.parametrize("knocks_at", ["doors", "own listener"])
+def test_a_connect_to_a_door_goes_on_without_a_listener_look(world, user, knocks_at):
+    """The doors' ports count as listened on from the start (the helper
+    listens there before the program runs): a program's first non-blocking
+    connect to each door goes on at once, and no process of the run loads
+    the sock_diag look the supervisor makes for a loopback port it has not
+    seen a listener on (stages/kernel/inet_diag.py), which cost that first
+    connect some ms. Control: the same connect to a listener of the
+    program's own makes that look, and the audit sees it."""
+    from e2e_support import audited_run
+    from stages.wire.handoff import DOORS
+    work = world.workdir(user)
+    script = world.file("knocks.py", KNOCKS)
+    ports = [str(p) for p in DOORS.values()] if knocks_at == "doors" else []
+    at, imported = audited_run(world, user, work, ["run", "--record", str(work / "run.jsonl"), "--",
+                                                   "/usr/bin/python3", str(script), *ports])
+    looked = {pid for _ns, pid, name in imported if name == "stages.kernel.inet_diag"}
+    assert ("helper", "supervisor started") in at
+    if knocks_at == "doors":
+        assert not looked
+    else:
+        assert looked
