@@ -6,7 +6,9 @@ not loopback traffic. Both work as root of the sandbox's user namespace, no
 privilege on the machine.
 
 The ruleset is given to Debian's libnftables (the library behind `nft`,
-package libnftables1, which `nftables` pulls in) in this process with ctypes:
+package libnftables1, which `nftables` pulls in) in this process through
+`_ctypes` (stages/kernel/foreign.py: no other step of the helper loads the
+`ctypes` package, ~3 ms of CPU before Ready):
 `nft -f -` would be a process to spawn (about 25 ms here, against about 3 ms
 for the library), and a process spawned after unshare(CLONE_NEWPID) would be
 the new namespace's PID 1. The seal check reads the whole ruleset back as
@@ -15,7 +17,6 @@ JSON and accepts exactly vpnw's table with exactly its rules; the JSON parts
 """
 from __future__ import annotations
 
-import ctypes
 import errno
 import os
 import stat
@@ -142,39 +143,36 @@ class Nftables:
     """libnftables in this process (its `nft_ctx`): commands in, text out."""
 
     def __init__(self):
+        from stages.kernel import foreign as c
         try:
-            lib = ctypes.CDLL(LIBRARY)
+            lib = c.Library(LIBRARY)
         except OSError as e:
             raise CaptureError(f"capture needs nftables' library {LIBRARY} (Debian's package "
                                f"nftables, which scripts/setup installs): {e}") from None
-        lib.nft_ctx_new.restype = ctypes.c_void_p
-        lib.nft_ctx_new.argtypes = [ctypes.c_uint32]
-        for name in ("nft_ctx_buffer_output", "nft_ctx_buffer_error"):
-            getattr(lib, name).argtypes = [ctypes.c_void_p]
-        for name in ("nft_ctx_get_output_buffer", "nft_ctx_get_error_buffer"):
-            getattr(lib, name).argtypes = [ctypes.c_void_p]
-            getattr(lib, name).restype = ctypes.c_char_p
-        lib.nft_ctx_output_set_flags.argtypes = [ctypes.c_void_p, ctypes.c_uint]
-        lib.nft_run_cmd_from_buffer.argtypes = [ctypes.c_void_p, ctypes.c_char_p]
+        self.ctx_new = lib.function("nft_ctx_new", (c.c_uint,), c.c_void_p)
+        self.set_flags = lib.function("nft_ctx_output_set_flags", (c.c_void_p, c.c_uint), None)
+        self.run_cmd = lib.function("nft_run_cmd_from_buffer", (c.c_void_p, c.c_char_p))
+        self.output = lib.function("nft_ctx_get_output_buffer", (c.c_void_p,), c.c_char_p)
+        self.error = lib.function("nft_ctx_get_error_buffer", (c.c_void_p,), c.c_char_p)
+        self.ctx_free = lib.function("nft_ctx_free", (c.c_void_p,), None)
         self.lib = lib
-        self.ctx = lib.nft_ctx_new(0)
+        self.ctx = self.ctx_new(0)
         if not self.ctx:
             raise CaptureError("libnftables could not make a context")
-        lib.nft_ctx_buffer_output(self.ctx)
-        lib.nft_ctx_buffer_error(self.ctx)
+        lib.function("nft_ctx_buffer_output", (c.c_void_p,))(self.ctx)
+        lib.function("nft_ctx_buffer_error", (c.c_void_p,))(self.ctx)
 
     def run(self, command: str, as_json: bool = False) -> str:
-        self.lib.nft_ctx_output_set_flags(self.ctx, _NFT_CTX_OUTPUT_JSON if as_json else 0)
-        rc = self.lib.nft_run_cmd_from_buffer(self.ctx, command.encode())
-        out = (self.lib.nft_ctx_get_output_buffer(self.ctx) or b"").decode("utf-8", "replace")
-        err = (self.lib.nft_ctx_get_error_buffer(self.ctx) or b"").decode("utf-8", "replace")
+        self.set_flags(self.ctx, _NFT_CTX_OUTPUT_JSON if as_json else 0)
+        rc = self.run_cmd(self.ctx, command.encode())
+        out = (self.output(self.ctx) or b"").decode("utf-8", "replace")
+        err = (self.error(self.ctx) or b"").decode("utf-8", "replace")
         if rc != 0:
             raise CaptureError(f"nftables refused vpnw's rules: {err.strip() or f'error {rc}'}")
         return out
 
     def free(self) -> None:
-        self.lib.nft_ctx_free.argtypes = [ctypes.c_void_p]
-        self.lib.nft_ctx_free(self.ctx)
+        self.ctx_free(self.ctx)
         self.ctx = None
 
 
