@@ -254,8 +254,7 @@ def loader():
 
         class SockFprog(foreign.Structure):
             _fields_ = [("len", foreign.c_ushort), ("filter", foreign.c_void_p)]
-        libc = foreign.Library(None, use_errno=True)
-        seccomp = libc.function("syscall", (foreign.c_long, foreign.c_uint, foreign.c_uint,
+        seccomp = foreign.libc().function("syscall", (foreign.c_long, foreign.c_uint, foreign.c_uint,
                                             foreign.c_void_p), restype=foreign.c_long)
         _LOADER = (SockFprog, seccomp)
     return _LOADER

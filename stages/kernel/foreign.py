@@ -77,6 +77,18 @@ def buffer(size: int):
     return (c_char * size)()
 
 
+_libc = None
+
+
+def libc() -> Library:
+    """The C library (the process's own symbols, as ctypes.CDLL(None,
+    use_errno=True)), opened once for every module that calls it."""
+    global _libc
+    if _libc is None:
+        _libc = Library(None, use_errno=True)
+    return _libc
+
+
 class Library:
     """A shared library, dlopen'd now (`name` None: the program itself, as
     ctypes.CDLL(None)). Raises OSError when it cannot be loaded."""

@@ -42,7 +42,7 @@ LOCKED_SECUREBITS = (SECBIT_NOROOT | SECBIT_NOROOT_LOCKED | SECBIT_NO_SETUID_FIX
 MS_NOSUID, MS_NODEV, MS_NOEXEC = 2, 4, 8
 MS_REC, MS_PRIVATE = 0x4000, 1 << 18
 
-_libc = foreign.Library(None, use_errno=True)
+_libc = foreign.libc()
 _unshare = _libc.function("unshare", (foreign.c_int,))
 _prctl = _libc.function("prctl", (foreign.c_int, foreign.c_ulong, foreign.c_ulong, foreign.c_ulong,
                                   foreign.c_ulong))

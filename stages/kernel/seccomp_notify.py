@@ -20,7 +20,7 @@ from stages.kernel import foreign
 # x86_64 syscall numbers (the filter refuses every other arch).
 from stages.kernel.privileges import SYS_OPENAT2, SYS_PIDFD_GETFD, SYS_PIDFD_OPEN  # noqa: F401
 
-_libc = foreign.Library(None, use_errno=True)
+_libc = foreign.libc()
 _ioctl = _libc.function("ioctl", (foreign.c_int, foreign.c_ulong, foreign.c_void_p))
 _connect = _libc.function("connect", (foreign.c_int, foreign.c_char_p, foreign.c_uint))
 

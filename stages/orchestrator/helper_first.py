@@ -27,14 +27,13 @@ from stages.wire.startup_trace import mark
 
 FORWARDED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT,
                      signal.SIGUSR1, signal.SIGUSR2)
-PR_SET_PDEATHSIG = 1
 
 
 def set_pdeathsig(sig: int) -> None:
     # In the forked stage, which loads it anyway (not on the way to the fork);
     # through _ctypes alone, not the ctypes package (stages/kernel/privileges.py).
-    from stages.kernel.privileges import prctl
-    prctl(PR_SET_PDEATHSIG, sig)
+    from stages.kernel import privileges as priv
+    priv.prctl(priv.PR_SET_PDEATHSIG, sig)
 
 
 def fork_stage(keep: list[int], body, *, die_with_parent: bool = False,

@@ -42,7 +42,7 @@ def _fallocate():
     # Only for a run file on disk, after the fork; through _ctypes alone
     # (stages/kernel/foreign.py: `import ctypes` is ~2 ms more on the way to run.start).
     from stages.kernel import foreign
-    call = foreign.Library(None, use_errno=True).function(
+    call = foreign.libc().function(
         "fallocate", (foreign.c_int, foreign.c_int, foreign.c_int64, foreign.c_int64))
 
     def fallocate(fd: int, mode: int, offset: int, length: int) -> None:
