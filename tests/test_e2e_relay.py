@@ -151,3 +151,35 @@ def test_exit_codes_pass_through(world, user, program, code):
     assert r.returncode == code, describe(r)
     end = run_events(r)[-1]
     assert end["type"] == "run.end" and end["fields"]["exit_code"] == code
+
+
+# Inside the sandbox: the namespace's TCP default, the program's own socket to
+# the SOCKS5 door and, through sock_diag (`ss`), both ends of that connection
+# (the door's end is the broker's accepted socket, in this namespace too).
+LOOPBACK_TCP_PROBE = r"""
+import socket, subprocess, sys
+print("default", open("/proc/sys/net/ipv4/tcp_congestion_control").read().strip())
+s = socket.create_connection(("127.0.0.1", 1080))
+s.sendall(b"\x05\x01\x00")
+assert s.recv(2) == b"\x05\x00"
+print("program", s.getsockopt(socket.IPPROTO_TCP, socket.TCP_CONGESTION, 16).rstrip(b"\0").decode())
+out = subprocess.run(["ss", "-tinH", "state", "established"], capture_output=True, text=True, check=True).stdout
+ends = [line.split()[0] for line in out.splitlines() if line.startswith("\t") or line.startswith(" ")]
+print("ends", " ".join(ends))
+"""
+
+
+def test_sandbox_loopback_runs_without_pacing(world, user):
+    """Every TCP socket of the sandbox takes reno, not the machine's default
+    (BBR here, whose pacing made each tunnel through a door about a quarter
+    slower: docs/architecture.md, "Tunnel throughput: the bound"); outside,
+    the machine's own default is left as it is."""
+    outside = open("/proc/sys/net/ipv4/tcp_congestion_control").read().strip()
+    probe = world.file("loopback_tcp_probe.py", LOOPBACK_TCP_PROBE)
+    r = world.vpnw(["run", "--", sys.executable, str(probe)], user=user)
+    assert r.returncode == 0, describe(r)
+    said = dict(line.split(" ", 1) for line in r.stdout.splitlines())
+    assert said["default"] == "reno"
+    assert said["program"] == "reno"
+    assert said["ends"].split() == ["reno", "reno"], said
+    assert open("/proc/sys/net/ipv4/tcp_congestion_control").read().strip() == outside
