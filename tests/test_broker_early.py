@@ -279,3 +279,35 @@ def test_the_direct_paths_loop_loads_without_tls_and_serves():
         assert out.stdout.splitlines() == ["ssl loaded: False _ssl loaded: False",
                                            "asyncio sees ssl: False", "echo: hello",
                                            "ssl afterwards: OpenSSL"], (mode, out.stdout)
+
+
+# In a fresh interpreter, as in a forked broker: the collector on (fork_stage
+# turns it on in each stage) or off, then the loop's import.
+_LOOP_WITHOUT_COLLECTIONS = r"""
+import gc, sys
+from stages.broker.main import _load_the_loop
+gc.enable() if sys.argv[1] == "on" else gc.disable()
+during = []
+gc.callbacks.append(lambda phase, info: phase == "start" and during.append(info["generation"]))
+frozen_before = gc.get_freeze_count()
+_load_the_loop(capture=False)
+print("collections during the import:", len(during))
+print("collector on afterwards:", gc.isenabled())
+print("frozen by the import:", gc.get_freeze_count() > frozen_before)
+"""
+
+
+def test_the_loops_import_sets_off_no_collection_and_is_frozen_after():
+    """The import makes only what lives for the whole run: no collection
+    looks at it while it loads, and it is frozen once loaded, so later
+    collections never look at it either; a collector that was off stays
+    off. Failed before: the import set off about a dozen collections."""
+    import subprocess
+    for state, frozen in (("on", True), ("off", False)):
+        out = subprocess.run([sys.executable, "-c", _LOOP_WITHOUT_COLLECTIONS, state],
+                             capture_output=True, text=True, timeout=60)
+        assert out.returncode == 0, out.stderr
+        assert out.stdout.splitlines() == [
+            "collections during the import: 0",
+            f"collector on afterwards: {state == 'on'}",
+            f"frozen by the import: {frozen}"], (state, out.stdout)
