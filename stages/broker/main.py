@@ -96,8 +96,8 @@ def _load_the_loop(capture: bool) -> None:
 
     No garbage collection while it loads: an import makes only what lives
     for the whole run (modules, classes, functions), yet each of the
-    collections it set off (about a dozen) looked at all of it; about 8% of
-    the import's CPU. Once it is loaded that is frozen, out of every later
+    collections it set off (a dozen or more) looked at all of it; about 8%
+    of the import's CPU. Once it is loaded that is frozen, out of every later
     collection's sight, as fork_stage froze what came before."""
     collecting = gc.isenabled()
     gc.disable()

@@ -124,10 +124,11 @@ def _check_network(capture: bool = False) -> None:
 # a door): nothing is ever lost there, so congestion control has nothing to
 # do, and a pacing one makes every tunnel slow. BBR, many machines' default
 # and inherited by each new namespace, paces the broker's splice into the
-# program's socket: through either door a 1 GiB download moved 0.65x of
-# direct with it and 0.8x with reno (docs/architecture.md, "Tunnel
-# throughput: the bound"). reno is built into every kernel and is one a
-# namespace's root may always make its default.
+# program's socket: curl's 1 GiB download through either door moved
+# 0.68-0.70x of direct with it and 0.87-0.90x with reno, in the same bench
+# rounds (docs/architecture.md, "Tunnel throughput: the bound"). reno is
+# built into every kernel and is one a namespace's root may always make its
+# default.
 LOOPBACK_CONGESTION_CONTROL = b"reno"
 
 
