@@ -6,6 +6,7 @@ package's Python half cost the helper ~3 ms of CPU before its plan
 (docs/architecture.md, "Start-up budget")."""
 from __future__ import annotations
 
+import errno
 import os
 
 from stages.kernel import foreign
@@ -136,6 +137,6 @@ def supervisor_syscalls_missing() -> str | None:
                      ("openat2", SYS_OPENAT2)):
         # Bad arguments on purpose: ENOSYS says the call is missing, any other
         # error that it is there.
-        if _syscall4(nr, -1, -1, 0, 0) < 0 and foreign.get_errno() == 38:
+        if _syscall4(nr, -1, -1, 0, 0) < 0 and foreign.get_errno() == errno.ENOSYS:
             return name
     return None

@@ -85,6 +85,11 @@ WAYS: list[Way] = [
         accept={"EROFS", "EACCES"}, control="world", root=OK, user={"EACCES"}),
     way("sysctl-write-own-netns", "write_same", "/proc/sys/net/ipv4/ip_forward",
         accept={"EROFS", "EACCES"}, control="world", root=OK, user={"EACCES"}),
+    # The sandbox's TCP default (reno, set by the helper before the doors
+    # listen: docs/architecture.md, "Tunnel throughput: the bound") stays the helper's.
+    way("sysctl-write-own-netns-congestion-control", "write_same",
+        "/proc/sys/net/ipv4/tcp_congestion_control",
+        accept={"EROFS", "EACCES"}, control="world", root=OK, user={"EACCES"}),
     way("sysfs-write", "write_same", "/sys/kernel/mm/ksm/sleep_millisecs",
         accept={"EROFS", "EACCES"}, control="world", root=OK, user={"EACCES"}),
     # Docker's readonlyPaths and maskedPaths (moby oci/defaults.go): the sandbox does the same.
