@@ -23,8 +23,10 @@ pytestmark = pytest.mark.world
 SELF_SERVING = r'''
 import asyncio, os, sys, tempfile
 
+scratch = tempfile.TemporaryDirectory()      # removed as the program ends
+
 async def main():
-    path = os.path.join(tempfile.mkdtemp(), "server.sock")
+    path = os.path.join(scratch.name, "server.sock")
 
     async def answer(reader, writer):
         writer.write(b"echo " + await reader.readline())
@@ -139,7 +141,8 @@ def test_the_supervisor_of_a_real_run_answers_through_the_path_doctor_names(worl
 INTERRUPTED = r'''
 import ctypes, errno, json, os, signal, socket, struct, tempfile, threading, time
 libc = ctypes.CDLL(None, use_errno=True)
-path = os.path.join(tempfile.mkdtemp(), "full.sock")
+scratch = tempfile.TemporaryDirectory()      # removed as the program ends
+path = os.path.join(scratch.name, "full.sock")
 server = socket.socket(socket.AF_UNIX)
 server.bind(path)
 server.listen(0)

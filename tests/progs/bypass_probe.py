@@ -1326,13 +1326,21 @@ def _kill_group(pgid):
 
 
 def main():
+    import shutil
+    import tempfile
     with open(sys.argv[1]) as f:
         plan = json.load(f)
-    for attempt in plan:
-        started = time.monotonic()
-        res = run_one(attempt)
-        res["ms"] = round((time.monotonic() - started) * 1000)
-        print(json.dumps({"id": attempt["id"], **res}), flush=True)
+    # Every attempt's scratch directory (_scratch) inside one of this run's,
+    # removed once all have run: the attempts end with os._exit, in children.
+    tempfile.tempdir = tempfile.mkdtemp(prefix="vpnw-probe-")
+    try:
+        for attempt in plan:
+            started = time.monotonic()
+            res = run_one(attempt)
+            res["ms"] = round((time.monotonic() - started) * 1000)
+            print(json.dumps({"id": attempt["id"], **res}), flush=True)
+    finally:
+        shutil.rmtree(tempfile.tempdir, ignore_errors=True)
 
 
 if __name__ == "__main__":
