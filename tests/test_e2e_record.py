@@ -248,9 +248,9 @@ def test_runs_show_and_which_run_is_last(world, user):
                                  (ids["trace"], "trace", "curl", 1, 0, 0)]
     table = world.vpnw(["runs"], user=user, state_home=state).stdout.splitlines()
     assert table[0].split() == ["RUN", "START", "(UTC)", "MODE", "PROGRAM", "CONNS", "DENIED", "FAILED", "EXIT",
-                                "LEDGER"]
+                                "HELD", "LEDGER"]
     rows = [line.split() for line in table[1:]]
-    assert [(row[0], row[3], row[4], row[5], row[6], row[-2], row[-1]) for row in rows] == [
+    assert [(row[0], row[3], row[4], row[5], row[6], row[-3], row[-1]) for row in rows] == [
         (ids["guard"], "guard", "sh", "2", "1", "120", "ok"),
         (ids["run"], "run", "curl", "1", "0", "0", "ok"),
         (ids["trace"], "trace", "curl", "1", "0", "0", "ok")]

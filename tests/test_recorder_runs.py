@@ -94,10 +94,10 @@ def test_runs_command(state):
     assert result.exit_code == 0
     lines = result.output.splitlines()
     assert lines[0].split() == ["RUN", "START", "(UTC)", "MODE", "PROGRAM", "CONNS", "DENIED",
-                                "FAILED", "EXIT", "LEDGER"]
+                                "FAILED", "EXIT", "HELD", "LEDGER"]
     # No ledger beside this directory: "-" (tests/test_e2e_signed_end.py has the rest).
     assert lines[2].split() == ["r-7c01d2", "2026-09-29", "12:44:36Z", "guard", "pip", "6", "1", "1", "120",
-                                "-"]
+                                "-", "-"]
     result = CliRunner().invoke(runs_command, ["--dir", str(state), "--json"])
     data = json.loads(result.output)
     assert [d["id"] for d in data] == ["r-d2a9f0", "r-7c01d2", "r-36e0ba"]

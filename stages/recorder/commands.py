@@ -1,6 +1,7 @@
 """`vpnw runs` and `vpnw show`: thin click shells over runs.py."""
 from __future__ import annotations
 
+import os
 import sys
 
 import click
@@ -111,25 +112,34 @@ def runs_command(as_json: bool, directory: str | None) -> None:
     summaries, gone, problem = runs_mod.with_ledger(runs_mod.list_runs(directory), directory)
     if problem:
         click.echo(f"vpnw: the ledger of runs does not verify: {problem}", err=True)
+    from stages.record.held import count as held_count
+    # Held layers lie beside the runs (held/ next to runs/ in vpnw's state).
+    held_root = os.path.join(os.path.dirname(os.path.abspath(directory)), "held")
+    held = {s.id: held_count(s.id, held_root) for s in summaries}
     if as_json:
-        _emit_json([s.as_dict() for s in summaries]
+        _emit_json([{**s.as_dict(), "held": held[s.id] or 0} for s in summaries]
                    + [{"id": e.get("run"), "file": e.get("file"), "start": e.get("start"),
                        "ledger": "MISSING"} for e in gone])
         return
     if not summaries and not gone:
         click.echo(f"no runs recorded in {directory}", err=True)
         return
-    rows = [["RUN", "START (UTC)", "MODE", "PROGRAM", "CONNS", "DENIED", "FAILED", "EXIT", "LEDGER"]]
+    rows = [["RUN", "START (UTC)", "MODE", "PROGRAM", "CONNS", "DENIED", "FAILED", "EXIT", "HELD",
+             "LEDGER"]]
     for s in summaries:
         rows.append([printable(s.id), _start_text(s.start), printable(s.mode or "?"),
                      printable(s.program or "?"), str(s.connections), str(s.denied),
-                     str(s.failed), s.state if s.exit_code is None else str(s.exit_code), s.ledger])
+                     str(s.failed), s.state if s.exit_code is None else str(s.exit_code),
+                     str(held[s.id]) if held[s.id] else "-", s.ledger])
     for e in gone:
         # In the ledger, and its file is gone: deleted or moved away.
         rows.append([printable(str(e.get("run"))), _start_text(e.get("start")), "-", "-", "-", "-",
-                     "-", "-", "MISSING"])
-    for line in _table(rows, right={4, 5, 6, 7}):
+                     "-", "-", "-", "MISSING"])
+    for line in _table(rows, right={4, 5, 6, 7, 8}):
         click.echo(line)
+    if any(held.values()):
+        click.echo("HELD: writes a run made outside its work set, kept for you to review: "
+                   "vpnw changes RUN")
 
 
 @click.command("show")
