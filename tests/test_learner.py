@@ -300,3 +300,25 @@ def test_metadata_loopback_and_documentation_addresses_keep_deny_private_true():
     assert parse_policy(draft, "t.toml").deny_private is True and "deny_private = false" not in draft
     assert "#   vpnw guard --policy t.toml -- PROGRAM\n" in draft
     assert "metadata.google.internal:80: the cloud metadata server's name" in draft
+
+
+def test_held_writes_become_allow_write_suggestions_never_for_what_runs_later():
+    from stages.learner.draft import draft_policy
+    entry = lambda path, later=None: {"path": path, "kind": "file", "size": 1, "sha256": None,
+                                      "runs_later": later}
+    events = [{"type": "run.start", "run": "r-1", "ts": "2026-12-07T09:00:00.000000000Z",
+               "fields": {"mode": "trace", "program": "sh"}},
+              {"type": "files.held", "run": "r-1", "fields": {"count": 4, "truncated": False, "entries": [
+                  entry("/home/u/.cache/pip/http/a"), entry("/home/u/.cache/pip/http/b"),
+                  entry("/home/u/.bashrc", "shell start-up"), entry("/home/u/notes/x.txt"),
+                  entry('/home/u/.x\nallow = ["*"]')]}}]
+    text = draft_policy(events)
+    lines = text.splitlines()
+    assert '#     "/home/u/.cache/pip",  # 2 writes held' in lines
+    assert '#     "/home/u/notes",  # 1 write held' in lines
+    later = [line for line in lines if ".bashrc" in line]
+    assert later == ['#     # "/home/u/.bashrc",  # 1 write held; runs later on its own (shell start-up): '
+                     'what is planted there runs outside the sandbox']
+    # A name the program chose stays inside its TOML string, in a comment.
+    assert not any(line.startswith("allow") and "*" in line for line in lines)
+    assert all(line.startswith("#") for line in lines[lines.index(later[0]) - 6:lines.index(later[0]) + 1])

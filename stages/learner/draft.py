@@ -99,6 +99,8 @@ class _Learner:
         self.unix_refused: dict[str, tuple[int, set]] = {}
         self.captured = False   # a run captured what ignores the proxy settings (--capture)
         self.paths: set[tuple] = set()   # (via, config) of each run: the guard command keeps them
+        # files.held: folder suggested for allow_write -> (writes held, what runs it later or None)
+        self.held: dict[str, tuple[int, str | None]] = {}
 
     def feed(self, event: dict) -> None:
         type_ = event.get("type")
@@ -120,7 +122,25 @@ class _Learner:
         if type_ in ("unix.allow", "unix.deny"):
             self._unix(type_, f)
             return
+        if type_ == "files.held":
+            self._held(f)
+            return
         self.tally.feed(event)
+
+    def _held(self, f: dict) -> None:
+        entries = f.get("entries")
+        if not isinstance(entries, list):
+            return
+        for e in entries[:_MAX_HELD_READ]:
+            if not isinstance(e, dict) or not isinstance(e.get("path"), str):
+                continue
+            key = held_folder(e["path"])
+            if key is None:
+                continue
+            later = e.get("runs_later") if isinstance(e.get("runs_later"), str) else None
+            count, was_later = self.held.get(key, (0, None))
+            if len(self.held) < _MAX_HELD_FOLDERS or key in self.held:
+                self.held[key] = (count + 1, was_later or later)
 
     def _unix(self, type_: str, f: dict) -> None:
         """A socket the policy named is kept; a socket bound outside that was
@@ -289,8 +309,48 @@ def render(learner: _Learner, name: str) -> str:
     clean = _clean_name(name)
     out = _header(learner, clean, draft.review)
     out += _policy_table(draft, clean)
+    held = _held_lines(learner)
+    if held:
+        out = out[:-1] + held + [""] if out and out[-1] == "" else out + held
     out += _unix_table(learner)
     return "\n".join(out)
+
+
+_MAX_HELD_READ = 10_000
+_MAX_HELD_FOLDERS = 40
+
+
+def held_folder(path: str) -> str | None:
+    """The allow_write entry a held write suggests: the folder a tool keeps
+    its state in (the one under the first dot-folder: ~/.cache/pip for
+    ~/.cache/pip/http/x), a dot-file itself, or else the file's folder."""
+    if not path.startswith("/") or "\x00" in path:
+        return None
+    parts = [p for p in path.split("/") if p]
+    if not parts or ".." in parts:
+        return None
+    for i, part in enumerate(parts):
+        if part.startswith("."):
+            return "/" + "/".join(parts[: min(i + 2, len(parts))])
+    return "/" + "/".join(parts[:-1]) if len(parts) > 1 else "/" + parts[0]
+
+
+def _held_lines(learner: _Learner) -> list[str]:
+    """allow_write suggestions from what the runs wrote outside their work
+    set (held, never applied). What runs later on its own is only ever a
+    comment inside the comment, saying why."""
+    if not learner.held:
+        return []
+    out = ["# The traced runs wrote outside their work set; those writes were held, not",
+           "# applied (see `vpnw changes RUN`). For a program to keep such writes, add",
+           "# their folders to allow_write above:"]
+    for key, (count, later) in sorted(learner.held.items(), key=lambda kv: (kv[1][1] is not None, kv[0])):
+        if later:
+            out.append(f"#     # {toml_string(key)},  # {_plural(count, 'write')} held; runs later on "
+                       f"its own ({printable(later)}): what is planted there runs outside the sandbox")
+        else:
+            out.append(f"#     {toml_string(key)},  # {_plural(count, 'write')} held")
+    return out
 
 
 def _unix_table(learner: _Learner) -> list[str]:
