@@ -72,7 +72,9 @@ def work_set(cwd: str, homes: tuple[str, ...], allow_write: tuple[str, ...] = ()
     left_out: list[str] = []
     paths: list[str] = list(allow_write)
     if not with_files:
-        if cwd == "/" or any(within(h, cwd) for h in homes):
+        if any(within(cwd, p) for p in (*paths, tmp)):
+            pass        # in the work set all the same (a home under /tmp)
+        elif cwd == "/" or any(within(h, cwd) for h in homes):
             what = "/" if cwd == "/" else "your home directory" if cwd in homes else \
                 "an ancestor of your home directory"
             left_out.append(f"{cwd} is {what}, so it is not in the run's work set: the program's "

@@ -69,12 +69,19 @@ def prepare(run_id: str, state: str, cwd: str, homes: tuple[str, ...], files) ->
     if why:
         return Layer(work, None, root, why, real_homes)
     held = os.path.join(root, run_id)
-    try:
-        os.makedirs(root, mode=0o700, exist_ok=True)
-        os.mkdir(held, 0o700)
-    except OSError as e:
-        return Layer(work, None, root, f"vpnw cannot make the run's held directory {held} "
-                                       f"({e.strerror})", real_homes)
+    for attempt in range(3):
+        try:
+            os.makedirs(root, mode=0o700, exist_ok=True)
+            os.mkdir(held, 0o700)
+            break
+        except FileNotFoundError:
+            continue        # another run removed held/ as it ended with nothing held
+        except OSError as e:
+            return Layer(work, None, root, f"vpnw cannot make the run's held directory {held} "
+                                           f"({e.strerror})", real_homes)
+    else:
+        return Layer(work, None, root, f"vpnw cannot make the run's held directory {held}",
+                     real_homes)
     return Layer(work, held, root, None, real_homes)
 
 
@@ -207,6 +214,10 @@ def collect(layer: Layer, run_id: str, homes: tuple[str, ...], path_dirs: tuple[
             break
     if not entries and not not_held(layer):
         remove(layer.dir)
+        try:
+            os.rmdir(os.path.dirname(layer.dir))    # held/, when no run holds anything
+        except OSError:
+            pass
         return Held([], False)
     entries.sort(key=lambda e: e["path"])
     _write_held_json(layer.dir, {"v": 1, "run": run_id, "entries": entries, "truncated": truncated})
@@ -224,7 +235,25 @@ def _write_held_json(held: str, doc: dict) -> None:
 
 
 def remove(held: str) -> None:
-    """A held directory, gone: overlay leaves work/work with mode 0."""
+    """A held directory, gone: overlay leaves work/work with mode 0. The
+    layout init made is removed directly (a run that held nothing: a few
+    rmdir per overlay); anything else by a walk that unlocks as it goes."""
+    try:
+        with os.scandir(os.path.join(held, "layers")) as it:
+            numbered = [e.path for e in it if e.name.isdigit()]
+        for layer in numbered:
+            for part in ("work/work", "work", "upper", ""):
+                os.rmdir(os.path.join(layer, part) if part else layer)
+        os.rmdir(os.path.join(held, "layers"))
+        for name in ("layers.json", "not-held"):
+            try:
+                os.unlink(os.path.join(held, name))
+            except FileNotFoundError:
+                pass
+        os.rmdir(held)
+        return
+    except OSError:
+        pass
     import shutil
 
     def unlock(_fn, path, _exc):
