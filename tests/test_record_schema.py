@@ -29,8 +29,8 @@ def test_the_schema_is_a_valid_2020_12_schema():
     assert SCHEMA["$schema"] == "https://json-schema.org/draft/2020-12/schema"
 
 
-def test_the_schema_knows_exactly_the_fifteen_types():
-    assert len(EVENT_TYPES) == 15
+def test_the_schema_knows_exactly_the_sixteen_types():
+    assert len(EVENT_TYPES) == 16
     assert SCHEMA["properties"]["type"]["enum"] == list(EVENT_TYPES)
     assert set(SCHEMA["$defs"]) == set(EVENT_TYPES) | {"truncated"}
     for type_ in EVENT_TYPES:

@@ -66,6 +66,7 @@ class FileLimits:
     deny_read: tuple[Limit, ...]
     allow_write: tuple[Limit, ...] | None    # None: no write limit
     source: str | None = None
+    outside: str = "read-only"               # "held": outside allow_write, the held layer
 
     @property
     def limits_writes(self) -> bool:
@@ -93,16 +94,22 @@ class FileLimits:
                 out.append(limit)
         return out
 
+    @property
+    def held(self) -> bool:
+        """Writes outside allow_write go to the run's held layer (outside = "held")."""
+        return self.outside == "held" and self.limits_writes
+
     def to_helper(self, landlock_abi: int) -> "MountPlan":
-        """What the helper's init mounts and its program's Landlock ruleset enforce."""
+        """What the helper's init mounts and its program's Landlock ruleset enforce
+        (no Landlock with the held layer: the writes it holds must succeed)."""
         return MountPlan(hide=tuple((l.path, l.kind) for l in self.hidden()),
                          limit_writes=self.limits_writes,
                          writable=tuple((l.path, l.kind) for l in self.writable()),
-                         landlock_abi=landlock_abi if self.limits_writes else 0)
+                         landlock_abi=landlock_abi if self.limits_writes and not self.held else 0)
 
     def layers(self, landlock_abi: int) -> dict:
         return {"deny_read": ["mount"] if self.deny_read else [],
-                "allow_write": (["mount", "landlock"] if landlock_abi else ["mount"])
+                "allow_write": (["mount", "landlock"] if landlock_abi and not self.held else ["mount"])
                 if self.limits_writes else []}
 
     def to_record(self, landlock_abi: int) -> dict:
@@ -185,6 +192,8 @@ def resolve(rules: FileRules, source: str | None, *, home: str, cwd: str,
         seen = set()
         for entry in rules.allow_write:
             for limit in resolved(entry, (home,)):
+                if limit.kind == "absent" and rules.outside == "held":
+                    continue    # not there: what the program writes there is held
                 if limit.kind == "absent":
                     problem(entry, f'allow_write "{entry.text}" ({limit.path}) does not exist',
                             "create it before the run, or take it out of allow_write")
@@ -194,4 +203,5 @@ def resolve(rules: FileRules, source: str | None, *, home: str, cwd: str,
     if problems:
         problems.sort(key=lambda p: p[0])
         raise PolicyError("\n".join(m for _, m in problems), source=source, line=problems[0][0])
-    return FileLimits(tuple(deny), None if write is None else tuple(write), source)
+    return FileLimits(tuple(deny), None if write is None else tuple(write), source,
+                      getattr(rules, "outside", "read-only"))

@@ -640,12 +640,16 @@ def load_policy(path: str, *, stdin=None) -> Policy:
 #     [files]
 #     deny_read = ["~/.ssh", "~/.aws", "~/.netrc"]   # hidden: empty, read-only
 #     allow_write = [".", "/tmp"]                    # everything else is read-only
+#     outside = "held"                               # ...or held (docs/security.md)
 #
 # Here only the words are checked (type, form). What a path means on this
 # machine (~, ., symlinks, whether it exists) is decided once per run, before
 # the program starts, by stages.config.file_limits.resolve.
 
-FILES_KEYS = ("deny_read", "allow_write")
+FILES_KEYS = ("deny_read", "allow_write", "outside")
+FILES_LISTS = ("deny_read", "allow_write")
+# outside: what writes outside allow_write meet (stages/config/work_set.py).
+FILES_OUTSIDE = ("read-only", "held")
 
 
 class FileEntry(NamedTuple):
@@ -658,6 +662,7 @@ class FileRules(NamedTuple):
     """The [files] table as written."""
     deny_read: tuple[FileEntry, ...] = ()
     allow_write: tuple[FileEntry, ...] | None = None   # None: no write limit (key absent)
+    outside: str = "read-only"     # "held": writes outside allow_write go to the held layer
 
 
 def check_file_entry(text: str) -> tuple[str, str] | None:
@@ -750,7 +755,15 @@ def _parse_files(data: dict, problems: "_Problems") -> FileRules | None:
         if key not in FILES_KEYS:
             problems.add(("files", key), f'unknown key "{key}" in [files]', _unknown(key, FILES_KEYS))
     lists: dict[str, tuple[FileEntry, ...] | None] = {}
-    for which in FILES_KEYS:
+    outside = body.get("outside", "read-only")
+    if outside not in FILES_OUTSIDE:
+        problems.add(("files", "outside"),
+                     f"outside = {_show(outside) if isinstance(outside, str) else _type_name(outside)}: "
+                     f"not one of " + ", ".join(f'"{v}"' for v in FILES_OUTSIDE),
+                     'write outside = "held" (writes outside allow_write are held for you to '
+                     'look at after the run) or outside = "read-only" (they fail)')
+        outside = "read-only"
+    for which in FILES_LISTS:
         if which not in body:
             lists[which] = None
             continue
@@ -766,4 +779,5 @@ def _parse_files(data: dict, problems: "_Problems") -> FileRules | None:
                 continue
             entries.append(FileEntry(text, problems.line_of(path)))
         lists[which] = tuple(entries)
-    return FileRules(deny_read=lists["deny_read"] or (), allow_write=lists["allow_write"])
+    return FileRules(deny_read=lists["deny_read"] or (), allow_write=lists["allow_write"],
+                     outside=outside)

@@ -297,7 +297,7 @@ def run_planned(argv: list[str], handoff_fd: int, status_fd: int, go_fd: int,
     if init_pid == 0:
         os._exit(_init(argv, penv, sealed.seccomp_bpf, report_w, go_fd, keep, files,
                        tty is not None, protected,
-                       unix_link.program_end.fileno() if unix_link else None))
+                       unix_link.program_end.fileno() if unix_link else None, plan.held))
     os.close(report_w)
     if unix_link is not None:
         unix_link.program_end.close()
@@ -697,7 +697,7 @@ def _wait_for_the_end(report: st.StatusReader, status_fd: int) -> st.Message | N
 
 def _init(argv, penv, seccomp_bpf: bytes, report_w: int, go_r: int, keep: set[int],
           files: MountPlan | None = None, tty: bool = False, protected: HelperProtection | None = None,
-          listener_end: int | None = None) -> int:
+          listener_end: int | None = None, held: helper_plan.Held | None = None) -> int:
     try:
         for sig in FORWARDED_SIGNALS:
             signal.signal(sig, signal.SIG_DFL)
@@ -718,9 +718,10 @@ def _init(argv, penv, seccomp_bpf: bytes, report_w: int, go_r: int, keep: set[in
         return ExitCode.NO_SANDBOX
     mark("init", "kernel knobs read-only")
     try:
-        _limit_files(files)
+        _limit_files(files, held)
     except OSError as e:
-        st.write(report_w, st.InitFailed(f"cannot enforce the policy's [files] limits: {e}"))
+        what = "make the run's held layer" if held else "enforce the policy's [files] limits"
+        st.write(report_w, st.InitFailed(f"cannot {what}: {e}"))
         return ExitCode.NO_SANDBOX
     mark("init", "file limits")
     problem = _out_of_program_reach(protected.read_only, protected.hide) if protected else None
@@ -892,14 +893,26 @@ def _still_shown(hidden: list[list[str]]) -> str | None:
     return None
 
 
-def _limit_files(files: MountPlan | None) -> None:
+def _limit_files(files: MountPlan | None, held: helper_plan.Held | None = None) -> None:
     """The policy's [files] table: a minimal /dev (root could otherwise read
     disks, consoles and serial lines: device files check the uid, not
-    capabilities), then the mount layer (stages/helper/file_mounts.py)."""
+    capabilities), then the mount layer (stages/helper/file_mounts.py).
+    The held layer (stages/helper/held_layer.py): every run without [files],
+    and one whose [files] says outside = "held" (its deny_read hidden after)."""
     if files:
         from stages.helper import file_mounts
         mounts.minimal_dev()
-        file_mounts.apply(files)
+        if held:
+            from stages.helper import held_layer
+            cwd = os.getcwd()
+            held_layer.mount(held.dir, held.work, held.hide, held.anchors)
+            file_mounts.hide(files.hide)
+            os.chdir(cwd)    # a hidden cwd's old directory is below the new mount
+        else:
+            file_mounts.apply(files)
+    elif held:
+        from stages.helper import held_layer
+        held_layer.mount(held.dir, held.work, held.hide, held.anchors)
 
 
 def _wait_for(program_pid: int, stops_to: int | None = None) -> int:

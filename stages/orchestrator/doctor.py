@@ -206,6 +206,56 @@ def check_file_limits() -> list[Check]:
     return out
 
 
+def check_held_layer() -> Check:
+    """Which one this machine gets for writes outside a run's work set: the
+    held layer (an overlay in the run's user namespace, upper directory in
+    vpnw's state) or read-only (docs/security.md, "The work set and the held
+    layer"). Tried on a scratch directory in the state directory itself, as
+    a run mounts it."""
+    import tempfile
+    from stages.kernel import privileges as priv
+    from stages.orchestrator.held import kernel_can, remove
+    from stages.record.run_file import vpnw_state_dir
+    why = kernel_can()
+    if why:
+        return Check("held_layer", "warn", f"writes outside a run's work set fail read-only (EROFS), "
+                     f"not held: {why}", "run vpnw on Linux 5.11 or newer")
+    state = vpnw_state_dir()
+    try:
+        os.makedirs(state, mode=0o700, exist_ok=True)
+        scratch = tempfile.mkdtemp(prefix=".doctor-held-", dir=state)
+    except OSError as e:
+        return Check("held_layer", "warn", f"cannot try the held layer: {state}: {e.strerror}; "
+                     "runs then keep writes outside their work set read-only",
+                     "make vpnw's state directory writable")
+    try:
+        for part in ("lower", "upper", "work", "mnt"):
+            os.mkdir(os.path.join(scratch, part))
+
+        def attempt():
+            uid, gid = os.getuid(), os.getgid()
+            priv.unshare(priv.CLONE_NEWUSER | priv.CLONE_NEWNS)
+            priv.write_id_maps(uid, gid)
+            priv.mount(None, "/", None, priv.MS_REC | priv.MS_PRIVATE)
+            priv.mount("overlay", f"{scratch}/mnt", "overlay", 0,
+                       f"lowerdir={scratch}/lower,upperdir={scratch}/upper,workdir={scratch}/work,userxattr")
+            with open(f"{scratch}/mnt/held", "w") as f:
+                f.write("x")
+            if os.path.exists(f"{scratch}/lower/held"):
+                raise OSError("the write reached the lower directory")
+
+        err = _try_in_child(attempt)
+    finally:
+        remove(scratch)     # overlay's work/work is left with mode 0
+    if err is None:
+        return Check("held_layer", "ok", "writes outside a run's work set are held (an overlay in "
+                     "the run's user namespace; `vpnw changes RUN` lists them)")
+    return Check("held_layer", "warn", f"writes outside a run's work set fail read-only (EROFS), not "
+                 f"held: an overlay cannot be mounted in a user namespace here ({err})",
+                 "Linux 5.11 or newer with overlayfs, and vpnw's state on a file system that "
+                 "overlay takes as an upper directory (ext4, xfs, btrfs, tmpfs; not overlay itself)")
+
+
 def check_io_uring() -> Check:
     value = _read("/proc/sys/kernel/io_uring_disabled")
     detail = {None: "no io_uring_disabled sysctl", "0": "io_uring enabled for all",
@@ -399,7 +449,7 @@ def run_checks(config_file: str | None = None) -> list[Check]:
     checks = [check_kernel(), *check_userns_sysctls(), check_namespaces(), check_devpts(),
               check_capture(),
               *check_seccomp(), check_unix_supervisor(),
-              check_io_uring(), *check_file_limits(), check_state_dir(), check_signing(), check_program_env(),
+              check_io_uring(), *check_file_limits(), check_held_layer(), check_state_dir(), check_signing(), check_program_env(),
               check_node(),
               *check_wireguard_support(needed=bool(config_file) and config_names_wireguard(config_file))]
     if config_file:

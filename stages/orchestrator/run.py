@@ -166,6 +166,9 @@ def _execute(request: RunRequest, terminal: _Terminal, helper: _Helper) -> int:
     mark("vpnw", "record opened")
     files_plan, files_record = _file_limits(request.files)
     protection = _protection(request, record)
+    layer = _held_layer(request, run_id)
+    if layer is not None:
+        files_plan, protection = _with_the_layer(layer, files_plan, protection)
     names_before = _identities(_evidence_names(request, record))
     program_env, env_kept = _program_env(_without_secrets(request), run_id)
     mark("vpnw", "protection and environment computed")
@@ -174,7 +177,7 @@ def _execute(request: RunRequest, terminal: _Terminal, helper: _Helper) -> int:
     # no policy meanwhile; now its plan. It reports ready and then waits for
     # go, which comes only once the recorder has written run.start and the
     # broker has checked the path (docs/architecture.md, "Start-up budget").
-    send_plan(helper, _helper_plan(request, files_plan, program_env, protection))
+    send_plan(helper, _helper_plan(request, files_plan, program_env, protection, layer))
     # The record's modules (orjson) load only now, after the helper's plan:
     # the helper never needs them, and the recorder and the broker, forked
     # next, share them.
@@ -189,7 +192,7 @@ def _execute(request: RunRequest, terminal: _Terminal, helper: _Helper) -> int:
     mark("vpnw", "recorder forked")
     emitter = Emitter(events_w, run_id, path=path_name)
     _warn_own_settings(request, env_kept)
-    _emit_run_start(emitter, request, record, files_record, env_kept, protection)
+    _emit_run_start(emitter, request, record, files_record, env_kept, protection, layer)
     mark("vpnw", "run.start sent")
     for entry in protection.lifted:
         say(f"allow_write names {entry.path} ({entry.why}): the program may change it, "
@@ -210,6 +213,8 @@ def _execute(request: RunRequest, terminal: _Terminal, helper: _Helper) -> int:
     if moved:
         say(moved)
         code, error = ExitCode.INTERNAL, error or moved
+    if layer is not None:
+        _what_was_held(request, layer, run_id, emitter)
     if relay is not None:
         relay.finish_program()
 
@@ -235,12 +240,66 @@ class _SandboxStages(NamedTuple):
     ask_link: object
 
 
-def _helper_plan(request: RunRequest, files_plan, program_env, protection):
+def _helper_plan(request: RunRequest, files_plan, program_env, protection, layer=None):
     """What the helper forked first needs of the policy (stages/wire/helper_plan.py)."""
-    from stages.wire.helper_plan import Plan
+    from stages.wire.helper_plan import Held, Plan
+    held = Held(layer.dir, layer.work.paths, layer.hide, layer.homes) \
+        if layer is not None and layer.dir else None
     return Plan(env=program_env, files=files_plan, protected=protection.to_helper(),
                 capture=request.capture, local_ports=_localhost_ports(request.policy),
-                unix_allow=tuple(_unix_sockets_named(request)))
+                unix_allow=tuple(_unix_sockets_named(request)), held=held)
+
+
+def _held_layer(request: RunRequest, run_id: str):
+    """The run's work set and held layer (stages/orchestrator/held.py), said
+    at the start when the start directory is left out of the work set or the
+    layer cannot be had; None when a [files] table keeps its read-only meaning."""
+    from stages.config.lookups import invoker_homes
+    from stages.orchestrator import held
+    home, other_homes = invoker_homes(request.env)
+    layer = held.prepare(run_id, vpnw_state_dir(), os.getcwd(), (home, *other_homes), request.files)
+    if layer is None:
+        return None
+    for line in layer.work.left_out:
+        say(line)
+    if layer.read_only_why:
+        say(f"writes outside the work set fail read-only (EROFS), not held: {layer.read_only_why}; "
+            f"`vpnw doctor` says more")
+    return layer
+
+
+def _with_the_layer(layer, files_plan, protection):
+    """(the helper's [files] plan, the protection) once the layer is decided."""
+    from stages.orchestrator import held
+    if layer.dir is None and files_plan is None:
+        files_plan = held.read_only_plan(layer)     # the fallback: fail closed
+    return files_plan, held.outside_work_set(protection, layer)
+
+
+def _what_was_held(request: RunRequest, layer, run_id: str, emitter) -> None:
+    """After the program: held.json, the record's files.held and one line."""
+    from stages.config.lookups import invoker_homes
+    from stages.config.work_set import held_line
+    from stages.orchestrator import held
+    import stages
+    home, other_homes = invoker_homes(request.env)
+    homes = tuple(dict.fromkeys(os.path.realpath(h) for h in (home, *other_homes)))
+    path_dirs = tuple(os.path.realpath(d) for d in request.env.get("PATH", "").split(":") if d.startswith("/"))
+    vpnw_paths = (vpnw_state_dir(), sys.prefix, os.path.dirname(stages.__file__))
+    try:
+        found = held.collect(layer, run_id, homes, path_dirs, vpnw_paths)
+    except OSError as exc:
+        say(f"cannot list what the run held in {layer.dir}: {exc}")
+        return
+    if found.entries:
+        emitter.emit("files.held", **held.record_fields(found))
+        say(held_line(found.entries, run_id, homes, found.truncated))
+    refused = held.not_held(layer)
+    if refused:
+        shown = ", ".join(f"{path} ({why})" for path, why in refused[:3])
+        say(f"{len(refused)} director{'y' if len(refused) == 1 else 'ies'} outside the work set "
+            f"were read-only, not held (an overlay could not be mounted there): {shown}"
+            f"{' and more' if len(refused) > 3 else ''}")
 
 
 def _start_broker(request: RunRequest, terminal: _Terminal, helper: _Helper, run_id: str,
@@ -293,7 +352,7 @@ def _start_recorder(request: RunRequest, terminal: _Terminal, record: str, recor
 
 
 def _emit_run_start(emitter, request: RunRequest, record: str, files_record: dict,
-                    env_kept, protection) -> None:
+                    env_kept, protection, layer=None) -> None:
     policy_name = getattr(request.policy, "name", None)
     unix_allow = _unix_allow_record(request)
     deny_private = _deny_private_scope(request)
@@ -307,9 +366,15 @@ def _emit_run_start(emitter, request: RunRequest, record: str, files_record: dic
                  **({"capture": True} if request.capture else {}),
                  **({"ask": True} if request.ask else {}),
                  **unix_allow,
+                 **(_held_start(layer) if layer is not None else {}),
                  protected=protection.to_record(budget=(800 if files_record else 2800)
                                                 - (UNIX_ALLOW_BUDGET if unix_allow else 0)
                                                 - len(repr(deny_private))))   # its own room
+
+
+def _held_start(layer) -> dict:
+    from stages.orchestrator import held
+    return held.start_record(layer)
 
 
 def _wait_for_the_recorder(recorder_pid: int, relay, record: str, code: int) -> int:

@@ -72,6 +72,7 @@ EVENT_TYPES = (
     "unix.allow",     # orchestrator: the supervisor connected a Unix socket the policy names
     "unix.deny",      # orchestrator: the supervisor refused a Unix socket bound outside
     "program.exit",   # orchestrator: the program ended (code or signal)
+    "files.held",     # orchestrator: what the program wrote outside its work set (held, not applied)
     "run.end",        # orchestrator: the run is over; totals and vpnw's exit code
 )                     # (the recorder adds events_to_lost: what the --events-to copy dropped)
 

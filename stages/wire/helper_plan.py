@@ -40,6 +40,16 @@ class Protected(NamedTuple):
     hide: tuple = ()
 
 
+class Held(NamedTuple):
+    """The held layer as init mounts it (stages/helper/held_layer.py): the
+    run's held directory, the work set (bound back real), the directory of
+    every run's held layers (hidden)."""
+    dir: str = ""
+    work: tuple = ()
+    hide: str = ""
+    anchors: tuple = ()              # the invoker's homes: each an overlay of its own
+
+
 class Plan(NamedTuple):
     env: dict | None = None          # the program's environment (None: the helper's own)
     files: Files | None = None
@@ -47,6 +57,7 @@ class Plan(NamedTuple):
     capture: bool = False
     local_ports: tuple = ()          # the `localhost:PORT` rules' ports
     unix_allow: tuple = ()           # (entry as written, path) of [unix] allow
+    held: Held | None = None         # the held layer (None: none)
 
 
 def _pairs(items) -> tuple:
@@ -62,8 +73,12 @@ def encode(plan: Plan) -> bytes:
     if protected is not None:
         protected = (tuple(str(p) for p in protected.read_only), _pairs(protected.hide))
     env = None if plan.env is None else {str(k): str(v) for k, v in plan.env.items()}
+    held = plan.held
+    if held is not None:
+        held = (str(held.dir), tuple(str(p) for p in held.work), str(held.hide),
+                tuple(str(p) for p in held.anchors))
     body = marshal.dumps((VERSION, env, files, protected, bool(plan.capture),
-                          tuple(int(p) for p in plan.local_ports), _pairs(plan.unix_allow)))
+                          tuple(int(p) for p in plan.local_ports), _pairs(plan.unix_allow), held))
     return len(body).to_bytes(_HEADER, "big") + body
 
 
@@ -71,7 +86,7 @@ def decode(data: bytes) -> Plan:
     if len(data) < _HEADER or int.from_bytes(data[:_HEADER], "big") != len(data) - _HEADER:
         raise PlanError("the plan is cut short")
     try:
-        version, env, files, protected, capture, local_ports, unix_allow = \
+        version, env, files, protected, capture, local_ports, unix_allow, held = \
             marshal.loads(data[_HEADER:])
     except (EOFError, ValueError, TypeError) as exc:
         raise PlanError(f"the plan cannot be read: {exc}") from None
@@ -79,7 +94,8 @@ def decode(data: bytes) -> Plan:
         raise PlanError(f"plan version {version!r}, not {VERSION}")
     return Plan(env=env, files=None if files is None else Files(*files),
                 protected=None if protected is None else Protected(*protected),
-                capture=capture, local_ports=local_ports, unix_allow=unix_allow)
+                capture=capture, local_ports=local_ports, unix_allow=unix_allow,
+                held=None if held is None else Held(*held))
 
 
 def send(fd: int, plan: Plan) -> None:

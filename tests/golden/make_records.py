@@ -83,11 +83,13 @@ class RunWriter:
                   via=self.path, ms=dial_ms)
         self.emit("conn.close", c, after_ms=ms, bytes_up=up, bytes_down=down, ms=ms)
 
-    def end(self, exit_code=0, code=0, signal=None):
+    def end(self, exit_code=0, code=0, signal=None, held=None):
         denied = sum(1 for line in self.lines if b'"policy.deny"' in line and b'"enforced":true' in line)
         would = sum(1 for line in self.lines if b'"policy.deny"' in line and b'"enforced":false' in line)
         failed = sum(1 for line in self.lines if b'"conn.fail"' in line)
         self.emit("program.exit", by="orchestrator", after_ms=5, code=code, signal=signal)
+        if held:
+            self.emit("files.held", by="orchestrator", count=len(held), entries=held, truncated=False)
         self.emit("run.end", by="orchestrator", exit_code=exit_code, connections=self.conn,
                   denied=denied, would_deny=would, failed=failed,
                   ms=round((self.now - T0) / 1e6, 3))
@@ -199,7 +201,14 @@ def capture_trace() -> RunWriter:
            door="capture")
     w.emit("conn.open", w.conn, address="140.82.113.4", port=22, via="direct", ms=0.4)
     w.emit("conn.close", w.conn, after_ms=80, bytes_up=3100, bytes_down=4200, ms=80)
-    w.end(exit_code=0)
+    # A trace has no [files]: what it wrote outside its work set was held.
+    w.end(exit_code=0, held=[
+        {"path": "/root/.ssh/known_hosts", "kind": "file", "size": 142,
+         "sha256": "9f2c1be0c0c8d7a4b5e3a1f0d9c8b7a6e5d4c3b2a1f0e9d8c7b6a5f4e3d2c1b0",
+         "runs_later": None},
+        {"path": "/root/.bashrc", "kind": "file", "size": 3106,
+         "sha256": "1b4f0e9869a5c3c6b2d8f7e4a3c2b1a0f9e8d7c6b5a4f3e2d1c0b9a8f7e6d5c4",
+         "runs_later": "shell start-up"}])
     return w
 
 

@@ -145,6 +145,22 @@ def op_mkdir(op):
     os.mkdir(op["path"])
 
 
+def op_makedirs(op):
+    os.makedirs(op["path"])
+
+
+def op_move(op):
+    # As mv does: a rename, or a copy and a removal where rename says EXDEV.
+    shutil.move(op["src"], op["path"])
+
+
+def op_plant(op):
+    # The parents made as needed, then the file written whole.
+    os.makedirs(os.path.dirname(op["path"]), exist_ok=True)
+    with open(op["path"], "w") as f:
+        f.write(op.get("data", "x"))
+
+
 def op_openat2(op):
     how = OpenHow(os.O_RDONLY, 0, sum(RESOLVE[r] for r in op["resolve"]))
     dirfd = os.open(op["dir"], os.O_PATH) if op.get("dir") else AT_FDCWD
