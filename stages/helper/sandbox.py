@@ -838,6 +838,7 @@ def _out_of_program_reach(paths: list[str], secrets: list[list[str]] = ()) -> st
     ST_RDONLY through the path the program will use. None, or why not."""
     cwd = os.getcwd()
     try:
+        pinned = _pin_above(paths)
         points = mounts.mount_points_under("/")
         for path in paths:
             try:
@@ -859,7 +860,7 @@ def _out_of_program_reach(paths: list[str], secrets: list[list[str]] = ()) -> st
             file_mounts.hide(secrets)
         # A cwd inside a protected directory still points at the mount below.
         os.chdir(cwd)
-        problem = _still_shown(secrets)
+        problem = _still_shown(secrets) or _not_pinned(paths, pinned)
         if problem:
             return problem
         for path in paths:
@@ -876,6 +877,26 @@ def _out_of_program_reach(paths: list[str], secrets: list[list[str]] = ()) -> st
 
 
 _ST_RDONLY = 1
+
+
+def _pin_above(paths: list[str]) -> list[str]:
+    """Each directory between a protected path and the mount above it made a
+    mount point of its own, so that no rename moves the path
+    (stages/helper/pins.py). Before the read-only binds: their mounts are
+    then made once, on top, not copied by each pin."""
+    from stages.helper import pins
+    return pins.pin(paths)
+
+
+def _not_pinned(paths: list[str], pinned: list[str]) -> str | None:
+    """The pins' seal check: each protected path there and each directory
+    pinned above it is a mount point in the program's namespace."""
+    from stages.helper import pins
+    there = [p for p in paths if os.path.lexists(p)]
+    loose = pins.unpinned([*pinned, *there])
+    if loose:
+        return f"{loose[0]} is not a mount point after its pin: a rename could move it"
+    return None
 
 
 def _still_shown(hidden: list[list[str]]) -> str | None:

@@ -1,0 +1,182 @@
+"""Pinned: what runs outside later, inside the work set, can be neither
+changed nor moved (issue 42; docs/security.md, "Pinned: nothing moved
+aside"), through real runs in the test world, as root and as vpnwtest.
+
+Each attempt runs tests/progs/file_probe.py (or a shell) inside the sandbox,
+where it must end in one of the errors listed for it (success fails the
+test), and the same attempt outside, as the same user, is the control that
+shows it works where nothing stops it. On main before the pins every
+attempt here succeeded inside.
+"""
+from __future__ import annotations
+
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from e2e_support import describe
+from test_e2e_planted import (
+    EXIT_INTERNAL, REFUSED, a_home, assert_outcomes, chown_tree, probe_argv, results_of, the_record,
+)
+
+pytestmark = pytest.mark.world
+
+EXIT_USAGE = 121
+PINNED = {"EBUSY"}       # a mount point cannot be renamed, removed or renamed over
+
+
+def a_work_tree(world, user: str, home: Path) -> tuple[Path, Path]:
+    """A repository to work in with the places git reads config and hooks
+    from: a submodule's git directory, husky's core.hooksPath folder, an
+    .envrc, a policy in its own folder; and a home with ~/.ssh,
+    ~/.local/share/systemd, the agents' settings."""
+    repo = world.workdir(user)
+    git = ["git", "-c", "init.defaultBranch=main"]
+    world.run([*git, "init", "-q", str(repo)], user=user, check=True)
+    world.run(["mkdir", "-p", str(repo / ".git" / "modules")], user=user, check=True)
+    world.run([*git, "init", "-q", "--separate-git-dir", str(repo / ".git" / "modules" / "x"),
+               str(repo / "x")], user=user, check=True)
+    world.run(["git", "-C", str(repo), "config", "core.hooksPath", ".husky/_"], user=user, check=True)
+    for rel, text in ((".husky/_/h", "#!/bin/sh\n"), (".envrc", "export A=1\n"),
+                      ("pol/p.toml", 'version = 1\n[policy]\ndefault = "deny"\n[files]\n'
+                                     'allow_write = [".", "~", "~/.claude", "~/.codex"]\n')):
+        (repo / rel).parent.mkdir(parents=True, exist_ok=True)
+        (repo / rel).write_text(text)
+    for rel, text in ((".local/share/systemd/user/.keep", ""),
+                      (".claude/settings.json", "{}\n"), (".codex/config.toml", "")):
+        (home / rel).parent.mkdir(parents=True, exist_ok=True)
+        (home / rel).write_text(text)
+    chown_tree(repo, user)
+    chown_tree(home, user)
+    return repo, repo / "pol" / "p.toml"
+
+
+def test_no_rename_moves_a_protected_path_aside(world, user):
+    """The red team's parent renames: `.git`, `~/.ssh`, `~/.local/share` (vpnw's
+    per-user install and user services) and the policy's folder, each moved
+    aside so that a new one could be made at its name; and the places git
+    reads from beside them. Under a [files] policy whose allow_write puts
+    each in the work set (the agents' folders as their presets do)."""
+    home = a_home(world, user)
+    repo, policy = a_work_tree(world, user, home)
+    ops = [
+        {"name": "submodule_config", "op": "write", "mode": "a",
+         "path": f"{repo}/.git/modules/x/config", "data": "[core]\n\tfsmonitor = touch /tmp/pwned\n"},
+        {"name": "submodule_hook", "op": "write", "path": f"{repo}/.git/modules/x/hooks/pre-commit",
+         "data": "#!/bin/sh\n"},
+        {"name": "hooks_path_hook", "op": "write", "path": f"{repo}/.husky/_/pre-commit",
+         "data": "#!/bin/sh\n"},
+        {"name": "envrc", "op": "open_append", "path": f"{repo}/.envrc"},
+        {"name": "claude_settings", "op": "open_append", "path": f"{home}/.claude/settings.json"},
+        {"name": "codex_config", "op": "open_append", "path": f"{home}/.codex/config.toml"},
+        # the work set itself stays the program's to write
+        {"name": "work_file", "op": "create", "path": f"{repo}/work.txt"},
+        {"name": "agent_state", "op": "create", "path": f"{home}/.claude/history.jsonl"},
+        # then the renames, the inner ones first (the control's each find their folder)
+        {"name": "mv_modules", "op": "rename", "src": f"{repo}/.git/modules",
+         "path": f"{repo}/.git/modules.old"},
+        {"name": "mv_git", "op": "rename", "src": f"{repo}/.git", "path": f"{repo}/.git.old"},
+        {"name": "mv_ssh", "op": "rename", "src": f"{home}/.ssh", "path": f"{home}/.ssh.old"},
+        {"name": "mv_local_share", "op": "rename", "src": f"{home}/.local/share",
+         "path": f"{home}/.local/share.old"},
+        {"name": "mv_policy_dir", "op": "rename", "src": f"{repo}/pol", "path": f"{repo}/pol.old"},
+        {"name": "mv_husky", "op": "rename", "src": f"{repo}/.husky", "path": f"{repo}/.husky.old"},
+        {"name": "mv_claude_settings", "op": "rename", "src": f"{home}/.claude/settings.json",
+         "path": f"{home}/.claude/settings.old"},
+    ]
+    refused = {"mv_git": PINNED, "mv_ssh": PINNED, "mv_local_share": PINNED,
+               "mv_policy_dir": PINNED, "mv_modules": PINNED, "mv_husky": PINNED,
+               "mv_claude_settings": PINNED | REFUSED,
+               "submodule_config": REFUSED, "submodule_hook": REFUSED, "hooks_path_hook": REFUSED,
+               "envrc": REFUSED, "claude_settings": REFUSED, "codex_config": REFUSED,
+               "work_file": "ok", "agent_state": "ok"}
+    r = world.vpnw(["guard", "--policy", str(policy), "--", *probe_argv(world, ops)], user=user,
+                   cwd=repo, env={"HOME": str(home)})
+    assert_outcomes(results_of(r, ops), refused)
+    assert r.returncode == 0, describe(r)
+    the_record(r.state_home)
+
+    (repo / "work.txt").unlink()
+    (home / ".claude" / "history.jsonl").unlink()
+    control = world.run(probe_argv(world, ops), user=user, cwd=repo, env={"HOME": str(home)})
+    assert_outcomes(results_of(control, ops), {name: "ok" for name in refused})
+
+
+def test_a_planted_commondir_is_moved_aside_and_fails_the_run(world, user):
+    """`.git/commondir` naming a folder of the program's moves the
+    repository's config there (core.fsmonitor runs on the next `git status`).
+    Not there at the start, it cannot be bound: it is moved aside after the
+    run, said, and the run ends 125."""
+    repo = world.workdir(user)
+    world.run(["git", "init", "-q", str(repo)], user=user, check=True)
+    evil = repo / "evil"
+    plant = (f"mkdir -p {evil}/hooks {evil}/refs {evil}/objects && "
+             f"printf '[core]\\n\\trepositoryformatversion = 0\\n\\tfsmonitor = echo PLANTED\\n' "
+             f"> {evil}/config && echo {evil} > {repo}/.git/commondir")
+    r = world.vpnw(["run", "--", "sh", "-c", plant], user=user, cwd=repo)
+    assert r.returncode == EXIT_INTERNAL, describe(r)
+    assert f"{repo}/.git/commondir" in r.stderr and "WARNING" in r.stderr, describe(r)
+    assert not (repo / ".git" / "commondir").exists()
+    got = world.run(["git", "-C", str(repo), "config", "--get", "core.fsmonitor"], user=user)
+    assert "PLANTED" not in got.stdout
+    # control: the same outside, and git takes the program's config
+    shutil.rmtree(evil)
+    for aside in (repo / ".git").glob("commondir.vpnw-planted-*"):
+        aside.unlink()
+    world.run(["sh", "-c", plant], user=user, cwd=repo, check=True)
+    got = world.run(["git", "-C", str(repo), "config", "--get", "core.fsmonitor"], user=user)
+    assert got.stdout.strip() == "echo PLANTED", describe(got)
+
+
+def test_a_repository_the_program_makes_with_an_active_hook_is_named(world, user):
+    work = world.workdir(user)
+    make = ("git init -q made && printf '#!/bin/sh\\necho hi\\n' > made/.git/hooks/post-checkout && "
+            "chmod +x made/.git/hooks/post-checkout && git init -q samples_only")
+    r = world.vpnw(["run", "--", "sh", "-c", make], user=user, cwd=work)
+    assert r.returncode == 0, describe(r)
+    assert f"{work}/made" in r.stderr and "hooks/post-checkout" in r.stderr, describe(r)
+    # control: a repository with git's samples alone runs nothing, and is not named
+    assert (work / "samples_only" / ".git" / "hooks").is_dir()
+    assert "samples_only" not in r.stderr, describe(r)
+
+
+def test_the_next_guard_refuses_a_policy_whose_folder_was_swapped(world, user):
+    """The residual of round 11: a swap of the policy's folder found after a
+    run ends that run 125, and the next `guard` must not load what is there
+    now. Inside, the swap is refused (the folder is pinned:
+    test_no_rename_moves_a_protected_path_aside); here it is made outside,
+    during the run, to show what a swap that happened anyway leaves."""
+    top = world.workdir(user)
+    pol_dir = top / "pol"
+    pol_dir.mkdir()
+    (pol_dir / "p.toml").write_text('version = 1\n[policy]\ndefault = "deny"\n')
+    chown_tree(top, user)
+    state = world.state_home(user)
+    wait = f"touch {top}/ready; while [ ! -e {top}/go ]; do sleep 0.05; done"
+    proc = world.popen([str(world.vpnw_path), "guard", "--policy", str(pol_dir / "p.toml"), "--",
+                        "sh", "-c", wait], user=user, cwd=top, state_home=state,
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    for _ in range(600):
+        if (top / "ready").exists() or proc.poll() is not None:
+            break
+        time.sleep(0.05)
+    swap = (f"mv {pol_dir} {pol_dir}.old && mkdir {pol_dir} && "
+            f"printf 'version = 1\\n[policy]\\ndefault = \"allow\"\\n' > {pol_dir}/p.toml && touch {top}/go")
+    world.run(["sh", "-c", swap], user=user, cwd=top, check=True)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == EXIT_INTERNAL, f"{proc.returncode}\n{out}\n{err}"
+    assert f"{pol_dir} is no longer" in err, err
+    after = world.vpnw(["guard", "--policy", str(pol_dir / "p.toml"), "--", "true"], user=user,
+                       cwd=top, state_home=state)
+    assert after.returncode == EXIT_USAGE, describe(after)
+    assert "refused" in after.stderr and str(pol_dir) in after.stderr, describe(after)
+    # control: the person's own folder back at the name loads as before
+    shutil.rmtree(pol_dir)
+    Path(f"{pol_dir}.old").rename(pol_dir)
+    back = world.vpnw(["guard", "--policy", str(pol_dir / "p.toml"), "--", "true"], user=user,
+                      cwd=top, state_home=state)
+    assert back.returncode == 0, describe(back)
+
