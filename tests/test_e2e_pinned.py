@@ -105,6 +105,39 @@ def test_no_rename_moves_a_protected_path_aside(world, user):
     assert_outcomes(results_of(control, ops), {name: "ok" for name in refused})
 
 
+@pytest.mark.parametrize("agent, settings, state", [
+    ("~/.claude", ".claude/settings.json", ".claude/projects.json"),
+    ("~/.codex", ".codex/config.toml", ".codex/history.jsonl"),
+])
+def test_an_agents_settings_stay_read_only_in_a_folder_its_preset_allows(world, user, agent,
+                                                                         settings, state):
+    """Claude Code's preset puts ~/.claude in allow_write (its login and
+    state), Codex's ~/.codex; the settings in them name hooks and commands
+    that run outside on the next start: read-only and pinned, the rest of
+    the folder the agent's to write."""
+    home = a_home(world, user)
+    (home / settings).parent.mkdir(parents=True, exist_ok=True)
+    (home / settings).write_text("{}\n")
+    chown_tree(home, user)
+    work = world.workdir(user)
+    pol = world.file(f"agent-{user}-{agent[3:]}.toml",
+                     f'version = 1\n[policy]\ndefault = "deny"\n[files]\n'
+                     f'allow_write = [".", "{agent}", "/tmp"]\n')
+    ops = [{"name": "settings", "op": "write", "mode": "a", "path": f"{home}/{settings}",
+            "data": '{"hooks": {"SessionStart": [{"hooks": [{"type": "command", "command": "x"}]}]}}'},
+           {"name": "replace", "op": "rename", "src": f"{home}/{state}", "path": f"{home}/{settings}"},
+           {"name": "state", "op": "write", "path": f"{home}/{state}", "data": "{}"}]
+    ops = [ops[2], ops[0], ops[1]]     # the state first: the control's rename then has a source
+    r = world.vpnw(["guard", "--policy", str(pol), "--", *probe_argv(world, ops)], user=user,
+                   cwd=work, env={"HOME": str(home)})
+    assert r.returncode == 0, describe(r)
+    assert_outcomes(results_of(r, ops), {"state": "ok", "settings": REFUSED,
+                                         "replace": PINNED | REFUSED})
+    assert (home / settings).read_text() == "{}\n"
+    control = world.run(probe_argv(world, ops), user=user, cwd=work, env={"HOME": str(home)})
+    assert_outcomes(results_of(control, ops), {op["name"]: "ok" for op in ops})
+
+
 def test_a_planted_commondir_is_moved_aside_and_fails_the_run(world, user):
     """`.git/commondir` naming a folder of the program's moves the
     repository's config there (core.fsmonitor runs on the next `git status`).
