@@ -258,10 +258,9 @@ def test_a_policy_in_a_folder_found_replaced_is_refused_until_put_back(tmp_path)
     assert "refused" in rp.refusal(str(state), str(pol / "p.toml"), "--policy")
     assert rp.refusal(str(state), str(tmp_path / "other.toml"), "--policy") is None
     # the person's own back at the name: another inode, loaded again
+    (tmp_path / "kept").mkdir()       # made while pol is there: another inode
     (pol / "p.toml").unlink()
     pol.rmdir()
-    (tmp_path / "kept").mkdir()
-    (tmp_path / "spare").mkdir()      # keeps the freed inode number from coming straight back
     (tmp_path / "kept").rename(pol)
     assert pol.stat().st_ino != st.st_ino
     assert rp.refusal(str(state), str(pol / "p.toml"), "--policy") is None

@@ -172,10 +172,20 @@ def protect(inputs: Inputs, locate, read_text, list_dir=None) -> Protection:
 def _outermost(entries: list[Protected]) -> tuple[Protected, ...]:
     """One bind per tree: a path inside another read-only one is covered."""
     out: list[Protected] = []
+    taken: set[str] = set()      # every path kept; a path is covered when one above is a dir kept
+    dirs: set[str] = set()
     for e in sorted(entries, key=lambda e: (len(e.path), e.path)):
-        if not any(e.path == o.path or e.path.startswith(o.path.rstrip("/") + "/")
-                   for o in out if o.kind == "dir"):
+        if e.path in taken:
+            continue
+        here, covered = e.path, False
+        while here != "/" and not covered:
+            here = os.path.dirname(here)
+            covered = here in dirs
+        if not covered and not (e.path != "/" and "/" in dirs):
             out.append(e)
+            taken.add(e.path)
+            if e.kind == "dir":
+                dirs.add(e.path)
     return tuple(out)
 
 
