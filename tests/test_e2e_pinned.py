@@ -54,7 +54,8 @@ def a_work_tree(world, user: str, home: Path) -> tuple[Path, Path]:
     return repo, repo / "pol" / "p.toml"
 
 
-def test_no_rename_moves_a_protected_path_aside(world, user):
+@pytest.mark.parametrize("files", [True, False], ids=["files", "no-files"])
+def test_no_rename_moves_a_protected_path_aside(world, user, files):
     """The red team's parent renames: `.git`, `~/.ssh`, `~/.local/share` (vpnw's
     per-user install and user services) and the policy's folder, each moved
     aside so that a new one could be made at its name; and the places git
@@ -93,8 +94,14 @@ def test_no_rename_moves_a_protected_path_aside(world, user):
                "submodule_config": REFUSED, "submodule_hook": REFUSED, "hooks_path_hook": REFUSED,
                "envrc": REFUSED, "claude_settings": REFUSED, "codex_config": REFUSED,
                "work_file": "ok", "agent_state": "ok"}
-    r = world.vpnw(["guard", "--policy", str(policy), "--", *probe_argv(world, ops)], user=user,
-                   cwd=repo, env={"HOME": str(home)})
+    # With the policy's [files] (each folder in the work set through
+    # allow_write), and without [files], where everything is the work set.
+    if not files:
+        policy = policy.parent / "no-files.toml"
+        policy.write_text('version = 1\n[policy]\ndefault = "deny"\n')
+        chown_tree(policy.parent, user)
+    r = world.vpnw(["guard", "--policy", str(policy), "--", *probe_argv(world, ops)], user=user, cwd=repo,
+                   env={"HOME": str(home)})
     assert_outcomes(results_of(r, ops), refused)
     assert r.returncode == 0, describe(r)
     the_record(r.state_home)

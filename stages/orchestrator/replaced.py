@@ -23,7 +23,7 @@ from __future__ import annotations
 import os
 
 FILE = "replaced.jsonl"
-MAX_BYTES = 256 * 1024     # read at most this much: a note, not a log
+MAX_BYTES = 256 * 1024     # the newest this much is read: a note, not a log
 
 
 def remember(state_dir: str, replaced: dict, run_id: str) -> None:
@@ -47,7 +47,14 @@ def entries(state_dir: str) -> list[dict]:
     except OSError:
         return []
     try:
-        data = os.read(fd, MAX_BYTES)
+        # The newest lines when the note has grown past MAX_BYTES (the first,
+        # cut line is dropped below as unreadable).
+        size = os.fstat(fd).st_size
+        if size > MAX_BYTES:
+            os.lseek(fd, size - MAX_BYTES, os.SEEK_SET)
+        data = b""
+        while len(data) < MAX_BYTES and (chunk := os.read(fd, MAX_BYTES - len(data))):
+            data += chunk
     finally:
         os.close(fd)
     import json    # only when there is a note: json is off every run's way otherwise
