@@ -172,15 +172,47 @@ def test_a_planted_commondir_is_moved_aside_and_fails_the_run(world, user):
 
 
 def test_a_repository_the_program_makes_with_an_active_hook_is_named(world, user):
+    """Nothing stops the program making a repository in its work set, hooks
+    and all (it is its work); the person is told, since git runs them on
+    their next commit there."""
     work = world.workdir(user)
-    make = ("git init -q made && printf '#!/bin/sh\\necho hi\\n' > made/.git/hooks/post-checkout && "
-            "chmod +x made/.git/hooks/post-checkout && git init -q samples_only")
+    make = ("git init -q made && printf '#!/bin/sh\\necho HOOK RAN\\n' > made/.git/hooks/pre-commit && "
+            "chmod +x made/.git/hooks/pre-commit && git init -q samples_only")
     r = world.vpnw(["run", "--", "sh", "-c", make], user=user, cwd=work)
     assert r.returncode == 0, describe(r)
-    assert f"{work}/made" in r.stderr and "hooks/post-checkout" in r.stderr, describe(r)
-    # control: a repository with git's samples alone runs nothing, and is not named
+    assert f"{work}/made" in r.stderr and "hooks/pre-commit" in r.stderr, describe(r)
+    # a repository with git's samples alone runs nothing, and is not named
     assert (work / "samples_only" / ".git" / "hooks").is_dir()
     assert "samples_only" not in r.stderr, describe(r)
+    # control: outside, the person's next commit there runs the hook
+    commit = world.run(["git", "-c", "user.name=p", "-c", "user.email=p@example.org", "commit", "-q",
+                        "--allow-empty", "-m", "x"], user=user, cwd=work / "made")
+    assert "HOOK RAN" in commit.stdout + commit.stderr, describe(commit)
+
+
+def run_while(world, user: str, args: list[str], top: Path, state: Path, during: str):
+    """vpnw ARGS -- (a program that waits), with `during` run outside, as
+    the same user, while the program waits: a change made from outside
+    during the run, which no pin inside can stop. -> (exit, stderr)."""
+    wait = f"touch {top}/ready; while [ ! -e {top}/go ]; do sleep 0.05; done"
+    proc = world.popen([str(world.vpnw_path), *args, "--", "sh", "-c", wait], user=user, cwd=top,
+                       state_home=state, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    for _ in range(600):
+        if (top / "ready").exists() or proc.poll() is not None:
+            break
+        time.sleep(0.05)
+    world.run(["sh", "-c", f"{during} && touch {top}/go"], user=user, cwd=top, check=True)
+    _out, err = proc.communicate(timeout=60)
+    return proc.returncode, err
+
+
+def test_a_pinned_path_replaced_during_the_run_is_said_and_fails_it(world, user):
+    repo = world.workdir(user)
+    world.run(["git", "init", "-q", str(repo)], user=user, check=True)
+    code, err = run_while(world, user, ["run"], repo, world.state_home(user),
+                          f"mv {repo}/.git {repo}/.git.old && git init -q {repo}")
+    assert code == EXIT_INTERNAL, err
+    assert f"{repo}/.git is no longer" in err and "WARNING" in err, err
 
 
 def test_the_next_guard_refuses_a_policy_whose_folder_was_swapped(world, user):
@@ -195,19 +227,10 @@ def test_the_next_guard_refuses_a_policy_whose_folder_was_swapped(world, user):
     (pol_dir / "p.toml").write_text('version = 1\n[policy]\ndefault = "deny"\n')
     chown_tree(top, user)
     state = world.state_home(user)
-    wait = f"touch {top}/ready; while [ ! -e {top}/go ]; do sleep 0.05; done"
-    proc = world.popen([str(world.vpnw_path), "guard", "--policy", str(pol_dir / "p.toml"), "--",
-                        "sh", "-c", wait], user=user, cwd=top, state_home=state,
-                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    for _ in range(600):
-        if (top / "ready").exists() or proc.poll() is not None:
-            break
-        time.sleep(0.05)
     swap = (f"mv {pol_dir} {pol_dir}.old && mkdir {pol_dir} && "
-            f"printf 'version = 1\\n[policy]\\ndefault = \"allow\"\\n' > {pol_dir}/p.toml && touch {top}/go")
-    world.run(["sh", "-c", swap], user=user, cwd=top, check=True)
-    out, err = proc.communicate(timeout=60)
-    assert proc.returncode == EXIT_INTERNAL, f"{proc.returncode}\n{out}\n{err}"
+            f"printf 'version = 1\\n[policy]\\ndefault = \"allow\"\\n' > {pol_dir}/p.toml")
+    code, err = run_while(world, user, ["guard", "--policy", str(pol_dir / "p.toml")], top, state, swap)
+    assert code == EXIT_INTERNAL, err
     assert f"{pol_dir} is no longer" in err, err
     after = world.vpnw(["guard", "--policy", str(pol_dir / "p.toml"), "--", "true"], user=user,
                        cwd=top, state_home=state)
@@ -219,4 +242,3 @@ def test_the_next_guard_refuses_a_policy_whose_folder_was_swapped(world, user):
     back = world.vpnw(["guard", "--policy", str(pol_dir / "p.toml"), "--", "true"], user=user,
                       cwd=top, state_home=state)
     assert back.returncode == 0, describe(back)
-
