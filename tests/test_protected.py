@@ -264,3 +264,14 @@ def test_a_policy_in_a_folder_found_replaced_is_refused_until_put_back(tmp_path)
     (tmp_path / "kept").rename(pol)
     assert pol.stat().st_ino != st.st_ino
     assert rp.refusal(str(state), str(pol / "p.toml"), "--policy") is None
+
+
+def test_read_small_reads_regular_files_only_and_never_blocks(tmp_path):
+    """After a run the files are the program's: a FIFO named `.git/config`
+    must not hold vpnw (an open for reading waits for a writer)."""
+    fifo = tmp_path / "config"
+    os.mkfifo(fifo)
+    assert pr.read_small(str(fifo)) is None
+    (tmp_path / "commondir").write_text("../..\n")
+    assert pr.read_small(str(tmp_path / "commondir")) == "../..\n"
+    assert pr.read_small(str(tmp_path)) is None

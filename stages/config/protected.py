@@ -207,12 +207,23 @@ def _linked_git_dirs(top: str, dot_git: str, locate, read_text) -> list[str]:
 
 
 def read_small(path: str, limit: int = 4096) -> str | None:
-    """The start of a small file (a `.git` file, `commondir`), or None."""
+    """The start of a small regular file (a `.git` file, `commondir`, a git
+    config), or None. Non-blocking and regular files only: what it reads
+    after a run is the program's (a FIFO named `.git/config` would otherwise
+    hold vpnw forever)."""
+    import stat
     try:
-        with open(path, "rb") as f:
-            return f.read(limit).decode("utf-8", "replace")
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
     except OSError:
         return None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        return os.read(fd, limit).decode("utf-8", "replace")
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
 
 
 def installation(executable: str, sys_path: list[str], prefix: str, base_prefix: str,
@@ -442,14 +453,20 @@ def _config_value(value: str) -> str:
     return "".join(out).strip()
 
 
-def list_small_dir(path: str) -> list[tuple[str, str]] | None:
-    """The entries of a directory as (name, "dir" | "file"), symlinks not
-    followed (a link is "file": never walked), or None."""
+def list_small_dir(path: str, limit: int = 10000) -> list[tuple[str, str]] | None:
+    """The first `limit` entries of a directory as (name, "dir" | "file"),
+    symlinks not followed (a link is "file": never walked), or None. Bounded:
+    after a run the directories are the program's."""
+    out = []
     try:
         with os.scandir(path) as it:
-            return [(e.name, "dir" if e.is_dir(follow_symlinks=False) else "file") for e in it]
+            for e in it:
+                out.append((e.name, "dir" if e.is_dir(follow_symlinks=False) else "file"))
+                if len(out) >= limit:
+                    break
     except OSError:
         return None
+    return out
 
 
 # Keys of a repository's config that make git run a command of their own.

@@ -519,9 +519,11 @@ def _say_new_repositories(request: RunRequest, record: str, protection) -> None:
             continue
         active = pr.active_start_up(repo.git_dir, pr.list_small_dir, pr.read_small)
         if active:
-            say(f"the program made the repository {repo.work_tree} ({repo.git_dir}) with "
-                f"{', '.join(active[:6])}{' ...' if len(active) > 6 else ''}: git runs them "
-                f"when you next work there; look at them first")
+            from stages.record.text import printable    # the names are the program's
+            say(f"the program made the repository {printable(repo.work_tree)} "
+                f"({printable(repo.git_dir)}) with "
+                f"{printable(', '.join(active[:6]))}{' ...' if len(active) > 6 else ''}: git runs "
+                f"them when you next work there; look at them first")
 
 
 def _without_secrets(request: RunRequest) -> dict:
