@@ -275,3 +275,17 @@ def test_read_small_reads_regular_files_only_and_never_blocks(tmp_path):
     (tmp_path / "commondir").write_text("../..\n")
     assert pr.read_small(str(tmp_path / "commondir")) == "../..\n"
     assert pr.read_small(str(tmp_path)) is None
+
+
+def test_a_linked_worktrees_commondir_and_config_worktree_are_protected():
+    """`git worktree add ../w2` keeps the new worktree's git directory under
+    the repository's own (.git/worktrees/w2): its `commondir`, rewritten,
+    would move the config the person's next git command there reads."""
+    wt = f"{REPO}/worktrees/w2"
+    fs = FakeTree({**BASE, f"{REPO}/worktrees": "dir", wt: "dir", f"{wt}/commondir": "file",
+                   f"{wt}/gitdir": "file", f"{wt}/HEAD": "file"},
+                  texts={f"{wt}/commondir": "../..\n", f"{wt}/gitdir": "/elsewhere/w2/.git\n"})
+    p = protect(fs, list_dir=fs.list_dir)
+    assert f"{wt}/commondir" in paths(p.read_only)
+    assert f"{wt}/config.worktree" in paths(p.absent)
+    assert wt in p.repositories

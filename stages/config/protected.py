@@ -290,7 +290,28 @@ def work_set_repositories(inputs: Inputs, locate, read_text, list_dir):
     for repo in list(found.values()):
         for sub in _submodule_git_dirs(repo.git_dir, list_dir, locate):
             found.setdefault(sub, Repository(sub, repo.work_tree))
+        for linked in _linked_worktree_dirs(repo.git_dir, list_dir, locate, read_text):
+            found.setdefault(linked.git_dir, linked)
     return list(found.values()), tuple(cut)
+
+
+def _linked_worktree_dirs(git_dir: str, list_dir, locate, read_text) -> list[Repository]:
+    """The git directories of the repository's linked worktrees
+    (`worktrees/NAME`, made by `git worktree add`): git reads their
+    `commondir` and `config.worktree` when the person works in that
+    worktree, wherever it is. Its `gitdir` file names the worktree's `.git`."""
+    if list_dir is None:
+        return []
+    out = []
+    for name, kind in (list_dir(os.path.join(git_dir, "worktrees")) or [])[:200]:
+        here = os.path.join(git_dir, "worktrees", name)
+        if kind != "dir":
+            continue
+        real, found = locate(here)
+        back = (read_text(os.path.join(here, "gitdir")) or "").strip()
+        if found == "dir":
+            out.append(Repository(real, os.path.dirname(back) if back.startswith("/") else real))
+    return out
 
 
 def _directories_below(tree: str, list_dir, budget: list, cut: list):
