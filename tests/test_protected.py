@@ -44,9 +44,9 @@ BASE = {HOME: "dir", f"{HOME}/.bashrc": "file", f"{HOME}/.profile": "file",
         "/usr/lib/python3.11": "dir"}
 
 
-def protect(fs: FakeFs, **kw) -> pr.Protection:
+def protect(fs: FakeFs, list_dir=None, **kw) -> pr.Protection:
     inputs = pr.Inputs(**{"homes": (HOME,), "cwd": f"{HOME}/src/app/lib", **kw})
-    return pr.protect(inputs, fs.locate, fs.read_text)
+    return pr.protect(inputs, fs.locate, fs.read_text, list_dir)
 
 
 def paths(entries) -> set[str]:
@@ -161,3 +161,131 @@ def test_every_path_of_a_config_names_its_secrets(tmp_path):
     assert named.secret_vars == ("A_PASSWORD",)
     assert set(named.secret_files) == {str(tmp_path / "b.pass"), str(tmp_path / "office.conf")}
     assert config_files(None) == ConfigFiles()
+
+
+class FakeTree(FakeFs):
+    """FakeFs with directory listings, for the scan below the work set."""
+
+    def list_dir(self, path: str):
+        path = self.real(path)
+        if self.entries.get(path) != "dir":
+            return None
+        return [(os.path.basename(p), kind) for p, kind in self.entries.items()
+                if os.path.dirname(p) == path and p != path]
+
+
+REPO = f"{HOME}/src/app/.git"
+
+
+def test_every_place_git_reads_config_and_hooks_from_is_protected():
+    fs = FakeTree({**BASE, f"{REPO}/config.worktree": "file", f"{REPO}/info": "dir",
+                   f"{REPO}/info/attributes": "file", f"{REPO}/modules": "dir",
+                   f"{REPO}/modules/lib": "dir", f"{REPO}/modules/lib/x": "dir",
+                   f"{REPO}/modules/lib/x/HEAD": "file", f"{REPO}/modules/lib/x/config": "file",
+                   f"{REPO}/modules/lib/x/hooks": "dir",
+                   f"{HOME}/src/app/.husky": "dir", f"{HOME}/src/app/.husky/_": "dir",
+                   f"{HOME}/shared.gitconfig": "file"},
+                  texts={f"{REPO}/config": '[core]\n\thooksPath = ".husky/_" ; husky\n'
+                                           '[includeIf "gitdir:~/src/"]\n\tpath = ~/shared.gitconfig\n',
+                         f"{HOME}/.gitconfig": "[core]\n\thooksPath = ~/hooks\n"})
+    p = protect(fs, list_dir=fs.list_dir)
+    ro = paths(p.read_only)
+    assert {f"{REPO}/config.worktree", f"{REPO}/info/attributes", f"{REPO}/modules/lib/x/config",
+            f"{REPO}/modules/lib/x/hooks", f"{HOME}/src/app/.husky/_",
+            f"{HOME}/shared.gitconfig"} <= ro
+    # not there at the start: a new commondir, a global hooks folder, checked after the run
+    assert {f"{REPO}/commondir", f"{HOME}/hooks"} <= paths(p.absent)
+    assert f"{REPO}/modules/lib/x" in p.repositories
+
+
+def test_a_commondir_at_the_start_protects_the_common_directory_it_names():
+    fs = FakeTree({**BASE, f"{REPO}/commondir": "file", "/shared": "dir", "/shared/config": "file",
+                   "/shared/hooks": "dir"}, texts={f"{REPO}/commondir": "/shared\n"})
+    ro = paths(protect(fs, list_dir=fs.list_dir).read_only)
+    assert {f"{REPO}/commondir", "/shared/config", "/shared/hooks"} <= ro
+
+
+def test_repositories_below_the_start_directory_are_found_to_the_scan_depth():
+    fs = FakeTree({**BASE, "/w": "dir", "/w/a": "dir", "/w/a/.git": "dir", "/w/a/.git/config": "file",
+                   "/w/a/b": "dir", "/w/a/b/c": "dir", "/w/a/b/c/.git": "dir",
+                   "/w/a/b/c/d": "dir", "/w/a/b/c/d/.git": "dir",
+                   "/w/node_modules": "dir", "/w/node_modules/x": "dir", "/w/node_modules/x/.git": "dir"})
+    p = pr.protect(pr.Inputs(homes=(HOME,), cwd="/w"), fs.locate, fs.read_text, fs.list_dir)
+    assert set(p.repositories) == {"/w/a/.git", "/w/a/b/c/.git"}
+    assert "/w/a/.git/config" in paths(p.read_only)
+    # a home is too wide to walk: only the repository it is in
+    at_home = pr.protect(pr.Inputs(homes=(HOME,), cwd=HOME), fs.locate, fs.read_text, fs.list_dir)
+    assert at_home.repositories == () and at_home.scan_cut == ()
+
+
+def test_a_scan_past_its_budget_says_where(monkeypatch):
+    entries = {**BASE, "/w": "dir", **{f"/w/d{i}": "dir" for i in range(50)}}
+    fs = FakeTree(entries)
+    monkeypatch.setattr(pr, "SCAN_BUDGET", 10)
+    p = pr.protect(pr.Inputs(homes=(HOME,), cwd="/w"), fs.locate, fs.read_text, fs.list_dir)
+    assert p.scan_cut == ("/w",)
+
+
+def test_git_config_entries_and_what_runs_in_a_new_repository():
+    text = ('[Core]\n\tFSMonitor = "echo hi # not a comment"  # a comment\n'
+            '[alias]\n\tco = checkout\n[credential "https://x"]\n\thelper = store\n')
+    assert pr.git_config_entries(text) == [("core", "fsmonitor", "echo hi # not a comment"),
+                                           ("alias", "co", "checkout"),
+                                           ("credential", "helper", "store")]
+    fs = FakeTree({"/n/.git": "dir", "/n/.git/hooks": "dir", "/n/.git/hooks/pre-commit": "file",
+                   "/n/.git/hooks/pre-push.sample": "file", "/n/.git/config": "file"},
+                  texts={"/n/.git/config": text})
+    assert pr.active_start_up("/n/.git", fs.list_dir, fs.read_text) == [
+        "hooks/pre-commit", "core.fsmonitor", "credential.helper"]
+
+
+def test_the_pins_are_every_directory_up_to_the_nearest_mount():
+    from stages.helper.pins import ancestors_to_pin
+    got = ancestors_to_pin([f"{HOME}/src/app/.git/hooks", f"{HOME}/.ssh/config", "/etc/hosts"],
+                           ["/", HOME + "/src"])
+    # outermost first; /home/me/src is a mount point already (the work set's root)
+    assert got == ["/etc", "/home", HOME, f"{HOME}/.ssh", f"{HOME}/src/app", f"{HOME}/src/app/.git"]
+
+
+def test_a_policy_in_a_folder_found_replaced_is_refused_until_put_back(tmp_path):
+    from stages.orchestrator import replaced as rp
+    pol = tmp_path / "pol"
+    pol.mkdir()
+    (pol / "p.toml").write_text("")
+    st = pol.stat()
+    state = tmp_path / "state"
+    rp.remember(str(state), {str(pol): ((1, 2), (st.st_dev, st.st_ino))}, "r-1")
+    assert "refused" in rp.refusal(str(state), str(pol / "p.toml"), "--policy")
+    assert rp.refusal(str(state), str(tmp_path / "other.toml"), "--policy") is None
+    # the person's own back at the name: another inode, loaded again
+    (tmp_path / "kept").mkdir()       # made while pol is there: another inode
+    (pol / "p.toml").unlink()
+    pol.rmdir()
+    (tmp_path / "kept").rename(pol)
+    assert pol.stat().st_ino != st.st_ino
+    assert rp.refusal(str(state), str(pol / "p.toml"), "--policy") is None
+
+
+def test_read_small_reads_regular_files_only_and_never_blocks(tmp_path):
+    """After a run the files are the program's: a FIFO named `.git/config`
+    must not hold vpnw (an open for reading waits for a writer)."""
+    fifo = tmp_path / "config"
+    os.mkfifo(fifo)
+    assert pr.read_small(str(fifo)) is None
+    (tmp_path / "commondir").write_text("../..\n")
+    assert pr.read_small(str(tmp_path / "commondir")) == "../..\n"
+    assert pr.read_small(str(tmp_path)) is None
+
+
+def test_a_linked_worktrees_commondir_and_config_worktree_are_protected():
+    """`git worktree add ../w2` keeps the new worktree's git directory under
+    the repository's own (.git/worktrees/w2): its `commondir`, rewritten,
+    would move the config the person's next git command there reads."""
+    wt = f"{REPO}/worktrees/w2"
+    fs = FakeTree({**BASE, f"{REPO}/worktrees": "dir", wt: "dir", f"{wt}/commondir": "file",
+                   f"{wt}/gitdir": "file", f"{wt}/HEAD": "file"},
+                  texts={f"{wt}/commondir": "../..\n", f"{wt}/gitdir": "/elsewhere/w2/.git\n"})
+    p = protect(fs, list_dir=fs.list_dir)
+    assert f"{wt}/commondir" in paths(p.read_only)
+    assert f"{wt}/config.worktree" in paths(p.absent)
+    assert wt in p.repositories

@@ -169,7 +169,7 @@ def _execute(request: RunRequest, terminal: _Terminal, helper: _Helper) -> int:
     layer = _held_layer(request, run_id)
     if layer is not None:
         files_plan, protection = _with_the_layer(layer, files_plan, protection)
-    names_before = _identities(_evidence_names(request, record))
+    names_before = _identities(_evidence_names(request, record) + _pinned_names(protection))
     program_env, env_kept = _program_env(_without_secrets(request), run_id)
     mark("vpnw", "protection and environment computed")
 
@@ -197,6 +197,7 @@ def _execute(request: RunRequest, terminal: _Terminal, helper: _Helper) -> int:
     for entry in protection.lifted:
         say(f"allow_write names {entry.path} ({entry.why}): the program may change it, "
             f"and what it writes there runs outside the sandbox later")
+    _say_scan_cut(protection)
 
     stages = _start_broker(request, terminal, helper, run_id, events_w, record_gate, stage_stdio)
     mark("vpnw", "broker forked")
@@ -215,6 +216,7 @@ def _execute(request: RunRequest, terminal: _Terminal, helper: _Helper) -> int:
         code, error = ExitCode.INTERNAL, error or moved
     if layer is not None:
         _what_was_held(request, layer, run_id, emitter)
+    _say_new_repositories(request, record, protection)
     if relay is not None:
         relay.finish_program()
 
@@ -426,9 +428,15 @@ def _protection(request: RunRequest, record: str):
     installation and evidence (its state directory, made if missing so the
     program cannot make it and plant runs there; the record, the policy, the
     config, the --log), what the config names, and the files that run code
-    outside the sandbox later."""
+    outside the sandbox later, among them the work set's repositories'."""
     from stages.config import protected as pr
-    from stages.config.lookups import invoker_homes, locate
+    from stages.config.lookups import locate
+    return pr.protect(_protection_inputs(request, record), locate, pr.read_small, pr.list_small_dir)
+
+
+def _protection_inputs(request: RunRequest, record: str):
+    from stages.config import protected as pr
+    from stages.config.lookups import invoker_homes
     state = vpnw_state_dir()
     keys = os.path.join(state, "keys")
     for made in (os.path.join(state, "runs"), keys):
@@ -456,7 +464,7 @@ def _protection(request: RunRequest, record: str):
         signing_key=(keys,),
         allow_write=allow_write,
         writable_trees=tuple(l.path for l in files.writable() if l.kind == "dir") if files else ())
-    return pr.protect(inputs, locate, pr.read_small)
+    return inputs
 
 
 def _evidence_names(request: RunRequest, record: str) -> list[str]:
@@ -497,10 +505,14 @@ def _after_the_program(protection, names_before: dict, run_id: str) -> str | Non
     git does not run it. A message when either happened, else None."""
     problems = []
     now = _identities(list(names_before))
+    replaced = {}
     for name, before in names_before.items():
         if before is not None and now[name] != before:
+            replaced[name] = (before, now[name])
             problems.append(f"{name} is no longer the file or directory it was when the run "
-                            f"started (a directory above it was moved or replaced during the run)")
+                            f"started (it, or a directory above it, was moved or replaced during "
+                            f"the run)")
+    _remember_replaced(replaced, run_id)
     for entry in protection.absent:
         if not os.path.lexists(entry.path):
             continue
@@ -516,6 +528,67 @@ def _after_the_program(protection, names_before: dict, run_id: str) -> str | Non
     if not problems:
         return None
     return "WARNING: " + "; ".join(problems)
+
+
+def _pinned_names(protection) -> list[str]:
+    """The protected paths the helper binds read-only and the directories it
+    pins above them (stages/helper/pins.py), whose inodes are compared after
+    the run. Not the name look-ups: the host replaces /etc/resolv.conf itself."""
+    from stages.config.protected import NAME_LOOKUP
+    from stages.helper.pins import ancestors_to_pin
+    from stages.kernel.mounts import mount_points_under
+    # Not the evidence files either: `guard --ask` replaces the policy from
+    # outside during the run (their folders are compared: _evidence_names).
+    paths = [p.path for p in protection.read_only
+             if p.path not in NAME_LOOKUP and p.why != "vpnw's evidence"]
+    try:
+        points = mount_points_under("/")
+    except OSError:
+        points = ["/"]
+    return paths + ancestors_to_pin(paths, points)
+
+
+def _say_scan_cut(protection) -> None:
+    from stages.config.protected import SCAN_BUDGET, SCAN_DEPTH
+    for tree in protection.scan_cut:
+        say(f"{tree} has more than {SCAN_BUDGET} directories in its first {SCAN_DEPTH} levels: "
+            f"vpnw did not look for every repository there, and the git hooks and config of "
+            f"those it did not find are not pinned read-only")
+
+
+def _remember_replaced(replaced: dict, run_id: str) -> None:
+    """What a run found replaced is kept in vpnw's state, so that the next run
+    refuses a policy or config it would now load from there
+    (stages/orchestrator/replaced.py)."""
+    if not replaced:
+        return
+    from stages.orchestrator import replaced as rp
+    try:
+        rp.remember(vpnw_state_dir(), replaced, run_id)
+    except OSError as exc:
+        say(f"WARNING: cannot note in {vpnw_state_dir()} what was replaced ({exc.strerror}): "
+            f"the next run cannot warn of it")
+
+
+def _say_new_repositories(request: RunRequest, record: str, protection) -> None:
+    """A repository the program made in the work set with hooks or config
+    that run commands: named in the summary (git runs them when the person
+    next works there; nothing stopped the program making it)."""
+    from stages.config import protected as pr
+    from stages.config.lookups import locate
+    inputs = _protection_inputs(request, record)
+    repositories, _cut = pr.work_set_repositories(inputs, locate, pr.read_small, pr.list_small_dir)
+    before = set(protection.repositories)
+    for repo in repositories:
+        if repo.git_dir in before:
+            continue
+        active = pr.active_start_up(repo.git_dir, pr.list_small_dir, pr.read_small)
+        if active:
+            from stages.record.text import printable    # the names are the program's
+            say(f"the program made the repository {printable(repo.work_tree)} "
+                f"({printable(repo.git_dir)}) with "
+                f"{printable(', '.join(active[:6]))}{' ...' if len(active) > 6 else ''}: git runs "
+                f"them when you next work there; look at them first")
 
 
 def _without_secrets(request: RunRequest) -> dict:

@@ -53,15 +53,28 @@ def _load_policy(policy_file):
             policy_file = presets.path(policy_file[1:])
         except presets.UnknownPreset as exc:
             raise UsageProblem(f"--policy {policy_file}: {exc}") from None
+    _refuse_replaced(policy_file, "--policy")
     try:
         return load_policy(policy_file)
     except PolicyError as exc:
         raise UsageProblem(str(exc)) from None
 
 
+def _refuse_replaced(path, what: str) -> None:
+    """A policy or config in a folder a run found replaced, still as the run
+    left it, is not loaded (stages/orchestrator/replaced.py)."""
+    from stages.orchestrator.replaced import refusal
+    from stages.record.run_file import vpnw_state_dir
+    problem = refusal(vpnw_state_dir(), path, what)
+    if problem:
+        raise UsageProblem(problem)
+
+
 def _load_path(config_file, via):
     """(the chosen path, what the config names: stages/config/paths.py's ConfigFiles)."""
     from stages.config.paths import ConfigError, choose_path, config_files, load_config
+    if config_file:
+        _refuse_replaced(config_file, "--config")
     try:
         config = load_config(config_file) if config_file else None
         return choose_path(config, via), config_files(config)
