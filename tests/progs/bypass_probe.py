@@ -983,6 +983,22 @@ def unix_passed_in(server, target):
         return _banner(passed)
 
 
+def inet_passed_in(server, host, port):
+    """A TCP socket made outside (in the network namespace of a server
+    outside that the policy names), received over SCM_RIGHTS, then connected
+    here to `host`:`port`: made outside, it would connect from there."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+        s.settimeout(TIMEOUT)
+        s.connect(server)
+        _msg, fds, _f, _a = socket.recv_fds(s, 16, 1)
+    if not fds:
+        raise Refused("NO_FD", "the server outside sent no descriptor")
+    with socket.socket(fileno=fds[0]) as passed:
+        passed.settimeout(TIMEOUT)
+        passed.connect((host, int(port)))
+        return _banner(passed)
+
+
 def unix_socket_type(kind):
     """socket(AF_UNIX, kind): only the connected kinds may be made."""
     sock_type = {"dgram": socket.SOCK_DGRAM, "raw": socket.SOCK_RAW,
