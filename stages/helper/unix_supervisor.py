@@ -138,14 +138,14 @@ def _identity(fd: int, st: os.stat_result | None = None) -> tuple | None:
     """connect_judge.identity_key of the file `fd`."""
     st = st or os.fstat(fd)
     try:
-        handle = sn.file_handle(fd)
+        return cj.identity_key(st.st_dev, st.st_ino, sn.file_handle(fd), 0)
     except OSError:
-        handle = None
+        pass
     try:
-        fs_type = sn.file_system_type(fd)
+        fs_type = sn.file_system_type(fd)       # asked only without a handle
     except OSError:
-        fs_type = next(iter(cj.INODES_MAY_REPEAT))      # unknown: as if its numbers repeat
-    return cj.identity_key(st.st_dev, st.st_ino, handle, fs_type)
+        return None                             # unknown: as if its numbers repeat
+    return cj.identity_key(st.st_dev, st.st_ino, None, fs_type)
 
 
 class BoundTable:
