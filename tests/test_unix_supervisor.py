@@ -211,3 +211,71 @@ def test_run_start_names_the_unix_allow_entries_as_resolved_within_its_budget():
     assert got["unix_allow_unlisted"] == 60 - len(got["unix_allow"])
     import orjson
     assert len(orjson.dumps(got["unix_allow"])) <= UNIX_ALLOW_BUDGET
+
+
+# ── issue 47, the Python path's shell (each fails on main 067b69b) ─────────
+
+class _Untouchable:
+    """A receiving thread's handles that must not be used: the call is
+    refused before anything is read of the thread."""
+
+    def __getattr__(self, name):
+        raise AssertionError(f"the supervisor touched the thread ({name}) for a call not its own")
+
+
+class _Notification:
+    def __init__(self, nr, arch, pid):
+        self.id, self.nr, self.arch, self.pid = 1, nr, arch, pid
+        self.args = (3, 0x1000, 16, 0, 0, 0)
+
+
+def _bare_supervisor():
+    import threading
+
+    from stages.helper import connect_judge as cj
+    from stages.helper.unix_supervisor import Supervisor
+    s = Supervisor.__new__(Supervisor)
+    s.listened_bits = bytearray(8192)
+    s.view = cj.Sandbox(s.listened_bits, {}, {})
+    s.lock = threading.Lock()
+    s.refused_ports = set()
+    s.reports = []
+    s.report = s.reports.append
+    s._who = lambda tid: (7, "prog")
+    return s
+
+
+@pytest.mark.parametrize("nr,arch,pid", [
+    (49, 0xC000003E, 4321),                 # bind: a call the filter does not send
+    (42, 0x40000003, 4321),                 # i386
+    (42 | 0x40000000, 0xC000003E, 4321),    # x32
+    (42, 0xC000003E, 0),                    # a TID the supervisor cannot name
+    (42, 0xC000003E, 0xFFFFFFFF),           # -1
+])
+def test_a_notification_the_filter_never_sends_is_refused_untouched(nr, arch, pid):
+    import errno
+    s = _bare_supervisor()
+    assert s._decide(_Notification(nr, arch, pid), _Untouchable(), []) == errno.EPERM
+
+
+def test_a_refused_connect_to_a_port_once_listened_on_is_not_reported():
+    """Issue 47, 5: as the compiled path, which lets such connects go on or
+    makes them and reports nothing. A port never listened on is (control)."""
+    import errno
+    s = _bare_supervisor()
+    s._listened(8080)
+    s._refused_at_loopback(4321, 8080, errno.ECONNREFUSED)
+    assert s.reports == []
+    s._refused_at_loopback(4321, 9, errno.ECONNREFUSED)
+    assert [r.port for r in s.reports] == [9]
+
+
+def test_proc_self_behind_dotdot_at_the_root_is_spelled_for_the_thread():
+    """Issue 47, 5: ".." at the root is the root, so /../proc/self is
+    /proc/self; spelled with the thread's PID, its lookup meets the magic
+    link (EXDEV) and is refused with its reason."""
+    s = _bare_supervisor()
+    assert s._proc_self(4321, b"/../proc/self/root/run/bus") == b"/proc/7/root/run/bus"
+    assert s._proc_self(4321, b"/./../../proc/thread-self/cwd") == b"/proc/7/cwd"
+    assert s._proc_self(4321, b"/proc/self/root/x") == b"/proc/7/root/x"        # control
+    assert s._proc_self(4321, b"/tmp/../proc/self/x") == b"/tmp/../proc/self/x"  # not at the root
