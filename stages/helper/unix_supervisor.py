@@ -932,6 +932,13 @@ def _serve_when_listened(link_: Link, named, report, listened: tuple = ()) -> No
             return
     if not fds:
         return          # the program's process never loaded its filter
+    # Up to MAX_BOUND recorded files and KEPT_PER_RECEIVER pidfds and task
+    # directories per receiving thread stay open: past a soft limit of
+    # 1024, the hard one.
+    import resource
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < hard:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
     try:
         Supervisor(fds[0], link_.proc_fd, named, report, listened).serve()
     finally:

@@ -56,6 +56,12 @@ WAYS = [
                                 ("proc-self-symlink", "proc-self-symlink", "{unix_path}"),
                                 ("relative-path", "relative", "{unix_path}"),
                                 ("hard-link", "hardlink", "{mine}")]],
+    # The program's own socket's file renamed away and a socket outside
+    # linked at its name before listen(): the supervisor records the file
+    # the socket's bind made (SIOCUNIXFILE), never what the name holds now.
+    *[way(f"relink-before-listen{suffix}", "unix_relink_before_listen", "{mine}", mode,
+          accept={"EPERM"}, control="world")
+      for suffix, mode in (("", "blocking"), ("-nonblocking", "nonblocking"))],
     way("swap-address-in-memory", "unix_swap_memory", "{unix_path}", accept={"NEVER_OUTSIDE"},
         control="world"),
     way("swap-symlink", "unix_swap_symlink", "{unix_path}", accept={"NEVER_OUTSIDE"},

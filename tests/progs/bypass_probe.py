@@ -646,6 +646,31 @@ def unix_reach(how, target, mode="blocking"):
         return _banner(s)
 
 
+def unix_relink_before_listen(target, mode="blocking"):
+    """Bind a socket of our own, rename its file away, hard-link `target` (a
+    socket outside) at its name, then listen() and connect() to that name:
+    a supervisor that took the listener's file by its path would take the
+    target for ours."""
+    scratch = _scratch()
+    name = os.path.join(scratch, "own.sock")
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as own:
+        own.bind(name)
+        os.rename(name, name + ".away")
+        os.link(target, name)
+        own.listen(4)
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+            s.setblocking(mode != "nonblocking")
+            try:
+                s.connect(name)
+            except BlockingIOError:
+                select.select([], [s], [], TIMEOUT)
+                err = s.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
+                if err:
+                    raise OSError(err, os.strerror(err)) from None
+            s.setblocking(True)
+            return _banner(s)
+
+
 def _scratch():
     import tempfile
     return tempfile.mkdtemp(prefix="vpnw-probe-")
