@@ -1,6 +1,6 @@
-"""The Unix-socket supervisor: it answers every connect() the program makes.
+"""The Unix-socket supervisor: it answers every connect() and listen() the program makes.
 
-The program's seccomp filter sends each connect() here (SECCOMP_RET_USER_NOTIF);
+The program's seccomp filter sends each connect() and listen() here (SECCOMP_RET_USER_NOTIF);
 the program's thread waits until we answer. We take the program's socket
 (pidfd_getfd), read its address once, decide on what we read, make the
 connect() ourselves on that same socket and answer with its result: were the
@@ -11,15 +11,19 @@ other task can change its fd table while it waits; the filter refuses a
 process that shares it) is let go on. The design, and what a program could
 try against it, is in docs/security.md, "Unix sockets by origin".
 
-What is allowed:
-- a socket of another family (TCP, UDP, netlink): connected as asked (or let
-  go on); the network namespace is that boundary;
-- a path whose socket file (device, inode) is bound by a listener of the
-  sandbox's own network namespace (sock_diag), or is a socket the policy's
-  [unix] allow names (resolved once, when the run starts);
+What is allowed (stages/helper/connect_judge.py decides, on what this reads):
+- a socket of another family (TCP, UDP, netlink) made in the sandbox's
+  network namespace (SO_NETNS_COOKIE): connected as asked (or let go on);
+  the network namespace is that boundary;
+- a path whose socket file's identity (its device and file handle) is one
+  recorded at a listen() of a Unix socket made in the sandbox (the file its
+  bind made, SIOCUNIXFILE), or is a socket the policy's [unix] allow names
+  (opened once, when the run starts);
 - an abstract name, when the socket was made in the sandbox's network
   namespace (abstract names are per namespace).
-Anything else gets EPERM, and a UnixRefused status message first.
+A listen() is let go on once its socket's file is recorded. Anything else
+gets EPERM, and a UnixRefused status message first (a call the filter
+never sends: EPERM alone).
 
 This runs as a process of its own, forked by the helper (P) inside the
 sandbox's user, network and mount namespaces but outside its PID namespace
