@@ -43,11 +43,12 @@ _MAX_TO_PROGRAM = 1 << 16
 # channel"): CAN ends an escape sequence the program left unfinished, so
 # these are not read as part of it; then all attributes off and the ASCII
 # character set (READABLE), insert mode off (IRM), autowrap on (DECAWM),
-# normal cursor keys (DECCKM) and keypad (DECKPNM), the cursor shown,
-# origin mode off and the scroll region the whole screen (DECSTBM homes the
-# cursor: saved and restored around it), mouse reporting and bracketed
+# normal cursor keys (DECCKM) and keypad (DECKPNM), the cursor shown, the
+# scroll region the whole screen (DECSTBM homes the cursor: saved and
+# restored around it; origin mode is left, as resetting it homes the cursor
+# too and DECRC brings it back), mouse reporting and bracketed
 # paste off (a shell turns the latter on again at its prompt).
-MODES_BACK = (b"\x18" + READABLE + b"\x1b[4l\x1b[?7h\x1b[?1l\x1b>\x1b[?25h\x1b[?6l"
+MODES_BACK = (b"\x18" + READABLE + b"\x1b[4l\x1b[?7h\x1b[?1l\x1b>\x1b[?25h"
               b"\x1b7\x1b[r\x1b8\x1b[?1000l\x1b[?1002l\x1b[?1003l\x1b[?1005l\x1b[?1006l"
               b"\x1b[?1015l\x1b[?2004l")
 
