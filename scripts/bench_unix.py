@@ -1,7 +1,9 @@
 """Benchmark: what the Unix-socket supervisor costs per connect() (issue 26).
 
-Every connect() the program makes goes through the supervisor
-(docs/security.md, "Unix sockets by origin"), TCP included. A program times
+Every connect() (and listen()) the program makes goes through the supervisor
+(docs/security.md, "Unix sockets by origin"), TCP included; an IP connect
+costs it one getsockopt more since issue 47 (SO_NETNS_COOKIE: not a socket
+made outside). A program times
 N connect()s of its own, each to a listener of its own (accepted and closed
 after each connect, in the same thread: a program of one thread, as ab and
 curl are), and prints the median and p99 in microseconds:
@@ -17,7 +19,8 @@ curl are), and prints the median and p99 in microseconds:
   tcp-mt-b  the same, blocking (a Python program with threads): the
         supervisor hands its turn over and makes the connect
   unix  a Unix stream connect to a socket bound in a temp dir (checked: the
-        socket file against the sandbox's listeners, then made by the supervisor)
+        socket file's device and handle against those recorded at the
+        program's listen(), then made by the supervisor)
   unix-nb  the same, non-blocking (as Node, Go and tokio connect)
 
 "cpu": the least, over the rounds, of the CPU time of the whole run (vpnw's processes, the supervisor, the

@@ -1,8 +1,10 @@
-"""guard --ask's pure parts: the questions (one per destination, answers that
-hold for the run, timeouts), the answer keys (only Ctrl-] then a letter,
-only while a question is open), where a title may be written, and the
-policy file written back (tomlkit: comments and layout kept; atomic;
-refused when the file changed)."""
+"""guard --ask's pure parts: the questions (one per destination, answers
+with a scope and a duration, timeouts), the answer keys (only Ctrl-], the
+question's code, then a letter, only while a question is open), where a
+title may be written, what a question warns about, and the policy file
+written back (tomlkit: comments and layout kept; in place, through the
+directory opened at the start; refused when the file changed or was
+replaced)."""
 from __future__ import annotations
 
 import asyncio
@@ -16,8 +18,17 @@ from stages.broker.hold import Hold
 from stages.orchestrator.asker import Asker
 
 from stages.config.policy import parse_policy
-from stages.config.policy_edit import EditRefused, add_rule, text_sha256, with_rule
-from stages.orchestrator.ask import KeyFilter, Questions, mid_escape, rule_for, title
+from stages.config.policy_edit import EditRefused, add_rule, open_place, text_sha256, with_rule
+from stages.orchestrator.ask import (KeyFilter, Questions, Typed, mid_escape, rule_for, title,
+                                     wildcard_for)
+
+
+def _add_rule(path, *args, **kwargs):
+    place = open_place(str(path))
+    try:
+        return add_rule(place, *args, **kwargs)
+    finally:
+        place.close()
 
 
 # ---- questions
@@ -31,9 +42,10 @@ def test_twenty_connections_to_one_host_are_one_question():
         if question is not None:
             new.append(question)
     assert len(new) == 1 and len(new[0].waiting) == 20
-    replies = qs.answer(new[0], "once")
-    assert sorted(r.token for r in replies) == list(range(20))
-    assert all(r.allow and r.by == "person" and r.answer == "once" for r in replies)
+    [(closed, replies)] = qs.answer(new[0], "run")
+    assert closed is new[0] and sorted(r.token for r in replies) == list(range(20))
+    assert all(r.allow and r.by == "person" and r.answer == "run" and
+               r.scope == "new.example:443" for r in replies)
     # Later connections to it in the same run: answered at once, no question.
     reply, question = qs.ask(99, "new.example", 443, "http", now=1.0)
     assert question is None and reply.allow and reply.token == 99
@@ -41,10 +53,60 @@ def test_twenty_connections_to_one_host_are_one_question():
     assert qs.ask(100, "new.example", 80, "http", now=1.0)[1] is not None
 
 
+def test_allow_now_is_for_the_connections_waiting_and_no_later_one():
+    qs = Questions(timeout=60)
+    _, q = qs.ask(1, "new.example", 443, "http", now=0.0)
+    qs.ask(2, "new.example", 443, "http", now=0.0)
+    [(_q, replies)] = qs.answer(q, "once")
+    assert [(r.token, r.allow, r.answer) for r in replies] == [(1, True, "once"), (2, True, "once")]
+    reply, again = qs.ask(3, "new.example", 443, "http", now=1.0)
+    assert reply is None and again is not None          # asked again
+
+
+def test_scopes_host_and_suffix_cover_what_they_say():
+    qs = Questions(timeout=60)
+    _, q = qs.ask(1, "raw.githubusercontent.com", 443, "http", now=0.0)
+    _, other = qs.ask(2, "objects.githubusercontent.com", 443, "http", now=0.0)
+    _, elsewhere = qs.ask(3, "githubusercontent.com", 443, "http", now=0.0)
+    closed = qs.answer(q, "run", scope="suffix")
+    # The open question the wildcard covers is answered with it; the bare
+    # suffix is not under "*.githubusercontent.com".
+    assert [c for c, _r in closed] == [q, other]
+    assert all(r.scope == "*.githubusercontent.com" for _c, rs in closed for r in rs)
+    assert list(qs.open.values()) == [elsewhere]
+    reply, _ = qs.ask(4, "x.y.githubusercontent.com", 8443, "socks", now=1.0)
+    assert reply.allow and reply.answer == "run"
+    # A host's own answer wins over its suffix's.
+    _, pypi = qs.ask(5, "a.pythonhosted.org", 443, "http", now=1.0)
+    qs.answer(pypi, "deny", scope="host")
+    assert not qs.ask(6, "a.pythonhosted.org", 80, "http", now=1.0)[0].allow
+    assert qs.ask(7, "b.pythonhosted.org", 443, "http", now=1.0)[1] is not None
+
+
+def test_wildcards_offered_and_rules_as_written():
+    assert wildcard_for("raw.githubusercontent.com") == "*.githubusercontent.com"
+    assert wildcard_for("api.github.com") == "*.github.com"
+    for host in ("pypi.org", "a.co.uk", "x.com.au", "10.0.0.1", "2001:db8::1", "localhost"):
+        assert wildcard_for(host) is None, host
+    assert rule_for("pypi.org", 443, "host") == "pypi.org"
+    assert rule_for("a.b.example", 443, "suffix") == "*.b.example"
+    for rule in ("pypi.org", "*.b.example", "2001:db8::1"):
+        parse_policy(f'version = 1\n[policy]\nallow = ["{rule}"]\n')
+
+
+def test_each_question_has_its_own_code():
+    codes = iter(["km", "km", "pq"])
+    qs = Questions(draw_code=lambda: next(codes))
+    _, one = qs.ask(1, "one.example", 443, "http", now=0.0)
+    _, two = qs.ask(2, "two.example", 443, "http", now=0.0)
+    assert (one.code, two.code) == ("km", "pq")          # drawn again: never two alike
+    assert qs.by_code("pq") is two and qs.by_code("zz") is None
+
+
 def test_deny_holds_for_the_run_and_a_timeout_does_not():
     qs = Questions(timeout=60)
     _, q = qs.ask(1, "a.example", 443, "socks", now=0.0)
-    assert [r.allow for r in qs.answer(q, "deny")] == [False]
+    assert [r.allow for _q, rs in qs.answer(q, "deny") for r in rs] == [False]
     reply, again = qs.ask(2, "a.example", 443, "socks", now=1.0)
     assert again is None and not reply.allow and reply.answer == "deny"
 
@@ -73,7 +135,7 @@ def test_an_answer_goes_to_the_oldest_question_and_only_once():
     _, first = qs.ask(1, "one.example", 443, "http", now=0.0)
     _, second = qs.ask(2, "two.example", 443, "http", now=0.0)
     assert qs.first() is first
-    assert qs.answer(first, "always")[0].allow
+    assert qs.answer(first, "always")[0][1][0].allow
     assert qs.answer(first, "deny") == []            # already answered: nothing changes
     assert qs.first() is second and qs.find(second.number) is second
     with pytest.raises(ValueError):
@@ -128,36 +190,61 @@ def test_keys_pass_unchanged_while_nothing_is_asked():
     assert keys.feed(b"ya\x1dyn\x1dd", asking=False) == (b"ya\x1dyn\x1dd", [])
 
 
-def test_only_the_prefix_then_a_letter_answers():
+def test_only_the_prefix_the_code_then_a_letter_answers():
     keys = KeyFilter()
     assert keys.feed(b"yes\r", asking=True) == (b"yes\r", [])      # typed for the program
-    assert keys.feed(b"ab\x1dy", asking=True) == (b"ab", ["once"])
-    assert keys.feed(b"\x1dA", asking=True) == (b"", ["always"])
-    assert keys.feed(b"\x1dx", asking=True) == (b"\x1dx", [])      # not an answer: passes on
+    assert keys.feed(b"ab\x1dkmy", asking=True) == (b"ab", [Typed("km", "port", "once")])
+    assert keys.feed(b"\x1dKMA", asking=True) == (b"", [Typed("km", "port", "always")])
+    assert keys.feed(b"\x1dkmhr", asking=True) == (b"", [Typed("km", "host", "run")])
+    assert keys.feed(b"\x1dkmwd", asking=True) == (b"", [Typed("km", "suffix", "deny-always")])
+    assert keys.feed(b"\x1dy", asking=True) == (b"\x1dy", [])      # no code: the program's
     assert keys.feed(b"\x1d\x1d", asking=True) == (b"\x1d", [])    # a literal Ctrl-]
-    # The prefix and its letter may come in two reads.
+    # Once the code is typed the sequence is vpnw's: a wrong key answers nothing.
+    assert keys.feed(b"\x1dkmx", asking=True) == (b"", [Typed("km", "port", None)])
+    assert keys.feed(b"\x1dk!", asking=True) == (b"", [Typed("k")])
+    # The keys may come in several reads.
     assert keys.feed(b"\x1d", asking=True) == (b"", [])
-    assert keys.feed(b"n rest", asking=True) == (b" rest", ["deny"])
+    assert keys.feed(b"k", asking=True) == (b"", [])
+    assert keys.feed(b"mn rest", asking=True) == (b" rest", [Typed("km", "port", "deny")])
     # One answer per read: a second sequence in the same read is the program's.
-    assert keys.feed(b"\x1dd\x1dy", asking=True) == (b"\x1dy", ["deny-always"])
+    assert keys.feed(b"\x1dkmd\x1dkmy", asking=True) == (b"\x1dkmy",
+                                                          [Typed("km", "port", "deny-always")])
 
 
 def test_nothing_pasted_is_an_answer():
     keys = KeyFilter()
-    pasted = b"\x1b[200~text \x1dy more\x1b[201~"
+    pasted = b"\x1b[200~text \x1dkmy more\x1b[201~"
     assert keys.feed(pasted, asking=True) == (pasted, [])
     # The markers split across reads, the paste started before the question.
     assert keys.feed(b"\x1b[20", asking=False) == (b"\x1b[20", [])
     assert keys.feed(b"0~ab", asking=False) == (b"0~ab", [])
-    assert keys.feed(b"\x1dy", asking=True) == (b"\x1dy", [])
+    assert keys.feed(b"\x1dkmy", asking=True) == (b"\x1dkmy", [])
     assert keys.feed(b"\x1b[201~", asking=True) == (b"\x1b[201~", [])
-    assert keys.feed(b"\x1dy", asking=True) == (b"", ["once"])        # typed, after the paste
+    assert keys.feed(b"\x1dkmy", asking=True) == (b"", [Typed("km", "port", "once")])
 
 
 def test_a_held_prefix_is_given_back_when_the_question_closed_meanwhile():
     keys = KeyFilter()
     assert keys.feed(b"\x1d", asking=True) == (b"", [])
     assert keys.feed(b"y", asking=False) == (b"\x1dy", [])
+
+
+def test_a_drawn_question_gets_no_answer_from_the_asker(tmp_path):
+    """The asker answers a sequence only with an open question's code: keys
+    typed for a question the program drew (another code) answer nothing."""
+    lead_broker, lead_orchestrator = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    said = []
+    asker = Asker(run_id="r-test", broker_end=lead_orchestrator, policy=None, relay=None,
+                  say=said.append, timeout=60, state_dir=str(tmp_path), program="p")
+    try:
+        _, question = asker.questions.ask(("link", 1), "evil.example", 80, "http", now=0.0)
+        wrong = "bc" if question.code != "bc" else "cb"
+        asker._typed(Typed(wrong, "port", "once"))
+        assert asker.questions.by_code(question.code) is question     # still open
+        assert "no open question of vpnw's has the code" in said[-1]
+    finally:
+        asker.close()
+        lead_broker.close()
 
 
 # ---- the terminal
@@ -205,26 +292,65 @@ def test_a_rule_is_added_with_its_comment_and_everything_else_kept():
     assert [r.text for r in denied.allow] == ["api.github.com", "*.pythonhosted.org"]
 
 
-def test_add_rule_writes_atomically_and_refuses_a_changed_file(tmp_path):
+def test_add_rule_writes_in_place_and_refuses_a_changed_file(tmp_path):
     path = tmp_path / "agent.toml"
     path.write_text(POLICY)
     path.chmod(0o640)
+    inode = path.stat().st_ino
     sha = text_sha256(POLICY)
-    new_sha = add_rule(str(path), "allow", "pypi.org:443", expected_sha256=sha, run_id="r-1",
-                       today="2026-12-01")
+    new_sha = _add_rule(path, "allow", "pypi.org:443", expected_sha256=sha, run_id="r-1",
+                        today="2026-12-01")
     assert new_sha == text_sha256(path.read_bytes())
+    assert '"pypi.org:443", # added by vpnw guard --ask' in path.read_text()
     assert oct(path.stat().st_mode & 0o777) == "0o640"
-    assert [p.name for p in tmp_path.iterdir()] == ["agent.toml"]       # no temporary left
+    assert path.stat().st_ino == inode                                 # the same file
+    assert [p.name for p in tmp_path.iterdir()] == ["agent.toml"]       # no other name, ever
     # The same run's next answer compares against its own write.
-    add_rule(str(path), "deny", "evil.example:443", expected_sha256=new_sha, run_id="r-1",
-             today="2026-12-01")
+    _add_rule(path, "deny", "evil.example:443", expected_sha256=new_sha, run_id="r-1",
+              today="2026-12-01")
     # Someone edits the file: the run's hash no longer matches.
     edited = path.read_text() + "# a person's edit\n"
     path.write_text(edited)
     with pytest.raises(EditRefused, match="changed since this run read it"):
-        add_rule(str(path), "allow", "x.example:443", expected_sha256=new_sha, run_id="r-1",
-                 today="2026-12-01")
+        _add_rule(path, "allow", "x.example:443", expected_sha256=new_sha, run_id="r-1",
+                  today="2026-12-01")
     assert path.read_text() == edited
+
+
+def test_add_rule_follows_the_place_taken_at_the_start(tmp_path):
+    """The file's directory as opened before the program started: a
+    directory moved aside and another made at its name, or the file
+    replaced by a copy, are not written."""
+    work = tmp_path / "work"
+    work.mkdir()
+    path = work / "agent.toml"
+    path.write_text(POLICY)
+    place = open_place(str(path))
+    try:
+        work.rename(tmp_path / "aside")
+        work.mkdir()
+        (work / "agent.toml").write_text(POLICY)
+        add_rule(place, "allow", "pypi.org:443", expected_sha256=text_sha256(POLICY),
+                 run_id="r-1", today="2026-12-01")
+        assert "pypi.org:443" in (tmp_path / "aside" / "agent.toml").read_text()
+        assert (work / "agent.toml").read_text() == POLICY
+        # The file itself replaced (another inode, the same text): refused.
+        moved = tmp_path / "aside" / "agent.toml"
+        text = moved.read_text()
+        (tmp_path / "aside" / "copy").write_text(text)
+        (tmp_path / "aside" / "copy").rename(moved)
+        with pytest.raises(EditRefused, match="no longer the file this run read"):
+            add_rule(place, "allow", "x.example:443", expected_sha256=text_sha256(text),
+                     run_id="r-1", today="2026-12-01")
+        # A link put at its name is never followed.
+        moved.unlink()
+        moved.symlink_to(work / "agent.toml")
+        with pytest.raises(EditRefused, match="cannot open it"):
+            add_rule(place, "allow", "x.example:443", expected_sha256=text_sha256(POLICY),
+                     run_id="r-1", today="2026-12-01")
+        assert (work / "agent.toml").read_text() == POLICY
+    finally:
+        place.close()
 
 
 def test_policy_sha256_and_ask_key():
@@ -240,26 +366,10 @@ def test_add_rule_refuses_what_would_not_be_a_policy(tmp_path):
     path = tmp_path / "p.toml"
     path.write_text(POLICY)
     with pytest.raises(EditRefused, match="not be a valid policy"):
-        add_rule(str(path), "allow", "*", expected_sha256=text_sha256(POLICY), run_id="r-1",
-                 today="2026-12-01")
+        _add_rule(path, "allow", "*", expected_sha256=text_sha256(POLICY), run_id="r-1",
+                  today="2026-12-01")
     assert path.read_text() == POLICY
     assert os.listdir(tmp_path) == ["p.toml"]
-
-
-def test_a_write_that_fails_half_way_leaves_the_old_file(tmp_path, monkeypatch):
-    """The rename is the one step that replaces the file: when it fails (a
-    crash before it), the old file is whole and no temporary stays."""
-    path = tmp_path / "agent.toml"
-    path.write_text(POLICY)
-
-    def crash(src, dst):
-        raise OSError(5, "Input/output error")
-    monkeypatch.setattr(os, "rename", crash)
-    with pytest.raises(EditRefused, match="cannot write it"):
-        add_rule(str(path), "allow", "pypi.org:443", expected_sha256=text_sha256(POLICY),
-                 run_id="r-1", today="2026-12-01")
-    assert path.read_text() == POLICY
-    assert os.listdir(tmp_path) == ["agent.toml"]
 
 
 def test_vpnw_ask_removes_a_socket_nobody_listens_on(tmp_path, monkeypatch):
@@ -274,3 +384,34 @@ def test_vpnw_ask_removes_a_socket_nobody_listens_on(tmp_path, monkeypatch):
     dead.close()
     assert ask_command._runs() == []
     assert os.listdir(directory) == []
+
+
+# ---- what a question warns about
+
+def test_risks_name_private_addresses_special_names_and_new_names(tmp_path):
+    from stages.orchestrator.risks import SeenNames, of
+    assert of("10.0.0.5", None)[0].startswith("not a public address: 10.0.0.5")
+    assert of("169.254.169.254", None)[0].startswith("not a public address: 169.254.169.254")
+    assert of("metadata.google.internal", None)[0].startswith("not a public name")
+    assert of("140.82.112.3", None) == ()
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    (runs / "r-old.jsonl").write_bytes(b'{"type":"conn.request","fields":{"host":"pypi.org"}}\n')
+    (runs / "r-now.jsonl").write_bytes(b'{"type":"conn.request","fields":{"host":"new.example"}}\n')
+    seen = SeenNames(str(runs), "r-now")
+    assert of("pypi.org", seen) == ()
+    assert of("new.example", seen) == ("new: not seen in your last 1 runs",)   # not this run's
+    assert of("new.example", SeenNames(str(tmp_path / "none"), "r-now")) == ()  # nothing to compare
+
+
+# ---- vpnw's lines on the terminal
+
+def test_vpnw_lines_start_readable_and_the_modes_go_back():
+    from stages.orchestrator.line_merger import READABLE, LineMerger
+    from stages.orchestrator.terminal import MODES_BACK
+    m = LineMerger(line_start=READABLE)
+    m.program_output(b"\x1b[8mconcealed\r\n", 0.0)
+    assert m.human_line(b"vpnw: 1 denied", 0.0) == b"\x1b[0m\x0f\x1b(Bvpnw: 1 denied\r\n"
+    for mode in (b"\x1b[4l", b"\x1b[?7h", b"\x1b[?1l", b"\x1b>", b"\x1b[0m"):
+        assert mode in MODES_BACK
+    assert MODES_BACK.startswith(b"\x18")       # ends a sequence the program left unfinished

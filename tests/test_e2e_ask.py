@@ -2,7 +2,8 @@
 
 A connection no rule allows waits while the person is asked on vpnw's own
 terminal; the answer keys are Ctrl-] then a letter. What each test proves:
-- the answers: once (the next run asks again), always (the policy file
+- the answers (Ctrl-], the question's code, a letter): now (the next run
+  asks again), always (the policy file
   gains the rule with its comment; the next run does not ask), deny, deny
   always, and no answer (a timeout); the world's DNS log shows no look-up of
   the name before the person allowed it, and the record names the answer;
@@ -35,7 +36,7 @@ pytestmark = pytest.mark.world
 
 SYSTEM_PYTHON = "/usr/bin/python3"
 HOST = "pypi.world"
-QUESTION = rf"vpnw: asks: {re.escape(HOST)}:80 \(http door\) is not allowed by the policy"
+QUESTION = rf"vpnw: asks [a-z]{{2}}: {re.escape(HOST)}:80 \(http door\) is not in the policy"
 
 FETCH = r'''
 import sys, threading, urllib.request
@@ -75,10 +76,12 @@ time.sleep(0.5)
 # screen, the answer keys written to its terminal and pushed into its own
 # input with TIOCSTI (refused or not, they reach only its own pty).
 FAKE = _asking_in_a_thread("fake") + r'''
-sys.stdout.write("vpnw: asks: pypi.world:80 (http door) is not allowed; Ctrl-] then y\r\n\x1dy\x1da")
+sys.stdout.write("vpnw: asks: pypi.world:80 (http door) is not allowed; Ctrl-] then y\r\n\x1dy\x1da"
+                 "\x1dbcy\x1dbca")
 sys.stdout.flush()
 injected = 0
-for byte in b"\x1dy\x1da":
+for byte in b"\x1dy\x1da" + b"".join(b"\x1d" + bytes((a, b)) + b"y"
+                                     for a in b"bcefgjkmpqstuvxz" for b in b"bcefgjkmpqstuvxz"):
     try:
         fcntl.ioctl(0, termios.TIOCSTI, bytes([byte])); injected += 1
     except OSError:
@@ -191,6 +194,16 @@ def questions_shown(term) -> int:
     return len(re.findall(QUESTION, term.history()))
 
 
+def answer(term, destination: str, letters: str) -> str:
+    """The person answers vpnw's newest question about `destination` (a
+    regex): Ctrl-], the code the question shows, then `letters`."""
+    found = re.findall(rf"vpnw: asks ([a-z]{{2}}): {destination} ", term.history())
+    assert found, term.history()[-3000:]
+    term.keys("C-]")
+    term.type(found[-1] + letters)
+    return found[-1]
+
+
 def test_once_always_deny_deny_always_and_a_timeout(world, term):
     path = policy(world, term)
     fetch = program(world, term, "fetch.py", FETCH)
@@ -201,7 +214,7 @@ def test_once_always_deny_deny_always_and_a_timeout(world, term):
     mark = guard(term, path, fetch, url)
     term.wait_for(QUESTION, whole=True)
     assert HOST not in " ".join(world.dns_queries(since)), "looked up before the person allowed it"
-    term.keys("C-]", "y")
+    answer(term, r"pypi\.world:80", "y")
     assert term.finished(mark) == 0
     term.wait_for(r"^fetched 1 of 1", whole=True)
     assert HOST in " ".join(world.dns_queries(since))
@@ -212,7 +225,7 @@ def test_once_always_deny_deny_always_and_a_timeout(world, term):
     mark = guard(term, path, fetch, url)
     term.wait_for(QUESTION, whole=True)
     _wait(lambda: questions_shown(term) == shown + 1)
-    term.keys("C-]", "n")
+    answer(term, r"pypi\.world:80", "n")
     assert term.finished(mark) == 120
     assert ("policy.deny", "asked", "person", "deny") in decisions(records(term)[-1])
 
@@ -220,7 +233,7 @@ def test_once_always_deny_deny_always_and_a_timeout(world, term):
     before = path.read_text()
     mark = guard(term, path, fetch, url)
     _wait(lambda: questions_shown(term) == shown + 2)
-    term.keys("C-]", "a")
+    answer(term, r"pypi\.world:80", "a")
     assert term.finished(mark) == 0
     after = path.read_text()
     run_id = records(term)[-1][0]["run"]
@@ -236,8 +249,8 @@ def test_once_always_deny_deny_always_and_a_timeout(world, term):
     # deny always: a deny rule; the next run is denied by it without a question
     other = "http://git.world/whoami"
     mark = guard(term, path, fetch, other)
-    term.wait_for(r"vpnw: asks: git\.world:80", whole=True)
-    term.keys("C-]", "d")
+    term.wait_for(r"vpnw: asks [a-z]{2}: git\.world:80", whole=True)
+    answer(term, r"git\.world:80", "d")
     assert term.finished(mark) == 120
     assert '"git.world:80", # added by vpnw guard --ask' in path.read_text()
     mark = guard(term, path, fetch, other)
@@ -246,7 +259,7 @@ def test_once_always_deny_deny_always_and_a_timeout(world, term):
 
     # no answer in time: denied, by the timeout
     mark = guard(term, path, fetch, "http://dual.world/whoami", extra="--ask-timeout 2 ")
-    term.wait_for(r"vpnw: asks: dual\.world:80", whole=True)
+    term.wait_for(r"vpnw: asks [a-z]{2}: dual\.world:80", whole=True)
     assert term.finished(mark) == 120
     term.wait_for(r"dual\.world:80: no answer within 2 s; denied", whole=True)
     assert ("policy.deny", "asked", "timeout", "deny") in decisions(records(term)[-1])
@@ -296,7 +309,7 @@ def test_the_program_cannot_answer_one_question_for_twenty_and_an_edited_policy(
     _wait(lambda: questions_shown(term) == shown + 1)
     time.sleep(1.0)                 # the other 19 have asked by now, and are waiting
     assert questions_shown(term) == shown + 1
-    term.keys("C-]", "y")
+    answer(term, r"pypi\.world:80", "y")
     assert term.finished(mark) == 0
     term.wait_for(r"^fetched 20 of 20", whole=True)
     assert questions_shown(term) == shown + 1
@@ -312,7 +325,7 @@ def test_the_program_cannot_answer_one_question_for_twenty_and_an_edited_policy(
     _wait(lambda: questions_shown(term) == shown + 2)
     edited = path.read_text() + "# a person's edit during the run\n"
     path.write_text(edited)
-    term.keys("C-]", "a")
+    answer(term, r"pypi\.world:80", "a")
     assert term.finished(mark) == 0        # allowed, for this run only
     term.wait_for(r"agent\.toml not changed: the file changed since this run read it", whole=True)
     assert path.read_text() == edited
@@ -331,7 +344,7 @@ def test_full_screen_program_vpnw_ask_and_no_terminal(world, term, user, tmp_pat
 
     mark = guard(term, path, full)
     term.wait_for(r"FULL SCREEN PICTURE row 10")
-    _wait(lambda: "vpnw asks: allow pypi.world:80?" in _title(term))
+    _wait(lambda: re.search(r"vpnw asks [a-z]{2}: allow pypi\.world:80\?", _title(term)))
     picture = term.screen()
     assert "vpnw" not in picture, picture
     # A second terminal of the same user: `vpnw ask` lists the question and answers it.
@@ -343,10 +356,11 @@ def test_full_screen_program_vpnw_ask_and_no_terminal(world, term, user, tmp_pat
                         r'rule "pypi\.world:80"; 1 connection waiting', whole=True)
         # `vpnw ask` on a terminal asks about each open question in turn.
         mark2 = second.start(f"{term.vpnw} ask")
-        second.wait_for(r"y once · a always · n deny · d deny always · Enter skips: $")
+        second.wait_for(r"y now · r this run · a always · n deny · d deny always "
+                        r"\(h first: any port\) · Enter skips: $")
         second.line("y")
         assert second.finished(mark2) == 0
-        second.wait_for(r"vpnw: pypi\.world:80: once", whole=True)
+        second.wait_for(r"vpnw: pypi\.world:80: allowed now", whole=True)
     finally:
         second.close()
     term.wait_for(r"^status 200; q quits")
@@ -354,7 +368,7 @@ def test_full_screen_program_vpnw_ask_and_no_terminal(world, term, user, tmp_pat
     _wait(lambda: "vpnw asks" not in _title(term))
     term.keys("q")
     assert term.finished(mark) == 0
-    term.wait_for(r"vpnw: pypi\.world:80: allowed \(once\)", whole=True)   # after the full screen
+    term.wait_for(r"vpnw: pypi\.world:80: allowed now", whole=True)   # after the full screen
     assert ("policy.allow", "asked", "person", "once") in decisions(records(term)[-1])
 
     assert records(term)[-1][0]["fields"]["ask"] is True

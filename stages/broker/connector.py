@@ -225,7 +225,8 @@ class Connector:
         its addresses, anything but the default's denial stands."""
         d = self.decide
         answer = await self.hold.ask(target.host, target.port, door)
-        asked = {"by": answer.by, "answer": answer.answer}
+        asked = {"by": answer.by, "answer": answer.answer,
+                 **({"scope": answer.scope} if answer.scope else {})}
         note = f"; {answer.note}" if answer.note else ""
         if not answer.allow:
             why = {"person": f"the person denied it ({answer.answer})",

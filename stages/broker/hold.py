@@ -11,9 +11,12 @@ questions, and the orchestrator, holding every question of the run, asks
 the person once per destination whichever process asked.
 
 Within this process a destination is asked once: the other connections to
-it wait on the same future. An answer the person gave holds for the rest of
-the run (the overlay): later connections to that destination are decided
-here without asking again, since the policy object itself is frozen.
+it wait on the same future. An answer the person gave for the run (not
+"now", which is only for the connections waiting on it) holds for the rest
+of the run over the scope the person chose (the overlay): the host and
+port, the host, or every name under a suffix; later connections it covers
+are decided here without asking again, since the policy object itself is
+frozen.
 
 Nothing is looked up and nothing is dialed while a connection waits: the
 connector asks before it resolves anything.
@@ -32,9 +35,22 @@ MAX_MESSAGE = 4096
 @dataclass(frozen=True)
 class Answer:
     allow: bool
-    answer: str        # once | always | deny | deny-always
+    answer: str        # once | run | always | deny | deny-always
     by: str            # person | timeout | no-terminal | ended
     note: str = ""
+    scope: str = ""    # the rule the person's answer covers ("pypi.org:443", "pypi.org", "*.x.org")
+
+
+# Answers that hold for the rest of the run ("once" is for the connections waiting now).
+HELD = frozenset({"run", "always", "deny", "deny-always"})
+
+
+def covers(rule: str, host: str, port: int) -> bool:
+    """Whether an answer for `rule` (as asker.rule_for writes it) covers host:port."""
+    if rule.startswith("*."):
+        return host.endswith(rule[1:]) and len(host) > len(rule) - 1
+    exact = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    return rule in (host, exact)
 
 
 ENDED = Answer(False, "deny", "ended", "vpnw's asking side is gone")
@@ -44,7 +60,7 @@ class Hold:
     def __init__(self, fd: int):
         self.sock = socket.socket(fileno=fd)
         self.sock.setblocking(False)
-        self.overlay: dict[tuple[str, int], Answer] = {}
+        self.overlay: list[Answer] = []       # newest last
         self.waiting: dict[tuple[str, int], asyncio.Future] = {}
         self.numbers: dict[int, tuple[str, int]] = {}
         self.last = 0
@@ -70,13 +86,20 @@ class Hold:
 
     async def ask(self, host: str, port: int, door: str) -> Answer:
         key = (host, port)
-        known = self.overlay.get(key)
+        known = self._held(host, port)
         if known is not None:
             return known
         future = self.waiting.get(key)
         if future is None:
             future = self._send(key, door)
         return await asyncio.shield(future)
+
+    def _held(self, host: str, port: int) -> Answer | None:
+        """The person's answer held for host:port, the narrowest rule first."""
+        found = [a for a in self.overlay if covers(a.scope, host, port)]
+        if not found:
+            return None
+        return min(reversed(found), key=lambda a: (a.scope.startswith("*."), ":" not in a.scope))
 
     def _send(self, key: tuple[str, int], door: str) -> asyncio.Future:
         if self.loop is None:
@@ -115,11 +138,11 @@ class Hold:
             message = orjson.loads(data)
             key = self.numbers.pop(int(message["n"]))
             answer = Answer(bool(message["allow"]), str(message["answer"]), str(message["by"]),
-                            str(message.get("note", "")))
+                            str(message.get("note", "")), str(message.get("scope", "")))
         except (orjson.JSONDecodeError, KeyError, TypeError, ValueError):
             return     # not an answer to a question of ours: nothing is allowed by it
-        if answer.by == "person":
-            self.overlay[key] = answer
+        if answer.by == "person" and answer.answer in HELD and answer.scope:
+            self.overlay.append(answer)
         future = self.waiting.pop(key, None)
         if future is not None and not future.done():
             future.set_result(answer)

@@ -5,12 +5,28 @@ The file is the person's: its comments, order and layout stay as they are
 goes to the end of the `allow` (or `deny`) array of [policy], on a line of
 its own with a comment that says when and in which run it was added.
 
-The write is atomic: the new text goes to a temporary file in the same
-directory, is flushed to the disk (fsync), takes the old file's mode and
-owner, and is renamed over the old one; a crash leaves the old file or the
-new one, never half of one. And it refuses when the file is no longer what
-the run read (its SHA-256 differs): a person or another run edited it
-meanwhile, and their edit is never silently overwritten.
+The program may write the directory the policy lies in (the README's own
+workflow keeps it in "."), so the write never passes through a name there:
+no temporary file beside it for the program to swap, and no rename over it
+(a rename would also give the name a new inode, which the sandbox's
+read-only bind of the old one no longer covers: the kernel detaches a mount
+whose file is renamed over from outside). Instead:
+
+- `open_place` opens the policy's directory (O_PATH) and notes the file's
+  identity (device, inode) before the program starts, so a directory moved
+  or replaced during the run is not followed;
+- `add_rule` opens the file through that directory without following a
+  link, checks it is the same regular file and still holds exactly what the
+  run read (its SHA-256: a person or another run edited it meanwhile, and
+  their edit is never silently overwritten), and writes the new text into
+  that same inode: the bytes from the first that differs, the length, an
+  fsync. The sandbox's read-only bind of the file stays in place.
+
+The cost of writing in place: a power loss in the middle of that one small
+write (usually within one page) can leave the file torn, where a rename
+would have left the old file or the new one. A torn policy almost always
+fails to parse (the change lands inside an array), and vpnw refuses a
+policy that does not parse; the person fixes it by hand.
 
 tomlkit is imported here only, and only when an answer is written.
 """
@@ -18,7 +34,7 @@ from __future__ import annotations
 
 import hashlib
 import os
-import tempfile
+import stat
 
 
 class EditRefused(Exception):
@@ -66,31 +82,73 @@ def _ends_with_newline_item(rules) -> bool:
     return rules.as_string().rstrip(" ").endswith("\n]")
 
 
-def add_rule(path: str, which: str, rule: str, *, expected_sha256: str, run_id: str,
-             today: str) -> str:
-    """Add `rule` to the policy file at `path` if the file is still the one
-    the run read (its SHA-256 is `expected_sha256`). Returns the new text's
-    SHA-256 (the next answer of the same run compares against it)."""
+class Place:
+    """Where the policy file is: its directory's descriptor (O_PATH), its
+    name there, and its identity when the run started."""
+
+    def __init__(self, path: str, dir_fd: int, name: str, identity: tuple[int, int]):
+        self.path, self.dir_fd, self.name, self.identity = path, dir_fd, name, identity
+
+    def close(self) -> None:
+        if self.dir_fd >= 0:
+            os.close(self.dir_fd)
+            self.dir_fd = -1
+
+
+def open_place(path: str) -> Place:
+    """The policy file's place, taken before the program starts."""
     real = os.path.realpath(path)
+    directory, name = os.path.split(real)
     try:
-        with open(real, "rb") as handle:
-            data = handle.read()
-            st = os.fstat(handle.fileno())
+        dir_fd = os.open(directory or "/", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
     except OSError as exc:
-        raise EditRefused(f"cannot read it ({exc.strerror})") from None
-    if text_sha256(data) != expected_sha256:
-        raise EditRefused("the file changed since this run read it; vpnw does not overwrite "
-                          "an edit it has not seen")
+        raise EditRefused(f"cannot open its directory ({exc.strerror})") from None
     try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError:
-        raise EditRefused("the file is not UTF-8") from None
-    comment = f"added by vpnw guard --ask on {today}, run {run_id}"
-    new_text = with_rule(text, which, rule, comment)
-    _check_still_a_policy(new_text, path)
-    if new_text != text:
-        _replace(real, new_text.encode("utf-8"), st)
-    return text_sha256(new_text)
+        st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+    except OSError as exc:
+        os.close(dir_fd)
+        raise EditRefused(f"cannot find it ({exc.strerror})") from None
+    if not stat.S_ISREG(st.st_mode):
+        os.close(dir_fd)
+        raise EditRefused("it is not a regular file")
+    return Place(real, dir_fd, name, (st.st_dev, st.st_ino))
+
+
+def add_rule(place: Place, which: str, rule: str, *, expected_sha256: str, run_id: str,
+             today: str) -> str:
+    """Add `rule` to the policy file at `place` if it is still the file the
+    run read (the same inode, its SHA-256 `expected_sha256`). Returns the
+    new text's SHA-256 (the next answer of the same run compares against it)."""
+    try:
+        fd = os.open(place.name, os.O_RDWR | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+                     | os.O_NOCTTY, dir_fd=place.dir_fd)
+    except OSError as exc:
+        raise EditRefused(f"cannot open it for writing ({exc.strerror})") from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or (st.st_dev, st.st_ino) != place.identity:
+            raise EditRefused("it is no longer the file this run read (it was replaced)")
+        if st.st_size > MAX_POLICY:
+            raise EditRefused("it is larger than a policy file should be")
+        data = os.pread(fd, MAX_POLICY + 1, 0)
+        if text_sha256(data) != expected_sha256:
+            raise EditRefused("the file changed since this run read it; vpnw does not overwrite "
+                              "an edit it has not seen")
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError:
+            raise EditRefused("the file is not UTF-8") from None
+        comment = f"added by vpnw guard --ask on {today}, run {run_id}"
+        new_text = with_rule(text, which, rule, comment)
+        _check_still_a_policy(new_text, place.path)
+        if new_text != text:
+            _write_in_place(fd, data, new_text.encode("utf-8"))
+        return text_sha256(new_text)
+    finally:
+        os.close(fd)
+
+
+MAX_POLICY = 1 << 20
 
 
 def _check_still_a_policy(text: str, path: str) -> None:
@@ -101,32 +159,22 @@ def _check_still_a_policy(text: str, path: str) -> None:
         raise EditRefused(f"the edited file would not be a valid policy ({exc})") from None
 
 
-def _replace(real: str, data: bytes, st: os.stat_result) -> None:
-    directory = os.path.dirname(real) or "."
+def _write_in_place(fd: int, old: bytes, new: bytes) -> None:
+    """`new` into the file that holds `old`: from the first byte that
+    differs, then the length, then fsync."""
+    same = 0
+    for a, b in zip(old, new):
+        if a != b:
+            break
+        same += 1
+    view = memoryview(new)[same:]
+    offset = same
     try:
-        fd, temp = tempfile.mkstemp(prefix=".vpnw-", suffix=".toml", dir=directory)
+        while view:
+            n = os.pwrite(fd, view, offset)
+            view, offset = view[n:], offset + n
+        os.ftruncate(fd, len(new))
+        os.fsync(fd)
     except OSError as exc:
-        raise EditRefused(f"cannot write beside it in {directory} ({exc.strerror})") from None
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fchmod(handle.fileno(), st.st_mode & 0o7777)
-            if os.geteuid() == 0:
-                os.fchown(handle.fileno(), st.st_uid, st.st_gid)
-            os.fsync(handle.fileno())
-        os.rename(temp, real)
-    except OSError as exc:
-        try:
-            os.unlink(temp)
-        except OSError:
-            pass
-        raise EditRefused(f"cannot write it ({exc.strerror})") from None
-    try:
-        dir_fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
-        try:
-            os.fsync(dir_fd)     # the rename itself reaches the disk
-        finally:
-            os.close(dir_fd)
-    except OSError:
-        pass
+        raise EditRefused(f"cannot write it ({exc.strerror}); look at it before the next run") \
+            from None

@@ -10,14 +10,17 @@
 
    receive() waits for notifications with the GIL let go, and answers here,
    in C, those the Python code would answer the same way, by the same tests
-   in the same order (Supervisor._decide and _may_go_on, the argument in
+   (stages/helper/connect_judge.py decide(), the argument in
    docs/security.md "Unix sockets by origin"):
+     0. the call is connect() of x86_64, from a thread with a TID above 0
+        (anything else, listen() among them, is the Python code's);
      1. the thread group is counted (the link count of a kept
         /proc/TID/task, less two) before the socket is taken;
      2. the socket taken with pidfd_getfd (a kept PIDFD_THREAD pidfd);
      3. the address, read once (process_vm_readv), 2 to 128 bytes, whose
         family is not AF_UNIX;
-     4. the socket's SO_DOMAIN is AF_INET or AF_INET6;
+     4. the socket's SO_DOMAIN is AF_INET or AF_INET6, and its
+        SO_NETNS_COOKIE the sandbox's (not a socket made outside);
      5. the address is not loopback at a port no listener has been seen on
         (the Python code's bitmap of such ports, 65536 bits, only ever set);
      6. a thread alone in its group: "continue". Another: when the socket is
@@ -25,10 +28,10 @@
         connect made here on the socket taken, to the bytes read, and its
         result is the answer (decide() below).
    A non-blocking Unix socket's connect to an absolute path (not under
-   /proc) whose socket file is bound by a listener of the sandbox's network
-   namespace is made here too, through the descriptor checked
-   (unix_inside() below); every other Unix connect, and every refusal, is
-   the Python code's.
+   /proc) whose socket file's handle is one the Python code recorded as
+   bound inside (at the listen() of a socket made in the sandbox) is made
+   here too, through the descriptor checked (unix_inside() below); every
+   other Unix connect, and every refusal, is the Python code's.
    Anything else (and any error on the way) returns the notification to the
    Python code untouched, which decides it from the start as it does where
    this module did not build: this path never decides anything else, so it
@@ -38,17 +41,16 @@
    gives: each names one thread for life; a thread that is gone makes
    pidfd_getfd fail and its task directory count no thread. They are this
    OS thread's own (each receiving thread has its own table), never shared. */
+#ifndef FAST_CONTINUE_MOCK
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#endif
 
 #include <errno.h>
 #include <fcntl.h>
-#include <linux/netlink.h>
 #include <linux/openat2.h>
-#include <linux/rtnetlink.h>
+#include <linux/audit.h>
 #include <linux/seccomp.h>
-#include <linux/sock_diag.h>
-#include <linux/unix_diag.h>
 #include <netinet/tcp.h>
 #include <netinet/in.h>
 #include <stdint.h>
@@ -58,7 +60,6 @@
 #include <sys/socket.h>
 #include <stddef.h>
 #include <sys/stat.h>
-#include <sys/sysmacros.h>
 #include <sys/un.h>
 #include <sys/syscall.h>
 #include <sys/uio.h>
@@ -79,6 +80,12 @@
 #ifndef SO_DOMAIN
 #define SO_DOMAIN 39
 #endif
+#ifndef SO_NETNS_COOKIE
+#define SO_NETNS_COOKIE 71
+#endif
+#ifndef AT_HANDLE_FID
+#define AT_HANDLE_FID 0x200
+#endif
 #define SOCKADDR_MAX 128        /* sizeof(struct sockaddr_storage): the kernel's limit */
 #define KEPT 8                  /* as KEPT_PER_RECEIVER */
 #define PORT_BITS_BYTES (65536 / 8)
@@ -94,16 +101,22 @@ static __thread unsigned next_out;      /* the slot given up next when all are u
 
 static void drop(struct kept *k)
 {
-    if (k->pidfd >= 0)
+    if (k->tid > 0 && k->pidfd >= 0)
         close(k->pidfd);
-    if (k->task >= 0)
+    if (k->tid > 0 && k->task >= 0)
         close(k->task);
     k->tid = 0;
     k->pidfd = k->task = -1;
 }
 
+/* A free slot has tid 0 (and, zero-filled as a new thread's, pidfd and
+   task 0: never closed, since drop() closes only a slot in use); no
+   notification with a TID of 0 or less reaches here (decide()), and no
+   TID ever matches a free slot. */
 static struct kept *slot_of(pid_t tid)
 {
+    if (tid <= 0)
+        return NULL;
     for (int i = 0; i < KEPT; i++)
         if (kept[i].tid == tid)
             return &kept[i];
@@ -175,12 +188,12 @@ static int loopback_port(const unsigned char *raw, int len)
     static const unsigned char mapped[16] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff,
                                              127, 0, 0, 1};
     int family = raw[0] | raw[1] << 8;
-    int port = raw[2] << 8 | raw[3];
+    /* The port's bytes (2 and 3) only once the length says they were read. */
     if (family == AF_INET && len >= 8 && memcmp(raw + 4, v4, 4) == 0)
-        return port;
+        return raw[2] << 8 | raw[3];
     if (family == AF_INET6 && len >= 24 &&
         (memcmp(raw + 8, v6, 16) == 0 || memcmp(raw + 8, mapped, 16) == 0))
-        return port;
+        return raw[2] << 8 | raw[3];
     return -1;
 }
 
@@ -229,81 +242,96 @@ static enum answer connect_here(int listener, const struct seccomp_notif *n, int
     return CONNECTED;
 }
 
-/* An IP socket and an IP address the kernel may be let connect: not a
-   loopback port no listener has been seen on (that connect is the Python
-   code's, whose refusal is evidence for a hint). */
+/* The network namespace the socket was made in, by its cookie; 0 when it
+   cannot be told (no cookie is 0). */
+static uint64_t cookie_of(int sock)
+{
+    uint64_t cookie = 0;
+    socklen_t size = sizeof cookie;
+    return getsockopt(sock, SOL_SOCKET, SO_NETNS_COOKIE, &cookie, &size) == 0 ? cookie : 0;
+}
+
+/* What receive() was given to decide by: the loopback ports seen with a
+   listener, the table of recorded socket files (BoundTable in
+   unix_supervisor.py) and the sandbox's network namespace cookie. */
+struct names {
+    const unsigned char *listened;
+    const unsigned char *table;
+    ptrdiff_t table_len;
+    uint64_t cookie;
+};
+
+/* An IP socket made in the sandbox and an IP address the kernel may be let
+   connect: not a loopback port no listener has been seen on (that connect
+   is the Python code's, whose refusal is evidence for a hint). A socket
+   made outside (passed in over SCM_RIGHTS) would connect from the network
+   namespace it was made in: the Python code's, which refuses it. */
 static int inet_may_go(int sock, const unsigned char *raw, int length,
-                       const unsigned char *listened)
+                       const struct names *names)
 {
     int domain = domain_of(sock);
     if (domain != AF_INET && domain != AF_INET6)
         return 0;
+    if (cookie_of(sock) != names->cookie)
+        return 0;
     int port = loopback_port(raw, length);
-    return port < 0 || (listened[port >> 3] >> (port & 7) & 1);
+    return port < 0 || (names->listened[port >> 3] >> (port & 7) & 1);
 }
 
-/* What receive() was given to decide by: the loopback ports seen with a
-   listener, and the sockets the policy names ((st_dev, st_ino) pairs). */
-struct names {
-    const unsigned char *listened;
-    const uint64_t *named;
-    Py_ssize_t named_count;
-};
+/* One slot of the table (BoundTable in unix_supervisor.py): a sequence
+   number, odd while the Python code rewrites the slot, then the identity. */
+#define HANDLE_MAX 64
+#define SLOT_BOUND 1
+struct slot {
+    uint32_t seq;
+    uint32_t kind;              /* 0 free, 1 bound inside, 2 named by the policy */
+    uint64_t dev;
+    int32_t handle_type;
+    uint32_t handle_bytes;
+    unsigned char handle[HANDLE_MAX];
+} __attribute__((packed));
+#define TABLE_HEAD 8
 
-static __thread int diag = -1;          /* this OS thread's sock_diag socket */
-
-/* Is (dev, ino) the socket file of a listener of the sandbox's network
-   namespace? One sock_diag dump of its listening Unix sockets with their
-   files (UDIAG_SHOW_VFS), as unix_diag.listening_files; the netlink socket
-   is made here, in the supervisor, which is in that namespace for life.
-   0 as well when the dump fails (the Python code then decides). */
-static int listened_inside(dev_t dev, ino_t ino)
+/* The kind of the slot whose identity is (dev, the handle), read whole
+   (the same even sequence number before and after); 0 when none is. */
+static uint32_t recorded(const struct names *names, uint64_t dev, const struct file_handle *fh)
 {
-    if (diag < 0)
-        diag = socket(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC, NETLINK_SOCK_DIAG);
-    if (diag < 0)
+    if (names->table_len < TABLE_HEAD)
         return 0;
-    struct {
-        struct nlmsghdr head;
-        struct unix_diag_req req;
-    } ask = {
-        .head = {.nlmsg_len = sizeof ask, .nlmsg_type = SOCK_DIAG_BY_FAMILY,
-                 .nlmsg_flags = NLM_F_REQUEST | NLM_F_DUMP, .nlmsg_seq = 1},
-        .req = {.sdiag_family = AF_UNIX, .udiag_states = 1 << TCP_LISTEN,
-                .udiag_show = UDIAG_SHOW_VFS},
-    };
-    int found = 0;
-    if (send(diag, &ask, sizeof ask, 0) == (ssize_t)sizeof ask) {
-        static __thread long buffer[65536 / sizeof(long)];
-        for (;;) {
-            ssize_t got = recv(diag, buffer, sizeof buffer, 0);
-            if (got <= 0)
-                break;
-            int left = (int)got;
-            for (struct nlmsghdr *h = (struct nlmsghdr *)buffer; NLMSG_OK(h, left);
-                 h = NLMSG_NEXT(h, left)) {
-                if (h->nlmsg_type == NLMSG_DONE)
-                    return found;
-                if (h->nlmsg_type != SOCK_DIAG_BY_FAMILY ||
-                    h->nlmsg_len < NLMSG_LENGTH(sizeof(struct unix_diag_msg)))
-                    goto broken;    /* NLMSG_ERROR among them */
-                int attrs = (int)(h->nlmsg_len - NLMSG_LENGTH(sizeof(struct unix_diag_msg)));
-                struct rtattr *a = (struct rtattr *)((char *)NLMSG_DATA(h) +
-                                                     NLMSG_ALIGN(sizeof(struct unix_diag_msg)));
-                for (; RTA_OK(a, attrs); a = RTA_NEXT(a, attrs)) {
-                    const struct unix_diag_vfs *vfs = RTA_DATA(a);
-                    if (a->rta_type == UNIX_DIAG_VFS && RTA_PAYLOAD(a) >= sizeof *vfs &&
-                        vfs->udiag_vfs_ino == ino && vfs->udiag_vfs_dev >> 20 == major(dev) &&
-                        (vfs->udiag_vfs_dev & 0xFFFFF) == minor(dev))
-                        found = 1;
-                }
-            }
-        }
+    uint32_t used = __atomic_load_n((const uint32_t *)names->table, __ATOMIC_ACQUIRE);
+    ptrdiff_t room = (names->table_len - TABLE_HEAD) / (ptrdiff_t)sizeof(struct slot);
+    if ((ptrdiff_t)used > room)
+        used = (uint32_t)room;
+    const struct slot *slots = (const struct slot *)(names->table + TABLE_HEAD);
+    for (uint32_t i = 0; i < used; i++) {
+        uint32_t before = __atomic_load_n(&slots[i].seq, __ATOMIC_ACQUIRE);
+        if (before & 1)
+            continue;
+        struct slot copy;
+        memcpy(&copy, &slots[i], sizeof copy);
+        __atomic_thread_fence(__ATOMIC_ACQUIRE);
+        if (__atomic_load_n(&slots[i].seq, __ATOMIC_RELAXED) != before)
+            continue;           /* rewritten meanwhile: as if not there */
+        if (copy.kind && copy.dev == dev && copy.handle_type == fh->handle_type &&
+            copy.handle_bytes == fh->handle_bytes && fh->handle_bytes <= HANDLE_MAX &&
+            memcmp(copy.handle, fh->f_handle, fh->handle_bytes) == 0)
+            return copy.kind;
     }
-broken:             /* what is left of the dump would answer the next: a new socket */
-    close(diag);
-    diag = -1;
     return 0;
+}
+
+/* The file handle of `fd` (name_to_handle_at, as seccomp_notify.file_handle:
+   AT_HANDLE_FID first); 0 when it has one. */
+static int handle_of(int fd, struct file_handle *fh)
+{
+    int mount_id;
+    fh->handle_bytes = HANDLE_MAX;
+    if (name_to_handle_at(fd, "", fh, &mount_id, AT_EMPTY_PATH | AT_HANDLE_FID) == 0)
+        return 0;
+    if (errno != EINVAL)
+        return -1;
+    fh->handle_bytes = HANDLE_MAX;
+    return name_to_handle_at(fd, "", fh, &mount_id, AT_EMPTY_PATH);
 }
 
 /* An O_PATH fd of the absolute `path` as the program's thread finds it
@@ -333,26 +361,29 @@ static int absolute_path(const unsigned char *raw, int length, char *path)
         return 0;
     memcpy(path, raw + 2, (size_t)(length - 2));
     path[length - 2] = 0;
+    /* Past what stays at the root: "/", "." and ".." (".." at the root is
+       the root, RESOLVE_IN_ROOT's too), so that /../proc is seen as /proc. */
     const char *first = path;
-    while (*first == '/' || (first[0] == '.' && (first[1] == '/' || first[1] == 0)))
-        first++;
+    for (;;) {
+        if (*first == '/')
+            first++;
+        else if (first[0] == '.' && (first[1] == '/' || first[1] == 0))
+            first++;
+        else if (first[0] == '.' && first[1] == '.' && (first[2] == '/' || first[2] == 0))
+            first += 2;
+        else
+            break;
+    }
     return strncmp(first, "proc", 4) != 0 || (first[4] != '/' && first[4] != 0);
 }
 
-static int named(const struct names *names, const struct stat *st)
-{
-    for (Py_ssize_t i = 0; i < names->named_count; i++)
-        if (names->named[2 * i] == (uint64_t)st->st_dev && names->named[2 * i + 1] == (uint64_t)st->st_ino)
-            return 1;
-    return 0;
-}
-
 /* A non-blocking Unix socket's connect to an absolute path whose socket
-   file is bound by a listener of the sandbox's network namespace: connected
-   here through the O_PATH fd checked (self/fd/N under our own /proc, our
-   working directory), never through the path again, as the Python code
-   does (Supervisor._unix_target). Anything else, a socket the policy names
-   (its connect is recorded) or any error: the Python code's, from the start. */
+   file's identity (device and handle) is one recorded as bound inside:
+   connected here through the O_PATH fd checked (self/fd/N under our own
+   /proc, our working directory), never through the path again, as the
+   Python code does (Supervisor._decide). Anything else, a socket the policy
+   names (its connect is recorded) or any error: the Python code's, from the
+   start. */
 static enum answer unix_inside(int proc, int listener, const struct seccomp_notif *n,
                                struct kept *k, const unsigned char *raw, int length,
                                const struct names *names, int *sock, int *target, int *result)
@@ -365,8 +396,13 @@ static enum answer unix_inside(int proc, int listener, const struct seccomp_noti
         return TO_PYTHON;
     *target = open_in_root(proc, (pid_t)n->pid, path);
     struct stat st;
+    union {
+        struct file_handle fh;
+        unsigned char room[sizeof(struct file_handle) + HANDLE_MAX];
+    } handle;
     if (*target < 0 || fstat(*target, &st) < 0 || !S_ISSOCK(st.st_mode) ||
-        (uint64_t)st.st_ino >> 32 || named(names, &st) || !listened_inside(st.st_dev, st.st_ino))
+        handle_of(*target, &handle.fh) < 0 ||
+        recorded(names, (uint64_t)st.st_dev, &handle.fh) != SLOT_BOUND)
         return TO_PYTHON;
     struct sockaddr_un via = {.sun_family = AF_UNIX};
     int used = snprintf(via.sun_path, sizeof via.sun_path, "self/fd/%d", *target);
@@ -389,7 +425,12 @@ static enum answer unix_inside(int proc, int listener, const struct seccomp_noti
 static enum answer decide(int proc, int listener, const struct seccomp_notif *n,
                           const struct names *names, int *sock, int *target, int *result)
 {
-    unsigned char raw[SOCKADDR_MAX];
+    /* Only connect() of x86_64 (the filter refuses any other arch), from a
+       thread with a TID: anything else, the Python code's (which answers
+       listen() and refuses what the filter never sends). */
+    if (n->data.nr != __NR_connect || n->data.arch != AUDIT_ARCH_X86_64 || (int32_t)n->pid <= 0)
+        return TO_PYTHON;
+    unsigned char raw[SOCKADDR_MAX] = {0};
     int length = (int)(int32_t)n->data.args[2];
     if (!read_once(n, raw, length))
         return TO_PYTHON;
@@ -400,7 +441,7 @@ static enum answer decide(int proc, int listener, const struct seccomp_notif *n,
         return unix_inside(proc, listener, n, k, raw, length, names, sock, target, result);
     int by_itself = alone(proc, k);
     *sock = take(k, (int)(int32_t)n->data.args[0]);
-    if (*sock < 0 || !inet_may_go(*sock, raw, length, names->listened))
+    if (*sock < 0 || !inet_may_go(*sock, raw, length, names))
         return TO_PYTHON;
     if (by_itself)
         return GO_ON;
@@ -435,29 +476,33 @@ static int answer_one(int proc, int listener, const struct seccomp_notif *n,
     return outcome;
 }
 
-/* receive(listener, proc_fd, listened, named, notification) -> None
+#ifndef FAST_CONTINUE_MOCK
+/* receive(listener, proc_fd, listened, table, notification, cookie) -> None
 
    Waits for notifications and answers each that decide() may answer here;
    returns when one needs the Python code, with it in `notification` (a
    writable buffer of sizeof(struct seccomp_notif)). `listened`: the bitmap
    of loopback ports seen with a listener (8192 bytes, read only here);
-   `named`: the policy's sockets, (st_dev, st_ino) as native 64-bit pairs.
+   `table`: the recorded socket files (BoundTable, rewritten by the Python
+   code as programs listen, read here slot by slot under its sequence
+   numbers); `cookie`: the sandbox's network namespace's.
    Raises OSError as the ioctls fail (EINTR and ENOENT, a call that ended
    before it was read or answered, are not errors). */
 static PyObject *receive(PyObject *self, PyObject *args)
 {
     int listener, proc;
-    Py_buffer listened, named, out;
-    if (!PyArg_ParseTuple(args, "iiy*y*w*", &listener, &proc, &listened, &named, &out))
+    unsigned long long cookie;
+    Py_buffer listened, table, out;
+    if (!PyArg_ParseTuple(args, "iiy*y*w*K", &listener, &proc, &listened, &table, &out, &cookie))
         return NULL;
     struct seccomp_notif n;
     int error = 0;
-    if (listened.len != PORT_BITS_BYTES || named.len % (2 * sizeof(uint64_t)) ||
-        out.len != (Py_ssize_t)sizeof(struct seccomp_notif)) {
+    if (listened.len != PORT_BITS_BYTES || table.len < TABLE_HEAD ||
+        out.len != (Py_ssize_t)sizeof(struct seccomp_notif) || cookie == 0) {
         error = -1;
         goto out;
     }
-    struct names names = {listened.buf, named.buf, named.len / (Py_ssize_t)(2 * sizeof(uint64_t))};
+    struct names names = {listened.buf, table.buf, table.len, cookie};
     Py_BEGIN_ALLOW_THREADS
     for (;;) {
         memset(&n, 0, sizeof n);
@@ -478,10 +523,10 @@ static PyObject *receive(PyObject *self, PyObject *args)
         memcpy(out.buf, &n, sizeof n);
 out:
     PyBuffer_Release(&listened);
-    PyBuffer_Release(&named);
+    PyBuffer_Release(&table);
     PyBuffer_Release(&out);
     if (error < 0) {
-        PyErr_SetString(PyExc_ValueError, "receive: a buffer of the wrong size");
+        PyErr_SetString(PyExc_ValueError, "receive: a buffer of the wrong size, or no cookie");
         return NULL;
     }
     if (error) {
@@ -507,3 +552,4 @@ PyMODINIT_FUNC PyInit_fast_continue(void)
 {
     return PyModule_Create(&module);    /* kept[] starts free (tid 0) in every thread */
 }
+#endif

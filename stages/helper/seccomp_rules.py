@@ -17,9 +17,11 @@ Order of concern (libseccomp emits the arch check first by construction):
    supervisor, a clone that shares the fd table with another process.
 
 `supervised` (docs/security.md, "Unix sockets"): AF_UNIX stream and seqpacket
-sockets may be made, datagram ones stay refused, and every connect() goes to
-the supervisor (SECCOMP_RET_USER_NOTIF, stages/helper/unix_supervisor.py),
-which connects only to sockets bound inside the sandbox or named by the policy.
+sockets may be made, datagram ones stay refused, and every connect() and
+listen() goes to the supervisor (SECCOMP_RET_USER_NOTIF,
+stages/helper/unix_supervisor.py), which records the socket files the
+program's listeners are bound to and connects only to those, or to sockets
+named by the policy.
 """
 from __future__ import annotations
 
@@ -135,6 +137,10 @@ def _supervised_unix_rules() -> list[SyscallRule]:
     rules = [SyscallRule("socket", errno.EPERM, ((0, 0xFFFFFFFF, AF_UNIX), (1, mask, value)))
              for mask, value in complement_patterns(set(CONNECTED_PAIR_TYPES), SOCK_TYPE_BITS)]
     rules.append(SyscallRule("connect", 0, notify=True))
+    # Each listen() too: the supervisor records the file the socket is bound
+    # to (the one its bind made, SIOCUNIXFILE) as one of the sandbox's own,
+    # by an identity that cannot repeat, before the kernel goes on with it.
+    rules.append(SyscallRule("listen", 0, notify=True))
     # A process that shares its fd table with another process (clone with
     # CLONE_FILES but not CLONE_THREAD): refused, so that the only tasks that
     # can change a thread's fd table are the threads of its own group, and a

@@ -1,6 +1,6 @@
-"""The Unix-socket supervisor: it answers every connect() the program makes.
+"""The Unix-socket supervisor: it answers every connect() and listen() the program makes.
 
-The program's seccomp filter sends each connect() here (SECCOMP_RET_USER_NOTIF);
+The program's seccomp filter sends each connect() and listen() here (SECCOMP_RET_USER_NOTIF);
 the program's thread waits until we answer. We take the program's socket
 (pidfd_getfd), read its address once, decide on what we read, make the
 connect() ourselves on that same socket and answer with its result: were the
@@ -11,15 +11,19 @@ other task can change its fd table while it waits; the filter refuses a
 process that shares it) is let go on. The design, and what a program could
 try against it, is in docs/security.md, "Unix sockets by origin".
 
-What is allowed:
-- a socket of another family (TCP, UDP, netlink): connected as asked (or let
-  go on); the network namespace is that boundary;
-- a path whose socket file (device, inode) is bound by a listener of the
-  sandbox's own network namespace (sock_diag), or is a socket the policy's
-  [unix] allow names (resolved once, when the run starts);
+What is allowed (stages/helper/connect_judge.py decides, on what this reads):
+- a socket of another family (TCP, UDP, netlink) made in the sandbox's
+  network namespace (SO_NETNS_COOKIE): connected as asked (or let go on);
+  the network namespace is that boundary;
+- a path whose socket file's identity (its device and file handle) is one
+  recorded at a listen() of a Unix socket made in the sandbox (the file its
+  bind made, SIOCUNIXFILE), or is a socket the policy's [unix] allow names
+  (opened once, when the run starts);
 - an abstract name, when the socket was made in the sandbox's network
   namespace (abstract names are per namespace).
-Anything else gets EPERM, and a UnixRefused status message first.
+A listen() is let go on once its socket's file is recorded. Anything else
+gets EPERM, and a UnixRefused status message first (a call the filter
+never sends: EPERM alone).
 
 This runs as a process of its own, forked by the helper (P) inside the
 sandbox's user, network and mount namespaces but outside its PID namespace
@@ -34,7 +38,7 @@ import gc
 import os
 import socket
 import stat
-import sys
+import struct
 import threading
 
 from stages.config.records import NamedTuple  # typing's, without importing typing
@@ -58,11 +62,10 @@ if TYPE_CHECKING:
     from typing import Callable
 
 
-AF_UNIX = socket.AF_UNIX
-UNIX_FAMILY = AF_UNIX.to_bytes(2, "little")     # a sockaddr's first two bytes, for AF_UNIX
-SUN_PATH_AT = 2                 # offsetof(struct sockaddr_un, sun_path)
-SOCKADDR_UN_MAX = 110           # sizeof(struct sockaddr_un)
-SOCKADDR_MAX = 128              # sizeof(struct sockaddr_storage): the kernel's limit
+from stages.helper import connect_judge as cj
+from stages.helper.connect_judge import (AF_UNIX, INET_FAMILIES, SOCKADDR_MAX,  # noqa: F401
+                                         Destination, int32, loopback_port, unix_destination)
+
 # One thread at a time receives; it hands that turn to another before a
 # connect of its own that may wait (a full backlog), and one more starts when
 # no other is parked, up to this many, so such a connect holds only its own
@@ -73,7 +76,6 @@ MOST_RECEIVERS = 32
 KEPT_PER_RECEIVER = 8
 # What _decide answers when the kernel may go on with the program's own call.
 GO_ON = -1
-INET_FAMILIES = frozenset({socket.AF_INET, socket.AF_INET6})
 # The compiled "continue" answer (stages/helper/fast_continue.c, built where a
 # C compiler and Python's headers were at install); set, the Python path
 # answers every notification, as where it did not build (the tests run both).
@@ -104,23 +106,6 @@ def answered_by() -> str:
     return "Python (the compiled path was not built at install)"
 
 
-class Destination(NamedTuple):
-    kind: str          # "path" | "abstract" | "invalid"
-    name: bytes        # the path, or the abstract name with its leading NUL
-
-
-def unix_destination(raw: bytes) -> Destination:
-    """What a sockaddr_un asks for, read as the kernel reads it
-    (unix_validate_addr, unix_mkname_bsd): a path ends at the first NUL or
-    at the address's end; an abstract name is every byte after sun_path[0]."""
-    if not SUN_PATH_AT < len(raw) <= SOCKADDR_UN_MAX or int.from_bytes(raw[:2], "little") != AF_UNIX:
-        return Destination("invalid", b"")
-    sun_path = raw[SUN_PATH_AT:]
-    if sun_path[0] == 0:
-        return Destination("abstract", sun_path)
-    return Destination("path", sun_path.split(b"\0", 1)[0])
-
-
 def shown(destination: Destination) -> str:
     """The destination as the record shows it: a path, or @name (abstract)."""
     if destination.kind == "abstract":
@@ -128,28 +113,191 @@ def shown(destination: Destination) -> str:
     return destination.name.decode("utf-8", "backslashreplace")
 
 
-class Refusal(Exception):
-    """A connect the supervisor refuses with EPERM; the message says why."""
+def shown_inet(raw: bytes) -> str:
+    """An IP sockaddr as the record shows a refused one: ADDRESS:PORT, or
+    the family's number for any other."""
+    import ipaddress
+    family = int.from_bytes(raw[:2], "little") if len(raw) >= 2 else -1
+    if family == socket.AF_INET and len(raw) >= 8:
+        return f"{ipaddress.IPv4Address(raw[4:8])}:{int.from_bytes(raw[2:4], 'big')}"
+    if family == socket.AF_INET6 and len(raw) >= 24:
+        return f"[{ipaddress.IPv6Address(raw[8:24])}]:{int.from_bytes(raw[2:4], 'big')}"
+    return f"(address family {family})"
 
 
-class Verdict(NamedTuple):
-    allowed: bool
-    rule: str | None      # the policy's entry, when it is what allowed it
+# The sockets recorded as bound inside at most (each keeps an O_PATH fd);
+# past it those no longer listened on are dropped (sock_diag), and past that
+# a new one is not recorded (connects to it are refused).
+MAX_BOUND = 1024
 
 
-def judge(identity: tuple[int, int], inside: set[tuple[int, int]],
-          named: dict[tuple[int, int], str]) -> Verdict:
-    """Pure: may a connect reach the socket file `identity` (st_dev, st_ino)?
-    `inside`: the listeners of the sandbox's network namespace, as sock_diag
-    gives them (the inode's low 32 bits); `named`: the policy's sockets."""
-    if identity in named:
-        return Verdict(True, named[identity])
-    dev, ino = identity
-    # sock_diag reports 32 bits of the inode: a larger one cannot be told
-    # apart from another file's, so it is never taken for an inside listener.
-    if ino < 1 << 32 and identity in inside:
-        return Verdict(True, None)
-    return Verdict(False, None)
+class NamedSocket(NamedTuple):
+    """A socket the policy's [unix] allow names: its entry as written, and an
+    O_PATH fd of the socket file, opened when the run starts."""
+    entry: str
+    fd: int
+
+
+def _identity(fd: int, st: os.stat_result | None = None) -> tuple | None:
+    """connect_judge.identity_key of the file `fd`."""
+    st = st or os.fstat(fd)
+    try:
+        return cj.identity_key(st.st_dev, st.st_ino, sn.file_handle(fd), 0)
+    except OSError:
+        pass
+    try:
+        fs_type = sn.file_system_type(fd)       # asked only without a handle
+    except OSError:
+        return None                             # unknown: as if its numbers repeat
+    return cj.identity_key(st.st_dev, st.st_ino, None, fs_type)
+
+
+class BoundTable:
+    """The recorded identities that have a handle, in a buffer the compiled
+    path reads without the GIL (fast_continue.c, `struct slot`): a count of
+    slots in use, then MAX_BOUND slots. A slot is written under a sequence
+    number, odd while it changes: the reader takes a slot only when the
+    number is even and the same before and after its read (a seqlock), so it
+    never matches on half a slot. Written under Supervisor.lock only."""
+    BOUND, NAMED = 1, 2
+    HEAD = struct.Struct("=I4x")
+    SEQ = struct.Struct("=I")
+    BODY = struct.Struct("=IQiI64s")        # kind, st_dev, handle_type, handle_bytes, f_handle
+    SLOT = SEQ.size + BODY.size             # 88
+    HANDLE_MAX = 64
+
+    def __init__(self):
+        self.data = bytearray(self.HEAD.size + MAX_BOUND * self.SLOT)
+        self.used = 0                       # slots ever written (the count at the head)
+        self._free_slots: list[int] = []    # of those, cleared since
+
+    @property
+    def free(self) -> int:
+        return len(self._free_slots) + MAX_BOUND - self.used
+
+    def put(self, kind: int, key: tuple) -> int | None:
+        """A slot for ("handle", dev, type, bytes); None when none is free or
+        the handle is longer than a slot holds (then only the Python path
+        matches it)."""
+        _, dev, handle_type, handle = key
+        if len(handle) > self.HANDLE_MAX:
+            return None
+        if self._free_slots:
+            slot = self._free_slots.pop()
+        elif self.used < MAX_BOUND:
+            slot = self.used
+        else:
+            return None
+        self._write(slot, kind, dev, handle_type, handle)
+        if slot == self.used:
+            self.used += 1
+            self.HEAD.pack_into(self.data, 0, self.used)
+        return slot
+
+    def clear(self, slot: int) -> None:
+        self._write(slot, 0, 0, 0, b"")
+        self._free_slots.append(slot)
+
+    def _write(self, slot: int, kind: int, dev: int, handle_type: int, handle: bytes) -> None:
+        at = self.HEAD.size + slot * self.SLOT
+        seq = self.SEQ.unpack_from(self.data, at)[0]
+        self.SEQ.pack_into(self.data, at, (seq + 1) & 0xFFFFFFFF)        # odd: changing
+        self.BODY.pack_into(self.data, at + self.SEQ.size, kind, dev, handle_type, len(handle), handle)
+        self.SEQ.pack_into(self.data, at, (seq + 2) & 0xFFFFFFFF)        # even: whole again
+
+
+class LiveCall:
+    """connect_judge.Call, read from the notifying thread as decide asks
+    for each fact, once. The thread group is counted before the socket is
+    taken (`sock` asks `alone` first: docs/security.md)."""
+
+    def __init__(self, supervisor: Supervisor, n, threads: Threads, held: list[int]):
+        self._s, self._n, self._threads, self._held = supervisor, n, threads, held
+        self.nr, self.arch, self.pid = n.nr, n.arch, n.pid
+        self.length = int32(n.args[2])
+        self._facts: dict[str, object] = {}
+
+    def _fact(self, name: str, make):
+        if name not in self._facts:
+            self._facts[name] = make()
+        return self._facts[name]
+
+    @property
+    def alone(self) -> bool:
+        return self._fact("alone", lambda: self._threads.alone(self.pid))
+
+    def _take(self):
+        self.alone          # noqa: B018 - counted before the take
+        try:
+            sock = self._threads.take(self.pid, int32(self._n.args[0]))
+        except OSError as e:
+            return None, e.errno or errno.EBADF
+        self._held.append(sock)
+        return sock, 0
+
+    @property
+    def sock(self) -> int:
+        return self._fact("take", self._take)[0]
+
+    @property
+    def sock_error(self) -> int:
+        return self._fact("take", self._take)[1]
+
+    def _read(self):
+        if not self.length:
+            return b"", 0
+        try:
+            return self._threads.memory.read(self.pid, self._n.args[1], self.length), 0
+        except OSError as e:
+            return b"", e.errno or errno.EFAULT
+
+    @property
+    def raw(self) -> bytes:
+        return self._fact("raw", self._read)[0]
+
+    @property
+    def raw_error(self) -> int:
+        return self._fact("raw", self._read)[1]
+
+    def _domain(self):
+        try:
+            return self._threads.domain(self.sock)
+        except OSError:
+            return None
+
+    @property
+    def domain(self) -> int | None:
+        return self._fact("domain", self._domain)
+
+    def _inside(self) -> bool:
+        try:
+            return self._threads.cookie(self.sock) == self._s.cookie
+        except OSError:
+            return False
+
+    @property
+    def made_inside(self) -> bool:
+        return self._fact("inside", self._inside)
+
+    def _target(self):
+        destination = unix_destination(self.raw)
+        try:
+            fd = self._s._open_in_root(self.pid, destination.name)
+        except OSError as e:
+            return cj.Target(error=e.errno or errno.ENOENT), None
+        self._held.append(fd)
+        st = os.fstat(fd)
+        if not stat.S_ISSOCK(st.st_mode):
+            return cj.Target(socket=False), fd
+        return cj.Target(socket=True, key=_identity(fd, st)), fd
+
+    @property
+    def target(self) -> cj.Target:
+        return self._fact("target", self._target)[0]
+
+    @property
+    def target_fd(self) -> int:
+        return self._fact("target", self._target)[1]
 
 
 class Report(NamedTuple):
@@ -168,21 +316,6 @@ class LoopbackRefused(NamedTuple):
     port: int
     process: int
     program: str
-
-
-_LOOPBACK_V4 = bytes([127, 0, 0, 1])
-_LOOPBACK_V6 = (bytes(15) + b"\1", bytes(10) + b"\xff\xff" + _LOOPBACK_V4)
-
-
-def loopback_port(raw: bytes) -> int | None:
-    """Pure: the port a sockaddr_in / sockaddr_in6 asks for when its address
-    is 127.0.0.1 or ::1 (or ::ffff:127.0.0.1); None for anything else."""
-    family = int.from_bytes(raw[:2], "little") if len(raw) >= 2 else None
-    if family == socket.AF_INET and len(raw) >= 8 and raw[4:8] == _LOOPBACK_V4:
-        return int.from_bytes(raw[2:4], "big")
-    if family == socket.AF_INET6 and len(raw) >= 24 and raw[8:24] in _LOOPBACK_V6:
-        return int.from_bytes(raw[2:4], "big")
-    return None
 
 
 def threads_in(task_dir_links: int) -> int:
@@ -215,6 +348,7 @@ class Threads:
         # This receiving thread's own buffers, made once.
         self.memory = sn.MemoryReader(SOCKADDR_MAX)
         self.domain = sn.DomainReader()
+        self.cookie = sn.CookieReader()
         self.has_turn = False       # the supervisor's turn to receive (Supervisor._receive)
         self.notification = bytearray(sn.NOTIF.size)
 
@@ -274,16 +408,18 @@ class Supervisor:
     """The threads over one seccomp listener. `report` is called (and must
     have written the record) before the program is answered."""
 
-    def __init__(self, listener: int, proc_fd: int, named: dict[tuple[int, int], str],
+    def __init__(self, listener: int, proc_fd: int, named: list[NamedSocket],
                  report: Callable[[Report | LoopbackRefused], None], listened: tuple = ()):
         _load_notify()
         self.listener = listener
         self.proc = proc_fd
-        self.named = named
         self._report = report
         self.diag = unix_diag.open_diag()
-        self.netns = os.stat("self/ns/net", dir_fd=proc_fd).st_ino
-        self.lock = threading.Lock()        # the counts below
+        # The sandbox's network namespace, by its cookie (SO_NETNS_COOKIE of
+        # a socket made here: the supervisor is in it for life).
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as own:
+            self.cookie = sn.CookieReader()(own.fileno())
+        self.lock = threading.Lock()        # the counts below, the bound sockets
         self.receivers = 0                  # receiving threads started
         self.parked = 0                     # of them, waiting for the turn
         self.turn = threading.Lock()        # held by the one thread that receives
@@ -302,10 +438,22 @@ class Supervisor:
         for port in listened:
             self._listened(port)
         self.fast = compiled_path()
-        # The policy's sockets for the compiled path, which leaves their
-        # connects (recorded) to this code: (st_dev, st_ino), native 64-bit pairs.
-        self.named_identities = b"".join(
-            ident.to_bytes(8, sys.byteorder) for pair in named for ident in pair)
+        # The socket files the program's processes bound, by identity
+        # (connect_judge.identity_key), recorded as each listens: an O_PATH
+        # fd each, kept (its inode, and so its handle, stays theirs), and
+        # a slot of the table the compiled path matches against.
+        self.bound: dict[tuple, tuple[int, int, int, int | None]] = {}   # key -> (fd, dev, ino, slot)
+        self.table = BoundTable()
+        # The policy's sockets, by the same identity (their fds were opened
+        # when the run started, before the sandbox's mounts).
+        self.named: dict[tuple, str] = {}
+        for entry in named:
+            key = _identity(entry.fd)
+            if key is not None:
+                self.named[key] = entry.entry
+                if key[0] == "handle":
+                    self.table.put(BoundTable.NAMED, key)
+        self.view = cj.Sandbox(self.listened_bits, self.bound, self.named)
 
     # ------------------------------------------------------------ threads
 
@@ -372,8 +520,8 @@ class Supervisor:
         not, which is decided from the start here."""
         if self.fast is None:
             return sn.receive(self.listener, threads.notification)
-        self.fast.receive(self.listener, self.proc, self.listened_bits, self.named_identities,
-                          threads.notification)
+        self.fast.receive(self.listener, self.proc, self.listened_bits, self.table.data,
+                          threads.notification, self.cookie)
         return sn.Notification(threads.notification)
 
     def _hand_over(self, threads: Threads) -> None:
@@ -424,66 +572,85 @@ class Supervisor:
 
     def _decide(self, n: sn.Notification, threads: Threads, held: list[int]) -> int | None:
         """None (nobody waits any more), GO_ON, or the errno to answer (0:
-        connected), once the connect is made."""
-        # Asked before the socket is taken: once the group has one thread,
-        # nobody but that thread can change its fd table (docs/security.md).
-        alone = threads.alone(n.pid)
-        sock = threads.take(n.pid, _int32(n.args[0]))
-        held.append(sock)
-        length = _int32(n.args[2])
-        if not 0 <= length <= SOCKADDR_MAX:
-            return errno.EINVAL
-        # The address is read once; everything after decides on these bytes.
-        raw = threads.memory.read(n.pid, n.args[1], length) if length else b""
-        if alone and raw[:SUN_PATH_AT] != UNIX_FAMILY and self._may_go_on(threads, sock, raw):
+        connected), once the connect is made. What to do is connect_judge's
+        (pure); this reads what it asks for and does what it says."""
+        call = LiveCall(self, n, threads, held)
+        answer = cj.decide(call, self.view)
+        action = answer.action
+        if action == cj.ERRNO:
+            return answer.errno
+        if action == cj.LISTEN:
+            self._record_listener(call)
             return GO_ON
-        if os.get_blocking(sock):
+        if action == cj.GO_ON:
+            return GO_ON
+        if action != cj.REFUSE and os.get_blocking(call.sock):
             # Only a blocking socket's connect can wait (on a full backlog);
             # a non-blocking one (Node, Go, libuv, asyncio) answers at once.
             self._hand_over(threads)
-        # The thread still waits: the TID named it all along, so the socket
-        # and the bytes came from it.
+        # The thread still waits: the TID named it all along, so the socket,
+        # the bytes and the file its path names came from it.
         if not sn.still_pending(self.listener, n.id):
             return None
-        if raw[:SUN_PATH_AT] != UNIX_FAMILY:
-            # Another family (TCP, UDP, netlink): connected as asked, the
-            # network namespace is that boundary. On a Unix socket the kernel
-            # refuses such an address itself (EINVAL; AF_UNSPEC only
-            # disconnects a datagram one), so no SO_DOMAIN is needed here.
-            result = sn.connect_raw(sock, raw)
-            port = loopback_port(raw)
-            if port is not None:
-                self._at_loopback(n.pid, port, result)
-            return result
-        try:
-            family = sn.socket_domain(sock)
-        except OSError as e:
-            return e.errno        # ENOTSOCK, as connect() on a file that is no socket
-        if family != AF_UNIX:
-            return sn.connect_raw(sock, raw)    # the kernel's own answer (EAFNOSUPPORT)
-        try:
-            target = self._unix_target(n, sock, raw, held)
-        except Refusal as why:
-            self._refuse(n, raw, str(why))
+        if action == cj.REFUSE:
+            self._refuse(n, call.raw, answer.why)
             return errno.EPERM
-        if isinstance(target, int):
-            return target
-        return sn.connect_raw(sock, target)
+        if action == cj.CONNECT_TARGET:
+            if answer.why:
+                self.report(Report(True, shown(unix_destination(call.raw)), *self._who(n.pid),
+                                   answer.why))
+            # Through the fd we checked, never the path again: what we looked at
+            # is what we connect to, whatever the program renames meanwhile.
+            return sn.connect_raw(call.sock, AF_UNIX.to_bytes(2, "little")
+                                  + f"self/fd/{call.target_fd}".encode())
+        result = sn.connect_raw(call.sock, call.raw)
+        port = loopback_port(call.raw)
+        if port is not None:
+            self._at_loopback(n.pid, port, result)
+        return result
 
-    def _may_go_on(self, threads: Threads, sock: int, raw: bytes) -> bool:
-        """May the kernel go on with the connect of a thread alone in its
-        group (its fd table is its own until it returns)? When the socket is
-        TCP/UDP over IP (never a Unix, vsock or other one: the kernel will
-        look the fd up again, but find this same socket), and the address is
-        not the loopback's at a port we have not yet seen a listener on (its
-        refusal is evidence for a hint, so we make that connect and see)."""
+    def _record_listener(self, call: LiveCall) -> None:
+        """A listen(): the file the socket is bound to (SIOCUNIXFILE: the
+        inode its bind made, whatever was renamed since) is recorded as
+        bound inside, when the socket is a Unix one made in the sandbox's
+        network namespace. Anything else is let go on unrecorded: the
+        kernel's listen() cannot reach anything."""
+        if call.sock_error or call.domain != AF_UNIX or not call.made_inside:
+            return
         try:
-            if threads.domain(sock) not in INET_FAMILIES:
-                return False
+            fd = sn.unix_file(call.sock)
         except OSError:
+            return          # bound to no file (abstract, autobind at listen)
+        try:
+            st = os.fstat(fd)
+            key = _identity(fd, st)
+        except OSError:
+            key = None
+        with self.lock:
+            if key is None or key in self.bound or not self._room_for_one():
+                os.close(fd)
+                return
+            slot = self.table.put(BoundTable.BOUND, key) if key[0] == "handle" else None
+            self.bound[key] = (fd, st.st_dev, st.st_ino, slot)
+
+    def _room_for_one(self) -> bool:
+        """(self.lock) A record may be added: under MAX_BOUND, after those
+        of sockets no longer listened on (sock_diag) are dropped. Past it,
+        a new socket is not recorded, and connects to it are refused."""
+        if len(self.bound) < MAX_BOUND and self.table.free:
+            return True
+        try:
+            with self.diag_lock:
+                alive = unix_diag.listening_files(self.diag)
+        except (OSError, unix_diag.DiagError):
             return False
-        port = loopback_port(raw)
-        return port is None or self._has_listener(port)
+        for key, (fd, dev, ino, slot) in list(self.bound.items()):
+            if (dev, ino & 0xFFFFFFFF) not in alive:
+                del self.bound[key]
+                if slot is not None:
+                    self.table.clear(slot)
+                os.close(fd)
+        return len(self.bound) < MAX_BOUND and bool(self.table.free)
 
     def _at_loopback(self, tid: int, port: int, result: int) -> None:
         if result == 0:
@@ -498,12 +665,14 @@ class Supervisor:
         on (a non-blocking connect hears the reset later): reported once per
         port, as evidence for a hint, never as a decision, before the program
         hears it. A port once seen with a listener (the doors, the program's
-        own servers) is not asked about again: every non-blocking connect to
-        a door would otherwise cost a sock_diag dump."""
+        own servers) is not reported, whatever the result: every non-blocking
+        connect to a door would otherwise cost a sock_diag dump, and the
+        compiled path, which makes or lets go on such connects, reports
+        none (connect_judge.reports_refusal)."""
         with self.lock:
             if port in self.refused_ports or len(self.refused_ports) >= MAX_REFUSED_PORTS:
                 return
-            if result == errno.EINPROGRESS and self._has_listener(port):
+            if not cj.reports_refusal(port, self.listened_bits):
                 return
         if result == errno.EINPROGRESS:
             from stages.kernel.inet_diag import loopback_listener
@@ -540,36 +709,6 @@ class Supervisor:
         finally:
             os.close(fd)
 
-    def _unix_target(self, n: sn.Notification, sock: int, raw: bytes, held: list[int]):
-        """The address to connect the program's socket to, or an errno."""
-        destination = unix_destination(raw)
-        if destination.kind == "invalid":
-            return errno.EINVAL
-        if destination.kind == "abstract":
-            if not self._made_inside(sock):
-                raise Refusal("an abstract socket from a socket made outside the sandbox")
-            return raw
-        try:
-            target = self._open_in_root(n.pid, destination.name)
-        except OSError as e:
-            if e.errno == errno.EXDEV:
-                raise Refusal("a path through a /proc link") from None
-            return e.errno
-        held.append(target)
-        st = os.fstat(target)
-        if not stat.S_ISSOCK(st.st_mode):
-            return errno.ECONNREFUSED        # what connect() says for a file that is no socket
-        with self.diag_lock:
-            inside = unix_diag.listening_files(self.diag)
-        verdict = judge((st.st_dev, st.st_ino), inside, self.named)
-        if not verdict.allowed:
-            raise Refusal("a socket bound outside the sandbox")
-        if verdict.rule is not None:
-            self.report(Report(True, shown(destination), *self._who(n.pid), verdict.rule))
-        # Through the fd we checked, never the path again: what we looked at
-        # is what we connect to, whatever the program renames meanwhile.
-        return AF_UNIX.to_bytes(2, "little") + f"self/fd/{target}".encode()
-
     def _open_in_root(self, tid: int, path: bytes) -> int:
         """An O_PATH fd of `path` as the program's thread would find it: from
         its root (RESOLVE_IN_ROOT on /proc/TID/root, which also refuses
@@ -605,6 +744,8 @@ class Supervisor:
         namespace): spelled with the thread's own PID, the lookup meets the
         magic link behind them and is refused as such (EXDEV), and recorded."""
         parts = [p for p in path.split(b"/") if p not in (b"", b".")]
+        while parts[:1] == [b".."]:
+            del parts[0]            # ".." at the root is the root (RESOLVE_IN_ROOT too)
         if len(parts) < 2 or parts[0] != b"proc" or parts[1] not in (b"self", b"thread-self"):
             return path
         pid = self._who(tid)[0]
@@ -612,18 +753,9 @@ class Supervisor:
             return path
         return b"/".join([b"", b"proc", str(pid).encode(), *parts[2:]])
 
-    def _made_inside(self, sock: int) -> bool:
-        try:
-            ns = sn.socket_netns(sock)
-        except OSError:
-            return False       # EPERM: a namespace we do not administer, so not ours
-        try:
-            return os.fstat(ns).st_ino == self.netns
-        finally:
-            os.close(ns)
-
     def _refuse(self, n: sn.Notification, raw: bytes, why: str) -> None:
-        self.report(Report(False, shown(unix_destination(raw)), *self._who(n.pid), why))
+        where = shown(unix_destination(raw)) if raw[:2] == cj.UNIX_FAMILY else shown_inet(raw)
+        self.report(Report(False, where, *self._who(n.pid), why))
 
     def _who(self, tid: int) -> tuple[int, str]:
         """The thread's PID as the program sees it (the last NSpid) and its name."""
@@ -687,11 +819,6 @@ def _link_in_root(root: int, path: bytes) -> bytes | None:
         os.close(fd)
 
 
-def _int32(value: int) -> int:
-    value &= 0xFFFFFFFF
-    return value - (1 << 32) if value & 0x80000000 else value
-
-
 
 # ---------------------------------------------------------------- the helper's side
 
@@ -709,6 +836,12 @@ def missing() -> str | None:
     if gap:
         return f"the kernel lacks {gap}()"
     try:
+        release = tuple(int(part) for part in os.uname().release.split("-")[0].split(".")[:2])
+    except ValueError:
+        release = (0, 0)
+    if release < (5, 15):
+        return "the kernel lacks SIOCUNIXFILE and SO_NETNS_COOKIE (Linux 5.15)"
+    try:
         if os.readlink("/proc/self") != str(os.getpid()):
             return "/proc is not this PID namespace's"
     except OSError as e:
@@ -716,19 +849,22 @@ def missing() -> str | None:
     return None
 
 
-def named_sockets(entries) -> dict[tuple[int, int], str]:
+def named_sockets(entries) -> list[NamedSocket]:
     """The policy's [unix] allow entries ((as written, path)) that are sockets
-    now, by (st_dev, st_ino): what a connect is matched against, whatever
-    path reaches them. Stat-ed once: a socket made again later under the same
-    path is another socket, and stays refused."""
-    named = {}
+    now, each with an O_PATH fd of its socket file (the supervisor names it
+    by its handle: connect_judge.identity_key), whatever path reaches it.
+    Opened once: a socket made again later under the same path is another
+    socket, and stays refused."""
+    named = []
     for entry, path in entries:
         try:
-            st = os.stat(path)
+            fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
         except OSError:
             continue
-        if stat.S_ISSOCK(st.st_mode):
-            named[(st.st_dev, st.st_ino)] = entry
+        if stat.S_ISSOCK(os.fstat(fd).st_mode):
+            named.append(NamedSocket(entry, fd))
+        else:
+            os.close(fd)
     return named
 
 
@@ -758,7 +894,7 @@ def hand_over_listener(program_end: int, seccomp_filter) -> None:
     os.close(listener)
 
 
-def spawn(link_: Link, named: dict[tuple[int, int], str], status_fd: int,
+def spawn(link_: Link, named: list[NamedSocket], status_fd: int,
           report: Callable[[Report | LoopbackRefused], None], listened: tuple = ()) -> int:
     """In the helper, inside the new user and network namespaces but before
     the new PID namespace: the supervisor process (its PID). Forked there, it
@@ -770,6 +906,8 @@ def spawn(link_: Link, named: dict[tuple[int, int], str], status_fd: int,
     if pid:
         link_.supervisor_end.close()
         os.close(link_.proc_fd)
+        for entry in named:
+            os.close(entry.fd)
         return pid
     code = 1
     try:
@@ -781,7 +919,8 @@ def spawn(link_: Link, named: dict[tuple[int, int], str], status_fd: int,
         priv.prctl(priv.PR_SET_PDEATHSIG, 9)
         link_.program_end.close()
         from stages.kernel.descriptors import close_all_but
-        close_all_but({link_.supervisor_end.fileno(), link_.proc_fd, status_fd})
+        close_all_but({link_.supervisor_end.fileno(), link_.proc_fd, status_fd,
+                       *(entry.fd for entry in named)})
         _serve_when_listened(link_, named, report, listened)
         code = 0
     finally:
@@ -797,6 +936,13 @@ def _serve_when_listened(link_: Link, named, report, listened: tuple = ()) -> No
             return
     if not fds:
         return          # the program's process never loaded its filter
+    # Up to MAX_BOUND recorded files and KEPT_PER_RECEIVER pidfds and task
+    # directories per receiving thread stay open: past a soft limit of
+    # 1024, the hard one.
+    import resource
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < hard:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
     try:
         Supervisor(fds[0], link_.proc_fd, named, report, listened).serve()
     finally:

@@ -2,12 +2,13 @@
 
 Python 3.11 has none of them: the notification ioctls (SECCOMP_IOCTL_NOTIF_RECV,
 _SEND, _ID_VALID: through fcntl.ioctl, which lets go of the GIL while it
-waits), pidfd_getfd, openat2, process_vm_readv, SIOCGSKNS (through `_ctypes`
+waits), pidfd_getfd, openat2, process_vm_readv, SIOCGSKNS, SIOCUNIXFILE,
+SO_NETNS_COOKIE, name_to_handle_at, fstatfs (through `_ctypes`
 alone, stages/kernel/foreign.py: the `ctypes` package's Python half, ~3 ms
 of CPU in the supervisor's process as it starts, is not loaded). Each
 wrapper raises OSError with the kernel's errno; nothing here decides anything
 (stages/helper/unix_supervisor.py does). Layouts: include/uapi/linux/seccomp.h,
-openat2.h, sockios.h.
+openat2.h, sockios.h, un.h, asm-generic/socket.h, fcntl.h.
 """
 from __future__ import annotations
 
@@ -57,12 +58,13 @@ def _check(res: int, what: str) -> int:
 
 class Notification:
     """One pending syscall: its id, the thread that made it (a TID in the
-    reader's PID namespace), the syscall number and its six arguments."""
-    __slots__ = ("id", "pid", "nr", "args")
+    reader's PID namespace), the syscall number, its architecture
+    (AUDIT_ARCH_*) and its six arguments."""
+    __slots__ = ("id", "pid", "nr", "arch", "args")
 
     def __init__(self, raw: bytes):
         fields = NOTIF.unpack(raw)
-        self.id, self.pid, self.nr = fields[0], fields[1], fields[3]
+        self.id, self.pid, self.nr, self.arch = fields[0], fields[1], fields[3], fields[4]
         self.args = fields[6:12]
 
 
@@ -225,3 +227,76 @@ def socket_netns(fd: int) -> int:
     """A new fd for the network namespace the socket `fd` was made in (EPERM
     unless this process administers that namespace)."""
     return _check(_ioctl(fd, SIOCGSKNS, None), "SIOCGSKNS")
+
+
+SIOCUNIXFILE = 0x89E0           # SIOCPROTOPRIVATE + 0 (include/uapi/linux/un.h), Linux 5.15
+
+
+def unix_file(fd: int) -> int:
+    """An O_PATH fd of the file the Unix socket `fd` is bound to: the very
+    inode its bind made, whatever has been renamed or linked since (the
+    kernel's unix_open_file). ENOENT when it is bound to no file (unbound,
+    abstract); EPERM unless this process administers the socket's network
+    namespace."""
+    return _check(_ioctl(fd, SIOCUNIXFILE, None), "SIOCUNIXFILE")
+
+
+SO_NETNS_COOKIE = 71             # Linux 5.14
+_COOKIE = struct.Struct("=Q")
+
+
+class CookieReader:
+    """SO_NETNS_COOKIE of a socket: the 64-bit cookie of the network
+    namespace it was made in, which the kernel never gives to another
+    namespace while it runs. Buffers of its own, made once (one per thread)."""
+    __slots__ = ("value", "size", "_value", "_size")
+
+    def __init__(self):
+        self.value, self.size = foreign.c_ulong(0), foreign.c_uint(8)
+        self._value, self._size = foreign.byref(self.value), foreign.byref(self.size)
+
+    def __call__(self, fd: int) -> int:
+        self.size.value = 8
+        _check(_getsockopt(fd, SOL_SOCKET, SO_NETNS_COOKIE, self._value, self._size),
+               "getsockopt(SO_NETNS_COOKIE)")
+        return self.value.value
+
+
+AT_EMPTY_PATH, AT_HANDLE_FID = 0x1000, 0x200
+MAX_HANDLE_SZ = 128
+_name_to_handle_at = _libc.function("name_to_handle_at", (foreign.c_int, foreign.c_char_p, foreign.c_void_p,
+                                                          foreign.c_void_p, foreign.c_int))
+_HANDLE_HEAD = struct.Struct("=Ii")      # struct file_handle {u32 handle_bytes; int handle_type; ...}
+
+
+def file_handle(fd: int) -> tuple[int, bytes]:
+    """(handle_type, f_handle) of the file `fd` (name_to_handle_at with
+    AT_EMPTY_PATH): what the file system names the inode by for NFS, with
+    its generation (tmpfs: a random one per inode), so that no other file
+    of that file system ever has it. AT_HANDLE_FID (Linux 6.5: a handle only
+    to compare, which overlayfs gives without nfs_export) first, then
+    without. EOPNOTSUPP on a file system that has none."""
+    buf = foreign.buffer(_HANDLE_HEAD.size + MAX_HANDLE_SZ)
+    mount_id = foreign.c_int(0)
+    err = 0
+    for flags in (AT_EMPTY_PATH | AT_HANDLE_FID, AT_EMPTY_PATH):
+        buf.raw = _HANDLE_HEAD.pack(MAX_HANDLE_SZ, 0)
+        if _name_to_handle_at(fd, b"", foreign.addressof(buf), foreign.byref(mount_id), flags) == 0:
+            raw = buf.raw
+            size, kind = _HANDLE_HEAD.unpack_from(raw)
+            return kind, raw[_HANDLE_HEAD.size:_HANDLE_HEAD.size + min(size, MAX_HANDLE_SZ)]
+        err = foreign.get_errno()
+        if err != 22:           # EINVAL: no AT_HANDLE_FID before 6.5
+            break
+    raise OSError(err, f"name_to_handle_at: {os.strerror(err)}")
+
+
+_fstatfs = _libc.function("fstatfs", (foreign.c_int, foreign.c_void_p))
+
+
+def file_system_type(fd: int) -> int:
+    """f_type of the file system `fd` is on (fstatfs; the first field of
+    struct statfs, a long)."""
+    buf = foreign.buffer(120)       # sizeof(struct statfs) on LP64
+    _check(_fstatfs(fd, foreign.addressof(buf)), "fstatfs")
+    return int.from_bytes(buf.raw[:foreign.sizeof(foreign.c_long)], "little", signed=True)

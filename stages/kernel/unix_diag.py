@@ -2,9 +2,11 @@
 
 A Unix socket belongs to the network namespace it was made in; NETLINK_SOCK_DIAG
 dumps only the sockets of the namespace the asking netlink socket was made in.
-With UDIAG_SHOW_VFS each bound socket comes with the device and inode of its
-socket file, which is what a path-based connect() finds it by
-(docs/security.md, "Unix sockets"). `dump_request` and `parse_listeners` are
+With UDIAG_SHOW_VFS each bound socket comes with the device and the low 32
+bits of the inode number of its socket file: not an identity (numbers
+repeat), only enough for the supervisor to tell which of the socket files
+it recorded still have a listener (docs/security.md, "Unix sockets by
+origin"). `dump_request` and `parse_listeners` are
 sans-I/O (the walk over the dump is sock_diag.py's); `listening_files` is
 the shell.
 

@@ -13,7 +13,7 @@ import sys
 import click
 import orjson
 
-from stages.orchestrator.ask import ANSWERS, KEYS
+from stages.orchestrator.ask import ANSWERS, KEYS, SCOPE_KEYS, SCOPES
 from stages.orchestrator.asker import MAX_MESSAGE, _short, socket_dir
 from stages.record.events import vpnw_state_dir
 from stages.wire.exits import ExitCode
@@ -55,21 +55,36 @@ def _runs() -> list[tuple[str, dict]]:
 
 def _show(listing: dict, question: dict) -> str:
     waiting = question.get("waiting", 1)
+    risks = "".join(f"; ⚠ {risk}" for risk in question.get("risks") or ())
     return (f"{listing['run']} ({listing.get('program', '?')}, pid {listing.get('pid', '?')}) "
             f"#{question['number']}: {question['destination']} by the {question['door']} door; "
-            f"rule \"{question['rule']}\"; {waiting} connection{'s' if waiting != 1 else ''} waiting")
+            f"rule \"{question['rule']}\"; {waiting} connection{'s' if waiting != 1 else ''} "
+            f"waiting{risks}")
+
+
+def _typed(typed: str) -> tuple[str | None, str]:
+    """What the person typed at the prompt: (answer or None, scope)."""
+    scope = "port"
+    if typed[:1] in _SCOPE_LETTERS and len(typed) == 2:
+        scope, typed = _SCOPE_LETTERS[typed[:1]], typed[1:]
+    return _LETTERS.get(typed, typed if typed in ANSWERS else None), scope
 
 
 _LETTERS = {letter.decode(): answer for letter, answer in KEYS.items()}
+_SCOPE_LETTERS = {letter.decode(): scope for letter, scope in SCOPE_KEYS.items()}
 
 
 @click.command("ask")
 @click.argument("answer", required=False, type=click.Choice(ANSWERS))
 @click.option("--list", "only_list", is_flag=True, help="List the open questions; answer none.")
-def ask_command(answer, only_list):
+@click.option("--scope", type=click.Choice(SCOPES), default="port", show_default=True,
+              help="What ANSWER covers: the host and port, the host (any port), or every "
+                   "name under the host's parent (suffix).")
+def ask_command(answer, only_list, scope):
     """Answer what your running `vpnw guard --ask` runs ask: list their open
-    questions, ask you about each (on a terminal), or give ANSWER (once,
-    always, deny, deny-always) to the oldest one."""
+    questions, ask you about each (on a terminal), or give ANSWER (once: the
+    connections waiting now; run: the rest of the run; always; deny: the
+    rest of the run; deny-always) to the oldest one."""
     runs = _runs()
     open_questions = [(path, listing, q) for path, listing in runs for q in listing["questions"]]
     if not open_questions:
@@ -85,12 +100,14 @@ def ask_command(answer, only_list):
         if chosen is None:
             if not sys.stdin.isatty():
                 continue
-            typed = click.prompt("  y once · a always · n deny · d deny always · Enter skips",
+            wide = f", w: {question['wildcard']}" if question.get("wildcard") else ""
+            typed = click.prompt(f"  y now · r this run · a always · n deny · d deny always "
+                                 f"(h first: any port{wide}) · Enter skips",
                                  default="", show_default=False).strip().lower()
-            chosen = _LETTERS.get(typed, typed if typed in ANSWERS else None)
+            chosen, scope = _typed(typed)
             if chosen is None:
                 continue
-        reply = _request(path, {"answer": chosen, "number": question["number"]})
+        reply = _request(path, {"answer": chosen, "number": question["number"], "scope": scope})
         if reply is None:
             click.echo("  vpnw: that run is gone")
         else:

@@ -9,14 +9,22 @@ The shell around ask.Questions (docs/architecture.md, "Ask"):
 - vpnw's own terminal, through the relay (terminal.py): the question as a
   line of vpnw's when the program is on the normal screen, and always in
   the terminal's title (OSC 2) with a bell, so a full-screen program's
-  picture is never drawn over; the answer keys (Ctrl-] then a letter) are
-  taken out of what the person types before it reaches the program;
+  picture is never drawn over; each question with a code of two letters
+  drawn here at random (the program shares the screen but never sees the
+  code: an answer typed for a question it drew answers nothing); the answer
+  keys (Ctrl-], the code, a letter) are taken out of what the person types
+  before it reaches the program; what the question warns about (an address
+  of a private network or the machine itself, a name never seen in this
+  user's recent runs: risks.py);
 - a Unix socket in vpnw's state directory, `ask/<run id>.sock`, for
   `vpnw ask` in a second terminal: it lists the open questions and takes an
   answer. Only a process of the same user (or root) in vpnw's own network
   namespace is served: the sandbox has a network namespace of its own, and
   the state directory is read-only inside it;
-- the policy file, for "always" and "deny always" (config/policy_edit.py).
+- the policy file, for "always" and "deny always" (config/policy_edit.py),
+  through its directory's descriptor, opened here before the program
+  starts, and written in place: no name is ever made where the program
+  could swap it.
 
 Without a terminal there is no one to ask: every question is denied at once,
 as guard would, and vpnw says so once.
@@ -24,6 +32,7 @@ as guard would, and vpnw says so once.
 from __future__ import annotations
 
 import os
+import secrets
 import selectors
 import socket
 import time
@@ -48,10 +57,13 @@ class Asker:
         self.links: list[socket.socket] = [broker_end]
         self.policy_source = getattr(policy, "source", None)
         self.policy_sha256 = getattr(policy, "sha256", None)
+        self.policy_place = _policy_place(self.policy_source, self.policy_sha256)
+        self.state_dir = state_dir
+        self.seen = None           # risks.SeenNames, made at the first question
         self.relay = relay
         self.say = say
         self.program = program
-        self.questions = ask.Questions(timeout)
+        self.questions = ask.Questions(timeout, draw_code=_draw_code)
         self.keys = ask.KeyFilter()
         self.said_no_terminal = False
         self.title_shown: str | None = None     # what the title says now (None: ours is not up)
@@ -100,12 +112,15 @@ class Asker:
             return {"ok": True, **listing}
         question = self.questions.find(request.get("number"))
         answer = request.get("answer")
+        scope = request.get("scope", "port")
         if question is None:
             return {"ok": False, "message": "that question is no longer open"}
         if answer not in ask.ANSWERS:
             return {"ok": False, "message": f"not an answer: {answer!r}"}
-        self.answer(question, answer)
-        return {"ok": True, "message": f"{question.destination}: {answer}"}
+        if scope not in ask.SCOPES or (scope == "suffix" and question.wildcard is None):
+            return {"ok": False, "message": f"not a scope for {question.destination}: {scope!r}"}
+        said = self.answer(question, answer, scope)
+        return {"ok": True, "message": said}
 
     def _drop_client(self, client: socket.socket) -> None:
         self.clients.discard(client)
@@ -153,6 +168,7 @@ class Asker:
     def tick(self) -> None:
         for question, replies in self.questions.expire(time.monotonic()):
             self._send(replies)
+            self.keys.flush()
             self.say(f"{question.destination}: no answer within "
                      f"{self.questions.timeout:g} s; denied")
         self._show()
@@ -209,13 +225,14 @@ class Asker:
         if reply is not None:
             self._send([reply])
         if question is not None:
+            question.risks = self._risks(question)
             self._announce(question)
 
     def _send(self, replies) -> None:
         for reply in replies:
             link, number = reply.token
             message = {"n": number, "allow": reply.allow, "answer": reply.answer,
-                       "by": reply.by, "note": reply.note}
+                       "by": reply.by, "note": reply.note, "scope": reply.scope}
             try:
                 link.send(orjson.dumps(message))
             except OSError:
@@ -224,40 +241,78 @@ class Asker:
     # ---- the person
 
     def filter_keys(self, data: bytes) -> bytes:
-        to_program, answers = self.keys.feed(data, bool(self.questions.open))
-        for answer in answers:
-            question = self.questions.first()
-            if question is not None:
-                self.answer(question, answer)
+        to_program, typed = self.keys.feed(data, bool(self.questions.open))
+        for sequence in typed:
+            self._typed(sequence)
         return to_program
 
-    def answer(self, question: ask.Question, answer: str) -> None:
-        note = ""
-        if answer in ask.WRITTEN:
-            note = self._write_policy(question, "allow" if answer == "always" else "deny")
-        self._send(self.questions.answer(question, answer, note=note))
-        verb = "allowed" if answer in ask.ALLOWS else "denied"
-        self.say(f"{question.destination}: {verb} ({answer})" + (f"; {note}" if note else ""))
-        self._show()
+    def _typed(self, sequence: ask.Typed) -> None:
+        """A sequence the person typed after Ctrl-]: an answer only when its
+        code is an open question's."""
+        question = self.questions.by_code(sequence.code)
+        keys = f"{ask.PREFIX_NAME} {' '.join(sequence.code)}"
+        if question is None:
+            self.say(f"{keys}: no open question of vpnw's has the code {sequence.code}; nothing "
+                     "was answered (a question without vpnw's code was drawn by the program)")
+            return
+        if sequence.answer is None:
+            self.say(f"{keys}: not an answer; {question.destination} is still asked: "
+                     f"{ask.keys_hint(question.code, question.wildcard)}")
+            return
+        if sequence.scope == "suffix" and question.wildcard is None:
+            self.say(f"{keys}: {question.destination} has no wildcard to allow (w); "
+                     "it is still asked")
+            return
+        self.answer(question, sequence.answer, sequence.scope)
 
-    def _write_policy(self, question: ask.Question, which: str) -> str:
+    def answer(self, question: ask.Question, answer: str, scope: str = "port") -> str:
+        """The person's answer, carried out; returns the line said."""
+        note = ""
+        rule = ask.rule_for(question.host, question.port, scope)
+        if answer in ask.WRITTEN:
+            note = self._write_policy(rule, "allow" if answer == "always" else "deny")
+        closed = self.questions.answer(question, answer, scope=scope, note=note)
+        waiting = sum(len(replies) for _q, replies in closed)
+        for _q, replies in closed:
+            self._send(replies)
+        self.keys.flush()
+        line = f"{question.destination}: {_said(answer, scope, rule, waiting)}"
+        others = [q.destination for q, _r in closed[1:]]
+        if others:
+            line += f" (also answers {', '.join(others)})"
+        if note:
+            line += f"; {note}"
+        self.say(line)
+        self._show()
+        return line
+
+    def _write_policy(self, rule: str, which: str) -> str:
         from stages.config.policy_edit import EditRefused, add_rule
         source = self.policy_source
         if not source or source == "<stdin>" or not self.policy_sha256:
             return "the policy was not read from a file: for this run only"
+        if isinstance(self.policy_place, str):
+            return f"{source} not changed: {self.policy_place}; for this run only"
         try:
             self.policy_sha256 = add_rule(
-                source, which, question.rule, expected_sha256=self.policy_sha256,
+                self.policy_place, which, rule, expected_sha256=self.policy_sha256,
                 run_id=self.run_id, today=time.strftime("%Y-%m-%d", time.gmtime()))
         except EditRefused as exc:
             return f"{source} not changed: {exc}; for this run only"
-        return f'"{question.rule}" added to {which} in {source}'
+        return f'"{rule}" added to {which} in {source}'
+
+    def _risks(self, question: ask.Question) -> tuple[str, ...]:
+        from stages.orchestrator import risks
+        if self.seen is None:
+            self.seen = risks.SeenNames(os.path.join(self.state_dir, "runs"), self.run_id)
+        return risks.of(question.host, self.seen)
 
     def _announce(self, question: ask.Question) -> None:
         if not self.relay.merger.alternate:
-            self.say(f"asks: {question.destination} ({question.door} door) is not allowed by the "
-                     f"policy; allow \"{question.rule}\"? {ask.keys_hint()}; denied in "
-                     f"{self.questions.timeout:g} s (or answer with `vpnw ask` in another terminal)")
+            risks = "".join(f"; ⚠ {risk}" for risk in question.risks)
+            self.say(f"asks {question.code}: {question.destination} ({question.door} door) is not "
+                     f"in the policy{risks}. {ask.keys_hint(question.code, question.wildcard)}; "
+                     f"denied in {self.questions.timeout:g} s (or `vpnw ask` in another terminal)")
         self.title_shown = None     # a new question: the title and the bell again
         self._show()
 
@@ -270,7 +325,9 @@ class Asker:
                 self.title_shown = None
             return
         more = len(self.questions.open) - 1
-        text = (f"vpnw asks: allow {question.destination}? Ctrl-] y once, a always, n deny, "
+        risky = " ⚠ " + "; ".join(question.risks) + "." if question.risks else ""
+        text = (f"vpnw asks {question.code}: allow {question.destination}?{risky} "
+                f"Ctrl-] {' '.join(question.code)} then y now, r run, a always, n deny, "
                 f"d deny always" + (f" (+{more} more)" if more else ""))
         if text == self.title_shown:
             return
@@ -288,6 +345,8 @@ class Asker:
                 self.relay.write_control(ask.POP_TITLE, force=True)
         for client in list(self.clients):
             self._drop_client(client)
+        if not isinstance(self.policy_place, (str, type(None))):
+            self.policy_place.close()
         if self.listener is not None:
             self.listener.close()
             try:
@@ -296,6 +355,35 @@ class Asker:
                 pass
         for link in self.links:
             link.close()
+
+
+def _draw_code() -> str:
+    """A question's code: vpnw's own random letters, never the program's to know."""
+    return "".join(secrets.choice(ask.CODE_LETTERS) for _ in range(ask.CODE_LENGTH))
+
+
+def _said(answer: str, scope: str, rule: str, waiting: int) -> str:
+    """The answer in words, as it acts."""
+    what = {"port": rule, "host": f"{rule}, any port",
+            "suffix": f"{rule}: every name under {rule[2:]}, any port (a wildcard)"}[scope]
+    if answer == "once":
+        connections = f"{waiting} connection{'s' if waiting != 1 else ''}"
+        return f"allowed now ({what}; the {connections} waiting; the next one asks again)"
+    return {"run": f"allowed for this run ({what})", "always": f"allowed always ({what})",
+            "deny": f"denied for this run ({what})",
+            "deny-always": f"denied always ({what})"}[answer]
+
+
+def _policy_place(source, sha256):
+    """The policy file's place (policy_edit.open_place), taken before the
+    program starts; or why it cannot be written back (a sentence)."""
+    if not source or source == "<stdin>" or not sha256:
+        return "the policy was not read from a file"
+    from stages.config.policy_edit import EditRefused, open_place
+    try:
+        return open_place(source)
+    except EditRefused as exc:
+        return str(exc)
 
 
 def _short(path: str) -> str:

@@ -25,6 +25,10 @@ What the user sees:
   screen or the run ends. At most `max_held` lines wait; beyond that the
   oldest are dropped and counted (every line is in the record anyway).
   A program that ends there (killed) gets the user's screen given back.
+- Each of vpnw's lines starts with `line_start` (the relay gives
+  `READABLE`): whatever attributes the program left set (SGR 8 "conceal",
+  colours that match the background, a line-drawing character set), vpnw's
+  own line is drawn plainly. The program's next line sets its own again.
 """
 from __future__ import annotations
 
@@ -39,6 +43,11 @@ from stages.orchestrator.half_line import rebuild
 _GIVE_BACK = (b"\x1b[?1049l\x1b[?25h\x1b[?1000l\x1b[?1002l\x1b[?1003l\x1b[?1005l"
               b"\x1b[?1006l\x1b[?1015l\x1b[?2004l")
 
+# What makes one of vpnw's lines readable whatever the program left set:
+# all attributes off (SGR 0: no conceal, no colours), G0 selected (SI) and
+# G0 the ASCII set (ESC ( B), not a line-drawing one.
+READABLE = b"\x1b[0m\x0f\x1b(B"
+
 # A half line longer than this is never replayed (nor kept).
 _MAX_PARTIAL = 4096
 
@@ -52,7 +61,9 @@ class LineMerger:
     """
 
     def __init__(self, *, hold: float = 0.5, max_held: int = 1000,
-                 newline: bytes = b"\r\n", columns: int = 80, rows: int = 24):
+                 newline: bytes = b"\r\n", columns: int = 80, rows: int = 24,
+                 line_start: bytes = b""):
+        self.line_start = line_start
         self.hold = hold
         self.max_held = max_held
         self.newline = newline
@@ -140,7 +151,7 @@ class LineMerger:
                          f"held the screen; the record has every event".encode())
             self.dropped = 0
         self._waiting_since = None
-        return b"".join(line + self.newline for line in lines)
+        return b"".join(self.line_start + line + self.newline for line in lines)
 
     def _release(self, now: float) -> bytes:
         if not self.held or self.alternate:

@@ -30,7 +30,7 @@ import termios
 import time
 
 from stages.orchestrator.escapes import ClipboardFilter
-from stages.orchestrator.line_merger import LineMerger
+from stages.orchestrator.line_merger import READABLE, LineMerger
 
 # How long vpnw's lines wait for the program to finish a half-written line.
 HOLD_SECONDS = 0.5
@@ -38,6 +38,19 @@ _READ = 65536
 # Keys typed ahead while the program does not read: stop reading the user's
 # terminal beyond this, so the keyboard, not our memory, waits.
 _MAX_TO_PROGRAM = 1 << 16
+# The modes a program may leave set on the user's terminal, put back once it
+# has ended and before vpnw's last lines (docs/security.md, "The person's
+# channel"): CAN ends an escape sequence the program left unfinished, so
+# these are not read as part of it; then all attributes off and the ASCII
+# character set (READABLE), insert mode off (IRM), autowrap on (DECAWM),
+# normal cursor keys (DECCKM) and keypad (DECKPNM), the cursor shown, the
+# scroll region the whole screen (DECSTBM homes the cursor: saved and
+# restored around it; origin mode is left, as resetting it homes the cursor
+# too and DECRC brings it back), mouse reporting and bracketed
+# paste off (a shell turns the latter on again at its prompt).
+MODES_BACK = (b"\x18" + READABLE + b"\x1b[4l\x1b[?7h\x1b[?1l\x1b>\x1b[?25h"
+              b"\x1b7\x1b[r\x1b8\x1b[?1000l\x1b[?1002l\x1b[?1003l\x1b[?1005l\x1b[?1006l"
+              b"\x1b[?1015l\x1b[?2004l")
 
 
 def _raw(mode: list) -> list:
@@ -261,7 +274,9 @@ class TerminalRelay:
         self.key_filter = None       # guard --ask: takes its answer keys out (asker.py)
         self.tail = b""              # the program's last output bytes (see write_control)
         columns, rows = _columns_rows(_winsize(user_out))
-        self.merger = LineMerger(hold=HOLD_SECONDS, newline=b"\r\n", columns=columns, rows=rows)
+        self.merger = LineMerger(hold=HOLD_SECONDS, newline=b"\r\n", columns=columns, rows=rows,
+                                 line_start=READABLE)
+        self.modes_back = False      # MODES_BACK written (or no program ever had the terminal)
         if master is not None:
             self._attach(master)
 
@@ -485,10 +500,22 @@ class TerminalRelay:
                 return
 
     def finish_program(self) -> None:
-        """The program has ended: the rest of its output."""
+        """The program has ended: the rest of its output, then the terminal's
+        modes put back before vpnw's last lines."""
         self._drain_program(wait=2.0)
         self._close_master()
         self.user.write(self.merger.program_ended())
+        self._put_modes_back()
+
+    def _put_modes_back(self) -> None:
+        if self.modes_back or self.pty.fd is None:
+            return
+        self.modes_back = True
+        if self.clipboard_filter is not None:
+            self.user.write(self.merger.program_output(self.clipboard_filter.finish(),
+                                                       time.monotonic()))
+            self.clipboard_filter = None
+        self.user.write(MODES_BACK)
 
     def finish_human(self, recorder_pidfd: int) -> None:
         """vpnw's remaining lines, until the recorder has exited and its pipe is empty."""
@@ -511,10 +538,14 @@ class TerminalRelay:
             if self.clipboard_filter is not None:
                 self.user.write(self.merger.program_output(self.clipboard_filter.finish(),
                                                        time.monotonic()))
+                self.clipboard_filter = None
+            self._put_modes_back()
             rest = self.human.take_rest()
             if rest:
                 self.user.write(self.merger.human_line(rest, time.monotonic()))
             self.user.write(self.merger.finish())
+            if self.pty.fd is not None:
+                self.user.write(READABLE)    # what the person types next is seen
         finally:
             self.user.restore()
             if self.master_from is not None:

@@ -23,7 +23,7 @@ import subprocess
 
 import pytest
 
-from bypass_bench import PROGS, PYTHON, check_control, errnos, plan_of, way
+from bypass_bench import BROKER_V4, PROGS, PYTHON, TARGET_TCP, check_control, errnos, plan_of, way
 from world import WorldError
 
 pytestmark = pytest.mark.world
@@ -56,6 +56,12 @@ WAYS = [
                                 ("proc-self-symlink", "proc-self-symlink", "{unix_path}"),
                                 ("relative-path", "relative", "{unix_path}"),
                                 ("hard-link", "hardlink", "{mine}")]],
+    # The program's own socket's file renamed away and a socket outside
+    # linked at its name before listen(): the supervisor records the file
+    # the socket's bind made (SIOCUNIXFILE), never what the name holds now.
+    *[way(f"relink-before-listen{suffix}", "unix_relink_before_listen", "{mine}", mode,
+          accept={"EPERM"}, control="world")
+      for suffix, mode in (("", "blocking"), ("-nonblocking", "nonblocking"))],
     way("swap-address-in-memory", "unix_swap_memory", "{unix_path}", accept={"NEVER_OUTSIDE"},
         control="world"),
     way("swap-symlink", "unix_swap_symlink", "{unix_path}", accept={"NEVER_OUTSIDE"},
@@ -198,6 +204,7 @@ def test_each_refusal_is_in_the_record_with_its_path_and_process(bench, user, wa
 PASSER = r'''
 import os, socket, sys
 path = sys.argv[1]
+family = socket.AF_INET if sys.argv[2:] == ["inet"] else socket.AF_UNIX
 server = socket.socket(socket.AF_UNIX)
 server.bind(path)
 os.chmod(path, 0o777)
@@ -205,7 +212,7 @@ server.listen(16)
 print("ready", flush=True)
 while True:
     conn, _ = server.accept()
-    made_outside = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    made_outside = socket.socket(family, socket.SOCK_STREAM)
     socket.send_fds(conn, [b"s"], [made_outside.fileno()])
     made_outside.close()
     conn.close()
@@ -256,3 +263,54 @@ def test_a_socket_made_outside_and_passed_in_reaches_nothing_outside(bench, user
         assert any(f["reason"].startswith("an abstract socket from a socket made outside")
                    for f in denied), denied
     check_control(bench, user, "unix-passed-in", PASSED_PLAN, w)
+
+
+# ── an IP socket made outside, passed in (issue 47) ──────────────────────
+# Made in the world's network namespace, it would connect from there: to
+# the world's own loopback listener, or to its address. The supervisor
+# compares its SO_NETNS_COOKIE with the sandbox's (both paths).
+INET_PASSED_WAYS = [
+    way("inet-passed-in-loopback", "inet_passed_in", "{inet_passer}", "127.0.0.1", str(TARGET_TCP),
+        accept={"EPERM"}, control="world"),
+    way("inet-passed-in-address", "inet_passed_in", "{inet_passer}", BROKER_V4, str(TARGET_TCP),
+        accept={"EPERM"}, control="world"),
+]
+INET_PASSED_PLAN = plan_of(INET_PASSED_WAYS)
+
+
+def _inet_passer(bench) -> str:
+    if "inet_passer" not in bench.__dict__:
+        w = bench.world
+        script = w.file("unix_passer.py", PASSER)
+        path = str(bench.dir / "inet-passer.sock")
+        proc = w.popen([PYTHON, str(script), path, "inet"], stdout=subprocess.PIPE)
+        bench._cleanups.append(lambda: (proc.kill(), proc.wait()))
+        if proc.stdout.readline() != b"ready\n":
+            raise WorldError("the IP socket passer outside did not start")
+        bench.inet_passer = path
+        bench.inet_passer_policy = str(w.file("inet_passer.toml",
+                                              'version = 1\n[policy]\ndefault = "allow"\n'
+                                              f'[unix]\nallow = ["{path}"]\n'))
+    return bench.inet_passer
+
+
+@pytest.mark.parametrize("python_only", [False, True], ids=["compiled", "python"])
+@pytest.mark.parametrize("way_id", [w.id for w in INET_PASSED_WAYS])
+def test_an_ip_socket_made_outside_and_passed_in_is_refused(bench, user, way_id, python_only):
+    """The policy names the passer, a server outside that hands every client
+    a TCP socket made outside. Connected inside, it would reach the world's
+    listeners from the world's network namespace: refused (EPERM) on the
+    compiled path and on the Python path alone, recorded; outside, the same
+    attempt reaches the listener (the control)."""
+    passer = _inet_passer(bench)
+    bench.targets_for(user)["inet_passer"] = passer
+    w = next(x for x in INET_PASSED_WAYS if x.id == way_id)
+    results, events = bench.inside("inet-passed-in", user, INET_PASSED_PLAN,
+                                   vpnw_args=("run", "--policy", bench.inet_passer_policy),
+                                   env=PYTHON_PATH if python_only else None)
+    res = results[w.id]
+    assert not res["ok"], f"a way out: {w.id} worked inside the sandbox: {res}"
+    assert errnos(res) <= w.accept, f"{w.id}: expected one of {sorted(w.accept)}, got {res}"
+    denied = [e["fields"] for e in events if e["type"] == "unix.deny"]
+    assert any(f["reason"] == "a socket made outside the sandbox" for f in denied), denied
+    check_control(bench, user, "inet-passed-in", INET_PASSED_PLAN, w)

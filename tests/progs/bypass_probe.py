@@ -646,6 +646,31 @@ def unix_reach(how, target, mode="blocking"):
         return _banner(s)
 
 
+def unix_relink_before_listen(target, mode="blocking"):
+    """Bind a socket of our own, rename its file away, hard-link `target` (a
+    socket outside) at its name, then listen() and connect() to that name:
+    a supervisor that took the listener's file by its path would take the
+    target for ours."""
+    scratch = _scratch()
+    name = os.path.join(scratch, "own.sock")
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as own:
+        own.bind(name)
+        os.rename(name, name + ".away")
+        os.link(target, name)
+        own.listen(4)
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+            s.setblocking(mode != "nonblocking")
+            try:
+                s.connect(name)
+            except BlockingIOError:
+                select.select([], [s], [], TIMEOUT)
+                err = s.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
+                if err:
+                    raise OSError(err, os.strerror(err)) from None
+            s.setblocking(True)
+            return _banner(s)
+
+
 def _scratch():
     import tempfile
     return tempfile.mkdtemp(prefix="vpnw-probe-")
@@ -980,6 +1005,22 @@ def unix_passed_in(server, target):
         raise Refused("NO_FD", "the server outside sent no descriptor")
     with socket.socket(fileno=fds[0]) as passed:
         passed.connect(_unix_address(target))
+        return _banner(passed)
+
+
+def inet_passed_in(server, host, port):
+    """A TCP socket made outside (in the network namespace of a server
+    outside that the policy names), received over SCM_RIGHTS, then connected
+    here to `host`:`port`: made outside, it would connect from there."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+        s.settimeout(TIMEOUT)
+        s.connect(server)
+        _msg, fds, _f, _a = socket.recv_fds(s, 16, 1)
+    if not fds:
+        raise Refused("NO_FD", "the server outside sent no descriptor")
+    with socket.socket(fileno=fds[0]) as passed:
+        passed.settimeout(TIMEOUT)
+        passed.connect((host, int(port)))
         return _banner(passed)
 
 
