@@ -51,6 +51,7 @@ class RunRequest(Record):
     config_files: object = None    # stages.config.paths.ConfigFiles: what the config names
     env: dict = Factory(lambda: dict(os.environ))
     no_clipboard: bool = False     # drop the program's OSC 52 on the user's terminal
+    secrets: object = None         # stages.config.secrets.Resolved: the policy's secrets, read
 
 
 # While the program's terminal is relayed, vpnw's own messages join its output
@@ -168,6 +169,9 @@ def _execute(request: RunRequest, terminal: _Terminal, helper: _Helper) -> int:
     protection = _protection(request, record)
     names_before = _identities(_evidence_names(request, record))
     program_env, env_kept = _program_env(_without_secrets(request), run_id)
+    if request.secrets is not None:
+        from stages.config.secrets import program_env as with_secret_doors
+        program_env = with_secret_doors(program_env, request.secrets)
     mark("vpnw", "protection and environment computed")
 
     # The helper was forked first (helper_first.py) and has done what needs
@@ -240,7 +244,8 @@ def _helper_plan(request: RunRequest, files_plan, program_env, protection):
     from stages.wire.helper_plan import Plan
     return Plan(env=program_env, files=files_plan, protected=protection.to_helper(),
                 capture=request.capture, local_ports=_localhost_ports(request.policy),
-                unix_allow=tuple(_unix_sockets_named(request)))
+                unix_allow=tuple(_unix_sockets_named(request)),
+                secret_ports=tuple(request.secrets.ports.values()) if request.secrets else ())
 
 
 def _start_broker(request: RunRequest, terminal: _Terminal, helper: _Helper, run_id: str,
@@ -258,7 +263,7 @@ def _start_broker(request: RunRequest, terminal: _Terminal, helper: _Helper, run
                              policy=request.policy, path=request.path,
                              dry_run=request.dry_run, record_gate=record_gate,
                              ask_fd=ask_link[1].fileno() if ask_link else None,
-                             capture=request.capture)
+                             capture=request.capture, secrets=request.secrets)
 
     broker_pid = _fork_stage([broker_end, events_w, broker_status_w,
                               *([ask_link[1].fileno()] if ask_link else [])], broker_body,
@@ -307,6 +312,7 @@ def _emit_run_start(emitter, request: RunRequest, record: str, files_record: dic
                  **({"capture": True} if request.capture else {}),
                  **({"ask": True} if request.ask else {}),
                  **unix_allow,
+                 **({"secrets": request.secrets.record()} if request.secrets else {}),
                  protected=protection.to_record(budget=(800 if files_record else 2800)
                                                 - (UNIX_ALLOW_BUDGET if unix_allow else 0)
                                                 - len(repr(deny_private))))   # its own room
@@ -387,11 +393,20 @@ def _protection(request: RunRequest, record: str):
                                 sys.argv[0] if os.path.isabs(sys.argv[0]) else None),
         evidence=tuple(p for p in dict.fromkeys(evidence) if p and p != "-"),
         named=tuple(named.named) if named else (),
-        secrets=tuple(named.secret_files) if named else (),
+        secrets=(*(named.secret_files if named else ()), *_secret_files(request, home)),
         signing_key=(keys,),
         allow_write=allow_write,
         writable_trees=tuple(l.path for l in files.writable() if l.kind == "dir") if files else ())
     return pr.protect(inputs, locate, pr.read_small)
+
+
+def _secret_files(request: RunRequest, home: str) -> tuple[str, ...]:
+    """The files a secret stands for (the agent's own credential files, a
+    file: source): hidden, as the config's secret files are."""
+    if request.secrets is None:
+        return ()
+    from stages.config.secrets import expand_home
+    return tuple(expand_home(p, home) for s in request.secrets.secrets for p in s.hide)
 
 
 def _evidence_names(request: RunRequest, record: str) -> list[str]:

@@ -47,6 +47,7 @@ class Plan(NamedTuple):
     capture: bool = False
     local_ports: tuple = ()          # the `localhost:PORT` rules' ports
     unix_allow: tuple = ()           # (entry as written, path) of [unix] allow
+    secret_ports: tuple = ()         # the secret doors' ports (docs/secrets.md)
 
 
 def _pairs(items) -> tuple:
@@ -63,7 +64,8 @@ def encode(plan: Plan) -> bytes:
         protected = (tuple(str(p) for p in protected.read_only), _pairs(protected.hide))
     env = None if plan.env is None else {str(k): str(v) for k, v in plan.env.items()}
     body = marshal.dumps((VERSION, env, files, protected, bool(plan.capture),
-                          tuple(int(p) for p in plan.local_ports), _pairs(plan.unix_allow)))
+                          tuple(int(p) for p in plan.local_ports), _pairs(plan.unix_allow),
+                          tuple(int(p) for p in plan.secret_ports)))
     return len(body).to_bytes(_HEADER, "big") + body
 
 
@@ -71,7 +73,7 @@ def decode(data: bytes) -> Plan:
     if len(data) < _HEADER or int.from_bytes(data[:_HEADER], "big") != len(data) - _HEADER:
         raise PlanError("the plan is cut short")
     try:
-        version, env, files, protected, capture, local_ports, unix_allow = \
+        version, env, files, protected, capture, local_ports, unix_allow, secret_ports = \
             marshal.loads(data[_HEADER:])
     except (EOFError, ValueError, TypeError) as exc:
         raise PlanError(f"the plan cannot be read: {exc}") from None
@@ -79,7 +81,8 @@ def decode(data: bytes) -> Plan:
         raise PlanError(f"plan version {version!r}, not {VERSION}")
     return Plan(env=env, files=None if files is None else Files(*files),
                 protected=None if protected is None else Protected(*protected),
-                capture=capture, local_ports=local_ports, unix_allow=unix_allow)
+                capture=capture, local_ports=local_ports, unix_allow=unix_allow,
+                secret_ports=secret_ports)
 
 
 def send(fd: int, plan: Plan) -> None:
