@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from e2e_support import assert_every_connection_accounted, describe, run_events
+from stages.record.check import check_run
 from world import DEFAULT_NAMES, content
 
 OPENAI_KEY = content.OPENAI_REAL_KEY
@@ -121,3 +122,210 @@ def test_without_the_secret_door_the_stand_in_refuses_the_placeholder(secret_wor
                     '-H "Authorization: Bearer $OPENAI_API_KEY"'])
     assert r.returncode == 0, describe(r)
     assert json.loads(r.stdout)["auth"] == "wrong", r.stdout
+
+
+# ── the SDKs, plain and streaming, under trace and guard ─────────────────────
+
+@pytest.mark.parametrize("mode", ["trace", "guard"])
+def test_the_openai_and_anthropic_sdks_work_through_their_secret_doors(secret_world, user, mode):
+    if not SDKS_PYTHON.exists():
+        pytest.skip("the Python SDKs are not installed (scripts/setup puts them in /opt/vpnw-agents/sdks)")
+    w = secret_world
+    prog = w.file("secret_sdks.py", (PROGS / "secret_sdks.py").read_bytes())
+    r = _vpnw(w, user, mode, _policy(w, f"sdks-{mode}"), [str(SDKS_PYTHON), str(prog)])
+    assert r.returncode == 0, describe(r)
+    result = json.loads(r.stdout.splitlines()[-1])
+    answer = content.MODEL_ANSWER
+    assert result["openai"] == {"models": ["gpt-world"], "chat": answer, "stream": result["openai"].get("stream")}, result
+    assert result["anthropic"] == {"models": ["claude-world"], "chat": answer,
+                                   "stream": result["anthropic"].get("stream")}, result
+    for sdk in ("openai", "anthropic"):
+        # Streamed: the answer came in its pieces, one per event the host sent.
+        assert "".join(result[sdk]["stream"]) == answer and len(result[sdk]["stream"]) == len(answer.split()), result
+    events = run_events(r)
+    assert_every_connection_accounted(events)
+    doors = {e["fields"]["door"] for e in events if e["type"] == "conn.request"}
+    assert doors == {"secret"}, doors
+    _assert_no_key_anywhere(w, r)
+
+
+# ── the attacks, each with its control ───────────────────────────────────────
+
+def _hunt(world, user, policy, env, state_home=None, extra=()):
+    prog = world.file("secret_hunt.py", (PROGS / "secret_hunt.py").read_bytes())
+    collected = world.tmp / "collected.log"
+    before = collected.stat().st_size if collected.exists() else 0
+    r = world.vpnw(["guard", "--policy", str(policy), *extra, "--", sys.executable, str(prog), str(world.tmp / "files")],
+                   user=user, env=env, timeout=180, state_home=state_home)
+    lines = [line for line in r.stdout.splitlines() if line.startswith("{")]
+    assert lines, describe(r)
+    posted = collected.read_bytes()[before:].decode(errors="replace") if collected.exists() else ""
+    return r, json.loads(lines[-1]), posted
+
+
+HUNT_POLICY = POLICY.replace('"github.com"]', '"github.com"]\n[files]\ndeny_read = []')
+
+
+def test_a_program_hunting_for_the_key_finds_only_placeholders(secret_world, user, tmp_path):
+    """It reads its environment, /proc/*/environ and cmdline, every file it
+    can read (home, start directory, /tmp, the world's files), its own
+    memory, and posts what it found to an allowed host: never the key.
+    The key's own file (a file: source) is hidden from it too."""
+    w = secret_world
+    key_file = w.workdir(user) / "openai.key"
+    key_file.write_text(OPENAI_KEY + "\n")
+    os.chown(key_file, *(lambda p: (p.pw_uid, p.pw_gid))(__import__("pwd").getpwnam(user)))
+    key_file.chmod(0o600)
+    policy = _policy(w, "hunt", POLICY.replace('from = "env:OPENAI_API_KEY"', f'from = "file:{key_file}"'))
+    events_copy = w.tmp / "files" / f"events-{user}.jsonl"
+    r, result, posted = _hunt(w, user, policy, _env(w), extra=(
+        "--events-to", f"cat > {events_copy}"))
+    assert result["posted"] and r.returncode == 0, describe(r)
+    assert any(k.startswith("sk-vpnw-placeholder-") for k in result["found"]), result
+    assert any(k.startswith("sk-ant-vpnw-placeholder-") for k in result["found"]), result
+    for key in KEYS:
+        assert key not in posted and key not in r.stdout
+    shown = w.vpnw(["show"], user=user, state_home=r.state_home)
+    learned = w.vpnw(["learn", "--name", "hunt", "--from", str(r.run_files()[-1])], user=user,
+                     state_home=r.state_home)
+    assert shown.returncode == 0 and learned.returncode == 0, (describe(shown), describe(learned))
+    _assert_no_key_anywhere(w, r, posted, shown.stdout + shown.stderr, learned.stdout + learned.stderr,
+                            events_copy.read_text() if events_copy.exists() else "")
+
+
+def test_control_the_same_hunt_finds_a_key_the_program_holds(secret_world, user):
+    """Without a secret door (the key given to the program, as today) the
+    same hunt finds it and posts it: the attack itself works."""
+    w = secret_world
+    policy = _policy(w, "hunt-control", POLICY.split("[secrets.openai]")[0])
+    r, result, posted = _hunt(w, user, policy, _env(w))
+    assert OPENAI_KEY in result["found"] and OPENAI_KEY in posted, (result, describe(r))
+
+
+# ── hostile requests on the door ────────────────────────────────────────────
+
+H = "Host: 127.0.0.1:47801\r\n"
+HOSTILE = [
+    ("both-framings", "POST /v1/echo HTTP/1.1\r\n" + H + "Content-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n"
+                      "0\r\n\r\nGET http://evil.example/ HTTP/1.1\r\nHost: evil.example\r\n\r\n", 400),
+    ("second-host", "GET /v1/echo HTTP/1.1\r\n" + H + "Host: evil.example\r\n\r\n", 400),
+    ("bare-cr", "GET /v1/echo HTTP/1.1\r\n" + H + "X-A: a\rHost: evil.example\r\n\r\n", 400),
+    ("nul", "GET /v1/echo HTTP/1.1\r\n" + H + "X-A: a\x00b\r\n\r\n", 400),
+    ("folded", "GET /v1/echo HTTP/1.1\r\n" + H + "X-A: a\r\n Host: evil.example\r\n\r\n", 400),
+    ("absolute-elsewhere", "GET http://evil.example/v1/echo HTTP/1.1\r\nHost: evil.example\r\n\r\n", 400),
+    ("host-elsewhere", "GET /v1/echo HTTP/1.1\r\nHost: evil.example\r\n\r\n", 400),
+    ("connect", "CONNECT evil.example:443 HTTP/1.1\r\nHost: evil.example:443\r\n\r\n", 405),
+    ("huge-head", "GET /v1/echo HTTP/1.1\r\n" + H + ("X-Pad: " + "a" * 1000 + "\r\n") * 90 + "\r\n", 431),
+    ("odd-coding", "POST /v1/echo HTTP/1.1\r\n" + H + "Transfer-Encoding: gzip, chunked, chunked\r\n\r\n", 501),
+]
+
+
+def test_hostile_requests_on_the_secret_door_are_refused(secret_world, user):
+    w = secret_world
+    prog = w.file("secret_door_client.py", (PROGS / "secret_door_client.py").read_bytes())
+    steps = [["raw", name, text] for name, text, _ in HOSTILE]
+    # Kept alive: a good request, then one for another host on the same connection.
+    steps.append(["raw", "kept-alive-then-elsewhere", "GET /v1/echo HTTP/1.1\r\n" + H + "\r\n"
+                  "GET http://evil.example/ HTTP/1.1\r\nHost: evil.example\r\n\r\n"])
+    # The program's own credential headers never reach the host; the real one does, once.
+    steps.append(["raw", "own-credentials", "GET /v1/echo HTTP/1.1\r\n" + H +
+                  "Authorization: Bearer sk-stolen\r\nX-Api-Key: sk-stolen\r\nCookie: a=b\r\n"
+                  "Connection: close\r\n\r\n"])
+    log_before = len(w.web_log())
+    r = _vpnw(w, user, "guard", _policy(w, "hostile"), [sys.executable, str(prog), "47801", json.dumps(steps)])
+    assert r.returncode == 0, describe(r)
+    results = {d["name"]: d for d in map(json.loads, r.stdout.splitlines())}
+    for name, _, status in HOSTILE:
+        assert [a[0] for a in results[name]["answers"]] == [status], (name, results[name])
+    kept = results["kept-alive-then-elsewhere"]["answers"]
+    assert [a[0] for a in kept] == [200, 400] and json.loads(kept[0][1])["auth"] == "ok", kept
+    own = json.loads(results["own-credentials"]["answers"][0][1])
+    assert own["auth"] == "ok" and own["host"] == "api.openai.com", own
+    assert "x-api-key" not in own["headers"] and "cookie" not in own["headers"], own
+    new_log = w.web_log()[log_before:]
+    assert not any("evil" in line for line in new_log), new_log
+    assert len(new_log) == 2, new_log       # the two good requests, and nothing else
+    events = run_events(r)
+    assert check_run(events) == []      # each refused head a handshake's conn.fail, no request
+    hosts = {e["fields"]["host"] for e in events if e["type"] == "conn.request"}
+    assert hosts <= {"api.openai.com"}, hosts
+    _assert_no_key_anywhere(w, r)
+
+
+def test_websocket_upload_and_download_through_the_secret_door(secret_world, user):
+    w = secret_world
+    prog = w.file("secret_door_client.py", (PROGS / "secret_door_client.py").read_bytes())
+    n = 8 << 20
+    steps = [["ws", "ws", 300_000], ["upload", "up", n], ["download", "down", n]]
+    r = _vpnw(w, user, "guard", _policy(w, "bulk"), [sys.executable, str(prog), "47801", json.dumps(steps)])
+    assert r.returncode == 0, describe(r)
+    results = {d["name"]: d for d in map(json.loads, r.stdout.splitlines())}
+    assert results["ws"] == {"name": "ws", "status": 101, "echoed": True}, results["ws"]
+    up = results["up"]
+    assert json.loads(up["answers"][0][1]) == {"sha256": up["sha256"], "length": n}, up
+    assert results["down"] == {"name": "down", "length": n, "sha256": content.payload_sha256(n, "down")}
+
+
+# ── method and path rules ───────────────────────────────────────────────────
+
+RULES_POLICY = POLICY.replace('from = "env:OPENAI_API_KEY"',
+                              'from = "env:OPENAI_API_KEY"\nallow = ["GET /v1/echo", "POST /v1/chat/*"]')
+
+
+def test_a_request_the_rules_refuse_is_403_a_denial_and_120_under_guard(secret_world, user):
+    w = secret_world
+    prog = w.file("secret_door_client.py", (PROGS / "secret_door_client.py").read_bytes())
+    steps = [["raw", "allowed", "GET /v1/echo HTTP/1.1\r\n" + H + "Connection: close\r\n\r\n"],
+             ["raw", "refused", "GET /v1/models HTTP/1.1\r\n" + H + "Connection: close\r\n\r\n"],
+             ["raw", "dot-dot", "GET /v1/echo/../models HTTP/1.1\r\n" + H + "Connection: close\r\n\r\n"],
+             ["raw", "encoded", "GET /v1/echo%2f..%2fmodels HTTP/1.1\r\n" + H + "Connection: close\r\n\r\n"]]
+    r = _vpnw(w, user, "guard", _policy(w, "rules", RULES_POLICY),
+              [sys.executable, str(prog), "47801", json.dumps(steps)])
+    assert r.returncode == 120, describe(r)
+    results = {d["name"]: d for d in map(json.loads, r.stdout.splitlines())}
+    assert results["allowed"]["answers"][0][0] == 200
+    refused = results["refused"]["answers"][0]
+    assert refused[0] == 403 and "GET /v1/models" in refused[1] and 'secret "openai"' in refused[1], refused
+    assert results["dot-dot"]["answers"][0][0] == 403 and results["encoded"]["answers"][0][0] == 403
+    assert "DENY" in r.stderr and "/v1/models" in r.stderr, r.stderr
+    denials = [e["fields"] for e in run_events(r) if e["type"] == "policy.deny"]
+    assert [(d["door"], d["method"], d["path"]) for d in denials] == [
+        ("secret", "GET", "/v1/models"), ("secret", "GET", "/v1/echo/../models"),
+        ("secret", "GET", "/v1/echo%2f..%2fmodels")], denials
+    _assert_no_key_anywhere(w, r)
+
+
+def test_a_secret_door_to_a_host_the_policy_denies_is_denied(secret_world, user):
+    w = secret_world
+    policy = _policy(w, "denied-host", POLICY.replace('"api.openai.com", ', ""))
+    r = _vpnw(w, user, "guard", policy, _curl("-o", "/dev/null", "-w", "%{http_code}", DOOR + "/v1/echo"))
+    assert r.returncode == 120 and r.stdout == "403", describe(r)
+    denials = [e["fields"] for e in run_events(r) if e["type"] == "policy.deny"]
+    assert [(d["door"], d["host"]) for d in denials] == [("secret", "api.openai.com")], denials
+
+
+# ── sources ─────────────────────────────────────────────────────────────────
+
+@pytest.mark.parametrize("source, says", [
+    ("env:VPNW_NO_SUCH_KEY", "VPNW_NO_SUCH_KEY is not set in vpnw's environment"),
+    ("file:/nonexistent/key", "/nonexistent/key cannot be read"),
+    ("command:exit 3", "the command failed (exit status 3)"),
+    ("command:true", "the source gave nothing"),
+])
+def test_a_failing_source_stops_the_run_before_the_program_with_121(secret_world, user, source, says):
+    w = secret_world
+    marker = w.workdir(user) / "ran"
+    policy = _policy(w, "failing", POLICY.replace('from = "env:OPENAI_API_KEY"', f'from = "{source}"'))
+    r = _vpnw(w, user, "run", policy, ["touch", str(marker)])
+    assert r.returncode == 121, describe(r)
+    assert f'secret "openai" (from {source})' in r.stderr and says in r.stderr, r.stderr
+    assert not marker.exists()
+    assert r.run_files() == []
+
+
+def test_a_command_source_is_read_outside(secret_world, user):
+    w = secret_world
+    policy = _policy(w, "command", POLICY.replace('from = "env:OPENAI_API_KEY"',
+                                                  'from = "command:printf %s \\"$WORLD_KEY\\""'))
+    r = _vpnw(w, user, "guard", policy, _curl(DOOR + "/v1/echo"), env=_env(w, WORLD_KEY=OPENAI_KEY))
+    assert r.returncode == 0 and json.loads(r.stdout)["auth"] == "ok", describe(r)
