@@ -99,6 +99,7 @@ class _Learner:
         self.unix_refused: dict[str, tuple[int, set]] = {}
         self.captured = False   # a run captured what ignores the proxy settings (--capture)
         self.paths: set[tuple] = set()   # (via, config) of each run: the guard command keeps them
+        self.keys_given: set[str] = set()    # run.start's keys_given: API keys the program held
 
     def feed(self, event: dict) -> None:
         type_ = event.get("type")
@@ -116,6 +117,9 @@ class _Learner:
             via = f.get("via") if isinstance(f.get("via"), str) else event.get("path")
             config = f.get("config") if isinstance(f.get("config"), str) else None
             self.paths.add((via if isinstance(via, str) else "direct", config))
+            keys = f.get("keys_given")
+            if isinstance(keys, list):
+                self.keys_given.update(k for k in keys if isinstance(k, str))
             return
         if type_ in ("unix.allow", "unix.deny"):
             self._unix(type_, f)
@@ -290,7 +294,26 @@ def render(learner: _Learner, name: str) -> str:
     out = _header(learner, clean, draft.review)
     out += _policy_table(draft, clean)
     out += _unix_table(learner)
+    out += _secrets_suggested(learner)
     return "\n".join(out)
+
+
+def _secrets_suggested(learner: _Learner) -> list[str]:
+    """A [secrets] table, commented out, for each known API host the runs
+    reached while the program held that API's key in its environment
+    (run.start's keys_given): with it the key stays outside (docs/secrets.md)."""
+    from stages.config.secrets import KEY_VARIABLES
+    reached = {host for host, _ in learner.tally.table}
+    out = []
+    for host, variable in sorted(KEY_VARIABLES.items()):
+        if host not in reached or variable not in learner.keys_given:
+            continue
+        name = host.split(".")[-2] if host.count(".") >= 1 else host
+        out += [f"# The program held {variable} and reached {host}: keep the key outside,",
+                "# behind a secret door (docs/secrets.md), by uncommenting:",
+                f"# [secrets.{name}]", f"# host = {toml_string(host)}", f"# env = {toml_string(variable)}",
+                f"# from = {toml_string('env:' + variable)}", ""]
+    return out
 
 
 def _unix_table(learner: _Learner) -> list[str]:

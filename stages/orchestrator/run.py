@@ -193,7 +193,8 @@ def _execute(request: RunRequest, terminal: _Terminal, helper: _Helper) -> int:
     mark("vpnw", "recorder forked")
     emitter = Emitter(events_w, run_id, path=path_name)
     _warn_own_settings(request, env_kept)
-    _emit_run_start(emitter, request, record, files_record, env_kept, protection)
+    _emit_run_start(emitter, request, record, files_record, env_kept, protection,
+                    _keys_given(program_env, request.secrets))
     mark("vpnw", "run.start sent")
     for entry in protection.lifted:
         say(f"allow_write names {entry.path} ({entry.why}): the program may change it, "
@@ -297,8 +298,18 @@ def _start_recorder(request: RunRequest, terminal: _Terminal, record: str, recor
     return recorder_pid, events_w, recorded_r
 
 
+def _keys_given(program_env: dict, secrets) -> list[str]:
+    """The usual API keys' variables the program holds with a real value (not
+    a secret door's placeholder): run.start's keys_given, names only, so the
+    record says a run had a key (docs/secrets.md) and learn can suggest a door."""
+    from stages.config.secrets import KEY_VARIABLES
+    placeholders = set(secrets.placeholders.values()) if secrets else set()
+    return sorted(v for v in set(KEY_VARIABLES.values()) | {"GITHUB_TOKEN", "CODEX_API_KEY"}
+                  if program_env.get(v) and program_env[v] not in placeholders)
+
+
 def _emit_run_start(emitter, request: RunRequest, record: str, files_record: dict,
-                    env_kept, protection) -> None:
+                    env_kept, protection, keys_given=()) -> None:
     policy_name = getattr(request.policy, "name", None)
     unix_allow = _unix_allow_record(request)
     deny_private = _deny_private_scope(request)
@@ -313,6 +324,7 @@ def _emit_run_start(emitter, request: RunRequest, record: str, files_record: dic
                  **({"ask": True} if request.ask else {}),
                  **unix_allow,
                  **({"secrets": request.secrets.record()} if request.secrets else {}),
+                 **({"keys_given": list(keys_given)} if keys_given else {}),
                  protected=protection.to_record(budget=(800 if files_record else 2800)
                                                 - (UNIX_ALLOW_BUDGET if unix_allow else 0)
                                                 - len(repr(deny_private))))   # its own room
