@@ -109,6 +109,7 @@ def test_curl_through_the_secret_door_reaches_the_api_with_the_real_key(secret_w
     assert all(any(e["type"] == "conn.open" for e in evs) for evs in secret_conns)
     start = events[0]["fields"]
     assert {s["name"] for s in start["secrets"]} == {"openai", "anthropic"}
+    assert "keys_given" not in start        # placeholders only
     _assert_no_key_anywhere(w, r)
 
 
@@ -177,9 +178,25 @@ def test_a_program_hunting_for_the_key_finds_only_placeholders(secret_world, use
     os.chown(key_file, *(lambda p: (p.pw_uid, p.pw_gid))(__import__("pwd").getpwnam(user)))
     key_file.chmod(0o600)
     policy = _policy(w, "hunt", POLICY.replace('from = "env:OPENAI_API_KEY"', f'from = "file:{key_file}"'))
-    events_copy = w.tmp / "files" / f"events-{user}.jsonl"
-    r, result, posted = _hunt(w, user, policy, _env(w), extra=(
-        "--events-to", f"cat > {events_copy}"))
+    events_copy = w.workdir(user) / "events.jsonl"
+    syslog_path = w.tmp / "files" / f"syslog-{user}.sock"
+    syslog = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    syslog.bind(str(syslog_path))
+    syslog_path.chmod(0o777)
+    try:
+        r, result, posted = _hunt(w, user, policy, _env(w), extra=(
+            "--events-to", f"cat > {events_copy}", "--syslog", str(syslog_path)))
+        syslog.setblocking(False)
+        messages = []
+        while True:
+            try:
+                messages.append(syslog.recv(65536).decode(errors="replace"))
+            except BlockingIOError:
+                break
+    finally:
+        syslog.close()
+        syslog_path.unlink()
+    assert messages, "nothing reached the syslog socket"
     assert result["posted"] and r.returncode == 0, describe(r)
     assert any(k.startswith("sk-vpnw-placeholder-") for k in result["found"]), result
     assert any(k.startswith("sk-ant-vpnw-placeholder-") for k in result["found"]), result
@@ -189,8 +206,9 @@ def test_a_program_hunting_for_the_key_finds_only_placeholders(secret_world, use
     learned = w.vpnw(["learn", "--name", "hunt", "--from", str(r.run_files()[-1])], user=user,
                      state_home=r.state_home)
     assert shown.returncode == 0 and learned.returncode == 0, (describe(shown), describe(learned))
+    assert events_copy.exists()
     _assert_no_key_anywhere(w, r, posted, shown.stdout + shown.stderr, learned.stdout + learned.stderr,
-                            events_copy.read_text() if events_copy.exists() else "")
+                            events_copy.read_text(), "\n".join(messages))
 
 
 def test_control_the_same_hunt_finds_a_key_the_program_holds(secret_world, user):
@@ -200,6 +218,8 @@ def test_control_the_same_hunt_finds_a_key_the_program_holds(secret_world, user)
     policy = _policy(w, "hunt-control", POLICY.split("[secrets.openai]")[0])
     r, result, posted = _hunt(w, user, policy, _env(w))
     assert OPENAI_KEY in result["found"] and OPENAI_KEY in posted, (result, describe(r))
+    # The record says the program held the keys (names only).
+    assert run_events(r)[0]["fields"]["keys_given"] == ["ANTHROPIC_API_KEY", "OPENAI_API_KEY"]
 
 
 # ── hostile requests on the door ────────────────────────────────────────────
@@ -329,3 +349,45 @@ def test_a_command_source_is_read_outside(secret_world, user):
                                                   'from = "command:printf %s \\"$WORLD_KEY\\""'))
     r = _vpnw(w, user, "guard", policy, _curl(DOOR + "/v1/echo"), env=_env(w, WORLD_KEY=OPENAI_KEY))
     assert r.returncode == 0 and json.loads(r.stdout)["auth"] == "ok", describe(r)
+
+
+# ── git over HTTPS with a token ─────────────────────────────────────────────
+
+GIT_POLICY = """\
+version = 1
+[policy]
+default = "deny"
+allow = ["github.com"]
+
+[secrets.github]
+host = "github.com"
+from = "env:WORLD_GIT_TOKEN"
+"""
+
+
+def test_git_clone_over_https_with_a_token_through_the_secret_door(secret_world, user):
+    """git is pointed at the door by GIT_CONFIG_COUNT's url.<door>.insteadOf
+    (nothing written into the user's files); the door adds the token as
+    HTTP Basic; the repository needs it (the control: without the door the
+    same clone is refused)."""
+    w = secret_world
+    work = w.workdir(user)
+    env = _env(w, WORLD_GIT_TOKEN=GIT_TOKEN, GIT_TERMINAL_PROMPT="0")
+    clone = ["git", "clone", "-q", "https://github.com/private/repo.git", str(work / "repo")]
+    r = _vpnw(w, user, "guard", _policy(w, "git", GIT_POLICY), clone, env=env)
+    assert r.returncode == 0, describe(r)
+    assert (work / "repo" / "README").read_text() == content_git_readme()
+    origin = w.run(["git", "-C", str(work / "repo"), "remote", "get-url", "origin"], user=user)
+    assert origin.stdout.strip() == "https://github.com/private/repo.git"     # as the user wrote it
+    _assert_no_key_anywhere(w, r, (work / "repo" / ".git" / "config").read_text())
+    control = _vpnw(w, user, "guard", _policy(w, "git-control", GIT_POLICY.split("[secrets")[0]),
+                    ["git", "-c", f"http.sslCAInfo={w.ca_pem}", "clone", "-q",
+                     "https://github.com/private/repo.git", str(work / "control")], env=env)
+    assert control.returncode != 0 and any(
+        said in control.stderr for said in ("401", "Authentication failed", "could not read Username")), \
+        describe(control)
+
+
+def content_git_readme() -> str:
+    from world import GIT_README
+    return GIT_README
