@@ -110,6 +110,10 @@ class SecretDoor(_Door):
         if secret is None:
             return
         names = sc.CREDENTIAL_HEADERS | {secret.header_name.lower()}
+        try:
+            client.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)   # as the upstream's (_tls_for)
+        except OSError:
+            pass
         parser = http_proxy.SecretRequestParser(secret.host, secret.port, door_port, names)
         upstream: Opened | None = None
         responses = None
@@ -199,6 +203,9 @@ class SecretDoor(_Door):
     def _tls_for(self, secret):
         async def finish(sock: socket.socket, host: str):
             import ssl
+            # A head and its body are separate writes, each answer waited
+            # for: without this the body waits for the host's delayed ACK.
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             try:
                 async with asyncio.timeout(TLS_TIMEOUT):
                     return await asyncio.open_connection(
@@ -236,15 +243,31 @@ class SecretDoor(_Door):
         loop = self.ctx.loop
         reader, writer = upstream.stream
         try:
-            data = head.render(credential)
+            # The head and what of the body already came go in one write (a
+            # model's JSON request usually arrives whole with its head).
+            pieces = [head.render(credential)]
+            no_body = not parser.body_follows()
+            whole = no_body
+            while not whole:
+                event = parser.next_event()
+                if isinstance(event, http_proxy.Body):
+                    pieces.append(event.data)
+                    continue
+                if event is http_proxy.END:
+                    whole = True
+                elif event is not http_proxy.NEED_DATA:
+                    raise http_proxy.HttpProxyError("unexpected event in a request body")
+                break
+            data = b"".join(pieces)
             writer.write(data)
             upstream.bytes_up += len(data)
             responses.expect(head.method, upgrade=head.upgrade)
         except (OSError, http_proxy.HttpProxyError):
             await self.send_quietly(client, http_proxy.error_response(502, "the host closed the connection"))
             return "close"
-        if not parser.body_follows():
-            parser.next_event()     # its END
+        if whole:
+            if no_body:
+                parser.next_event()     # its END (a body's END was taken above)
             try:
                 return await self._relay_response(client, upstream, responses, head, parser)
             except (OSError, http_proxy.HttpProxyError):
