@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shlex
 import socket
 import subprocess
@@ -391,3 +392,24 @@ def test_git_clone_over_https_with_a_token_through_the_secret_door(secret_world,
 def content_git_readme() -> str:
     from world import GIT_README
     return GIT_README
+
+
+def test_a_command_value_is_fetched_again_when_its_cache_time_is_over(secret_world, user):
+    """cache = 1: the second request, 1.5 s later, runs the command again
+    (outside, in the broker); when it then fails, the request is refused
+    (502, naming the secret), never sent without the key."""
+    w = secret_world
+    work = w.workdir(user)
+    count, fail = work / "count", work / "fail-next"
+    command = f'echo run >> {count}; if [ -e {fail} ]; then exit 7; fi; printf %s "$WORLD_KEY"'
+    policy = _policy(w, f"cache-{user}", POLICY.replace('from = "env:OPENAI_API_KEY"',
+                                                        f"from = 'command:{command}'\ncache = 1"))
+    curl = f'curl -sS --max-time 30 -w "##%{{http_code}}\\n" {DOOR}/v1/echo'
+    r = _vpnw(w, user, "guard", policy, ["sh", "-c", f"{curl}; {curl}; sleep 1.5; {curl}; touch {fail}; "
+                                                     f"sleep 1.5; {curl}"], env=_env(w, WORLD_KEY=OPENAI_KEY))
+    answers = re.findall(r"(.*?)##(\d{3})\n", r.stdout, re.S)
+    assert [code for _, code in answers] == ["200", "200", "200", "502"], describe(r)
+    assert all(json.loads(body)["auth"] == "ok" for body, _ in answers[:3]), answers
+    assert 'secret "openai"' in answers[3][0] and "exit status 7" in answers[3][0], answers[3]
+    assert count.read_text().count("run") == 3      # at the start, after 1.5 s, and the failing one
+    _assert_no_key_anywhere(w, r)
