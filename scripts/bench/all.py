@@ -1,6 +1,6 @@
 """vpnw's benchmarks, each side by side with its baseline in the same run.
 
-    scripts/bench/run [--quick] [--json] [--only startup,bulk,httpget,conns,paced,lat,leak]
+    scripts/bench/run [--quick] [--json] [--only startup,bulk,httpget,conns,paced,lat,leak,capture,secrets]
                       [--against REV] [--without-notifier]
 
 Needs root. The whole run happens in a private network + mount namespace made
@@ -77,6 +77,12 @@ made (a conn.close or conn.fail for each, counted by type). "Before" comes
 after a burst of 100 connections through each door, so what vpnw sets up
 once when it first sees load (the broker's workers) is not taken for a leak.
 
+`secrets`: a secret door (docs/secrets.md) against direct HTTPS to the same
+stand-in model API (the test world's web server on this loopback, HTTPS,
+requiring the real key): a small request's added time kept alive and on a
+new connection, the added time to a streamed answer's first byte, and bulk
+upload and download through the door (scripts/bench/secrets_bench.py).
+
 Memory is vpnw's own processes (orchestrator, recorder, broker, helper, init:
 every descendant of the vpnw process but the program). The target is judged
 on their PSS: they are forked from one process, so their RSS summed counts
@@ -121,6 +127,8 @@ ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, os.path.join(ROOT, "tests"))
 import exits  # noqa: E402  (tests/exits.py: wait_listening, Exit to stop a proxy, squid_conf)
 import against  # noqa: E402  (scripts/bench/against.py: another revision's vpnw)
+sys.path.insert(0, HERE)
+import secrets_bench  # noqa: E402  (scripts/bench/secrets_bench.py: the secrets section)
 
 VENV = os.environ.get("VPNW_VENV", "/opt/vpnw-venv")     # scripts/bench/run honours it too
 PYTHON = f"{VENV}/bin/python"
@@ -1467,6 +1475,8 @@ def print_table(res: dict, meta: dict, verdicts: list[dict]) -> None:
       f"load {meta['load']}; bulk {meta['size_mib']} MiB)\n")
     if "startup" in res:
         print_startup(w, res["startup"], _mark(mark.get(("startup", "vpnw run -- true"))))
+    if "secrets" in res:
+        secrets_bench.print_secrets(w, res["secrets"])
     if "bulk" in res:
         bw = _label_width(res["bulk"], 26)
         w(f"\n{'bulk, one transfer':<{bw + 4}}     GB/s   x direct  x relay   connect ms  after it x direct   "
@@ -1546,7 +1556,7 @@ def print_table(res: dict, meta: dict, verdicts: list[dict]) -> None:
 PLACE: Place
 AGAINST: dict[str, str] = {}     # --against: REV -> its vpnw executable
 WITHOUT_NOTIFIER = False         # --without-notifier
-SECTIONS = ("startup", "bulk", "httpget", "conns", "paced", "lat", "leak", "capture")
+SECTIONS = ("startup", "bulk", "httpget", "conns", "paced", "lat", "leak", "capture", "secrets")
 
 
 def main() -> None:
@@ -1596,6 +1606,9 @@ def main() -> None:
             res["leak"]["against"] = {rev: bench_leak(rev) for rev in AGAINST}
         if "capture" in which:
             res["capture"] = bench_capture(rounds, 1 if args.quick else 2, 200 if args.quick else 500)
+        if "secrets" in which:
+            res["secrets"] = secrets_bench.bench_secrets(rounds, PYTHON, VPNW, PLACE.tmp, PLACE.procs,
+                                                         64 if args.quick else 256)
     finally:
         PLACE.stop()
     meta = {"rounds": rounds, "cpus": os.cpu_count(), "load": " ".join(open("/proc/loadavg").read().split()[:3]),

@@ -26,13 +26,14 @@ class Opened:
     """A connection dialled, counted while it relays. A plain class, not a
     dataclass: made once per connection, and ~1 ms less on the loop's import."""
     __slots__ = ("conn", "sock", "address", "port", "dial_ms", "opened_at", "bytes_up", "bytes_down",
-                 "closed")
+                 "closed", "stream")
 
     def __init__(self, conn: int, sock: socket.socket, address: str, port: int, dial_ms: int,
                  opened_at: float, bytes_up: int = 0, bytes_down: int = 0, closed: bool = False):
         self.conn, self.sock, self.address, self.port = conn, sock, address, port
         self.dial_ms, self.opened_at = dial_ms, opened_at
         self.bytes_up, self.bytes_down, self.closed = bytes_up, bytes_down, closed
+        self.stream = None      # what a dial's `finish` made of the socket (a secret door's TLS)
 
 
 class Denied(NamedTuple):
@@ -118,11 +119,15 @@ class Connector:
         self.lookups = LookupThreads()
 
     async def connect(self, conn: int, door: str, kind: str, host: str,
-                      port: int) -> Opened | Denied | Failed:
+                      port: int, *, finish=None, **request_fields) -> Opened | Denied | Failed:
+        """`finish(sock, host)`: awaited on the dialled socket before the
+        connection counts as open (a secret door's TLS handshake: its failure
+        is the request's conn.fail, error "tls"); what it returns is
+        Opened.stream. `request_fields` go into conn.request (a secret door's name)."""
         fake, host = self._made_up(host)
         where = {"host": host, "port": port, "door": door}     # policy.* events carry it too
         self.journal.emit("conn.request", conn, door=door, kind=kind, host=host, port=port,
-                          **({"fake_address": str(fake)} if fake is not None else {}))
+                          **({"fake_address": str(fake)} if fake is not None else {}), **request_fields)
         if fake is not None and host == str(fake):
             from stages.broker.fake_ips import not_given_reason
             return self._end(conn, Denied(not_given_reason(fake), "dns-door"), where)
@@ -131,7 +136,7 @@ class Connector:
             decided = await self._decide(conn, host, port, door)
             if isinstance(decided, _Allowed):
                 stage = "dial"
-                outcome = await self._record_full() or await self._dial(conn, decided, port)
+                outcome = await self._record_full() or await self._dial(conn, decided, port, finish)
             else:
                 outcome = decided
         except asyncio.CancelledError:
@@ -255,7 +260,7 @@ class Connector:
             return None
         return Failed("dial", "internal", RECORD_FULL)
 
-    async def _dial(self, conn: int, allowed: _Allowed, port: int) -> Opened | Failed:
+    async def _dial(self, conn: int, allowed: _Allowed, port: int, finish=None) -> Opened | Failed:
         started = time.monotonic()
         try:
             sock, address = await self.dialer.dial(allowed.host, port, allowed.addresses)
@@ -263,7 +268,16 @@ class Connector:
             return Failed("path" if exc.error == "path-down" else "dial", exc.error, exc.reason)
         if sock.gettimeout() != 0.0:    # the dialers' sockets already are
             sock.setblocking(False)
-        return Opened(conn, sock, address, port, ms_since(started), time.monotonic())
+        stream = None
+        if finish is not None:
+            try:
+                stream = await finish(sock, allowed.host)
+            except DialError as exc:
+                sock.close()
+                return Failed("dial", exc.error, exc.reason)
+        opened = Opened(conn, sock, address, port, ms_since(started), time.monotonic())
+        opened.stream = stream
+        return opened
 
     async def resolve(self, conn: int, host: str, port: int) -> tuple:
         if self.dialer.resolve is not None:

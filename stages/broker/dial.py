@@ -23,7 +23,7 @@ CONNECT_TIMEOUT = 10.0
 _IP_TYPES = (ipaddress.IPv4Address, ipaddress.IPv6Address)
 
 # conn.fail's "error" (docs/architecture.md, stages/record/schema.json) for a dial.
-DIAL_ERRORS = ("refused", "unreachable", "timeout", "dns", "path-down", "internal")
+DIAL_ERRORS = ("refused", "unreachable", "timeout", "dns", "path-down", "internal", "tls")
 
 
 class DialError(Exception):

@@ -533,6 +533,99 @@ class RequestParser(_Framer):
         return ForwardHead(method, host, port, origin_form, version, tuple(kept), keep_alive)
 
 
+class SecretHead(NamedTuple):
+    """A request at a secret door (docs/secrets.md), ready for the secret's
+    host: origin-form, the program's credential headers gone, Host the
+    secret's own; the door adds the real credential in `render`."""
+    method: bytes
+    target: bytes            # origin-form: path and query
+    version: bytes
+    headers: tuple           # ((name, value), ...): hop-by-hop and credentials removed, Host set
+    keep_alive: bool
+    upgrade: bool            # a WebSocket upgrade: its Connection and Upgrade headers kept
+
+    def render(self, credential: tuple[bytes, bytes]) -> bytes:
+        lines = [self.method + b" " + self.target + b" " + self.version]
+        lines += [n + b": " + v for n, v in self.headers]
+        lines.append(credential[0] + b": " + credential[1])
+        if self.upgrade:
+            lines += [b"Connection: Upgrade", b"Upgrade: websocket"]
+        return b"\r\n".join(lines) + b"\r\n\r\n"
+
+
+_LOOPBACK_NAMES = (b"127.0.0.1", b"localhost", b"[::1]")
+
+
+class SecretRequestParser(RequestParser):
+    """The program -> a secret door: requests as to an origin server
+    (origin-form, or absolute-form naming the door or the secret's host,
+    nothing else), each parsed on its own on a kept-alive connection. What
+    could carry a request or a credential elsewhere is refused here:
+    CONNECT, a second Host, a Host or absolute URI naming another host;
+    smuggling (both framings, bare CR, control characters, oversized heads)
+    is refused by the framing shared with the HTTP door."""
+
+    def __init__(self, host: str, port: int, door_port: int, credential_names: frozenset):
+        super().__init__()
+        self.host = host
+        self.authority = (host if port == 443 else f"{host}:{port}").encode("ascii")
+        if ":" in host:
+            self.authority = b"[" + host.encode("ascii") + b"]" + (b"" if port == 443 else b":%d" % port)
+        port_text = str(door_port).encode()
+        self._own = {n + b":" + port_text for n in _LOOPBACK_NAMES} | {self.authority,
+                                                                       self.authority + b":%d" % port}
+        self._drop = frozenset(credential_names) | _HOST | {b"upgrade"}
+
+    def _parse_request_head(self, head: bytes):
+        lines = _split_lines(head)
+        request_line, header_lines = lines[0], lines[1:]
+        parts = request_line.split(b" ")
+        if len(parts) != 3:
+            raise HttpProxyError("malformed request line")
+        method, target, version = parts
+        if not _METHOD.match(method):
+            raise HttpProxyError("malformed method")
+        if not _VERSION.match(version):
+            raise HttpProxyError("unsupported HTTP version", 505)
+        if not target or _BAD_VALUE.search(target) or b"\t" in target or b" " in target:
+            raise HttpProxyError("malformed request target")
+        if method == b"CONNECT":
+            raise HttpProxyError("a secret door forwards requests to its host; it opens no tunnels", 405)
+        headers = _parse_headers(header_lines, MAX_HEADERS)
+        names = [name.lower() for name, _ in headers]
+        hosts = [v for n, (_, v) in zip(names, headers) if n == b"host"]
+        if len(hosts) > 1:
+            raise HttpProxyError("more than one Host header")
+        if hosts and hosts[0].lower() not in self._own:
+            raise HttpProxyError(f"Host {hosts[0].decode('ascii', 'replace')[:100]} is not this door's; "
+                                 f"it forwards only to {self.host}")
+        if not target.startswith(b"/"):
+            if target[:7].lower() != b"http://" and target[:8].lower() != b"https://":
+                raise HttpProxyError("the request target is not a path")
+            rest = target.split(b"://", 1)[1]
+            cut = min([i for i in (rest.find(b"/"), rest.find(b"?"), rest.find(b"#")) if i >= 0]
+                      or [len(rest)])
+            authority, tail = rest[:cut].lower(), rest[cut:].split(b"#", 1)[0]
+            if authority not in self._own:
+                raise HttpProxyError(f"the URI names {authority.decode('ascii', 'replace')[:100]}; "
+                                     f"this door forwards only to {self.host}")
+            target = tail if tail.startswith(b"/") else b"/" + tail
+        tokens = _connection_tokens(headers, names)
+        framing, length = _body_framing(headers, names, is_request=True)
+        upgrade = b"upgrade" in tokens
+        if upgrade:
+            wanted = [v.strip().lower() for n, (_, v) in zip(names, headers) if n == b"upgrade"]
+            if wanted != [b"websocket"] or framing != "none":
+                raise HttpProxyError("only a WebSocket upgrade without a body is forwarded", 501)
+        kept = _strip_hop_by_hop(headers, names, tokens, also=self._drop)
+        kept.insert(0, (b"Host", self.authority))
+        self._mode = _BODY_START[framing]
+        self._left = length
+        self._chunk_state = CHUNK_SIZE
+        self._method = method
+        return SecretHead(method, target, version, tuple(kept), _keeps_alive(version, tokens), upgrade)
+
+
 class ResponseParser(_Framer):
     """Origin -> broker, for plain-HTTP forwarding. Call `expect(method)`
     before each response so HEAD answers are framed right."""
@@ -542,14 +635,26 @@ class ResponseParser(_Framer):
         super().__init__()
         self._method = b"GET"
         self._mode = IDLE
+        self._upgrade = False
 
-    def expect(self, method: bytes) -> None:
+    def expect(self, method: bytes, upgrade: bool = False) -> None:
+        """`upgrade`: the request asked for a protocol upgrade (a secret
+        door's WebSocket), so a 101 ends HTTP on this stream."""
         if self._mode is not IDLE:
             raise HttpProxyError("previous response not finished")
         self._method = method
         self._mode = HEAD
+        self._upgrade = upgrade
+
+    def tunnel_data(self) -> bytes:
+        """After a 101: bytes the origin sent after its head."""
+        data = bytes(self._buf)
+        self._buf.clear()
+        return data
 
     def next_event(self):
+        if self._mode is TUNNEL:
+            raise HttpProxyError("the stream is a tunnel now")
         if self._mode is IDLE:
             if self._buf:
                 raise HttpProxyError("origin sent data nobody asked for")
@@ -584,7 +689,12 @@ class ResponseParser(_Framer):
         kept = tuple(_strip_hop_by_hop(headers, names, tokens))
         if status < 200:
             if status == 101:
-                raise HttpProxyError("origin switched protocols", 502)
+                if not self._upgrade or b"upgrade" not in tokens:
+                    raise HttpProxyError("origin switched protocols", 502)
+                # The upgrade the client asked for: its Connection and Upgrade
+                # headers go back with the head; the stream is not HTTP now.
+                self._mode = TUNNEL
+                return ResponseHead(status, version, reason, tuple(headers), False, False)
             self._mode = HEAD  # the real answer follows
             return ResponseHead(status, version, reason, kept, True, False)
         if self._method == b"HEAD" or status in (204, 304):

@@ -51,7 +51,7 @@ class Broker:
                  local_addresses: frozenset = frozenset(), path_reported: bool = False,
                  numbers=None, crew: Crew | None = None, crew_at_once: bool = False,
                  ask_fd: int | None = None, ask_worker: bool = False, record_gate=None,
-                 fake_names=None):
+                 fake_names=None, secrets=None):
         self.path_reported = path_reported  # main_from_fds already said the direct path is ok
         self.path = path
         self.grace = grace
@@ -81,7 +81,8 @@ class Broker:
         self.load_look = None                           # its timer, while connections come
         self.paused_said = False
         self.doors = {"socks": Socks5Door(self.context), "http": HttpDoor(self.context),
-                      "local": LocalDoor(self.context), **_capture_doors(self.context)}
+                      "local": LocalDoor(self.context), **_capture_doors(self.context),
+                      **_secret_doors(self.context, secrets)}
 
     async def check_path(self) -> bool:
         if self.path_reported:
@@ -180,14 +181,17 @@ class Broker:
         if handed.door == "dns" and self.fake_names is None:
             warn("dropped a DNS door the run did not ask for (no capture)")
             handed.sock.close()
+        elif handed.door == "secret" and "secret" not in self.doors:
+            warn("dropped a secret door the run did not ask for (no secrets)")
+            handed.sock.close()
         elif handed.kind == "datagram":
             from stages.broker.dns_door import DnsDatagrams   # loaded with the loop (main._load_the_loop)
             door = DnsDatagrams(self.context, handed.sock)
             self.datagram_doors.append(door)
             self.loop.add_reader(handed.sock.fileno(), door.on_readable)
         elif handed.kind == "door":
-            # The DNS door stays the lead's: only it gives made-up addresses.
-            if self.crew is not None and handed.door != "dns":
+            # The DNS door and the secret doors stay the lead's (_doors_for_workers).
+            if self.crew is not None and handed.door not in ("dns", "secret"):
                 self.crew.pass_door(handed.door, handed.sock)   # to workers already forked
             self.listening.append((handed.door, handed.sock))
             self.loop.add_reader(handed.sock.fileno(), self._on_door, handed.door, handed.sock)
@@ -266,8 +270,9 @@ class Broker:
         self.connector.lookups.resume()
 
     def _doors_for_workers(self) -> list[tuple[str, socket.socket]]:
-        # The DNS door stays the lead's: only it gives made-up addresses.
-        return [(door, sock) for door, sock in self.listening if door != "dns"]
+        # The DNS door stays the lead's: only it gives made-up addresses; the
+        # secret doors too: the secrets' values, fetched again, live there.
+        return [(door, sock) for door, sock in self.listening if door not in ("dns", "secret")]
 
     def _take(self, door: str, sock: socket.socket) -> None:
         self.taken_this_tick += 1
@@ -305,6 +310,15 @@ class Broker:
             sock.close()
 
 
+def _secret_doors(context: DoorContext, secrets) -> dict:
+    """The secret doors (secret_door.py), on a run whose policy has secrets."""
+    if secrets is None:
+        return {}
+    from stages.broker.secret_door import SecretDoor, SecretKeeper
+    keeper = SecretKeeper(secrets.secrets, secrets.values, secrets.ports, secrets.env)
+    return {"secret": SecretDoor(context, keeper)}
+
+
 def _capture_doors(context: DoorContext) -> dict:
     """The capture door and the DNS door's TCP side, on a run with capture
     (the DNS door's names exist): their modules load only for such a run
@@ -338,7 +352,7 @@ def run_broker(handoff_fd: int, event_fd: int, status_fd: int, *, run_id: str, p
                dry_run: bool = False, grace: float = 2.0, path_reported: bool = False,
                numbers=None, crew: Crew | None = None, crew_at_once: bool = False, early=None,
                ask_fd: int | None = None, ask_worker: bool = False, record_gate=None,
-               fake_names=None) -> int:
+               fake_names=None, secrets=None) -> int:
     """The broker process body (the lead's, or a worker's: then `crew` is
     None and `numbers` the shared counter); returns its exit code (0,
     PATH_DOWN, INTERNAL)."""
@@ -355,7 +369,7 @@ def run_broker(handoff_fd: int, event_fd: int, status_fd: int, *, run_id: str, p
                         numbers=numbers, crew=crew, crew_at_once=crew_at_once,
                         ask_fd=ask_fd, ask_worker=ask_worker,
                         record_gate=record_gate,
-                        fake_names=fake_names)
+                        fake_names=fake_names, secrets=secrets)
         return _serve_until_the_end(broker, handoff_fd, early)
     except Exception as exc:
         warn(f"the broker failed: {exc!r}")

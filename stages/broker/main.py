@@ -16,7 +16,7 @@ from stages.wire.startup_trace import mark
 def main_from_fds(handoff_fd: int, event_fd: int, status_fd: int, *, run_id: str,
                   policy, path, dry_run: bool = False, grace: float = 2.0,
                   workers: int | None = None, ask_fd: int | None = None,
-                  record_gate=None, capture: bool = False) -> int:
+                  record_gate=None, capture: bool = False, secrets=None) -> int:
     """Run the broker until the helper is gone (or SIGTERM); returns the exit
     code: 0, 123 when the path check failed, 125 when the broker itself failed.
 
@@ -46,7 +46,7 @@ def main_from_fds(handoff_fd: int, event_fd: int, status_fd: int, *, run_id: str
         # The loop loads while the link is watched (startup.py): a run that
         # never knocks at a door ends without waiting for it, or for workers.
         from stages.broker.startup import load_while_watching
-        early = load_while_watching(handoff_fd, lambda: _load_the_loop(capture))
+        early = load_while_watching(handoff_fd, lambda: _load_the_loop(capture, tls=secrets is not None))
         mark("broker", "link over, no connection" if early.quiet_end else "loop loaded or needed")
         if early.quiet_end:
             return _end_without_the_loop(early, status_fd)
@@ -79,10 +79,10 @@ def main_from_fds(handoff_fd: int, event_fd: int, status_fd: int, *, run_id: str
                       numbers=numbers, crew=crew, crew_at_once=at_once, early=early,
                       ask_fd=ask_fd,
                       record_gate=record_gate,
-                      fake_names=fake_names)
+                      fake_names=fake_names, secrets=secrets)
 
 
-def _load_the_loop(capture: bool) -> None:
+def _load_the_loop(capture: bool, tls: bool = False) -> None:
     """What the first connection needs, loaded before it comes: the loop,
     the decisions (connector.py imports decide.py when the broker starts)
     and, on a run with capture, its doors.
@@ -98,10 +98,14 @@ def _load_the_loop(capture: bool) -> None:
     for the whole run (modules, classes, functions), yet each of the
     collections it set off (a dozen or more) looked at all of it; about 8%
     of the import's CPU. Once it is loaded that is frozen, out of every later
-    collection's sight, as fork_stage froze what came before."""
+    collection's sight, as fork_stage froze what came before.
+
+    `tls`: the run has secret doors, whose connections the broker opens
+    with TLS itself (secret_door.py): asyncio loads with ssl, and the doors'
+    module with it."""
     collecting = gc.isenabled()
     gc.disable()
-    refused = "ssl" not in sys.modules
+    refused = "ssl" not in sys.modules and not tls
     if refused:
         sys.modules["ssl"] = None           # None in sys.modules: `import ssl` raises ImportError
     try:
@@ -110,6 +114,8 @@ def _load_the_loop(capture: bool) -> None:
         from stages.broker import decide, loop  # noqa: F401
         if capture:
             from stages.broker import capture_door, dns_door  # noqa: F401
+        if tls:
+            from stages.broker import secret_door  # noqa: F401
     finally:
         if refused and sys.modules.get("ssl", 0) is None:
             del sys.modules["ssl"]

@@ -251,10 +251,11 @@ def run(argv: list[str], handoff_fd: int, status_fd: int, go_fd: int,
         allow_unix_sockets: bool, env: dict[str, str] | None, files: MountPlan | None = None,
         tty: ProgramTerminal | None = None, protected: HelperProtection | None = None, capture: bool = False,
         local_ports: tuple = (),
-        unix_allow: list[tuple[str, str]] = ()) -> int:
+        unix_allow: list[tuple[str, str]] = (), secret_ports: tuple = ()) -> int:
     """P's whole life, its plan given at once; returns its exit code (the caller _exits with it)."""
     plan = helper_plan.Plan(env=env, files=files, protected=protected, capture=capture,
-                            local_ports=tuple(local_ports), unix_allow=tuple(unix_allow))
+                            local_ports=tuple(local_ports), unix_allow=tuple(unix_allow),
+                            secret_ports=tuple(secret_ports))
     return run_planned(argv, handoff_fd, status_fd, go_fd, allow_unix_sockets, tty, lambda: plan)
 
 
@@ -281,7 +282,8 @@ def run_planned(argv: list[str], handoff_fd: int, status_fd: int, go_fd: int,
     files, protected, local_ports = plan.files, plan.protected, plan.local_ports
     penv = program_env(dict(os.environ if plan.env is None else plan.env))
     try:
-        sealed = _seal(early, plan.unix_allow, plan.capture, local_ports, tty, status_fd)
+        sealed = _seal(early, plan.unix_allow, plan.capture, local_ports, tty, status_fd,
+                       plan.secret_ports)
     except SealError as e:
         st.write(status_fd, st.SandboxFailed(str(e), ExitCode.NO_SANDBOX))
         return ExitCode.NO_SANDBOX
@@ -418,7 +420,7 @@ def _before_the_plan(allow_unix_sockets: bool) -> _Early:
 
 
 def _seal(early: _Early, unix_allow, capture: bool, local_ports: tuple,
-          tty: ProgramTerminal | None, status_fd: int) -> _Sealed:
+          tty: ProgramTerminal | None, status_fd: int, secret_ports: tuple = ()) -> _Sealed:
     """Namespaces, the network check, the doors, the terminal; SealError when any fails."""
     unix = _unix_plan(early.allow_unix_sockets, unix_allow, early.supervised)
     seccomp_bpf = early.seccomp_bpf
@@ -432,7 +434,7 @@ def _seal(early: _Early, unix_allow, capture: bool, local_ports: tuple,
     unix_link = _unix_link(unix)
     opened = handoff.doors(capture)
     supervisor = _spawn_supervisor(unix_link, unix, status_fd,
-                                   listened=(*opened.values(), *local_ports))
+                                   listened=(*opened.values(), *local_ports, *secret_ports))
     mark("helper", "supervisor started")
     _unshare_pid()
     _check_network(capture)
@@ -441,7 +443,9 @@ def _seal(early: _Early, unix_allow, capture: bool, local_ports: tuple,
     counters = _open_counters()
     # A `localhost:PORT` rule: a door on that port (docs/architecture.md,
     # "The machine's own loopback").
-    doors = _open_doors([*opened.items(), *(("local", port) for port in local_ports)])
+    # A secret: a door on its own port (docs/secrets.md).
+    doors = _open_doors([*opened.items(), *(("local", port) for port in local_ports),
+                         *(("secret", port) for port in secret_ports)])
     datagram_doors = _open_dns_datagrams() if capture else []
     mark("helper", "doors open")
     _fresh_devpts()

@@ -101,6 +101,7 @@ class _Learner:
         self.paths: set[tuple] = set()   # (via, config) of each run: the guard command keeps them
         # files.held: folder suggested for allow_write -> (writes held, what runs it later or None)
         self.held: dict[str, tuple[int, str | None]] = {}
+        self.keys_given: set[str] = set()    # run.start's keys_given: API keys the program held
 
     def feed(self, event: dict) -> None:
         type_ = event.get("type")
@@ -118,6 +119,9 @@ class _Learner:
             via = f.get("via") if isinstance(f.get("via"), str) else event.get("path")
             config = f.get("config") if isinstance(f.get("config"), str) else None
             self.paths.add((via if isinstance(via, str) else "direct", config))
+            keys = f.get("keys_given")
+            if isinstance(keys, list):
+                self.keys_given.update(k for k in keys if isinstance(k, str))
             return
         if type_ in ("unix.allow", "unix.deny"):
             self._unix(type_, f)
@@ -313,6 +317,7 @@ def render(learner: _Learner, name: str) -> str:
     if held:
         out = out[:-1] + held + [""] if out and out[-1] == "" else out + held
     out += _unix_table(learner)
+    out += _secrets_suggested(learner)
     return "\n".join(out)
 
 
@@ -350,6 +355,24 @@ def _held_lines(learner: _Learner) -> list[str]:
                        f"its own ({printable(later)}): what is planted there runs outside the sandbox")
         else:
             out.append(f"#     {toml_string(key)},  # {_plural(count, 'write')} held")
+    return out
+
+
+def _secrets_suggested(learner: _Learner) -> list[str]:
+    """A [secrets] table, commented out, for each known API host the runs
+    reached while the program held that API's key in its environment
+    (run.start's keys_given): with it the key stays outside (docs/secrets.md)."""
+    from stages.config.secrets import KEY_VARIABLES
+    reached = {host for host, _ in learner.tally.table}
+    out = []
+    for host, variable in sorted(KEY_VARIABLES.items()):
+        if host not in reached or variable not in learner.keys_given:
+            continue
+        name = host.split(".")[-2] if host.count(".") >= 1 else host
+        out += [f"# The program held {variable} and reached {host}: keep the key outside,",
+                "# behind a secret door (docs/secrets.md), by uncommenting:",
+                f"# [secrets.{name}]", f"# host = {toml_string(host)}", f"# env = {toml_string(variable)}",
+                f"# from = {toml_string('env:' + variable)}", ""]
     return out
 
 

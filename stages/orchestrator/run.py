@@ -51,6 +51,7 @@ class RunRequest(Record):
     config_files: object = None    # stages.config.paths.ConfigFiles: what the config names
     env: dict = Factory(lambda: dict(os.environ))
     no_clipboard: bool = False     # drop the program's OSC 52 on the user's terminal
+    secrets: object = None         # stages.config.secrets.Resolved: the policy's secrets, read
 
 
 # While the program's terminal is relayed, vpnw's own messages join its output
@@ -171,6 +172,9 @@ def _execute(request: RunRequest, terminal: _Terminal, helper: _Helper) -> int:
         files_plan, protection = _with_the_layer(layer, files_plan, protection)
     names_before = _identities(_evidence_names(request, record) + _pinned_names(protection))
     program_env, env_kept = _program_env(_without_secrets(request), run_id)
+    if request.secrets is not None:
+        from stages.config.secrets import program_env as with_secret_doors
+        program_env = with_secret_doors(program_env, request.secrets)
     mark("vpnw", "protection and environment computed")
 
     # The helper was forked first (helper_first.py) and has done what needs
@@ -192,7 +196,8 @@ def _execute(request: RunRequest, terminal: _Terminal, helper: _Helper) -> int:
     mark("vpnw", "recorder forked")
     emitter = Emitter(events_w, run_id, path=path_name)
     _warn_own_settings(request, env_kept)
-    _emit_run_start(emitter, request, record, files_record, env_kept, protection, layer)
+    _emit_run_start(emitter, request, record, files_record, env_kept, protection, layer,
+                    _keys_given(program_env, request.secrets))
     mark("vpnw", "run.start sent")
     for entry in protection.lifted:
         say(f"allow_write names {entry.path} ({entry.why}): the program may change it, "
@@ -249,7 +254,8 @@ def _helper_plan(request: RunRequest, files_plan, program_env, protection, layer
         if layer is not None and layer.dir else None
     return Plan(env=program_env, files=files_plan, protected=protection.to_helper(),
                 capture=request.capture, local_ports=_localhost_ports(request.policy),
-                unix_allow=tuple(_unix_sockets_named(request)), held=held)
+                unix_allow=tuple(_unix_sockets_named(request)), held=held,
+                secret_ports=tuple(request.secrets.ports.values()) if request.secrets else ())
 
 
 def _held_layer(request: RunRequest, run_id: str):
@@ -319,7 +325,7 @@ def _start_broker(request: RunRequest, terminal: _Terminal, helper: _Helper, run
                              policy=request.policy, path=request.path,
                              dry_run=request.dry_run, record_gate=record_gate,
                              ask_fd=ask_link[1].fileno() if ask_link else None,
-                             capture=request.capture)
+                             capture=request.capture, secrets=request.secrets)
 
     broker_pid = _fork_stage([broker_end, events_w, broker_status_w,
                               *([ask_link[1].fileno()] if ask_link else [])], broker_body,
@@ -353,8 +359,18 @@ def _start_recorder(request: RunRequest, terminal: _Terminal, record: str, recor
     return recorder_pid, events_w, recorded_r
 
 
+def _keys_given(program_env: dict, secrets) -> list[str]:
+    """The usual API keys' variables the program holds with a real value (not
+    a secret door's placeholder): run.start's keys_given, names only, so the
+    record says a run had a key (docs/secrets.md) and learn can suggest a door."""
+    from stages.config.secrets import KEY_VARIABLES
+    placeholders = set(secrets.placeholders.values()) if secrets else set()
+    return sorted(v for v in set(KEY_VARIABLES.values()) | {"GITHUB_TOKEN", "CODEX_API_KEY"}
+                  if program_env.get(v) and program_env[v] not in placeholders)
+
+
 def _emit_run_start(emitter, request: RunRequest, record: str, files_record: dict,
-                    env_kept, protection, layer=None) -> None:
+                    env_kept, protection, layer=None, keys_given=()) -> None:
     policy_name = getattr(request.policy, "name", None)
     unix_allow = _unix_allow_record(request)
     deny_private = _deny_private_scope(request)
@@ -369,6 +385,8 @@ def _emit_run_start(emitter, request: RunRequest, record: str, files_record: dic
                  **({"ask": True} if request.ask else {}),
                  **unix_allow,
                  **(_held_start(layer) if layer is not None else {}),
+                 **({"secrets": request.secrets.record()} if request.secrets else {}),
+                 **({"keys_given": list(keys_given)} if keys_given else {}),
                  protected=protection.to_record(budget=(800 if files_record else 2800)
                                                 - (UNIX_ALLOW_BUDGET if unix_allow else 0)
                                                 - len(repr(deny_private))))   # its own room
@@ -460,11 +478,20 @@ def _protection_inputs(request: RunRequest, record: str):
                                 sys.argv[0] if os.path.isabs(sys.argv[0]) else None),
         evidence=tuple(p for p in dict.fromkeys(evidence) if p and p != "-"),
         named=tuple(named.named) if named else (),
-        secrets=tuple(named.secret_files) if named else (),
+        secrets=(*(named.secret_files if named else ()), *_secret_files(request, home)),
         signing_key=(keys,),
         allow_write=allow_write,
         writable_trees=tuple(l.path for l in files.writable() if l.kind == "dir") if files else ())
     return inputs
+
+
+def _secret_files(request: RunRequest, home: str) -> tuple[str, ...]:
+    """The files a secret stands for (the agent's own credential files, a
+    file: source): hidden, as the config's secret files are."""
+    if request.secrets is None:
+        return ()
+    from stages.config.secrets import expand_home
+    return tuple(expand_home(p, home) for s in request.secrets.secrets for p in s.hide)
 
 
 def _evidence_names(request: RunRequest, record: str) -> list[str]:

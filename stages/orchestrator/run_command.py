@@ -96,6 +96,24 @@ def _resolve_files(policy):
         raise UsageProblem(str(exc)) from None
 
 
+def _resolve_secrets(policy):
+    """The policy's secrets read from their sources, now, outside, before the
+    program starts (stages/config/secrets.py): a source that fails stops the
+    run (121), naming the secret and the source, never a value."""
+    if not getattr(policy, "secrets", ()):
+        return None
+    from stages.config import secrets as sc
+    from stages.config.lookups import invoker_homes
+    from stages.config.policy import localhost_ports
+    env = dict(os.environ)
+    home, _ = invoker_homes(env)
+    try:
+        return sc.resolve(policy.secrets, env, home=home, taken_ports=localhost_ports(policy),
+                          where=policy.source or "policy")
+    except sc.SourceError as exc:
+        raise UsageProblem(str(exc)) from None
+
+
 def _check_syslog_target(target):
     if target is None:
         return None
@@ -173,6 +191,7 @@ def _request(mode, program, policy_file, config_file, via, record, events_to,
     if problem:
         raise UsageProblem(f"{policy.source}: {problem}")
     files = _resolve_files(policy)
+    secrets = _resolve_secrets(policy)
     if allow_unix_sockets:
         from stages.orchestrator.run import say
         say("--allow-unix-sockets: the program can reach every Unix socket on this machine "
@@ -188,7 +207,7 @@ def _request(mode, program, policy_file, config_file, via, record, events_to,
                          ask=bool(mode == "guard" and (ask or getattr(policy, "ask", False))),
                          ask_timeout=ask_timeout,
                          capture=capture or getattr(policy, "capture", False),
-                         no_clipboard=no_clipboard)
+                         no_clipboard=no_clipboard, secrets=secrets)
     mark("vpnw", "policy and paths loaded")
     return request
 

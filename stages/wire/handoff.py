@@ -41,7 +41,9 @@ DNS_PORT = 53
 # A `localhost:PORT` allow rule: a door on that port of the sandbox's
 # loopback, forwarded to the same port on the machine's (its port is the
 # listening socket's own).
-_DOOR_BYTE = {"http": b"H", "socks": b"S", "capture": b"T", "dns": b"D", "local": b"O"}
+# A secret door (docs/secrets.md): one per secret, on its own port (the
+# broker knows which secret by the listening socket's port).
+_DOOR_BYTE = {"http": b"H", "socks": b"S", "capture": b"T", "dns": b"D", "local": b"O", "secret": b"K"}
 _BYTE_DOOR = {v: k for k, v in _DOOR_BYTE.items()}
 _KINDS = {b"L": "door", b"C": "conn", b"U": "datagram"}
 MESSAGE_SIZE = 2

@@ -58,6 +58,7 @@ class Plan(NamedTuple):
     local_ports: tuple = ()          # the `localhost:PORT` rules' ports
     unix_allow: tuple = ()           # (entry as written, path) of [unix] allow
     held: Held | None = None         # the held layer (None: none)
+    secret_ports: tuple = ()         # the secret doors' ports (docs/secrets.md)
 
 
 def _pairs(items) -> tuple:
@@ -78,7 +79,8 @@ def encode(plan: Plan) -> bytes:
         held = (str(held.dir), tuple(str(p) for p in held.work), str(held.hide),
                 tuple(str(p) for p in held.anchors))
     body = marshal.dumps((VERSION, env, files, protected, bool(plan.capture),
-                          tuple(int(p) for p in plan.local_ports), _pairs(plan.unix_allow), held))
+                          tuple(int(p) for p in plan.local_ports), _pairs(plan.unix_allow), held,
+                          tuple(int(p) for p in plan.secret_ports)))
     return len(body).to_bytes(_HEADER, "big") + body
 
 
@@ -86,7 +88,7 @@ def decode(data: bytes) -> Plan:
     if len(data) < _HEADER or int.from_bytes(data[:_HEADER], "big") != len(data) - _HEADER:
         raise PlanError("the plan is cut short")
     try:
-        version, env, files, protected, capture, local_ports, unix_allow, held = \
+        version, env, files, protected, capture, local_ports, unix_allow, held, secret_ports = \
             marshal.loads(data[_HEADER:])
     except (EOFError, ValueError, TypeError) as exc:
         raise PlanError(f"the plan cannot be read: {exc}") from None
@@ -95,7 +97,8 @@ def decode(data: bytes) -> Plan:
     return Plan(env=env, files=None if files is None else Files(*files),
                 protected=None if protected is None else Protected(*protected),
                 capture=capture, local_ports=local_ports, unix_allow=unix_allow,
-                held=None if held is None else Held(*held))
+                held=None if held is None else Held(*held),
+                secret_ports=secret_ports)
 
 
 def send(fd: int, plan: Plan) -> None:

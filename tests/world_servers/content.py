@@ -32,3 +32,14 @@ def payload_sha256(size: int, seed: str | int) -> str:
     for chunk in payload_chunks(size, seed):
         digest.update(chunk)
     return digest.hexdigest()
+
+
+# The stand-in model APIs and the token-guarded git repository of the test
+# world (http_server.py): each answers only with its real credential, which
+# vpnw's secret doors add (tests/test_e2e_secrets.py). Shaped as the real
+# services' keys; they exist only in the test world.
+OPENAI_REAL_KEY = "sk-proj-WORLDREALKEY0openai0d41d8cd98f00b204e9800998ecf8427e"
+ANTHROPIC_REAL_KEY = "sk-ant-api03-WORLDREALKEY0anthropic0a1b2c3d4e5f60718293a4b5c6d7e8f9"
+GIT_REAL_TOKEN = "ghp_WORLDREALTOKEN0git0aa11bb22cc33dd44ee55"
+MODEL_HOSTS = {"api.openai.com": "openai", "api.anthropic.com": "anthropic"}
+MODEL_ANSWER = "hello from the stand-in model"

@@ -14,6 +14,17 @@ Routes:
   POST <path>              a stand-in API's answer, when --docroot has
                            <path>.answer.json: {"status": N, "json": {...}}
                            (the agents' API hosts, tests/agents_support.py)
+
+On the model hosts (content.MODEL_HOSTS), /v1/... without such an answer is
+a stand-in model API that requires the real key (content.OPENAI_REAL_KEY,
+ANTHROPIC_REAL_KEY): GET /v1/models, POST /v1/chat/completions and
+/v1/messages (plain, or SSE with "stream": true), GET /v1/echo (what the
+host received: header names, Host, the path, whether the key was right;
+never a header's value), POST /v1/upload, GET /v1/bytes/<n>, GET
+/v1/realtime (a WebSocket upgrade, then every byte echoed). On github.com,
+/private/repo.git/... is the world's repository behind HTTP Basic with
+content.GIT_REAL_TOKEN as the password. POST /collect appends its body to
+collected.log beside --log (what a program exfiltrated).
 """
 from __future__ import annotations
 
@@ -32,7 +43,8 @@ from functools import partial
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from content import payload_chunks  # noqa: E402
+from content import (ANTHROPIC_REAL_KEY, GIT_REAL_TOKEN, MODEL_ANSWER, MODEL_HOSTS,  # noqa: E402
+                     OPENAI_REAL_KEY, payload_chunks)
 
 MAX_DOWNLOAD = 1 << 31
 CHUNK_SIZES = (1, 4096, 32 * 1024, 65537, 1 << 20, 7)   # chunked answers cut here, in turn
@@ -51,6 +63,9 @@ def plain_address(addr: str) -> str:
 class WorldHandler(SimpleHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     server_version = "world/1"
+    # A head and its body are two writes: without TCP_NODELAY the body waits
+    # for the client's delayed ACK (40 ms a request on a kept-alive connection).
+    disable_nagle_algorithm = True
 
     def log_message(self, format, *args):  # noqa: A002 - base class name
         if _log_file is not None:
@@ -71,7 +86,178 @@ class WorldHandler(SimpleHTTPRequestHandler):
         url = urllib.parse.urlsplit(self.path)
         return url.path, urllib.parse.parse_qs(url.query)
 
+    # ── the stand-in model APIs (content.MODEL_HOSTS) ──────────────────────
+    def _model_api(self):
+        """'openai' / 'anthropic' when this request is for a stand-in model API."""
+        host = (self.headers.get("Host") or "").split(":")[0].lower()
+        path, _ = self._route()
+        if host not in MODEL_HOSTS or not path.startswith("/v1/"):
+            return None
+        if self.command == "POST" and self._stand_in_answer(path) is not None:
+            return None
+        return MODEL_HOSTS[host]
+
+    def _key_is_right(self, api: str) -> str:
+        if api == "openai":
+            got = self.headers.get_all("Authorization") or []
+            return "ok" if got == [f"Bearer {OPENAI_REAL_KEY}"] else ("missing" if not got else "wrong")
+        got = self.headers.get_all("x-api-key") or []
+        return "ok" if got == [ANTHROPIC_REAL_KEY] else ("missing" if not got else "wrong")
+
+    def _model(self, api: str):
+        path, query = self._route()
+        auth = self._key_is_right(api)
+        if path == "/v1/echo":
+            self._drain_body()
+            return self._send_json({"auth": auth, "host": self.headers.get("Host"), "path": self.path,
+                                    "method": self.command,
+                                    "headers": sorted(k.lower() for k in self.headers.keys())})
+        if auth != "ok":
+            self._drain_body()
+            if api == "openai":
+                return self._send_json({"error": {"message": "Incorrect API key provided.",
+                                                  "type": "invalid_request_error", "param": None,
+                                                  "code": "invalid_api_key"}}, status=401)
+            return self._send_json({"type": "error", "error": {"type": "authentication_error",
+                                                               "message": "invalid x-api-key"}}, status=401)
+        if path == "/v1/models" and self.command == "GET":
+            if api == "openai":
+                return self._send_json({"object": "list", "data": [
+                    {"id": "gpt-world", "object": "model", "created": 0, "owned_by": "world"}]})
+            return self._send_json({"data": [{"type": "model", "id": "claude-world", "display_name": "World",
+                                              "created_at": "2025-01-01T00:00:00Z"}],
+                                    "has_more": False, "first_id": "claude-world", "last_id": "claude-world"})
+        if path.startswith("/v1/bytes/") and self.command == "GET":
+            size = int(path[len("/v1/bytes/"):])
+            self.send_response(200)
+            self.send_header("Content-Type", "application/octet-stream")
+            self.send_header("Content-Length", str(size))
+            self.end_headers()
+            for chunk in payload_chunks(size, query.get("seed", ["0"])[0]):
+                self.wfile.write(chunk)
+            return None
+        if path == "/v1/upload" and self.command in ("POST", "PUT"):
+            sha, length = self._read_body()
+            return self._send_json({"sha256": sha, "length": length})
+        if path == "/v1/realtime" and self.command == "GET":
+            return self._websocket()
+        if self.command == "POST" and path in ("/v1/chat/completions", "/v1/messages"):
+            body = self._json_body()
+            if body.get("stream"):
+                return self._stream(api)
+            if api == "openai":
+                return self._send_json({"id": "chatcmpl-world", "object": "chat.completion", "created": 0,
+                                        "model": body.get("model", "gpt-world"),
+                                        "choices": [{"index": 0, "finish_reason": "stop", "logprobs": None,
+                                                     "message": {"role": "assistant", "content": MODEL_ANSWER}}],
+                                        "usage": {"prompt_tokens": 1, "completion_tokens": 6, "total_tokens": 7}})
+            return self._send_json({"id": "msg_world", "type": "message", "role": "assistant",
+                                    "model": body.get("model", "claude-world"),
+                                    "content": [{"type": "text", "text": MODEL_ANSWER}],
+                                    "stop_reason": "end_turn", "stop_sequence": None,
+                                    "usage": {"input_tokens": 1, "output_tokens": 6}})
+        self._drain_body()
+        return self.send_error(404)
+
+    def _drain_body(self):
+        if self.command in ("POST", "PUT"):
+            self._read_body()
+
+    def _json_body(self):
+        length = int(self.headers.get("Content-Length", "0"))
+        try:
+            return json.loads(self.rfile.read(length) or b"{}")
+        except ValueError:
+            return {}
+
+    def _stream(self, api: str):
+        """Server-sent events, one chunk each, flushed as made (a model's tokens)."""
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        words = MODEL_ANSWER.split(" ")
+        events = []
+        if api == "openai":
+            for n, word in enumerate(words):
+                delta = {"role": "assistant", "content": ""} if n < 0 else {"content": (" " if n else "") + word}
+                events.append("data: " + json.dumps({
+                    "id": "chatcmpl-world", "object": "chat.completion.chunk", "created": 0, "model": "gpt-world",
+                    "choices": [{"index": 0, "delta": delta, "finish_reason": None}]}) + "\n\n")
+            events.append("data: " + json.dumps({
+                "id": "chatcmpl-world", "object": "chat.completion.chunk", "created": 0, "model": "gpt-world",
+                "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}) + "\n\n")
+            events.append("data: [DONE]\n\n")
+        else:
+            def ev(name, data):
+                return f"event: {name}\ndata: {json.dumps(data)}\n\n"
+            events.append(ev("message_start", {"type": "message_start", "message": {
+                "id": "msg_world", "type": "message", "role": "assistant", "model": "claude-world", "content": [],
+                "stop_reason": None, "stop_sequence": None, "usage": {"input_tokens": 1, "output_tokens": 0}}}))
+            events.append(ev("content_block_start", {"type": "content_block_start", "index": 0,
+                                                     "content_block": {"type": "text", "text": ""}}))
+            for n, word in enumerate(words):
+                events.append(ev("content_block_delta", {"type": "content_block_delta", "index": 0,
+                                                         "delta": {"type": "text_delta",
+                                                                   "text": (" " if n else "") + word}}))
+            events.append(ev("content_block_stop", {"type": "content_block_stop", "index": 0}))
+            events.append(ev("message_delta", {"type": "message_delta", "delta": {
+                "stop_reason": "end_turn", "stop_sequence": None}, "usage": {"output_tokens": 6}}))
+            events.append(ev("message_stop", {"type": "message_stop"}))
+        for text in events:
+            data = text.encode()
+            self.wfile.write(b"%x\r\n" % len(data) + data + b"\r\n")
+            self.wfile.flush()
+        self.wfile.write(b"0\r\n\r\n")
+        self.wfile.flush()
+        return None
+
+    def _websocket(self):
+        if (self.headers.get("Upgrade") or "").lower() != "websocket":
+            return self.send_error(400, "not an upgrade")
+        self.send_response(101)
+        self.send_header("Connection", "Upgrade")
+        self.send_header("Upgrade", "websocket")
+        self.end_headers()
+        self.wfile.flush()
+        while True:
+            data = self.connection.recv(65536)
+            if not data:
+                break
+            self.connection.sendall(data)
+        self.close_connection = True
+        return None
+
+    def _git_private(self):
+        """github.com's /private/repo.git: the world's repository behind Basic auth."""
+        import base64
+        host = (self.headers.get("Host") or "").split(":")[0].lower()
+        path, _ = self._route()
+        if host != "github.com" or not path.startswith("/private/"):
+            return False
+        auth = self.headers.get("Authorization") or ""
+        ok = False
+        if auth.startswith("Basic "):
+            try:
+                ok = base64.b64decode(auth[6:]).decode().partition(":")[2] == GIT_REAL_TOKEN
+            except ValueError:
+                ok = False
+        if not ok:
+            self.send_response(401)
+            self.send_header("WWW-Authenticate", 'Basic realm="world"')
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return True
+        self.path = self.path[len("/private"):]
+        super().do_GET()
+        return True
+
     def do_GET(self):
+        api = self._model_api()
+        if api is not None:
+            return self._model(api)
+        if self._git_private():
+            return None
         path, query = self._route()
         if path == "/whoami":
             local = self.connection.getsockname()
@@ -173,7 +359,16 @@ class WorldHandler(SimpleHTTPRequestHandler):
             return json.load(f)
 
     def do_POST(self):
+        api = self._model_api()
+        if api is not None:
+            return self._model(api)
         path, _ = self._route()
+        if path == "/collect" and _log_file is not None:
+            length = int(self.headers.get("Content-Length", "0"))
+            body = self.rfile.read(length)
+            with _log_lock, open(os.path.join(os.path.dirname(_log_file.name), "collected.log"), "ab") as f:
+                f.write(body + b"\n")
+            return self._send_json({"length": length})
         answer = self._stand_in_answer(path)
         if answer is not None:
             self._read_body()

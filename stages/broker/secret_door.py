@@ -1,0 +1,428 @@
+"""The secret doors (docs/secrets.md): one plain-HTTP door per secret on the
+sandbox's loopback. The program talks HTTP to it as to its API host; each
+request head is read here (SecretRequestParser: the HTTP door's framing,
+origin-form), checked against the secret's method and path rules, stripped
+of any credential the program sent, given the real one, and sent over TLS
+that the broker itself opens to the secret's one host, its certificate
+verified against the system's store. The connection goes through the run's
+path and is decided by the policy like any other (Connector.connect): a
+secret door to a host the policy denies is denied.
+
+The program never holds the value: it lives here, in the broker, outside
+the sandbox, read by the orchestrator before the program started (or, for
+a command whose time ran out, run again here). It never goes into an event:
+the record keeps what it keeps for any connection, plus the secret's name,
+and the method and path of a request the rules refused.
+
+Bodies are not buffered: each read from either side goes on as it came
+(an SSE or chunked answer reaches the program as the host sends it). A 101
+answer to a WebSocket upgrade turns the connection into a byte relay. On a
+kept-alive connection every request head is parsed and checked on its own.
+"""
+from __future__ import annotations
+
+import asyncio
+import socket
+import time
+
+from stages.broker import http_proxy
+from stages.broker.connector import Denied, Opened
+from stages.broker.dial import DialError
+from stages.broker.sessions import HANDSHAKE_TIMEOUT, IDLE_TIMEOUT, RECV_SIZE, _Door, _feed
+from stages.config import secrets as sc
+
+TLS_TIMEOUT = 15.0
+
+
+class SecretKeeper:
+    """The secrets' values, by door port, in the broker's lead process. A
+    command's value is run again once its `cache` seconds are over; a value
+    that cannot be had then refuses the request (fail closed), never a
+    request without its credential."""
+
+    def __init__(self, secrets, values: dict, ports: dict, env: dict):
+        self.by_port = {ports[s.name]: s for s in secrets}
+        self.values = dict(values)          # name -> secrets.Fetched
+        self.env = env
+        self._refreshing: dict = {}
+        self._tls = None
+
+    def secret_at(self, port: int):
+        return self.by_port.get(port)
+
+    async def credential(self, secret) -> tuple[bytes, bytes]:
+        """(header name, header value) for this request; SourceError when a
+        command that had to run again gave nothing."""
+        held = self.values.get(secret.name)
+        if held is None or (secret.source_kind == "command"
+                            and time.monotonic() - held.at >= secret.cache):
+            pending = self._refreshing.get(secret.name)
+            if pending is None:
+                pending = asyncio.ensure_future(self._run_again(secret))
+                self._refreshing[secret.name] = pending
+            try:
+                held = await asyncio.shield(pending)
+            finally:
+                if pending.done():
+                    self._refreshing.pop(secret.name, None)
+        return sc.header_line(secret, held.value)
+
+    async def _run_again(self, secret):
+        if secret.source_kind != "command":
+            raise sc.SourceError(f"{secret.says()}: the value is gone")
+        proc = await asyncio.create_subprocess_exec(
+            "/bin/sh", "-c", secret.source_arg, stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE, env=self.env)
+        try:
+            async with asyncio.timeout(sc.COMMAND_TIMEOUT):
+                out, _ = await proc.communicate()
+        except asyncio.TimeoutError:
+            proc.kill()
+            await proc.wait()
+            raise sc.SourceError(f"{secret.says()}: the command did not finish within "
+                                 f"{sc.COMMAND_TIMEOUT:.0f} s when its value was fetched again") from None
+        fetched = sc.from_command(secret, proc.returncode, out, time.monotonic())
+        self.values[secret.name] = fetched
+        return fetched
+
+    def tls_context(self):
+        """The client context, made once: the system's store (SSL_CERT_FILE
+        and SSL_CERT_DIR as OpenSSL reads them), the host name checked."""
+        if self._tls is None:
+            import ssl
+            self._tls = ssl.create_default_context()
+        return self._tls
+
+
+class SecretDoor(_Door):
+
+    def __init__(self, ctx, keeper: SecretKeeper | None):
+        super().__init__(ctx)
+        self.keeper = keeper
+
+    async def serve(self, client: socket.socket) -> None:
+        loop = self.ctx.loop
+        try:
+            door_port = client.getsockname()[1]
+        except OSError:
+            return
+        secret = self.keeper.secret_at(door_port) if self.keeper is not None else None
+        if secret is None:
+            return
+        names = sc.CREDENTIAL_HEADERS | {secret.header_name.lower()}
+        try:
+            client.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)   # as the upstream's (_tls_for)
+        except OSError:
+            pass
+        parser = http_proxy.SecretRequestParser(secret.host, secret.port, door_port, names)
+        upstream: Opened | None = None
+        responses = None
+        first = True
+        try:
+            while True:
+                limit = HANDSHAKE_TIMEOUT if first else IDLE_TIMEOUT
+                try:
+                    head = await self._next_head(parser, client, loop.time() + limit)
+                except http_proxy.HttpProxyError as exc:
+                    await self.send_quietly(client, http_proxy.error_response(exc.status, exc.reason))
+                    self.journal.fail(self.journal.new_conn(), "handshake", "bad-request",
+                                      f"secret door {secret.name}: HTTP: {exc.reason}")
+                    return
+                except asyncio.TimeoutError:
+                    if first or parser.buffered:
+                        await self.send_quietly(client, http_proxy.error_response(
+                            408, "no complete request in time"))
+                        self.journal.fail(self.journal.new_conn(), "handshake", "timeout",
+                                          f"no complete HTTP request head within {limit:.0f} s")
+                    return
+                if head is None:
+                    return
+                first = False
+                self.ctx.handshaking.discard(client)
+                if not await self._rules_let_through(client, secret, head):
+                    return
+                try:
+                    credential = await self.keeper.credential(secret)
+                except sc.SourceError as exc:
+                    conn = self.journal.new_conn()
+                    self.journal.emit("conn.request", conn, door="secret", kind="secret",
+                                      host=secret.host, port=secret.port, secret=secret.name)
+                    self.journal.fail(conn, "resolve", "internal", str(exc))
+                    await self.send_quietly(client, http_proxy.error_response(502, str(exc)))
+                    return
+                if upstream is not None and not _still_open(upstream.sock):
+                    await self._close(upstream)
+                    upstream = None
+                if upstream is None:
+                    outcome = await self.connector.connect(
+                        self.journal.new_conn(), "secret", "secret", secret.host, secret.port,
+                        finish=self._tls_for(secret), secret=secret.name)
+                    if not isinstance(outcome, Opened):
+                        await self.send_quietly(client, _refusal(outcome))
+                        return
+                    upstream = outcome
+                    responses = http_proxy.ResponseParser()
+                keep = await self._exchange(client, parser, upstream, responses, head, credential)
+                if keep == "upgraded":
+                    return
+                if keep == "close-upstream":
+                    await self._close(upstream)
+                    upstream = None
+                elif keep != "keep":
+                    return
+        finally:
+            if upstream is not None:
+                await self._close(upstream)
+
+    async def _rules_let_through(self, client, secret, head) -> bool:
+        """The secret's method and path rules (and a path they could be
+        fooled by). A refusal is a denial in the record, with the method and
+        the path (never a header or the body); under --dry-run the request
+        goes on, counted as one that would have been denied."""
+        why = None
+        if secret.allow is not None:
+            bad = sc.unsafe_path(head.target)
+            why = f"{head.target.decode('ascii', 'replace')[:200]}: {bad}" if bad else \
+                sc.request_allowed(secret, head.method, head.target)
+        if why is None:
+            return True
+        conn = self.journal.new_conn()
+        where = {"host": secret.host, "port": secret.port, "door": "secret"}
+        self.journal.emit("conn.request", conn, kind="secret", **where, secret=secret.name)
+        dry = self.connector.dry_run
+        path = head.target.split(b"?", 1)[0].decode("ascii", "replace")[:400]
+        reason = f"secret door {secret.name}: {why}"
+        self.journal.deny(conn, rule=f"secrets.{secret.name}.allow", reason=reason, enforced=not dry,
+                          **where, method=head.method.decode("ascii", "replace"), path=path)
+        if dry:
+            return True
+        await self.send_quietly(client, http_proxy.error_response(403, f"denied: {reason}",
+                                                                  deny_reason=reason))
+        return False
+
+    def _tls_for(self, secret):
+        async def finish(sock: socket.socket, host: str):
+            import ssl
+            # A head and its body are separate writes, each answer waited
+            # for: without this the body waits for the host's delayed ACK.
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            try:
+                async with asyncio.timeout(TLS_TIMEOUT):
+                    return await asyncio.open_connection(
+                        sock=sock, ssl=self.keeper.tls_context(), server_hostname=secret.host,
+                        ssl_handshake_timeout=TLS_TIMEOUT, limit=RECV_SIZE)
+            except ssl.SSLCertVerificationError as exc:
+                raise DialError("tls", f"{secret.host}: its certificate was not verified "
+                                       f"({exc.verify_message or exc.reason})") from None
+            except (ssl.SSLError, OSError, asyncio.TimeoutError) as exc:
+                what = "timed out" if isinstance(exc, asyncio.TimeoutError) else (
+                    getattr(exc, "reason", None) or getattr(exc, "strerror", None) or type(exc).__name__)
+                raise DialError("tls", f"{secret.host}: the TLS handshake failed ({what})") from None
+        return finish
+
+    async def _close(self, upstream: Opened) -> None:
+        _, writer = upstream.stream
+        writer.transport.abort()
+        self.journal.close_conn(upstream)
+
+    async def _next_head(self, parser, client, deadline):
+        while True:
+            event = parser.next_event()
+            if event is http_proxy.NEED_DATA:
+                _feed(parser, await self.recv(client, deadline))
+            elif event is http_proxy.CLOSED:
+                return None
+            elif isinstance(event, http_proxy.SecretHead):
+                return event
+            else:
+                raise http_proxy.HttpProxyError("unexpected data between requests")
+
+    async def _exchange(self, client, parser, upstream: Opened, responses, head, credential) -> str:
+        """One request and its answer: "keep", "close-upstream", "close" or
+        "upgraded" (a WebSocket relayed to its end)."""
+        loop = self.ctx.loop
+        reader, writer = upstream.stream
+        try:
+            # The head and what of the body already came go in one write (a
+            # model's JSON request usually arrives whole with its head).
+            pieces = [head.render(credential)]
+            no_body = not parser.body_follows()
+            whole = no_body
+            while not whole:
+                event = parser.next_event()
+                if isinstance(event, http_proxy.Body):
+                    pieces.append(event.data)
+                    continue
+                if event is http_proxy.END:
+                    whole = True
+                elif event is not http_proxy.NEED_DATA:
+                    raise http_proxy.HttpProxyError("unexpected event in a request body")
+                break
+            data = b"".join(pieces)
+            writer.write(data)
+            upstream.bytes_up += len(data)
+            responses.expect(head.method, upgrade=head.upgrade)
+        except (OSError, http_proxy.HttpProxyError):
+            await self.send_quietly(client, http_proxy.error_response(502, "the host closed the connection"))
+            return "close"
+        if whole:
+            if no_body:
+                parser.next_event()     # its END (a body's END was taken above)
+            try:
+                return await self._relay_response(client, upstream, responses, head, parser)
+            except (OSError, http_proxy.HttpProxyError):
+                return "close"
+        body = loop.create_task(self._pump_body(client, parser, upstream))
+        answer = loop.create_task(self._relay_response(client, upstream, responses, head, parser))
+        try:
+            done, _ = await asyncio.wait({body, answer}, return_when=asyncio.FIRST_COMPLETED)
+            if body in done and body.exception() is not None:
+                return "close"
+            keep = await answer
+            if not body.done():
+                return "close"
+            return keep
+        except (OSError, http_proxy.HttpProxyError):
+            return "close"
+        finally:
+            for task in (body, answer):
+                if not task.done():
+                    task.cancel()
+            for task in (body, answer):
+                try:
+                    await task
+                except BaseException:
+                    pass
+
+    async def _pump_body(self, client, parser, upstream: Opened) -> None:
+        loop = self.ctx.loop
+        _, writer = upstream.stream
+        while True:
+            event = parser.next_event()
+            if event is http_proxy.NEED_DATA:
+                _feed(parser, await loop.sock_recv(client, RECV_SIZE))
+            elif isinstance(event, http_proxy.Body):
+                writer.write(event.data)
+                upstream.bytes_up += len(event.data)
+                await writer.drain()
+            elif event is http_proxy.END:
+                return
+            else:
+                raise http_proxy.HttpProxyError("unexpected event in a request body")
+
+    async def _relay_response(self, client, upstream: Opened, responses, request, parser) -> str:
+        loop = self.ctx.loop
+        reader, writer = upstream.stream
+        final = None
+        client_keeps = request.keep_alive
+        out: list[bytes] = []
+
+        async def send_out() -> None:
+            data = b"".join(out)
+            out.clear()
+            await loop.sock_sendall(client, data)
+            upstream.bytes_down += len(data)
+
+        try:
+            while True:
+                event = responses.next_event()
+                if event is http_proxy.NEED_DATA:
+                    if out:
+                        await send_out()
+                    _feed(responses, await reader.read(RECV_SIZE))
+                elif isinstance(event, http_proxy.ResponseHead):
+                    if event.status == 101:
+                        out.append(event.render(close=False))
+                        out.append(responses.tunnel_data())
+                        await send_out()
+                        await self._relay_upgraded(client, upstream, parser.tunnel_data())
+                        return "upgraded"
+                    if event.status >= 200:
+                        final = event
+                        client_keeps = client_keeps and not event.close_delimited
+                    out.append(event.render(close=not client_keeps))
+                elif isinstance(event, http_proxy.Body):
+                    out.append(event.data)
+                elif event is http_proxy.END:
+                    if final is None:
+                        raise http_proxy.HttpProxyError("the host closed before answering", 502)
+                    if out:
+                        await send_out()
+                    break
+        except http_proxy.HttpProxyError as exc:
+            if final is None:
+                out.clear()
+                await self.send_quietly(client, http_proxy.error_response(
+                    502, f"bad answer from the host: {exc.reason}"))
+            elif out:
+                try:
+                    await send_out()
+                except OSError:
+                    pass
+            raise
+        if not client_keeps:
+            return "close"
+        return "keep" if final.keep_alive and responses.buffered == 0 else "close-upstream"
+
+    async def _relay_upgraded(self, client, upstream: Opened, early: bytes) -> None:
+        """After a 101: bytes both ways until either side ends."""
+        loop = self.ctx.loop
+        reader, writer = upstream.stream
+        if early:
+            writer.write(early)
+            upstream.bytes_up += len(early)
+
+        async def up():
+            while True:
+                data = await loop.sock_recv(client, RECV_SIZE)
+                if not data:
+                    break
+                writer.write(data)
+                upstream.bytes_up += len(data)
+                await writer.drain()
+            if writer.can_write_eof():
+                writer.write_eof()
+
+        async def down():
+            while True:
+                data = await reader.read(RECV_SIZE)
+                if not data:
+                    break
+                await loop.sock_sendall(client, data)
+                upstream.bytes_down += len(data)
+            try:
+                client.shutdown(socket.SHUT_WR)
+            except OSError:
+                pass
+
+        tasks = [loop.create_task(up()), loop.create_task(down())]
+        try:
+            await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
+        finally:
+            for task in tasks:
+                task.cancel()
+            for task in tasks:
+                try:
+                    await task
+                except BaseException:
+                    pass
+
+
+def _refusal(outcome) -> bytes:
+    """The answer to a request the connector did not open (as the HTTP door's)."""
+    if isinstance(outcome, Denied):
+        return http_proxy.error_response(403, f"denied: {outcome.reason}", deny_reason=outcome.reason)
+    status = 504 if outcome.error == "timeout" else 502
+    return http_proxy.error_response(status, outcome.reason)
+
+
+def _still_open(sock: socket.socket) -> bool:
+    """An idle kept-alive upstream the host has not closed meanwhile. (TLS
+    may hold a session ticket or an alert unread: only a closed socket
+    counts, never bytes waiting.)"""
+    try:
+        return sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) != b""
+    except (BlockingIOError, InterruptedError):
+        return True
+    except OSError:
+        return False
