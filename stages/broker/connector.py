@@ -40,6 +40,14 @@ class Denied(NamedTuple):
     reason: str
     rule: str
     asked: dict | None = None     # guard --ask: {"by": ..., "answer": ...} for the record
+    host: str = ""                # the destination as the DENY line names it (set by connect)
+    port: int = 0
+
+    def text(self) -> str:
+        """The refusal as every door says it, the DENY line's words:
+        `vpnw: evil.example:443 denied: REASON`."""
+        target = f"[{self.host}]:{self.port}" if ":" in self.host else f"{self.host}:{self.port}"
+        return f"vpnw: {target} denied: {self.reason}"
 
 
 class Failed(NamedTuple):
@@ -148,6 +156,14 @@ class Connector:
             outcome = Failed(stage, "internal", f"vpnw failed: {exc!r}")
         return self._end(conn, outcome, where)
 
+    def name_refusal(self, host: str) -> str | None:
+        """The DNS door's question (decide.name_refusal): why `host` is
+        refused at every port by name alone, or None. Under --dry-run
+        nothing is refused by name: the connections go on."""
+        if self.dry_run:
+            return None
+        return self.decide.name_refusal(host, self.policy, asks=self.hold is not None)
+
     def _made_up(self, host: str):
         """(the DNS door's made-up address, the name it stands for) when
         `host` is one (docs/architecture.md "The DNS door"): every door then
@@ -177,6 +193,8 @@ class Connector:
         elif isinstance(outcome, Denied):
             journal.deny(conn, rule=outcome.rule, reason=outcome.reason, enforced=True,
                          **(where or {}), **(outcome.asked or {}))
+            if where:
+                outcome = outcome._replace(host=where["host"], port=where["port"])
         else:
             journal.fail(conn, outcome.stage, outcome.error, outcome.reason)
         return outcome

@@ -346,3 +346,39 @@ def _address_could_change_answer(target: Target, policy: Policy) -> bool:
     if policy.default == "deny" and policy.allow_index.match_name(target.host, port) is None:
         return False         # nothing can allow it: never look it up
     return policy.deny_private or policy.deny_index.address_rules_for_port(port)
+
+
+def _name_rules(index, name: str):
+    """Every rule of `index` that names `name`, whatever its port."""
+    yield from index.exact.get(name, ())
+    dot = name.find(".")
+    while dot != -1:
+        yield from index.wildcard.get(name[dot + 1:], ())
+        dot = name.find(".", dot + 1)
+
+
+def name_refusal(host: str, policy: Policy, *, asks: bool = False) -> str | None:
+    """Pure, for the DNS door (docs/architecture.md "The DNS door"): why the
+    canonical name `host` is refused at every port, by name alone, as the
+    doors would say it; None when some port of it could be allowed, or only
+    its addresses could refuse it (the door then hands out an address and
+    the policy decides at the connection). `asks`: guard --ask, whose
+    default asks the person rather than refusing."""
+    if not policy.no_policy:
+        for rule in _name_rules(policy.deny_index, host):
+            if rule.port is None:
+                return f'{host} matches deny rule "{rule.text}" ({policy.where(rule)})'
+        if policy.deny_private:
+            why = classify_name(host)
+            if why is not None:
+                return (f"{host}: {why}; refused by deny_private = true "
+                        f"(set in {policy.source or 'the policy'})")
+    why = machine_name(host)
+    if why is not None:
+        return (f"{host}: {why}, which vpnw never dials for the program; an allow rule "
+                f'"localhost:PORT" opens a door on that port inside the sandbox')
+    if policy.no_policy or asks or policy.default != "deny":
+        return None
+    if next(_name_rules(policy.allow_index, host), None) is not None:
+        return None
+    return _default(Target(host, 0, None), policy, ()).reason.replace(f"{host}:0", host)
