@@ -202,8 +202,10 @@ def _machine_addresses(target: Target, policy: Policy, addresses: tuple, local) 
         found = machine_address(ip, local)
         if found is None:
             continue
-        kind, _, what = found
+        kind, judged, what = found
         subject = f"{target} resolved to {ip}" if is_name else f"{target}"
+        if judged != ip:
+            subject += f", an IPv6 form of {judged}"
         if kind == "loopback":
             return _loopback(target, policy, f"{subject}: {what}", addresses)
         if not policy.no_policy:

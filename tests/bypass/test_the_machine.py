@@ -28,10 +28,16 @@ RUNS = {
 PLAN = [{"id": _tid(host, door), "attempt": "door", "args": [door, host, port]}
         for host, port, _ in PRIVATE_TARGETS for door in DOORS]
 # Captured: the program ignores the proxy settings and connects itself.
-CAPTURED = [("169.254.169.254", 80), (BROKER_V4, TARGET_TCP), ("metadata.world", 80),
-            ("fd00:ec2::254", 80)]
-CAPTURE_PLAN = [{"id": f"captured-{host}", "attempt": "tcp", "args": [host, port], "control": "world"}
-                for host, port in CAPTURED]
+# (host, port, attempt, the refusal it must meet): a plain HTTP request gets
+# vpnw's 403, a TLS handshake the alert access_denied.
+CAPTURED = [("169.254.169.254", 80, "tcp_ask", "HTTP_403_VPNW"),
+            (BROKER_V4, TARGET_TCP, "tcp_ask", "HTTP_403_VPNW"),
+            ("metadata.world", 80, "tcp_ask", "HTTP_403_VPNW"),
+            ("fd00:ec2::254", 80, "tcp_ask", "HTTP_403_VPNW"),
+            ("metadata.world", 443, "tls_handshake", "TLS_ALERT_ACCESS_DENIED"),
+            ("169.254.169.254", 443, "tls_handshake", "TLS_ALERT_ACCESS_DENIED")]
+CAPTURE_PLAN = [{"id": f"captured-{host}-{port}", "attempt": attempt, "args": [host, port],
+                 "control": "world"} for host, port, attempt, _ in CAPTURED]
 
 
 def _args(bench, how: str) -> tuple:
@@ -66,18 +72,21 @@ def test_the_machine_is_out_of_reach_through_the_doors(bench, user, how, door, h
 
 
 @pytest.mark.parametrize("how", list(RUNS))
-@pytest.mark.parametrize("host,port", CAPTURED, ids=[h for h, _ in CAPTURED])
-def test_the_machine_is_out_of_reach_through_capture(bench, user, how, host, port):
+@pytest.mark.parametrize("host,port,attempt,refusal", CAPTURED, ids=[f"{h}-{p}" for h, p, _, _ in CAPTURED])
+def test_the_machine_is_out_of_reach_through_capture(bench, user, how, host, port, attempt, refusal):
     results, events = bench.inside(f"the-machine-capture-{how}", user, CAPTURE_PLAN,
                                    vpnw_args=(*_args(bench, how), "--capture"), expect_exit=120)
-    res = results[f"captured-{host}"]
-    assert not res["ok"] and res["errno"] == "ECONNRESET", \
+    res = results[f"captured-{host}-{port}"]
+    assert not res["ok"] and res["errno"] == refusal, \
         f"a way out: a captured connection reached {host}:{port} ({how}): {res}"
     denials = [e for e in events if e["type"] == "policy.deny" and e["fields"]["port"] == port
                and e["fields"]["door"] == "capture"
                and e["fields"]["host"] in (host, host.lower())]
     assert len(denials) == 1 and denials[0]["fields"]["rule"] == "machine", denials
-    _the_rule_to_add(host, port, denials[0]["fields"]["reason"])
+    reason = denials[0]["fields"]["reason"]
+    _the_rule_to_add(host, port, reason)
+    if refusal == "HTTP_403_VPNW":       # the program reads the DENY line's words
+        assert f"denied: {reason}" in res["detail"], res
     assert not [e for e in events if e["type"] == "conn.open" and e["conn"] == denials[0]["conn"]]
-    control = bench.control("the-machine-capture", user, CAPTURE_PLAN, "world")[f"captured-{host}"]
+    control = bench.control("the-machine-capture", user, CAPTURE_PLAN, "world")[f"captured-{host}-{port}"]
     assert control["ok"], f"control outside: {host}:{port} must be reachable from the world: {control}"

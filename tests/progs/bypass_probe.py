@@ -90,6 +90,23 @@ def tcp_ask(host, port):
         return data.split(b"\n")[0].decode(errors="replace").strip()
 
 
+def tls_handshake(host, port):
+    """A TLS handshake (the certificate not checked: the control's server is
+    the world's). vpnw's refusal is the alert access_denied, in the clear."""
+    import ssl
+    context = ssl.create_default_context()
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE
+    with socket.create_connection((host, int(port)), timeout=TIMEOUT) as raw:
+        try:
+            with context.wrap_socket(raw, server_hostname=host) as tls:
+                return f"handshake done ({tls.version()})"
+        except ssl.SSLError as e:
+            if "ALERT_ACCESS_DENIED" in str(e) or "alert access denied" in str(e):
+                raise Refused("TLS_ALERT_ACCESS_DENIED", str(e))
+            raise
+
+
 def _dns_query(name):
     labels = b"".join(bytes([len(p)]) + p.encode() for p in name.split(".")) + b"\0"
     return struct.pack("!HHHHHH", 0x7670, 0x0100, 1, 0, 0, 0) + labels + struct.pack("!HH", 1, 1)
