@@ -36,6 +36,7 @@ LAZY_COMMANDS = {
     "ask": ("stages.orchestrator.ask_command", "ask_command"),
     "presets": ("stages.orchestrator.preset_command", "presets_command"),
     "key": ("stages.recorder.commands", "key_command"),
+    "why": ("stages.orchestrator.why_command", "why_command"),
 }
 
 
