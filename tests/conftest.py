@@ -64,3 +64,14 @@ def term(world, user, tmp_path):
         yield screen
     finally:
         screen.close()
+
+
+@pytest.fixture
+def origins_on_loopback(monkeypatch):
+    """The broker's own tests serve their origins on this machine's loopback,
+    which vpnw never dials (decide.py step 4, "the machine itself"): this
+    leaves step 4 out of the brokers such a test starts in this process.
+    A broker in a child process takes broker_support.BROKER_REACHING_LOOPBACK."""
+    from stages.broker import connector
+    monkeypatch.setattr(connector, "MACHINE_STEP", False)
+

@@ -26,6 +26,11 @@ from stages.config.policy import Policy, parse_policy
 from stages.record.events import parse_line
 from stages.record.check import schema_problems
 
+# Their origins listen on this machine's loopback, which vpnw never dials:
+# step 4 (the machine itself) is left out here and tested in test_decide.py
+# and the end-to-end tests.
+pytestmark = pytest.mark.usefixtures("origins_on_loopback")
+
 # --- destinations ------------------------------------------------------------
 
 

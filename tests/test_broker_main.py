@@ -11,11 +11,12 @@ import tempfile
 
 from stages.wire import handoff
 from stages.record.events import parse_line
+from broker_support import BROKER_REACHING_LOOPBACK   # its origins listen on the machine's loopback
 
 
 def test_standalone_broker_relays_and_stops_on_sigterm(tmp_path):
     helper_end, broker_end = handoff.link()
-    proc = subprocess.Popen([sys.executable, "-m", "stages.broker", "--handoff-fd", str(broker_end.fileno()),
+    proc = subprocess.Popen([sys.executable, *BROKER_REACHING_LOOPBACK, "--handoff-fd", str(broker_end.fileno()),
                              "--grace", "0.2", "--run-id", "r-main"],
                             pass_fds=[broker_end.fileno()], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     broker_end.close()
@@ -56,7 +57,7 @@ def test_standalone_broker_refuses_a_bad_policy(tmp_path):
     bad = tmp_path / "p.toml"
     bad.write_text("version = 1\n[policy]\nallow = [\"*\"]\n")
     helper_end, broker_end = handoff.link()
-    proc = subprocess.run([sys.executable, "-m", "stages.broker", "--handoff-fd", str(broker_end.fileno()),
+    proc = subprocess.run([sys.executable, *BROKER_REACHING_LOOPBACK, "--handoff-fd", str(broker_end.fileno()),
                            "--policy", str(bad)], pass_fds=[broker_end.fileno()], capture_output=True, timeout=30)
     assert proc.returncode == 121
     assert str(bad) in proc.stderr.decode()
@@ -85,7 +86,7 @@ def test_a_program_that_exhausts_the_brokers_descriptors_is_waited_out_not_spun_
     echo = socket.socket()
     echo.bind(("127.0.0.1", 0))
     echo.listen(512)
-    proc = subprocess.Popen([sys.executable, "-m", "stages.broker", "--handoff-fd", str(broker_end.fileno()),
+    proc = subprocess.Popen([sys.executable, *BROKER_REACHING_LOOPBACK, "--handoff-fd", str(broker_end.fileno()),
                              "--grace", "0.2", "--run-id", "r-emfile"], preexec_fn=low_limit,
                             env={**os.environ, "VPNW_BROKER_WORKERS": "1"},
                             pass_fds=[broker_end.fileno()], stdout=events, stderr=subprocess.PIPE)

@@ -6,6 +6,7 @@ import os
 
 from stages.broker.workers import MAX_WORKERS, SharedConnNumbers, worker_count
 from stages.config.paths import DIRECT
+from broker_support import BROKER_REACHING_LOOPBACK   # its origins listen on the machine's loopback
 
 
 class _Proxy:
@@ -90,7 +91,7 @@ def test_workers_are_forked_only_when_the_lead_sees_load():
     helper_end, broker_end = handoff.link()
     env = {k: v for k, v in os.environ.items() if k != "VPNW_BROKER_WORKERS"}
     out, err = tempfile.TemporaryFile(), tempfile.TemporaryFile()   # a pipe nobody reads would fill
-    proc = subprocess.Popen([sys.executable, "-m", "stages.broker", "--handoff-fd", str(broker_end.fileno()),
+    proc = subprocess.Popen([sys.executable, *BROKER_REACHING_LOOPBACK, "--handoff-fd", str(broker_end.fileno()),
                              "--grace", "0.5", "--run-id", "r-crew"], env=env,
                             pass_fds=[broker_end.fileno()], stdout=out, stderr=err)
     broker_end.close()
@@ -170,7 +171,7 @@ def test_an_idle_lead_is_not_woken_by_its_load_watch():
         pytest.skip("one core: the broker has no workers and no load watch")
     helper_end, broker_end = handoff.link()
     env = {k: v for k, v in os.environ.items() if k != "VPNW_BROKER_WORKERS"}
-    proc = subprocess.Popen([sys.executable, "-m", "stages.broker", "--handoff-fd", str(broker_end.fileno()),
+    proc = subprocess.Popen([sys.executable, *BROKER_REACHING_LOOPBACK, "--handoff-fd", str(broker_end.fileno()),
                              "--grace", "0.5", "--run-id", "r-idle"], env=env, pass_fds=[broker_end.fileno()],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     broker_end.close()

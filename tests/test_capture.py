@@ -251,3 +251,35 @@ def test_inet_diag_sees_loopback_and_wildcard_listeners_only(tmp_path):
     assert r.returncode == 0, r.stderr
     assert json.loads(r.stdout) == {"18001": True, "18002": True, "18003": True, "18004": True,
                                     "18005": False, "18006": False}
+
+
+# --- what a refused captured connection is answered with (issue 44) ----------------
+
+def test_a_refused_captured_connection_is_answered_in_its_own_protocol():
+    import ssl as _ssl
+
+    from stages.broker.capture_door import refusal_answer
+    from stages.broker.connector import Denied
+    from stages.wire.tls_hello import ACCESS_DENIED_ALERT
+
+    denied = Denied("no allow rule matches evil.example:443; default is deny (set in the policy)",
+                    "default", None, "evil.example", 443)
+    context = _ssl.create_default_context()
+    incoming, outgoing = _ssl.MemoryBIO(), _ssl.MemoryBIO()
+    tls = context.wrap_bio(incoming, outgoing, server_hostname="evil.example")
+    try:
+        tls.do_handshake()
+    except _ssl.SSLWantReadError:
+        pass
+    hello = outgoing.read()
+    assert refusal_answer(hello[:3], denied) is None            # more bytes, please
+    assert refusal_answer(hello, denied) == ACCESS_DENIED_ALERT
+    request = b"GET /x HTTP/1.1\r\nHost: evil.example\r\n\r\n"
+    assert refusal_answer(request[:20], denied) is None
+    answer = refusal_answer(request, denied)
+    head, body = answer.split(b"\r\n\r\n", 1)
+    assert head.startswith(b"HTTP/1.1 403 Forbidden\r\n") and b"\r\nProxy-Status: vpnw;" in head
+    assert body == (b"vpnw: evil.example:443 denied: no allow rule matches evil.example:443; "
+                    b"default is deny (set in the policy)\n")
+    assert refusal_answer(b"SSH-2.0-OpenSSH_9.2\r\n", denied) == b""   # another protocol: the reset
+    assert refusal_answer(b"\x16\x03\x01\x00\x05\x02\x00\x00\x01\x00", denied) == b""

@@ -15,15 +15,20 @@ from stages.broker.journal import Journal
 from stages.config.policy import Policy, parse_policy
 from stages.record.events import Emitter, read_events
 
+# Their origins listen on this machine's loopback, which vpnw never dials:
+# step 4 (the machine itself) is left out here and tested in test_decide.py
+# and the end-to-end tests.
+pytestmark = pytest.mark.usefixtures("origins_on_loopback")
+
 POLICY = 'version = 1\nname = "t"\n[policy]\ndefault = "deny"\ndeny_private = false\nallow = ["127.0.0.1"]\n'
 
 
-def attempt(policy, host, port, *, dry_run=False, dialer=None):
+def attempt(policy, host, port, *, dry_run=False, dialer=None, machine_step=None):
     """One connect() on a fresh journal; (outcome, events, totals)."""
     r, w = os.pipe()
     journal = Journal(Emitter(w, "r-test", path="direct"), status_fd=-1)
     connector = Connector(journal, policy=policy, dialer=dialer or DirectDialer(), via="direct",
-                          dry_run=dry_run, local_addresses=frozenset())
+                          dry_run=dry_run, local_addresses=frozenset(), machine_step=machine_step)
 
     async def go():
         outcome = await connector.connect(1, "socks", "socks5", host, port)
@@ -189,3 +194,51 @@ def test_a_fork_waits_for_every_lookup_thread_and_new_lookups_wait_for_the_fork(
         lookups.resume()
 
     asyncio.run(go())
+
+
+# --- step 4, the machine itself: on in vpnw, whatever the policy -------------
+
+@pytest.mark.parametrize("host", ["127.0.0.1", "localhost", "::1"])
+@pytest.mark.parametrize("dry_run", [False, True])
+def test_the_machine_s_loopback_is_never_dialled_without_a_policy(listener, host, dry_run):
+    """No policy, even under --dry-run: the listener on this machine's
+    loopback is out of reach (the attempt itself reaches it: see
+    test_allowed_and_open, with step 4 left out)."""
+    outcome, events, _ = attempt(Policy.allow_all(), host, listener, dry_run=dry_run, machine_step=True)
+    assert isinstance(outcome, Denied) and outcome.rule == "machine", outcome
+    assert f'"localhost:{listener}"' in outcome.reason
+    assert [t for t, _ in events] == ["conn.request", "policy.deny"]
+    assert events[-1][1]["enforced"] is True
+
+
+def test_a_name_that_resolves_to_the_loopback_is_refused_after_its_look_up(listener, tmp_path):
+    """A name not below localhost that a hosts file maps to 127.0.0.1 is
+    looked up to be dialled, and every address it resolved to is judged
+    before the dial; the same connector with step 4 left out reaches the
+    listener (the control)."""
+    from stages.broker.hosts_file import HostsFile
+    (tmp_path / "hosts").write_text("127.0.0.1 loopback-alias.test\n")
+    (tmp_path / "nsswitch.conf").write_text("hosts: files dns\n")
+    outcomes = {}
+    for step in (True, False):
+        r, w = os.pipe()
+        journal = Journal(Emitter(w, "r-test", path="direct"), status_fd=-1)
+        connector = Connector(journal, policy=Policy.allow_all(), dialer=DirectDialer(), via="direct",
+                              dry_run=False, local_addresses=frozenset(), machine_step=step)
+        connector.hosts = HostsFile(str(tmp_path / "hosts"), str(tmp_path / "nsswitch.conf"))
+
+        async def go():
+            outcome = await connector.connect(1, "socks", "socks5", "loopback-alias.test", listener)
+            journal.flush_events()
+            return outcome
+        outcome = asyncio.run(go())
+        os.close(w)
+        with os.fdopen(r, "rb") as f:
+            outcomes[step] = (outcome, [e["type"] for e in read_events(f)])
+        if isinstance(outcome, Opened):
+            outcome.sock.close()
+    refused, types = outcomes[True]
+    assert isinstance(refused, Denied) and refused.rule == "machine", refused
+    assert "loopback-alias.test:%d resolved to 127.0.0.1" % listener in refused.reason
+    assert types == ["conn.request", "dns.resolve", "policy.deny"]
+    assert isinstance(outcomes[False][0], Opened), outcomes[False]

@@ -1,4 +1,4 @@
-"""decide(): the five steps, in order, first decision wins."""
+"""decide(): the six steps, in order, first decision wins."""
 from __future__ import annotations
 
 from ipaddress import ip_address
@@ -6,7 +6,7 @@ from ipaddress import ip_address
 import pytest
 
 from stages.broker.decide import (
-    BadTarget, Decision, LookUp, Target, check_policy_for_path, decide, parse_target,
+    BadTarget, Decision, LookUp, Target, check_policy_for_path, decide, machine_check, parse_target,
 )
 from stages.config.policy import Policy, needs_addresses, parse_policy
 
@@ -274,8 +274,78 @@ def test_address_rule_sees_through_mapped_form():
 def test_no_policy_allows_without_lookup():
     d = decide(t("anything.example"), Policy.allow_all())
     assert d.allowed and d.rule == "no policy" and d.addresses == ()
-    assert decide(t("169.254.169.254"), Policy.allow_all()).allowed
+    assert decide(t("203.0.113.9"), Policy.allow_all()).allowed
     assert not needs_addresses(Policy.allow_all())
+
+
+# --- step 4: the machine itself, with a policy or without -----------------------
+
+NO_DP = policy('default = "allow"\ndeny_private = false\n', "open.toml")
+MACHINE_LITERALS = [
+    ("127.0.0.1", "loopback"), ("127.9.9.9", "loopback"), ("::1", "loopback"), ("0.0.0.0", "loopback"),
+    ("::", "loopback"), ("::ffff:127.0.0.1", "loopback"), ("64:ff9b::7f00:1", "loopback"),
+    ("169.254.169.254", "metadata"), ("fd00:ec2::254", "metadata"), ("100.100.100.200", "metadata"),
+    ("169.254.1.1", "link-local"), ("fe80::1", "link-local"), ("::ffff:169.254.169.254", "metadata"),
+]
+
+
+@pytest.mark.parametrize("pol", [Policy.allow_all(), NO_DP], ids=["no-policy", "deny_private-false"])
+@pytest.mark.parametrize("host,kind", MACHINE_LITERALS)
+def test_step4_refuses_the_machine_by_literal(pol, host, kind):
+    d = decide(t(host, 8080), pol)
+    assert not d.allowed and d.rule == "machine", d
+    if kind == "loopback":
+        assert '"localhost:8080"' in d.reason and "door" in d.reason
+    else:
+        assert "which vpnw never dials without a rule naming it" in d.reason
+        assert ("run it under a policy (--policy)" if pol.no_policy else "open.toml") in d.reason
+
+
+@pytest.mark.parametrize("pol", [Policy.allow_all(), NO_DP], ids=["no-policy", "deny_private-false"])
+@pytest.mark.parametrize("name", ["localhost", "api.localhost", "localhost.localdomain"])
+def test_step4_refuses_localhost_names_before_any_look_up(pol, name):
+    for at_exit in (False, True):
+        d = decide(t(name, 18942), pol, resolves_at_exit=at_exit)
+        assert not d.allowed and d.rule == "machine" and d.addresses == (), d
+        assert '"localhost:18942"' in d.reason
+
+
+@pytest.mark.parametrize("pol", [Policy.allow_all(), NO_DP], ids=["no-policy", "deny_private-false"])
+@pytest.mark.parametrize("address,rule", [("127.0.0.1", '"localhost:443"'),
+                                          ("169.254.169.254", '"169.254.169.254:443"'),
+                                          ("10.1.2.3", '"10.1.2.3:443"')])
+def test_step4_judges_every_address_a_name_is_dialled_at(pol, address, rule):
+    local = frozenset({A("10.1.2.3")})
+    d = machine_check(t("metadata.world"), pol, [A("203.0.113.1"), A(address)], local)
+    assert d is not None and not d.allowed and d.rule == "machine", d
+    assert d.reason.startswith(f"metadata.world:443 resolved to {address}: ") and rule in d.reason
+    assert machine_check(t("metadata.world"), pol, [A("203.0.113.1")], local) is None
+
+
+def test_step4_an_address_rule_opens_metadata_link_local_and_own_addresses_but_not_the_loopback():
+    p = policy('default = "deny"\nallow = ["169.254.169.254:80", "10.1.2.3", "fe80::/10", "127.0.0.1",'
+               ' "*.world", "0.0.0.0/0"]\n')
+    local = frozenset({A("10.1.2.3")})
+    assert decide(t("169.254.169.254", 80), p).allowed
+    assert decide(t("10.1.2.3", 22), p, local_addresses=local).allowed
+    assert decide(t("fe80::1", 22), p).allowed
+    assert decide(t("169.254.169.254", 81), p).rule == "machine"     # the rule names port 80 only
+    assert decide(t("169.254.1.1", 80), p).rule == "machine"         # 0.0.0.0/0 names nothing
+    assert decide(t("127.0.0.1", 80), p).rule == "machine"           # the loopback: the door only
+    assert machine_check(t("metadata.world", 80), p, [A("169.254.169.254")]) is None
+    assert machine_check(t("metadata.world", 81), p, [A("169.254.169.254")]).rule == "machine"
+
+
+def test_step4_under_a_localhost_rule_points_at_its_door():
+    p = policy('allow = ["localhost:18941"]\n', "agent.toml")
+    d = decide(t("127.0.0.1", 18941), p)
+    assert d.rule == "machine"
+    assert ('the allow rule "localhost:18941" (agent.toml line 4) opens it only at its own door inside '
+            "the sandbox: connect to localhost:18941 directly, not through the proxy") in d.reason
+
+
+def test_step4_can_be_left_out_only_by_the_caller():
+    assert decide(t("127.0.0.1", 80), Policy.allow_all(), machine_step=False).allowed
 
 
 def test_resolves_at_exit_never_looks_up():

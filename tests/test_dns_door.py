@@ -12,6 +12,8 @@ from hypothesis import given, settings, strategies as st
 from stages.broker import dns_door
 from stages.broker.fake_ips import POOL, SLOT_SIZE, SLOTS, FakeNames, PoolFull
 from stages.wire import dns
+from stages.broker.decide import name_refusal
+from stages.config.policy import Policy, parse_policy
 
 
 def pool(start: int = 0) -> FakeNames:
@@ -103,3 +105,51 @@ def test_not_a_query():
 def test_any_bytes_give_an_answer_or_nothing_never_an_exception(data):
     reply, fields = dns_door.answer(data, pool(), "udp")
     assert (reply is None) == (fields is None)
+
+
+# --- a name the policy refuses at every port: REFUSED, and the reason (issue 44) -----
+
+def _edns(data: bytes) -> bytes:
+    return data[:10] + b"\x00\x01" + data[12:] + b"\x00" + struct.pack("!HHIH", 41, 1232, 0, 0)
+
+
+POLICY = parse_policy('version = 1\n[policy]\ndefault = "deny"\n'
+                      'allow = ["api.github.com:443", "*.pythonhosted.org"]\ndeny = ["*.example"]\n',
+                      "agent.toml")
+
+
+@pytest.mark.parametrize("name, said", [
+    ("evil.example", 'evil.example matches deny rule "*.example" (agent.toml line 5)'),
+    ("tracker.net", "no allow rule matches tracker.net; default is deny"),
+    ("localhost", "vpnw never dials for the program"),
+])
+def test_a_refused_name_gets_refused_with_the_reason_as_an_extended_error(name, said):
+    names = pool()
+
+    def refusal(host):
+        return name_refusal(host, POLICY)
+    reply, fields = dns_door.answer(_edns(query(name)), names, "udp", refusal)
+    assert fields["rcode"] == "REFUSED" and said in fields["reason"], fields
+    code, text = dns.extended_error(reply)
+    assert code == dns.EDE_BLOCKED and text.startswith(f"vpnw: {name} denied: ") and said in text
+    assert names.given == {}
+    # Without EDNS there is no place for the reason (and glibc would read
+    # REFUSED as a temporary failure): the made-up address, so that the
+    # connection is refused in its own protocol, with the reason.
+    reply, fields = dns_door.answer(query(name), names, "udp", refusal)
+    assert fields["rcode"] == "NOERROR" and fields["address"] and dns.extended_error(reply) is None
+    assert names.name_for(ipaddress.ip_address(fields["address"])) == name
+
+
+@pytest.mark.parametrize("name", ["api.github.com", "files.pythonhosted.org"])
+def test_a_name_some_port_allows_still_gets_an_address(name):
+    names = pool()
+    reply, fields = dns_door.answer(_edns(query(name)), names, "udp", lambda h: name_refusal(h, POLICY))
+    assert fields["rcode"] == "NOERROR" and fields["address"], fields
+    assert dns.extended_error(reply) is None
+
+
+def test_a_name_that_does_not_exist_stays_nxdomain():
+    reply, fields = dns_door.answer(_edns(query("printer.local")), pool(), "udp",
+                                    lambda h: name_refusal(h, Policy.allow_all()))
+    assert fields["rcode"] == "NXDOMAIN" and dns.extended_error(reply) is None

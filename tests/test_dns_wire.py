@@ -5,6 +5,7 @@ import struct
 import pytest
 
 from stages.wire.dns import A, AAAA, DnsAnswerError, build_query, parse_answer
+from stages.wire import dns
 
 
 def answer(query: bytes, records, rcode=0, flags=0x8180):
@@ -43,3 +44,36 @@ def test_no_such_name_is_no_addresses_and_failures_say_why():
         parse_answer(answer(q, [(A, bytes([1, 2, 3, 4]))])[:-2], 9, A)
     with pytest.raises(DnsAnswerError):
         parse_answer(b"\x00" * 5, 9, A)
+
+
+# --- Extended DNS Errors (RFC 8914), issue 44 ---------------------------------
+
+def _query(name: str, edns: bool) -> bytes:
+    q = dns.build_query(0x4444, name, dns.A)
+    if not edns:
+        return q
+    # arcount 1, then an OPT record: root owner, type 41, payload 1232.
+    return q[:10] + b"\x00\x01" + q[12:] + b"\x00" + struct.pack("!HHIH", 41, 1232, 0, 0)
+
+
+def test_an_edns_query_gets_the_reason_as_an_extended_error():
+    query = dns.parse_query(_query("evil.example", edns=True))
+    assert query.edns == 1232
+    reply = dns.build_response(query, dns.REFUSED, error=(dns.EDE_BLOCKED, "vpnw: evil.example denied: why"))
+    assert reply[3] & 0xF == dns.REFUSED
+    assert dns.extended_error(reply) == (15, "vpnw: evil.example denied: why")
+    assert len(reply) < 512
+
+
+def test_without_edns_there_is_no_place_for_the_reason():
+    query = dns.parse_query(_query("evil.example", edns=False))
+    assert query.edns is None
+    reply = dns.build_response(query, dns.REFUSED, error=(dns.EDE_BLOCKED, "why"))
+    assert struct.unpack("!H", reply[10:12])[0] == 0 and dns.extended_error(reply) is None
+
+
+def test_a_long_reason_is_cut_on_a_character_boundary():
+    query = dns.parse_query(_query("evil.example", edns=True))
+    reply = dns.build_response(query, dns.REFUSED, error=(dns.EDE_BLOCKED, "é" * 400))
+    code, text = dns.extended_error(reply)
+    assert code == 15 and text == "é" * (dns.MAX_EDE_TEXT // 2)

@@ -114,7 +114,9 @@ def assert_http_denied(answer: dict, reason: str) -> None:
     assert answer["status"] == 403, answer
     said = answer["headers"]["x-vpnw-deny"]
     assert reason in (said, NAMES_THE_SETTING.sub("", said)), answer
-    assert answer["body"] == f"vpnw: denied: {said}\n", answer
+    # The body is the DENY line's words: `vpnw: HOST:PORT denied: REASON`.
+    assert re.fullmatch(r"vpnw: \S+ denied: " + re.escape(said) + "\n", answer["body"]), answer
+    assert answer["headers"]["proxy-status"].startswith("vpnw; error="), answer
     assert answer["headers"]["connection"].lower() == "close", answer
 
 

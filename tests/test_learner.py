@@ -322,3 +322,33 @@ def test_held_writes_become_allow_write_suggestions_never_for_what_runs_later():
     # A name the program chose stays inside its TOML string, in a comment.
     assert not any(line.startswith("allow") and "*" in line for line in lines)
     assert all(line.startswith("#") for line in lines[lines.index(later[0]) - 6:lines.index(later[0]) + 1])
+
+
+# --- the machine's own loopback: the draft says what guard then does (issue 44) -------
+
+def test_a_local_door_the_trace_used_is_kept_and_said_to_be_a_door_not_refused():
+    run = Run()
+    run.conn += 1
+    run.events += [run.ev("conn.request", run.conn, door="local", kind="local", host="localhost", port=18941),
+                   run.ev("policy.allow", run.conn, rule='allow "localhost:18941" (line 4)', reason="r",
+                          host="localhost", port=18941, door="local"),
+                   run.ev("conn.open", run.conn, address="127.0.0.1", port=18941, via="localhost", ms=1),
+                   run.ev("conn.close", run.conn, bytes_up=1, bytes_down=2, ms=3)]
+    draft = draft_policy(run.events, "t")
+    policy = parse_policy(draft, "t.toml")
+    assert "localhost:18941" in allow_list(draft) and policy.deny_private is True
+    assert "deny_private = true refuses" not in draft, draft
+    assert "localhost:18941: this machine's own service; the rule opens a door on port 18941" in draft
+    # What guard does with it: the door opens, whatever deny_private says.
+    from stages.config.policy import localhost_ports, localhost_rule
+    assert localhost_ports(policy) == (18941,) and localhost_rule(policy, 18941) is not None
+
+
+@pytest.mark.parametrize("asked", ["127.0.0.1", "localhost", "::1"])
+def test_a_refused_loopback_destination_is_suggested_as_its_door_rule(asked):
+    run = Run().deny(asked, 18942)
+    draft = draft_policy(run.events, "t")
+    assert '# "localhost:18942",  # denied 1 time: no rule; the rule localhost:18942 opens a door' in draft
+    uncommented = draft.replace('# "localhost:18942",', '"localhost:18942",')
+    from stages.config.policy import localhost_ports
+    assert localhost_ports(parse_policy(uncommented, "t.toml")) == (18942,)

@@ -265,3 +265,35 @@ def test_the_live_trace_prints_a_short_program_in_the_order_things_happened(tmp_
                 "cut": ["#1", "#1", "#1", "program"],
                 "later event": ["#1", "#1", "#1", "program", "#2", "run.end"]}[case]
     assert steps == expected, lines
+
+
+# --- vpnw watch's view (issue 44), the pure part -------------------------------------
+
+def test_the_watch_view_counts_per_destination_and_keeps_the_last_reason():
+    from stages.record.events import encode, parse_line
+    from stages.recorder.watch import WatchState, frame
+    t = [1_790_682_276_000_000_000]
+
+    def ev(type_, conn=None, **fields):
+        t[0] += 1_000_000
+        return parse_line(encode("r-watch1", type_, fields, path="direct", conn=conn, pid=1, ts_ns=t[0]))
+    state = WatchState()
+    events = [ev("run.start", mode="trace", program="agent", policy=None, policy_file=None, via="direct",
+                 dry_run=False, allow_unix_sockets=False, version="0.1.0", record="-"),
+              ev("conn.request", 1, door="http", kind="http-connect", host="api.github.com", port=443),
+              ev("conn.open", 1, address="140.82.112.6", port=443, via="direct", ms=1),
+              ev("conn.request", 2, door="socks", kind="socks5", host="169.254.169.254", port=80),
+              ev("policy.deny", 2, rule="machine", reason="the metadata address", enforced=True,
+                 host="169.254.169.254", port=80, door="socks")]
+    for event in events:
+        state.feed(event)
+    lines = frame(state, width=120, height=20)
+    assert "running" in lines[0] and lines[1].startswith("1 allowed, 1 denied, 0 failed; 2 destinations")
+    rows = {line.split()[0]: line.split() for line in lines[4:] if line and not line.startswith("last")}
+    assert rows["api.github.com:443"][1:5] == ["1", "0", "0", "1"] and rows["api.github.com:443"][-1] == "open"
+    assert rows["169.254.169.254:80"][1:5] == ["0", "1", "0", "0"]
+    assert lines[-1] == "last: 169.254.169.254:80 denied: the metadata address"
+    state.feed(ev("conn.close", 1, bytes_up=1200, bytes_down=3400000, ms=5))
+    state.feed(ev("run.end", exit_code=120, connections=2, denied=1, failed=0))
+    lines = frame(state, width=120, height=4)
+    assert "ended, exit 120" in lines[0] and lines[-1] == "... and 2 more" and len(lines) == 5

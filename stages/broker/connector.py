@@ -18,6 +18,7 @@ from stages.broker.hosts_file import HostsFile
 from stages.broker.journal import Journal, ms_since
 
 DNS_TIMEOUT = 15.0
+MACHINE_STEP = True     # see Connector.machine_step
 RECORD_FULL = ("the record has no room left (its file system is full): vpnw dials nothing "
                "it cannot record")
 
@@ -40,6 +41,14 @@ class Denied(NamedTuple):
     reason: str
     rule: str
     asked: dict | None = None     # guard --ask: {"by": ..., "answer": ...} for the record
+    host: str = ""                # the destination as the DENY line names it (set by connect)
+    port: int = 0
+
+    def text(self) -> str:
+        """The refusal as every door says it, the DENY line's words:
+        `vpnw: evil.example:443 denied: REASON`."""
+        target = f"[{self.host}]:{self.port}" if ":" in self.host else f"{self.host}:{self.port}"
+        return f"vpnw: {target} denied: {self.reason}"
 
 
 class Failed(NamedTuple):
@@ -102,7 +111,8 @@ class LookupThreads:
 
 class Connector:
     def __init__(self, journal: Journal, *, policy, dialer, via: str, dry_run: bool,
-                 local_addresses: frozenset, hold=None, record_gate=None, fake_names=None):
+                 local_addresses: frozenset, hold=None, record_gate=None, fake_names=None,
+                 machine_step: bool | None = None):
         from stages.broker import decide
         self.decide = decide
         self.journal = journal
@@ -117,6 +127,11 @@ class Connector:
         self.record_gate = record_gate
         self.fake_names = fake_names  # with capture: the DNS door's made-up addresses (fake_ips.py)
         self.lookups = LookupThreads()
+        # Step 4 (the machine itself) is always on for vpnw. Off only in the
+        # broker's own tests, whose origins listen on this machine's loopback
+        # (tests/conftest.py `origins_on_loopback`); no command line, file or
+        # environment variable sets it.
+        self.machine_step = MACHINE_STEP if machine_step is None else machine_step
 
     async def connect(self, conn: int, door: str, kind: str, host: str,
                       port: int, *, finish=None, **request_fields) -> Opened | Denied | Failed:
@@ -145,6 +160,14 @@ class Connector:
         except Exception as exc:  # noqa: BLE001 - the request still ends in the record
             outcome = Failed(stage, "internal", f"vpnw failed: {exc!r}")
         return self._end(conn, outcome, where)
+
+    def name_refusal(self, host: str) -> str | None:
+        """The DNS door's question (decide.name_refusal): why `host` is
+        refused at every port by name alone, or None. Under --dry-run
+        nothing is refused by name: the connections go on."""
+        if self.dry_run:
+            return None
+        return self.decide.name_refusal(host, self.policy, asks=self.hold is not None)
 
     def _made_up(self, host: str):
         """(the DNS door's made-up address, the name it stands for) when
@@ -175,6 +198,8 @@ class Connector:
         elif isinstance(outcome, Denied):
             journal.deny(conn, rule=outcome.rule, reason=outcome.reason, enforced=True,
                          **(where or {}), **(outcome.asked or {}))
+            if where:
+                outcome = outcome._replace(host=where["host"], port=where["port"])
         else:
             journal.fail(conn, outcome.stage, outcome.error, outcome.reason)
         return outcome
@@ -188,11 +213,11 @@ class Connector:
             return Denied(str(exc), "target")
         try:
             verdict = d.decide(target, self.policy, None, local_addresses=self.local_addresses,
-                               resolves_at_exit=self.resolves_at_exit)
+                               resolves_at_exit=self.resolves_at_exit, machine_step=self.machine_step)
             if isinstance(verdict, d.LookUp):
                 addresses = await self.resolve(conn, target.host, port)
                 verdict = d.decide(target, self.policy, addresses, local_addresses=self.local_addresses,
-                                   resolves_at_exit=self.resolves_at_exit)
+                                   resolves_at_exit=self.resolves_at_exit, machine_step=self.machine_step)
                 if isinstance(verdict, d.LookUp):
                     raise RuntimeError("decide asked for a second lookup")
             asked = None
@@ -203,23 +228,31 @@ class Connector:
                     return verdict
         except DialError as exc:
             return Failed("resolve", exc.error, exc.reason)
-        if verdict.allowed:
-            self.journal.emit("policy.allow", conn, rule=verdict.rule, reason=verdict.reason,
-                              host=host, port=port, door=door, **(asked or {}))
-        elif not self.dry_run:
+        if not verdict.allowed and (not self.dry_run or verdict.rule == d.MACHINE):
+            # The machine itself is refused under --dry-run too: it is not the
+            # policy's to trial (docs/architecture.md "The machine itself").
             return Denied(verdict.reason, verdict.rule)
-        else:
-            self.journal.deny(conn, rule=verdict.rule, reason=verdict.reason, enforced=False,
-                              host=host, port=port, door=door)
         addresses = tuple(verdict.addresses or ())
         if not addresses and target.ip is not None:
             addresses = (target.ip,)
         if not addresses and not self.resolves_at_exit:
-            # The policy did not need the addresses, but dialling does.
+            # The policy did not need the addresses, but dialling does; and
+            # step 4 judges every address dialled (decide.machine_check),
+            # before the decision is written.
             try:
                 addresses = await self.resolve(conn, target.host, port)
             except DialError as exc:
                 return Failed("resolve", exc.error, exc.reason)
+            machine = d.machine_check(target, self.policy, addresses, self.local_addresses) \
+                if self.machine_step else None
+            if machine is not None:
+                return Denied(machine.reason, machine.rule, asked)
+        if verdict.allowed:
+            self.journal.emit("policy.allow", conn, rule=verdict.rule, reason=verdict.reason,
+                              host=host, port=port, door=door, **(asked or {}))
+        else:
+            self.journal.deny(conn, rule=verdict.rule, reason=verdict.reason, enforced=False,
+                              host=host, port=port, door=door)
         return _Allowed(target.host, addresses)
 
     async def _ask(self, conn: int, target, door: str):
@@ -241,7 +274,8 @@ class Connector:
         addresses = ()
         if target.ip is None and not self.resolves_at_exit and d.addresses_matter(target, self.policy):
             addresses = await self.resolve(conn, target.host, target.port)
-            again = d.decide(target, self.policy, addresses, local_addresses=self.local_addresses)
+            again = d.decide(target, self.policy, addresses, local_addresses=self.local_addresses,
+                             machine_step=self.machine_step)
             if again.rule != "default":
                 return Denied(again.reason, again.rule, asked), asked
             addresses = again.addresses

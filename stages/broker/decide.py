@@ -1,10 +1,24 @@
-"""The decision: five steps, in order, the first that decides wins.
+"""The decision: six steps, in order, the first that decides wins.
 
 1. deny rules on the name;
 2. deny rules on every address the name resolved to;
 3. deny_private on every address;
-4. allow rules;
-5. the default (deny when there is an allow list).
+4. the machine itself, on the name and on every address (every run, with a
+   policy or without): its loopback, its own interface addresses, link-local
+   ranges and cloud metadata addresses are refused unless a rule names them;
+5. allow rules;
+6. the default (deny when there is an allow list).
+
+Step 4 (docs/architecture.md "The machine itself"): the loopback (a name
+below localhost, 127.0.0.0/8, ::1, 0.0.0.0/8, ::) is opened only by the door
+an allow rule `localhost:PORT` opens inside the sandbox, never at a proxy
+door or through capture; an own interface address, a link-local or a
+metadata address only by an allow rule written as an address or range that
+holds it (`169.254.169.254:80`), never by a name rule or the default. A name
+the other steps let through without its addresses is judged on the addresses
+it is looked up at to be dialled (`machine_check`), before the dial; on a
+path that resolves names at its exit only the name and address literals can
+be judged.
 
 Pure: a target, a policy and (once looked up) addresses in; a `Decision` or a
 `LookUp` out. The broker calls `decide(target, policy)` first. When the answer
@@ -43,7 +57,8 @@ from ipaddress import IPv4Address, IPv6Address, ip_address
 
 from stages.config.records import NamedTuple   # not dataclasses: the loop's import (records.py)
 from stages.config.addresses import (
-    SPECIAL_LAST_LABELS, BadHost, classify, classify_name, embedded_ipv4, parse_host,
+    SPECIAL_LAST_LABELS, BadHost, classify, classify_name, embedded_ipv4, machine_address,
+    machine_name, parse_host,
 )
 from stages.config.policy import Policy, Rule, check_policy_for_path  # noqa: F401  (re-exported for the broker)
 
@@ -82,7 +97,7 @@ class LookUp:
 class Decision(NamedTuple):
     allowed: bool
     reason: str           # a sentence for a person
-    rule: str             # deny_private | default | deny "<text>" (line N) | allow "<text>" (line N) | no policy | target
+    rule: str             # machine | deny_private | default | deny "<text>" (line N) | allow "<text>" (line N) | no policy | target
     addresses: tuple = ()  # the addresses checked: the only ones the broker may dial (allowed, or --dry-run)
 
 
@@ -130,7 +145,7 @@ def _deny(reason: str, rule: str, addresses: tuple = ()) -> Decision:
 
 def _deny_private(why: str, target: Target, policy: Policy, addresses: tuple = ()) -> Decision:
     """A refusal by deny_private names the setting, and the allow rule it
-    overrides when one matches (deny_private comes first, step 3 before 4):
+    overrides when one matches (deny_private comes first, step 3 before 5):
     an explicit allow is never overridden silently."""
     if target.ip is None:
         rule = policy.allow_index.match_name(target.host, target.port)
@@ -152,33 +167,91 @@ def _default(target: Target, policy: Policy, addresses: tuple) -> Decision:
     return Decision(True, f"no rule matches {target}; default is allow ({why})", "default", addresses)
 
 
-def decide(target: Target, policy: Policy, addresses=None, *,
-           local_addresses=frozenset(), resolves_at_exit: bool = False) -> Decision | LookUp:
-    """The five steps. `addresses`: None before a look-up, else every address
-    the name resolved to. IP-literal targets never need a look-up."""
+MACHINE = "machine"      # Decision.rule of step 4
+
+
+def _address_rule(ip, port: int) -> str:
+    return f"[{ip}]:{port}" if isinstance(ip, IPv6Address) else f"{ip}:{port}"
+
+
+def _add(policy: Policy, rule_text: str) -> str:
     if policy.no_policy:
-        return Decision(True, "no policy: every connection is allowed", "no policy",
-                        (target.ip,) if target.ip is not None else tuple(
-                            _as_address(a) for a in addresses or ()))
+        return f'run it under a policy (--policy) whose allow list holds "{rule_text}"'
+    return f'add "{rule_text}" to the allow list of {policy.source or "the policy"}'
+
+
+def _loopback(target: Target, policy: Policy, what: str, addresses: tuple = ()) -> Decision:
+    """Step 4 for the loopback: only the door `localhost:PORT` reaches it."""
+    port = target.port
+    from stages.config.policy import localhost_rule
+    rule = None if policy.no_policy else localhost_rule(policy, port)
+    if rule is not None:
+        fix = (f'the allow rule "{rule.text}" ({policy.where(rule)}) opens it only at its own door '
+               f"inside the sandbox: connect to localhost:{port} directly, not through the proxy")
+    else:
+        fix = (f"to let the program reach a service on this machine's port {port}, "
+               f"{_add(policy, f'localhost:{port}')} (it opens a door on that port inside the sandbox)")
+    return _deny(f"{what}, which vpnw never dials for the program; {fix}", MACHINE, addresses)
+
+
+def _machine_addresses(target: Target, policy: Policy, addresses: tuple, local) -> Decision | None:
+    """Step 4 on every address: None when none is the machine itself, or
+    each that is has an address allow rule naming it."""
+    is_name = target.ip is None
+    for ip in addresses:
+        found = machine_address(ip, local)
+        if found is None:
+            continue
+        kind, judged, what = found
+        subject = f"{target} resolved to {ip}" if is_name else f"{target}"
+        if judged != ip:
+            subject += f", an IPv6 form of {judged}"
+        if kind == "loopback":
+            return _loopback(target, policy, f"{subject}: {what}", addresses)
+        if not policy.no_policy:
+            rule = _match_address(policy.allow_index, ip, target.port, through_nat64=False)
+            if rule is not None and rule.network.prefixlen > 0:
+                continue       # named by an address rule: the machine step lets it through
+        how = " (a name rule does not open it, an address rule does)" if is_name else ""
+        return _deny(f"{subject}: {what}, which vpnw never dials without a rule naming it; to allow "
+                     f"it, {_add(policy, _address_rule(ip, target.port))}{how}", MACHINE, addresses)
+    return None
+
+
+def decide(target: Target, policy: Policy, addresses=None, *,
+           local_addresses=frozenset(), resolves_at_exit: bool = False,
+           machine_step: bool = True) -> Decision | LookUp:
+    """The six steps. `addresses`: None before a look-up, else every address
+    the name resolved to. IP-literal targets never need a look-up. Without a
+    policy only step 4 applies. `machine_step=False` leaves step 4 out: only
+    for the broker's own tests, whose origins listen on the machine's
+    loopback (vpnw never passes it; see Connector)."""
+    no_policy = policy.no_policy
     port = target.port
     is_name = target.ip is None
 
-    # 1. deny rules on the name
     if is_name:
-        rule = policy.deny_index.match_name(target.host, port)
-        if rule is not None:
-            return _deny(f'{target} matches deny rule "{rule.text}" ({policy.where(rule)})',
-                         f"deny {rule.label()}")
+        host = target.host
+        # 1. deny rules on the name
+        if not no_policy:
+            rule = policy.deny_index.match_name(host, port)
+            if rule is not None:
+                return _deny(f'{target} matches deny rule "{rule.text}" ({policy.where(rule)})',
+                             f"deny {rule.label()}")
         # 3, by name: deny_private refuses names that stay on this machine or
         # in a private network before they are looked up.
-        if policy.deny_private:
-            host = target.host
+        if not no_policy and policy.deny_private:
             dot = host.rfind(".")
             # Inline fast path: most names end in a label no special name has.
             if dot == -1 or host[dot + 1:] in SPECIAL_LAST_LABELS:
                 why = classify_name(host)
                 if why is not None:
                     return _deny_private(f"{host}: {why}", target, policy)
+        # 4, by name: localhost and every name below it, before any look-up.
+        if machine_step and (host.endswith("localhost") or host == "localhost.localdomain"):
+            why = machine_name(host)
+            if why is not None:
+                return _loopback(target, policy, f"{host}: {why}")
 
     if not is_name:
         addresses = (target.ip,)
@@ -201,23 +274,32 @@ def decide(target: Target, policy: Policy, addresses=None, *,
             _as_address(a) for a in local_addresses)
 
         # 2. deny rules on every address
-        for ip in addresses:
-            rule = _match_address(policy.deny_index, ip, port, through_nat64=True)
-            if rule is not None:
-                subject = f"{target} resolved to {ip}, which" if is_name else f"{target}"
-                return _deny(f'{subject} matches deny rule "{rule.text}" ({policy.where(rule)})',
-                             f"deny {rule.label()}", addresses)
+        if not no_policy:
+            for ip in addresses:
+                rule = _match_address(policy.deny_index, ip, port, through_nat64=True)
+                if rule is not None:
+                    subject = f"{target} resolved to {ip}, which" if is_name else f"{target}"
+                    return _deny(f'{subject} matches deny rule "{rule.text}" ({policy.where(rule)})',
+                                 f"deny {rule.label()}", addresses)
         # 3. deny_private on every address
-        if policy.deny_private:
+        if not no_policy and policy.deny_private:
             for ip in addresses:
                 why = classify(ip, local)
                 if why is not None:
                     return _deny_private(f"{target.host} resolved to {why}" if is_name else why,
                                          target, policy, addresses)
+        # 4. the machine itself, on every address
+        machine = _machine_addresses(target, policy, addresses, local) if machine_step else None
+        if machine is not None:
+            return machine
     else:
         addresses = ()
 
-    # 4. allow rules: the name matches one, or every address matches one
+    if no_policy:
+        return Decision(True, "no policy: every connection is allowed but to the machine itself",
+                        "no policy", addresses)
+
+    # 5. allow rules: the name matches one, or every address matches one
     if is_name:
         rule = policy.allow_index.match_name(target.host, port)
         if rule is not None:
@@ -230,21 +312,75 @@ def decide(target: Target, policy: Policy, addresses=None, *,
             return Decision(True, f'{target} matches allow rule "{rule.text}" ({policy.where(rule)})',
                             f"allow {rule.label()}", addresses)
 
-    # 5. the default
+    # 6. the default
     return _default(target, policy, addresses)
 
 
 def addresses_matter(target: Target, policy: Policy) -> bool:
     """Whether an address of this name could refuse it (deny rules on
     addresses, deny_private): what a name the person allowed (--ask) must
-    still be checked against once looked up."""
+    still be checked against once looked up. Step 4 is not counted: the
+    broker judges every address it dials (`machine_check`)."""
     return bool(policy.deny_private or policy.deny_index.address_rules_for_port(target.port))
+
+
+def machine_check(target: Target, policy: Policy, addresses, local_addresses=frozenset()) -> Decision | None:
+    """Step 4 on the addresses a name allowed without them was looked up at,
+    to be dialled: a refusal (a Decision, rule "machine"), or None. The
+    broker calls it on every address it is about to dial that decide() did
+    not see, so no allowed name reaches the machine itself."""
+    if target.ip is not None or not addresses:
+        return None
+    addresses = tuple(dict.fromkeys(_as_address(a) for a in addresses))
+    local = local_addresses if type(local_addresses) is frozenset else frozenset(
+        _as_address(a) for a in local_addresses)
+    return _machine_addresses(target, policy, addresses, local)
 
 
 def _address_could_change_answer(target: Target, policy: Policy) -> bool:
     """Step 1 has passed. Would any address move the decision for this name?
-    Only a refusal can: address allow rules never apply to names."""
+    Only a refusal can: address allow rules never apply to names. Step 4 is
+    not counted: it judges the addresses the name is dialled at, looked up
+    to dial it (`machine_check`), never a look-up of its own."""
+    if policy.no_policy:
+        return False
     port = target.port
     if policy.default == "deny" and policy.allow_index.match_name(target.host, port) is None:
         return False         # nothing can allow it: never look it up
     return policy.deny_private or policy.deny_index.address_rules_for_port(port)
+
+
+def _name_rules(index, name: str):
+    """Every rule of `index` that names `name`, whatever its port."""
+    yield from index.exact.get(name, ())
+    dot = name.find(".")
+    while dot != -1:
+        yield from index.wildcard.get(name[dot + 1:], ())
+        dot = name.find(".", dot + 1)
+
+
+def name_refusal(host: str, policy: Policy, *, asks: bool = False) -> str | None:
+    """Pure, for the DNS door (docs/architecture.md "The DNS door"): why the
+    canonical name `host` is refused at every port, by name alone, as the
+    doors would say it; None when some port of it could be allowed, or only
+    its addresses could refuse it (the door then hands out an address and
+    the policy decides at the connection). `asks`: guard --ask, whose
+    default asks the person rather than refusing."""
+    if not policy.no_policy:
+        for rule in _name_rules(policy.deny_index, host):
+            if rule.port is None:
+                return f'{host} matches deny rule "{rule.text}" ({policy.where(rule)})'
+        if policy.deny_private:
+            why = classify_name(host)
+            if why is not None:
+                return (f"{host}: {why}; refused by deny_private = true "
+                        f"(set in {policy.source or 'the policy'})")
+    why = machine_name(host)
+    if why is not None:
+        return (f"{host}: {why}, which vpnw never dials for the program; an allow rule "
+                f'"localhost:PORT" opens a door on that port inside the sandbox')
+    if policy.no_policy or asks or policy.default != "deny":
+        return None
+    if next(_name_rules(policy.allow_index, host), None) is not None:
+        return None
+    return _default(Target(host, 0, None), policy, ()).reason.replace(f"{host}:0", host)

@@ -10,7 +10,16 @@ carries nothing out of the sandbox (no DNS tunnel through query names).
     AAAA    NODATA (no IPv6 made-up addresses: clients fall back to the A)
     ANY, AXFR, IXFR, and any class but IN: REFUSED
     others  NODATA (TXT, MX, SRV, HTTPS...: nothing to tell)
-    special names (RFC 6761, .local, .internal, metadata hosts, single
+    names the policy refuses at every port, by name alone (a deny rule
+    without a port, deny_private's special names, localhost and the names
+    below it, a default of deny no allow rule names; decide.name_refusal):
+    a query with EDNS (dig, most resolvers) gets REFUSED with the doors'
+    reason as an Extended DNS Error (RFC 8914, info-code 15 "Blocked"); one
+    without (the C library's stub) has no place for a reason, and glibc
+    reads REFUSED as "Temporary failure in name resolution", which invites
+    a retry: it gets the made-up address, and the connection the reason in
+    its own protocol (capture_door.py: a 403, a TLS alert)
+    other special names (RFC 6761, .local, .internal, metadata hosts, single
     labels: the deny_private list): NXDOMAIN; names a door would refuse
     (non-ASCII, all digits, odd spellings): REFUSED
 
@@ -34,10 +43,12 @@ TCP_IDLE = 10.0                     # seconds a DNS-over-TCP client may sit betw
 TCP_MAX_QUERIES = 100               # per connection
 
 
-def answer(data: bytes, names: FakeNames, transport: str) -> tuple[bytes | None, dict | None]:
+def answer(data: bytes, names: FakeNames, transport: str,
+           refusal=None) -> tuple[bytes | None, dict | None]:
     """(reply or None, dns.answer's fields or None). None, None: not a
     query at all (an answer, or shorter than a header): dropped unanswered
-    and unrecorded, as a resolver does."""
+    and unrecorded, as a resolver does. `refusal`: name -> the reason the
+    policy refuses it at every port, or None (Connector.name_refusal)."""
     try:
         query = dns.parse_query(data)
     except dns.DnsQueryError as exc:
@@ -49,37 +60,42 @@ def answer(data: bytes, names: FakeNames, transport: str) -> tuple[bytes | None,
                  "reason": f"not a query the DNS door reads: {exc}"})
     shown = b".".join(query.labels).decode("ascii", "backslashreplace")
     fields = {"name": shown[:253], "type": query.type_name, "transport": transport}
-    rcode, addresses, reason = _decide(query, names)
+    rcode, addresses, reason, refused = _decide(query, names, refusal)
     fields["rcode"] = dns.RCODE_NAMES[rcode] if rcode or addresses else "NODATA"
     if addresses:
         fields["address"] = str(addresses[0])
     if reason:
         fields["reason"] = reason
-    return dns.build_response(query, rcode, addresses), fields
+    error = (dns.EDE_BLOCKED, f"vpnw: {shown[:253]} denied: {reason}") if refused else None
+    return dns.build_response(query, rcode, addresses, error=error), fields
 
 
-def _decide(query: dns.Query, names: FakeNames) -> tuple[int, tuple, str | None]:
+def _decide(query: dns.Query, names: FakeNames, refusal=None) -> tuple[int, tuple, str | None, bool]:
+    """(rcode, addresses, reason, refused by the policy)."""
     if query.qclass != 1:
-        return dns.REFUSED, (), "only class IN is answered"
+        return dns.REFUSED, (), "only class IN is answered", False
     if query.qtype in REFUSED_TYPES:
-        return dns.REFUSED, (), f"{query.type_name} queries are never answered"
+        return dns.REFUSED, (), f"{query.type_name} queries are never answered", False
     try:
         text = b".".join(query.labels).decode("ascii")
         host = parse_host(text) if text else None
     except (UnicodeDecodeError, BadHost) as exc:
         reason = "a name that is not ASCII" if isinstance(exc, UnicodeDecodeError) else str(exc)
-        return dns.REFUSED, (), f"refused as at the doors: {reason}"
+        return dns.REFUSED, (), f"refused as at the doors: {reason}", False
     if not isinstance(host, str):
-        return dns.REFUSED, (), "an address or the root is not a name to look up"
+        return dns.REFUSED, (), "an address or the root is not a name to look up", False
+    why = refusal(host) if refusal is not None else None
+    if why is not None and query.edns is not None:
+        return dns.REFUSED, (), why, True
     special = classify_name(host)
-    if special:
-        return dns.NXDOMAIN, (), f"a special name, never the internet's: {special}"
+    if special and why is None:
+        return dns.NXDOMAIN, (), f"a special name, never the internet's: {special}", False
     if query.qtype != dns.A:
-        return dns.NOERROR, (), None
+        return dns.NOERROR, (), None, False
     try:
-        return dns.NOERROR, (names.address_for(host),), None
+        return dns.NOERROR, (names.address_for(host),), None, False
     except PoolFull as exc:
-        return dns.SERVFAIL, (), str(exc)
+        return dns.SERVFAIL, (), str(exc), False
 
 
 class DnsDatagrams:
@@ -103,7 +119,7 @@ class DnsDatagrams:
             except OSError:
                 return
             served += 1
-            reply, fields = answer(data, self.ctx.fake_names, "udp")
+            reply, fields = answer(data, self.ctx.fake_names, "udp", self.ctx.connector.name_refusal)
             if fields is not None:
                 self.ctx.journal.emit("dns.answer", **fields)
             if reply is not None:       # at most ~290 bytes: one question, one A record
@@ -130,7 +146,7 @@ class DnsTcpDoor(_Door):
                 buffered += chunk
             size = struct.unpack_from("!H", buffered)[0]
             data, buffered = buffered[2:2 + size], buffered[2 + size:]
-            reply, fields = answer(data, self.ctx.fake_names, "tcp")
+            reply, fields = answer(data, self.ctx.fake_names, "tcp", self.connector.name_refusal)
             if fields is not None:
                 self.journal.emit("dns.answer", **fields)
             if reply is None:

@@ -725,6 +725,22 @@ def error_response(status: int, reason: str, *, deny_reason: str | None = None) 
     return b"\r\n".join(lines) + b"\r\n\r\n" + body
 
 
+def denied_response(denied) -> bytes:
+    """The 403 of a refusal (connector.Denied), at the HTTP door and to a
+    captured plain-HTTP request alike: the body is the DENY line's words
+    (`vpnw: evil.example:443 denied: REASON`), the reason again in
+    X-Vpnw-Deny, and Proxy-Status (RFC 9209) names vpnw."""
+    body = (denied.text() + "\n").encode("utf-8", "replace")
+    lines = [b"HTTP/1.1 403 Forbidden",
+             b"Content-Type: text/plain; charset=utf-8",
+             b"Content-Length: " + str(len(body)).encode(),
+             b"Connection: close",
+             b"Proxy-Status: vpnw; error=destination_ip_prohibited" if denied.rule == "machine" else
+             b"Proxy-Status: vpnw; error=http_request_denied",
+             b"X-Vpnw-Deny: " + header_safe(denied.reason)]
+    return b"\r\n".join(lines) + b"\r\n\r\n" + body
+
+
 def header_safe(text: str) -> bytes:
     """A reason sentence as a header value: ASCII, no control characters."""
     raw = text.encode("ascii", "replace")

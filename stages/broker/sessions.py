@@ -260,7 +260,7 @@ class HttpDoor(_Door):
 
     def _http_refusal(self, outcome) -> bytes:
         if isinstance(outcome, Denied):
-            return http_proxy.error_response(403, f"denied: {outcome.reason}", deny_reason=outcome.reason)
+            return http_proxy.denied_response(outcome)
         status = 504 if outcome.error == "timeout" else 502
         return http_proxy.error_response(status, outcome.reason)
 

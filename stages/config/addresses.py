@@ -418,3 +418,76 @@ def _classify_special(ip, local: frozenset) -> str | None:
         if why:
             return f"{ip}: ISATAP address carrying {isatap}, {_a(why)}"
     return None
+
+
+# --- the machine itself ------------------------------------------------------
+
+# What vpnw never dials without a rule naming it, policy or not
+# (docs/architecture.md "The machine itself"): the machine's loopback, its
+# own interface addresses, the link-local ranges and the cloud metadata
+# addresses. Kinds: "loopback" (opened only by the door `localhost:PORT`),
+# "own", "link-local", "metadata" (opened by an address allow rule).
+_MACHINE_V4 = (
+    (IPv4Network("127.0.0.0/8"), "loopback", "the machine's own loopback (127.0.0.0/8)"),
+    (IPv4Network("0.0.0.0/8"), "loopback",
+     'the "this network" block (0.0.0.0/8; Linux connects 0.0.0.0 to this machine itself)'),
+    (IPv4Network("169.254.169.254/32"), "metadata",
+     "the cloud metadata service's address (169.254.169.254: AWS, Google Cloud, Azure...)"),
+    (IPv4Network("169.254.0.0/16"), "link-local",
+     "a link-local address (169.254.0.0/16), where cloud metadata and other platform services live"),
+    (IPv4Network("100.100.100.200/32"), "metadata",
+     "the cloud metadata service's address on Alibaba Cloud (100.100.100.200)"),
+    (IPv4Network("192.0.0.192/32"), "metadata",
+     "the cloud metadata service's address on Oracle Cloud (192.0.0.192)"),
+    (IPv4Network("168.63.129.16/32"), "metadata",
+     "Azure's platform address (168.63.129.16: WireServer, its VM agent and metadata)"),
+)
+_MACHINE_V6 = (
+    (IPv6Network("::1/128"), "loopback", "the machine's own loopback (::1)"),
+    (IPv6Network("::/128"), "loopback",
+     "the unspecified address (::; Linux connects it to this machine itself)"),
+    (IPv6Network("fd00:ec2::254/128"), "metadata",
+     "the cloud metadata service's IPv6 address on AWS (fd00:ec2::254)"),
+    (IPv6Network("fe80::/10"), "link-local", "a link-local address (fe80::/10), on the local link only"),
+)
+MACHINE_KINDS = ("loopback", "own", "link-local", "metadata")
+
+
+class MachineAddress(tuple):
+    """(kind, the address judged, what it is as a phrase)."""
+    __slots__ = ()
+
+    def __new__(cls, kind: str, address, what: str):
+        return tuple.__new__(cls, (kind, address, what))
+
+    kind = property(lambda self: self[0])
+    address = property(lambda self: self[1])
+    what = property(lambda self: self[2])
+
+
+def machine_address(ip, local_addresses: Iterable = frozenset()) -> MachineAddress | None:
+    """Whether `ip` reaches this machine itself or its link (see above): a
+    MachineAddress, or None. An IPv4-mapped or NAT64 address is judged by
+    the IPv4 address it carries (the safe side). `local_addresses`: this
+    machine's own interface addresses (the caller collects them)."""
+    ip = _as_ip(ip)
+    carried = embedded_ipv4(ip) if isinstance(ip, IPv6Address) else None
+    for candidate in ((ip, carried[0]) if carried else (ip,)):
+        table = _MACHINE_V4 if isinstance(candidate, IPv4Address) else _MACHINE_V6
+        for network, kind, what in table:
+            if candidate in network:
+                return MachineAddress(kind, candidate, what)
+        if candidate in local_addresses:
+            return MachineAddress("own", candidate, "an address of this machine's own interfaces")
+    return None
+
+
+def machine_name(name: str) -> str | None:
+    """Why the canonical name `name` is the machine's own loopback by
+    definition (RFC 6761: localhost and every name below it), or None.
+    Such a name is refused before any look-up; the door `localhost:PORT`
+    is its only way."""
+    if name == "localhost" or name.endswith(".localhost") or name == "localhost.localdomain":
+        return _SPECIAL_SUFFIXES["localhost"] if name != "localhost.localdomain" else \
+            _SPECIAL_NAMES["localhost.localdomain"]
+    return None

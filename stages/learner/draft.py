@@ -410,9 +410,16 @@ def _take_destination(draft: _Draft, host: str, port: int, dest) -> None:
     target = _rule(kind, chost, port)
     if dest.opened == 0:
         if dest.denied:
-            review["denied"].append((sort, port, target,
-                                     f"denied {_plural(dest.denied, 'time')}: "
-                                     f"{printable(dest.deny_reason or '')}"))
+            why = f"denied {_plural(dest.denied, 'time')}: {printable(dest.deny_reason or '')}"
+            if _machine_loopback(kind, chost):
+                # Guard reaches the machine's loopback only through the door
+                # `localhost:PORT` opens inside the sandbox, never at a proxy
+                # door: that is the rule to suggest, and what it does.
+                target = _rule("name", "localhost", port)
+                why += (f"; the rule {target} opens a door on port {port} inside the sandbox to this "
+                        f"machine's own service (the program connects to localhost:{port} itself, "
+                        "not through the proxy)")
+            review["denied"].append((sort, port, target, why))
         elif dest.failed:
             review["unreached"].append((sort, port, f"{target}: {_plural(dest.failed, 'attempt')}"
                                         f" failed ({printable(dest.fail_reason or '')})"))
@@ -430,7 +437,13 @@ def _take_destination(draft: _Draft, host: str, port: int, dest) -> None:
         review["would_deny"].append((sort, port, f"{target}: the policy in force would deny it "
                                      f"({printable(dest.would_deny_reason or '')})"))
     special = next(filter(None, map(_classify, dest.addresses)), None)
-    if special:
+    if special and chost == "localhost" and kind == "name":
+        # Reached at the door `localhost:PORT` opens (or would open): what
+        # guard does with this rule, whatever deny_private says.
+        review["special"].append((sort, port, f"{target}: this machine's own service; the rule opens "
+                                  f"a door on port {port} inside the sandbox and nothing else of the "
+                                  "machine's loopback (deny_private does not refuse it)"))
+    elif special:
         private = any(map(_in_private_network, dest.addresses))
         if private:
             draft.private.add(target)
@@ -461,6 +474,16 @@ def _take_destination(draft: _Draft, host: str, port: int, dest) -> None:
 _PRIVATE_NETWORKS = tuple(ipaddress.ip_network(n) for n in
                           ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "fc00::/7"))
 _PRIVATE_NAME_SUFFIXES = ("internal", "home.arpa", "local")
+
+
+def _machine_loopback(kind: str, host: str) -> bool:
+    """Whether a target is the machine's own loopback (decide.py step 4),
+    which only a `localhost:PORT` door reaches."""
+    from stages.config.addresses import machine_address, machine_name
+    if kind == "name":
+        return machine_name(host) is not None
+    found = machine_address(host)
+    return found is not None and found.kind == "loopback"
 
 
 def _in_private_network(address: str) -> bool:

@@ -37,6 +37,8 @@ LAZY_COMMANDS = {
     "presets": ("stages.orchestrator.preset_command", "presets_command"),
     "key": ("stages.recorder.commands", "key_command"),
     "changes": ("stages.recorder.changes", "changes_command"),
+    "why": ("stages.orchestrator.why_command", "why_command"),
+    "watch": ("stages.recorder.commands", "watch_command"),
 }
 
 

@@ -223,3 +223,26 @@ def show_command(run: str | None, summary: bool, as_json: bool, fmt: str | None,
         click.echo("vpnw  this run is still running: its record goes on" if state == "running" else
                    "vpnw  this run was cut short: vpnw ended without closing its record (no run.end); "
                    "what is above is all that was recorded")
+
+
+@click.command("watch")
+@click.argument("run", required=False)
+@click.option("--dir", "directory", type=click.Path(file_okay=False), default=None, hidden=True)
+def watch_command(run: str | None, directory: str | None) -> None:
+    """Watch a run live: per destination, connections allowed, denied and
+    failed, open now, bytes up and down, and the last reason. RUN is a run
+    id, a run file, or nothing for the newest (a run going on in another
+    terminal, or the last one). Follows the run file until the run ends;
+    Ctrl-C stops watching, never the run."""
+    from stages.recorder.watch import watch
+    directory = _runs_dir(directory)
+    try:
+        path = runs_mod.resolve_run(run, directory)
+        runs_mod.check_run_file(path)
+    except (runs_mod.RunNotFound, runs_mod.NotARunFile) as exc:
+        click.echo(f"vpnw: {exc}", err=True)
+        sys.exit(ExitCode.USAGE)
+    except OSError as exc:
+        click.echo(f"vpnw: cannot read the run file {run}: {exc.strerror or exc}", err=True)
+        sys.exit(ExitCode.USAGE)
+    sys.exit(watch(path))

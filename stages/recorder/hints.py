@@ -7,7 +7,9 @@ whose program never ran, nor one
 with no evidence (a plain `exit 1`, Ctrl-C, a killed program). The evidence:
 
 - `program.exit`'s `no_route`: the sandbox's network refused the program a
-  way out that was not a door (it may ignore the proxy settings);
+  way out that was not a door (it may ignore the proxy settings: plain ssh,
+  `getent`, Node 20's `fetch`); without capture the hint names `--capture`,
+  which sends such connections through vpnw's doors;
 - a `conn.fail` of kind `dns`: a name could not be resolved;
 - a `unix.deny`: the sandbox refused a Unix socket (its path is named);
 - `program.exit`'s `loopback_refused`: a connection to a port of the
@@ -40,6 +42,7 @@ class RunFacts(Record):     # not a dataclass: made as the recorder starts, ~1 m
     unix_refused: list = Factory(list)               # socket paths, each once, in order
     files: dict | None = None                          # run.start's "files"
     policy_file: str | None = None
+    captured: bool = False                             # run.start's "capture"
     _hosts: dict = Factory(dict)                       # conn -> host while it is in flight
 
     def note(self, event: dict) -> None:
@@ -61,6 +64,7 @@ class RunFacts(Record):     # not a dataclass: made as the recorder starts, ~1 m
         elif type_ == "run.start":
             self.files = f.get("files") if isinstance(f.get("files"), dict) else None
             self.policy_file = f.get("policy_file")
+            self.captured = f.get("capture") is True
         elif type_ == "program.exit":
             self.program_ran = True
             no_route = f.get("no_route")
@@ -78,9 +82,12 @@ def closing_hints(facts: RunFacts) -> list[str]:
     hints = []
     if facts.no_route:
         tries = "1 try" if facts.no_route == 1 else f"{facts.no_route} tries"
+        capture = "" if facts.captured else (
+            "; run it with --capture to send such connections through vpnw's doors, "
+            "where the policy decides them")
         hints.append(f"hint: the program exited {facts.exit_code} after {tries} at a way out other "
                      f"than vpnw's doors, which the sandbox refused; it may ignore the proxy "
-                     f"settings ({CLIENTS})")
+                     f"settings ({CLIENTS}){capture}")
     if facts.loopback_refused:
         hints.append(_loopback_hint(facts))
     if facts.unresolved:

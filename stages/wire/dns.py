@@ -96,11 +96,13 @@ class DnsQueryError(Exception):
 
 
 class Query(tuple):
-    """One question: (query_id, flags, labels (raw bytes), qtype, qclass, question bytes)."""
+    """One question: (query_id, flags, labels (raw bytes), qtype, qclass,
+    question bytes, edns: the client's UDP payload size when it sent an OPT
+    record (RFC 6891), else None)."""
     __slots__ = ()
 
-    def __new__(cls, query_id, flags, labels, qtype, qclass, question):
-        return tuple.__new__(cls, (query_id, flags, labels, qtype, qclass, question))
+    def __new__(cls, query_id, flags, labels, qtype, qclass, question, edns=None):
+        return tuple.__new__(cls, (query_id, flags, labels, qtype, qclass, question, edns))
 
     query_id = property(lambda self: self[0])
     flags = property(lambda self: self[1])
@@ -108,6 +110,7 @@ class Query(tuple):
     qtype = property(lambda self: self[3])
     qclass = property(lambda self: self[4])
     question = property(lambda self: self[5])
+    edns = property(lambda self: self[6])
 
     @property
     def type_name(self) -> str:
@@ -143,21 +146,94 @@ def parse_query(data: bytes) -> Query:
     if at + 4 > len(data):
         raise DnsQueryError("the question is cut short", query_id, flags)
     qtype, qclass = struct.unpack_from("!HH", data, at)
-    return Query(query_id, flags, tuple(labels), qtype, qclass, data[12:at + 4])
+    return Query(query_id, flags, tuple(labels), qtype, qclass, data[12:at + 4],
+                 _edns(data, at + 4, _arcount))
 
 
-def build_response(query: Query, rcode: int, addresses=(), ttl: int = 1) -> bytes:
+OPT = 41
+EDE = 15                      # the EDNS option code of an Extended DNS Error (RFC 8914)
+EDE_BLOCKED, EDE_PROHIBITED = 15, 18
+MAX_EDE_TEXT = 300            # bytes of EXTRA-TEXT: the answer stays under 512 bytes
+
+
+def _edns(data: bytes, at: int, arcount: int) -> int | None:
+    """The UDP payload size of the OPT record among the additional records
+    (the root name, type 41), or None. A query whose additional section
+    cannot be read is answered as one without EDNS."""
+    for _ in range(min(arcount, 8)):
+        if at >= len(data):
+            return None
+        if data[at] != 0:            # OPT's owner is the root; skip any other owner name
+            try:
+                at = _skip_name(data, at)
+            except DnsAnswerError:
+                return None
+        else:
+            at += 1
+        if at + 10 > len(data):
+            return None
+        rtype, rclass, _, length = struct.unpack_from("!HHIH", data, at)
+        if rtype == OPT:
+            return max(rclass, 512)
+        at += 10 + length
+    return None
+
+
+def build_response(query: Query, rcode: int, addresses=(), ttl: int = 1,
+                   error: tuple[int, str] | None = None) -> bytes:
     """The answer to `query`: its question echoed, `rcode`, and an A or AAAA
     record per address (NODATA: NOERROR with none). Recursion is shown as
-    available so stub resolvers take the answer as final."""
+    available so stub resolvers take the answer as final. A query with EDNS
+    gets an OPT record back, carrying `error` = (info-code, text) as an
+    Extended DNS Error (RFC 8914) when given; without EDNS there is no
+    place for it (RFC 8914 §2)."""
     flags = 0x8000 | (query.flags & 0x0100) | 0x0080 | (rcode & 0xF)
     answers = b""
     for address in addresses:
         packed = address.packed
         rtype = A if len(packed) == 4 else AAAA
         answers += b"\xc0\x0c" + struct.pack("!HHIH", rtype, 1, ttl, len(packed)) + packed
-    return (struct.pack("!HHHHHH", query.query_id, flags, 1, len(addresses), 0, 0)
-            + query.question + answers)
+    additional = b""
+    if query.edns is not None:
+        options = b""
+        if error is not None:
+            code, text = error
+            extra = text.encode("utf-8", "replace")[:MAX_EDE_TEXT]
+            extra = extra.decode("utf-8", "ignore").encode("utf-8")     # never half a character
+            options = struct.pack("!HHH", EDE, 2 + len(extra), code) + extra
+        additional = b"\0" + struct.pack("!HHIH", OPT, 1232, 0, len(options)) + options
+    return (struct.pack("!HHHHHH", query.query_id, flags, 1, len(addresses), 0, 1 if additional else 0)
+            + query.question + answers + additional)
+
+
+def extended_error(data: bytes) -> tuple[int, str] | None:
+    """The Extended DNS Error (info-code, text) of an answer, or None: for
+    the tests and for reading answers back. Never raises."""
+    try:
+        _, _, qdcount, ancount, nscount, arcount = struct.unpack_from("!HHHHHH", data)
+        at = 12
+        for _ in range(qdcount):
+            at = _skip_name(data, at) + 4
+        for _ in range(ancount + nscount):
+            at = _skip_name(data, at)
+            at += 10 + struct.unpack_from("!H", data, at + 8)[0]
+        for _ in range(arcount):
+            at = _skip_name(data, at)
+            rtype, _, _, length = struct.unpack_from("!HHIH", data, at)
+            at += 10
+            if rtype == OPT:
+                end = at + length
+                while at + 4 <= end:
+                    code, size = struct.unpack_from("!HH", data, at)
+                    if code == EDE and size >= 2:
+                        info = struct.unpack_from("!H", data, at + 4)[0]
+                        return info, data[at + 6:at + 4 + size].decode("utf-8", "replace")
+                    at += 4 + size
+                return None
+            at += length
+    except (struct.error, DnsAnswerError, IndexError):
+        return None
+    return None
 
 
 def build_error(query_id: int, flags: int, rcode: int) -> bytes:

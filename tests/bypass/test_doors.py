@@ -1,10 +1,10 @@
 """The doors as a way out: what a CONNECT or SOCKS5 request for the broker
 machine's own services, cloud metadata and private addresses reaches.
 
-With no policy (`vpnw run`), the broker dials the destination from outside
-the sandbox: 127.0.0.1 means the broker machine's loopback, never the
-sandbox's own, so a server the program starts on 127.0.0.1:8000 inside cannot
-be reached through a door (the world's listener answers instead). Under a
+With no policy (`vpnw run`), 127.0.0.1 at a door means the broker machine's
+loopback, never the sandbox's own, and vpnw never dials it (issue 44: the
+machine itself is out of reach unless a rule names it; the world's listener
+there is the control; tests/bypass/test_the_machine.py has every way). Under a
 policy with `deny_private = true` every such destination is refused, through
 both doors (403 / reply 0x02), with a policy.deny event that names the rule
 and the address. The control: the same destination, dialled from the world
@@ -83,14 +83,19 @@ def _guard(bench, user):
 
 
 @pytest.mark.parametrize("door", DOORS)
-def test_no_policy_door_to_loopback_reaches_the_broker_machine_not_the_sandbox(bench, user, door):
-    results, events = bench.inside("doors-open", user, OPEN_PLAN)
+def test_no_policy_door_to_loopback_is_refused(bench, user, door):
+    """Issue 44: with no policy the door's 127.0.0.1 is the broker machine's
+    loopback, which vpnw never dials (decide.py step 4): refused, the
+    record naming rule "machine" and the door rule that would open it. The
+    control: the world's listener there answers the same user outside."""
+    results, events = bench.inside("doors-open", user, OPEN_PLAN, expect_exit=120)
     res = results[f"own-loopback-{door}"]
-    # The program's own server answers it directly; the door's tunnel ends at
-    # the world's listener on the world's 127.0.0.1:8000.
-    assert res["ok"] and res["detail"] == "direct=inside door=world", res
+    assert not res["ok"] and res["errno"] == REFUSAL[door], res
     conn = _events_of(events, door, "127.0.0.1", TARGET_TCP)
-    assert [e["type"] for e in conn][-2:] == ["conn.open", "conn.close"], conn
+    denial = [e["fields"] for e in conn if e["type"] == "policy.deny"]
+    assert len(denial) == 1 and denial[0]["rule"] == "machine", conn
+    assert f'"localhost:{TARGET_TCP}"' in denial[0]["reason"], denial
+    assert not [e for e in conn if e["type"] == "conn.open"], conn
     control = bench.control("doors-open", user, OPEN_CONTROL, "world")[f"own-loopback-{door}"]
     assert control["ok"] and control["detail"] == "world", control
 

@@ -71,6 +71,42 @@ def tcp_banner(host, port):
         return s.makefile("rb").readline().decode(errors="replace").strip()
 
 
+def tcp_ask(host, port):
+    """Connect (a name through the resolver), send an HTTP request and read
+    the answer's first line: a banner or a status line. vpnw's own 403 is a
+    refusal (HTTP_403_VPNW, its body the detail); a reset is ECONNRESET."""
+    with socket.create_connection((host, int(port)), timeout=TIMEOUT) as s:
+        s.sendall(b"GET /whoami HTTP/1.0\r\nHost: " + host.encode() + b"\r\n\r\n")
+        data = b""
+        while b"\n" not in data or (data.startswith(b"HTTP/") and b"\r\n\r\n" not in data):
+            chunk = s.recv(4096)
+            if not chunk:
+                break
+            data += chunk
+        if data.startswith(b"HTTP/1.1 403") and b"vpnw" in data.lower():
+            raise Refused("HTTP_403_VPNW", data.split(b"\r\n\r\n", 1)[-1].decode(errors="replace"))
+        if not data:
+            raise Refused("EOF")
+        return data.split(b"\n")[0].decode(errors="replace").strip()
+
+
+def tls_handshake(host, port):
+    """A TLS handshake (the certificate not checked: the control's server is
+    the world's). vpnw's refusal is the alert access_denied, in the clear."""
+    import ssl
+    context = ssl.create_default_context()
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE
+    with socket.create_connection((host, int(port)), timeout=TIMEOUT) as raw:
+        try:
+            with context.wrap_socket(raw, server_hostname=host) as tls:
+                return f"handshake done ({tls.version()})"
+        except ssl.SSLError as e:
+            if "ALERT_ACCESS_DENIED" in str(e) or "alert access denied" in str(e):
+                raise Refused("TLS_ALERT_ACCESS_DENIED", str(e))
+            raise
+
+
 def _dns_query(name):
     labels = b"".join(bytes([len(p)]) + p.encode() for p in name.split(".")) + b"\0"
     return struct.pack("!HHHHHH", 0x7670, 0x0100, 1, 0, 0, 0) + labels + struct.pack("!HH", 1, 1)
