@@ -26,11 +26,27 @@ def test_a_failure_without_evidence_gets_no_hint():
         assert closing_hints(facts_of(START, exit_event, ev("run.end", exit_code=code))) == []
 
 
-def test_tries_around_the_doors_are_evidence_even_after_a_signal():
-    hints = closing_hints(facts_of(START, ev("program.exit", code=130, signal=2, no_route=2),
-                                   ev("run.end", exit_code=130)))
-    assert len(hints) == 1 and hints[0].startswith("hint: the program exited 130 after 2 tries")
+def test_tries_around_the_doors_are_evidence_even_after_a_crash():
+    hints = closing_hints(facts_of(START, ev("program.exit", code=139, signal=11, no_route=2),
+                                   ev("run.end", exit_code=139)))
+    assert len(hints) == 1 and hints[0].startswith("hint: the program exited 139 after 2 tries")
     assert "README" in hints[0]
+
+
+def test_no_hint_after_the_program_was_stopped_whatever_it_met():
+    """Ctrl-C, Ctrl-\\, kill, a closed terminal: the person knows why it
+    ended, so no refusal before it is blamed (README: never after Ctrl-C)."""
+    met = [ev("conn.request", 1, host="api.exmaple.com", port=443, kind="http-connect"),
+           ev("conn.fail", 1, stage="resolve", error="dns", reason="no such name"),
+           ev("unix.deny", path="/run/docker.sock", process=5, program="curl", reason="x")]
+    for signal in (1, 2, 3, 9, 15):
+        code = 128 + signal
+        assert closing_hints(facts_of(START, *met, ev("program.exit", code=code, signal=signal,
+                                                      no_route=4, loopback_refused=[5432]),
+                                      ev("run.end", exit_code=code))) == [], signal
+    # A program that handles SIGINT and exits 130 itself, as a shell does.
+    assert closing_hints(facts_of(START, *met, ev("program.exit", code=130, signal=None, no_route=1),
+                                  ev("run.end", exit_code=130))) == []
 
 
 def test_no_hint_when_the_run_succeeded_or_never_ran_the_program():

@@ -3,8 +3,10 @@ and only on evidence in the run's own events.
 
 Sans-I/O: `RunFacts.note(event)` takes each event as the recorder sees it;
 `closing_hints(facts)` is pure. A run that ended 0 gets no hint, nor one
-whose program never ran, nor one
-with no evidence (a plain `exit 1`, Ctrl-C, a killed program). The evidence:
+whose program never ran, nor one with no evidence (a plain `exit 1`), nor
+one whose program a person or the system stopped (Ctrl-C, `kill`, a hang-up:
+SIGINT, SIGTERM, SIGHUP, SIGQUIT or SIGKILL, or the shell's 130 for Ctrl-C),
+whatever it met before: the person knows why it ended. The evidence:
 
 - `program.exit`'s `no_route`: the sandbox's network refused the program a
   way out that was not a door (it may ignore the proxy settings);
@@ -30,10 +32,18 @@ _NAMES_SHOWN = 3
 _PATHS_SHOWN = 4
 
 
+# Signals by which a person or the system stops a program (Ctrl-C, Ctrl-\,
+# `kill`, a closed terminal, the OOM killer): its end is theirs, not the
+# program's, so nothing it met before is why it ended.
+_STOPPED_BY = {1, 2, 3, 9, 15}          # SIGHUP, SIGINT, SIGQUIT, SIGKILL, SIGTERM
+_CTRL_C_EXIT = 130                      # what a program that handles SIGINT exits with, as a shell does
+
+
 class RunFacts(Record):     # not a dataclass: made as the recorder starts, ~1 ms less
     """What the hints are drawn from, gathered event by event."""
     exit_code: int | None = None
     program_ran: bool = False                          # a program.exit came
+    stopped: bool = False                              # a person or the system stopped it
     no_route: int = 0
     loopback_refused: list = Factory(list)             # ports, from program.exit
     unresolved: list = Factory(list)                 # names, each once, in order
@@ -63,6 +73,8 @@ class RunFacts(Record):     # not a dataclass: made as the recorder starts, ~1 m
             self.policy_file = f.get("policy_file")
         elif type_ == "program.exit":
             self.program_ran = True
+            signal, code = f.get("signal"), f.get("code")
+            self.stopped = signal in _STOPPED_BY or code == _CTRL_C_EXIT
             no_route = f.get("no_route")
             self.no_route = no_route if isinstance(no_route, int) else 0
             ports = f.get("loopback_refused")
@@ -73,7 +85,7 @@ class RunFacts(Record):     # not a dataclass: made as the recorder starts, ~1 m
 
 def closing_hints(facts: RunFacts) -> list[str]:
     """The hint lines (without "vpnw: ") for a run that ended as `facts` say."""
-    if not facts.exit_code or not facts.program_ran:
+    if not facts.exit_code or not facts.program_ran or facts.stopped:
         return []
     hints = []
     if facts.no_route:
