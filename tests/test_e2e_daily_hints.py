@@ -27,3 +27,31 @@ def test_no_hint_after_ctrl_c(world, term, ending):
         assert term.finished(mark) == 7
         term.wait_for(r"vpnw: hint: the program exited 7 after 1 try at a way out other than "
                       r"vpnw's doors", whole=True)
+
+
+# ── a socket that runs commands is never offered to [unix] allow ────────────
+
+def test_a_refused_tmux_socket_is_not_blamed_nor_offered(world, term):
+    """Claude Code in tmux, as met: the program tries the tmux server's socket
+    (refused), then fails for another reason (a connection refused) and exits
+    1. The hint names that connection; the socket is said to stay refused."""
+    tt = term.work / "tt"
+    assert term.run(f"mkdir -m 700 {tt} && TMUX_TMPDIR={tt} tmux -f /dev/null new-session -d "
+                    f"-s bg 'sleep 600'") == 0
+    try:
+        # The control: outside the sandbox the socket runs a command for whoever connects.
+        outside, inside = term.work / "ran-outside", term.work / "ran-inside"
+        assert term.run(f"TMUX_TMPDIR={tt} tmux run-shell 'touch {outside}'") == 0
+        assert outside.exists()
+        program = (f"sh -c 'TMUX_TMPDIR={tt} tmux run-shell \"touch {inside}\"; "
+                   f"curl -sS -o /dev/null http://203.0.113.5:9/; exit 1'")
+        assert term.run(f"{term.vpnw} run -- {program}") == 1
+        assert not inside.exists(), "the tmux server ran a command for the sandboxed program"
+        term.wait_for(r"vpnw: hint: the program exited 1 after its connection to 203\.0\.113\.5:9 "
+                      r"failed", whole=True)
+        term.wait_for(r"vpnw: note: the sandbox refused the program the Unix socket \S+/tmux-\d+/"
+                      r"default: tmux's server, which runs commands outside the sandbox for whoever "
+                      r"connects, so it stays refused \(never name it in \[unix\] allow\)", whole=True)
+        assert "[unix] allow can name it" not in term.history(), term.history()
+    finally:
+        term.run(f"TMUX_TMPDIR={tt} tmux kill-server")

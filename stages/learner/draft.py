@@ -18,6 +18,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Iterable
 
+from stages.config.command_sockets import command_server
 from stages.record.destinations import Destination, Tally
 from stages.record.text import human_bytes, printable
 
@@ -295,20 +296,35 @@ def render(learner: _Learner, name: str) -> str:
 
 def _unix_table(learner: _Learner) -> list[str]:
     """[unix] allow: the sockets the policy named, kept; the ones refused,
-    commented out (a person decides: a socket outside is a way out)."""
+    commented out (a person decides: a socket outside is a way out); a
+    socket whose server runs commands outside the sandbox (tmux, Docker,
+    the D-Bus buses...: stages/config/command_sockets.py) is never offered,
+    only named as what stays refused."""
     if not learner.unix_allowed and not learner.unix_refused:
         return []
 
     def line(key: str, count: int, programs: set, what: str) -> str:
         who = ", ".join(sorted(programs)) or "?"
         return f"{toml_string(key)},  # {_plural(count, 'connect')} {what} ({who})"
-    refused = [line(k, c, p, "refused") for k, (c, p) in sorted(learner.unix_refused.items())]
+    refused_items = sorted(learner.unix_refused.items())
+    never = [f"#   {printable(k)}: {command_server(k)} ({_plural(c, 'connect')} refused)"
+             for k, (c, _p) in refused_items if command_server(k)]
+    refused = [line(k, c, p, "refused") for k, (c, p) in refused_items if not command_server(k)]
+    never_lines = (["# Refused, and never to be allowed: their servers run commands outside the",
+                    "# sandbox for whoever connects:", *never, ""] if never else [])
     if not learner.unix_allowed:
-        return ["# Unix sockets outside the sandbox the program asked for and was refused",
+        if not refused:
+            return never_lines
+        return never_lines + [
+                "# Unix sockets outside the sandbox the program asked for and was refused",
                 "# (a suggestion, not applied: each is a way out of the sandbox):",
                 "# [unix]", "# allow = [", *(f"#     {text}" for text in refused), "# ]", ""]
-    out = ["[unix]", "allow = ["]
-    out += [f"    {line(k, c, p, 'allowed')}" for k, (c, p) in sorted(learner.unix_allowed.items())]
+    out = never_lines + ["[unix]", "allow = ["]
+    for k, (c, p) in sorted(learner.unix_allowed.items()):
+        if command_server(k):
+            out.append(f"    # CHECK: {printable(k)} is {command_server(k)}, which runs commands "
+                       "outside the sandbox:")
+        out.append(f"    {line(k, c, p, 'allowed')}")
     if refused:
         out.append("    # Refused during the run (uncomment only if the program must reach it):")
         out += [f"    # {text}" for text in refused]

@@ -11,7 +11,12 @@ whatever it met before: the person knows why it ended. The evidence:
 - `program.exit`'s `no_route`: the sandbox's network refused the program a
   way out that was not a door (it may ignore the proxy settings);
 - a `conn.fail` of kind `dns`: a name could not be resolved;
-- a `unix.deny`: the sandbox refused a Unix socket (its path is named);
+- a `unix.deny`: the sandbox refused a Unix socket (its path is named; one
+  whose server runs commands, stages/config/command_sockets.py, is said to
+  stay refused, never offered to `[unix] allow`);
+- a `conn.fail` of another kind (refused, unreachable, timed out): the
+  connection that failed last is named when it is the refusal that came
+  last before the exit;
 - `program.exit`'s `loopback_refused`: a connection to a port of the
   sandbox's own loopback was refused (nothing listens there) while the
   machine has a listener on that port: a `localhost:PORT` rule reaches it;
@@ -20,10 +25,14 @@ whatever it met before: the person knows why it ended. The evidence:
   and "Read-only file system".
 
 A new kind of evidence is one more branch in `note` and one more rule in
-`closing_hints`.
+`closing_hints`. Of the refusals that come with a place in the run (a Unix
+socket, a name, a failed connection, a denial), the one that came last
+before the exit is the one a hint says the program "exited after"; the
+others are said to have come earlier.
 """
 from __future__ import annotations
 
+from stages.config.command_sockets import command_server
 from stages.config.records import Factory, Record
 from stages.record.text import printable
 
@@ -48,6 +57,8 @@ class RunFacts(Record):     # not a dataclass: made as the recorder starts, ~1 m
     loopback_refused: list = Factory(list)             # ports, from program.exit
     unresolved: list = Factory(list)                 # names, each once, in order
     unix_refused: list = Factory(list)               # socket paths, each once, in order
+    failed: tuple | None = None                        # the last failed connection: (host, port, reason)
+    last_refusal: str | None = None                    # "unix", "dns", "fail" or "deny": the latest before the exit
     files: dict | None = None                          # run.start's "files"
     policy_file: str | None = None
     _hosts: dict = Factory(dict)                       # conn -> host while it is in flight
@@ -57,16 +68,25 @@ class RunFacts(Record):     # not a dataclass: made as the recorder starts, ~1 m
         f = event.get("fields") or {}
         conn = event.get("conn")
         if type_ == "conn.request":
-            self._hosts[conn] = f.get("host")
+            self._hosts[conn] = (f.get("host"), f.get("port"))
         elif type_ in ("conn.open", "conn.fail") or (type_ == "policy.deny"
                                                       and f.get("enforced", True) is not False):
-            host = self._hosts.pop(conn, None)
-            if type_ == "conn.fail" and f.get("error") == "dns" and host \
-                    and host not in self.unresolved:
-                self.unresolved.append(host)
+            host, port = self._hosts.pop(conn, None) or (None, None)
+            if type_ == "policy.deny":
+                self.last_refusal = "deny"
+            elif type_ == "conn.fail" and f.get("error") == "dns" and host:
+                self.last_refusal = "dns"
+                if host not in self.unresolved:
+                    self.unresolved.append(host)
+            elif type_ == "conn.fail" and host and f.get("stage") != "handshake":
+                self.last_refusal = "fail"
+                self.failed = (host, port, f.get("reason"))
         elif type_ == "unix.deny":
             path = f.get("path")
-            if isinstance(path, str) and path not in self.unix_refused:
+            if isinstance(path, str):
+                self.last_refusal = "unix"
+                if path in self.unix_refused:      # the latest last: it is the one named first
+                    self.unix_refused.remove(path)
                 self.unix_refused.append(path)
         elif type_ == "run.start":
             self.files = f.get("files") if isinstance(f.get("files"), dict) else None
@@ -95,19 +115,57 @@ def closing_hints(facts: RunFacts) -> list[str]:
                      f"settings ({CLIENTS})")
     if facts.loopback_refused:
         hints.append(_loopback_hint(facts))
+    # The refusal that came last before the exit is named first.
+    placed = []
     if facts.unresolved:
         names = ", ".join(printable(n) for n in facts.unresolved[:_NAMES_SHOWN])
         more = len(facts.unresolved) - _NAMES_SHOWN
         names += f" and {more} more" if more > 0 else ""
-        hints.append(f"hint: the program exited {facts.exit_code}; these names could not be "
-                     f"resolved on the run's path: {names} (check the spelling, or that the "
-                     f"path's DNS knows them)")
+        placed.append(("dns", f"hint: {_after(facts, 'dns')}these names could not be resolved on "
+                              f"the run's path: {names} (check the spelling, or that the path's "
+                              f"DNS knows them)"))
     if facts.unix_refused:
-        paths = _paths(facts.unix_refused[:_NAMES_SHOWN], len(facts.unix_refused) > _NAMES_SHOWN)
-        hints.append(f"hint: the program exited {facts.exit_code} after the sandbox refused it the "
-                     f"Unix socket {paths} (the policy's [unix] allow can name it)")
+        placed += [("unix", text) for text in _unix_hints(facts)]
+    if facts.failed is not None and facts.last_refusal == "fail":
+        host, port, reason = facts.failed
+        where = printable(f"{host}:{port}" if port is not None else str(host))
+        why = f": {printable(reason)}" if isinstance(reason, str) and reason else ""
+        placed.append(("fail", f"hint: the program exited {facts.exit_code} after its connection "
+                               f"to {where} failed{why}"))
+    placed.sort(key=lambda kind_text: kind_text[0] != facts.last_refusal)
+    hints += [text for _kind, text in placed]
     if facts.files is not None:
         hints.append(_files_hint(facts))
+    return hints
+
+
+def _after(facts: RunFacts, kind: str) -> str:
+    """How a hint about evidence of `kind` begins: "the program exited N; "
+    when that evidence came last before the exit, else "earlier, "."""
+    if facts.last_refusal in (None, kind):
+        return f"the program exited {facts.exit_code}; "
+    return "earlier, "
+
+
+def _unix_hints(facts: RunFacts) -> list[str]:
+    """The refused sockets, the latest first: whose servers run commands
+    (never offered to [unix] allow), then the others."""
+    latest = facts.unix_refused[::-1]
+    last_was_unix = facts.last_refusal == "unix"
+    commands = [(p, command_server(p)) for p in latest if command_server(p)]
+    others = [p for p in latest if not command_server(p)]
+    hints = []
+    for n, (path, what) in enumerate(commands[:_NAMES_SHOWN]):
+        when = (f"the program exited {facts.exit_code} after the sandbox refused it"
+                if last_was_unix and n == 0 and path == latest[0] else "the sandbox refused the program")
+        hints.append(f"note: {when} the Unix socket {printable(path)}: {what}, which runs commands "
+                     f"outside the sandbox for whoever connects, so it stays refused (never name it "
+                     f"in [unix] allow)")
+    if others:
+        paths = _paths(others[:_NAMES_SHOWN], len(others) > _NAMES_SHOWN)
+        when = (f"the program exited {facts.exit_code} after the sandbox refused it"
+                if last_was_unix and others[0] == latest[0] else "earlier, the sandbox refused the program")
+        hints.append(f"hint: {when} the Unix socket {paths} (the policy's [unix] allow can name it)")
     return hints
 
 
