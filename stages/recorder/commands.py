@@ -59,12 +59,12 @@ def _verify(path: str, key_file: str | None) -> int:
         click.echo(f"vpnw: --key: {exc}", err=True)
         return ExitCode.USAGE
     verdict = found.chain_verdict
-    text = f"{path}: {verdict.message}"
+    text = f"{path}: {found.layers[0].message if found.running else verdict.message}"
     if verdict.status == "whole":
         text += f"; last digest {verdict.digest}"
     click.echo(text)
     for layer in found.layers[1:]:
-        mark = {"ok": "", "failed": "FAILED: ", "absent": "not checked: "}[layer.status]
+        mark = {"ok": "", "failed": "FAILED: ", "absent": "not checked: ", "running": ""}[layer.status]
         click.echo(f"{layer.name}: {mark}{layer.message}")
     return found.exit_code
 
@@ -110,7 +110,7 @@ def runs_command(as_json: bool, directory: str | None) -> None:
     directory = _runs_dir(directory)
     summaries, gone, problem = runs_mod.with_ledger(runs_mod.list_runs(directory), directory)
     if problem:
-        click.echo(f"vpnw: the ledger of runs does not verify: {problem}", err=True)
+        click.echo(f"vpnw: {problem}", err=True)
     if as_json:
         _emit_json([s.as_dict() for s in summaries]
                    + [{"id": e.get("run"), "file": e.get("file"), "start": e.get("start"),
@@ -141,7 +141,8 @@ def runs_command(as_json: bool, directory: str | None) -> None:
 @click.option("--verify", is_flag=True,
               help="Check the run file's digest chain, its signature and its entry in the ledger: "
                    "exit 0 all hold, 1 cut, changed, replaced or removed (and where), 2 nothing "
-                   "to check against (no chain, no signature, or no key for it).")
+                   "to check against (no chain, no signature, or no key for it), 124 the run is "
+                   "still going (what is there so far holds).")
 @click.option("--key", "key_file", type=click.Path(dir_okay=False), default=None, metavar="FILE",
               help="With --verify: the minisign public key to check the signature with "
                    "(default: this machine's, `vpnw key`).")
