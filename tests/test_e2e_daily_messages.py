@@ -43,3 +43,37 @@ def test_doctor_config_exits_123_when_the_default_path_is_down(world, user):
     assert world.vpnw(["run", "--config", bad, "--", "true"], user=user).returncode == 121
     r = world.vpnw(["doctor", "--config", bad], user=user)
     assert r.returncode == 121, describe(r)
+
+
+# ── learn names the ssh agent by its variable ───────────────────────────────
+
+def test_learn_drafts_the_ssh_agent_as_its_variable(world, user):
+    import subprocess
+    state, work = world.state_home(user), world.workdir(user)
+    agent_dir = work / "ssh-Qx3vR8kLp2"          # as ssh-agent makes it: new at each login
+    sock = agent_dir / "agent.4242"
+    agent = world.popen(["sh", "-c", f"mkdir -m 700 {agent_dir} && exec ssh-agent -D -a {sock}"],
+                        user=user, cwd=work, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        world.run(["sh", "-c", f"while [ ! -S {sock} ]; do sleep 0.05; done"], user=user, timeout=30,
+                  check=True)
+        env = {"SSH_AUTH_SOCK": str(sock)}
+        # The control: outside the sandbox the agent answers (no identities: exit 1, not 2).
+        outside = world.run(["ssh-add", "-l"], user=user, env=env)
+        assert outside.returncode == 1 and "no identities" in outside.stdout, describe(outside)
+        r = world.vpnw(["trace", "--", "ssh-add", "-l"], user=user, env=env, state_home=state)
+        assert r.returncode == 2, describe(r)         # refused: "Error connecting to agent"
+        learned = world.vpnw(["learn", "--name", "agent"], user=user, env=env, state_home=state)
+        assert learned.returncode == 0, describe(learned)
+        assert '#     "$SSH_AUTH_SOCK",  # 1 connect refused (ssh-add)' in learned.stdout, learned.stdout
+        assert str(sock) not in learned.stdout, learned.stdout
+        # Uncommented, the draft lets the agent through at the next login's path too.
+        head, unix_part = learned.stdout.split("# [unix]\n")
+        path = world.file(f"daily-agent-{user}.toml", head + "[unix]\n" + "\n".join(
+            line[2:] for line in unix_part.splitlines()) + "\n")
+        r = world.vpnw(["guard", "--policy", str(path), "--", "ssh-add", "-l"], user=user, env=env,
+                       state_home=state)
+        assert r.returncode == 1 and "no identities" in r.stdout, describe(r)
+    finally:
+        agent.terminate()
+        agent.wait(timeout=30)

@@ -319,3 +319,31 @@ def test_metadata_loopback_and_documentation_addresses_keep_deny_private_true():
     assert parse_policy(draft, "t.toml").deny_private is True and "deny_private = false" not in draft
     assert "#   vpnw guard --policy t.toml -- PROGRAM\n" in draft
     assert "metadata.google.internal:80: the cloud metadata server's name" in draft
+
+
+def test_the_ssh_agent_socket_is_drafted_as_the_variable():
+    """Its path (/tmp/ssh-XXXX/agent.N) is made afresh at each login: a
+    draft naming it is stale at the next; "$SSH_AUTH_SOCK" is read at each
+    run's start."""
+    from stages.learner.draft import draft_policy
+    from stages.config.policy import parse_policy
+    start = {"type": "run.start", "run": "r-1", "ts": "2026-01-01T00:00:00Z",
+             "fields": {"mode": "trace", "program": "git"}}
+
+    def refused(path):
+        return {"type": "unix.deny", "run": "r-1", "fields": {
+            "process": 3, "program": "ssh", "path": path, "reason": "a socket bound outside the sandbox"}}
+    for events, env in (([refused("/tmp/ssh-XXXXqa1b2c/agent.1234")], None),
+                        ([refused("/tmp/ssh-XXXXqa1b2c/agent.1234"), refused("/tmp/ssh-Yb3kkk9z/agent.99")],
+                         "/tmp/ssh-Yb3kkk9z/agent.99"),
+                        ([refused("/run/user/1000/keyring/ssh")], "/run/user/1000/keyring/ssh")):
+        draft = draft_policy([start, *events], "git", ssh_auth_sock=env)
+        assert f'#     "$SSH_AUTH_SOCK",  # {len(events)} connect' in draft, draft
+        assert "/agent." not in draft and "keyring" not in draft, draft
+        head, unix_part = draft.split("# [unix]\n")
+        uncommented = head + "[unix]\n" + "\n".join(l[2:] for l in unix_part.splitlines())
+        assert parse_policy(uncommented).unix_allow == ("$SSH_AUTH_SOCK",)
+    # Another socket, or one at the variable's old value, keeps its path.
+    draft = draft_policy([start, refused("/run/user/1000/keyring/ssh")], "git",
+                         ssh_auth_sock="/tmp/ssh-XXXXqa1b2c/agent.1234")
+    assert '"/run/user/1000/keyring/ssh"' in draft and "$SSH_AUTH_SOCK" not in draft, draft

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import itertools
+import os
 import sys
 from typing import Iterator
 
@@ -61,7 +62,8 @@ def learn(name: str | None, sources: tuple[str, ...], directory: str | None = No
         if source != "-":
             _warn_unless_verified(source)
     try:
-        draft = draft_policy(_events(files, stdin_first), name)
+        draft = draft_policy(_events(files, stdin_first), name,
+                             ssh_auth_sock=os.environ.get("SSH_AUTH_SOCK") or None)
     except NoRuns:
         click.echo(f"vpnw: no run to learn from in {', '.join(files)}: no run.start was read; "
                    f"{RUN_FILE_EXPECTED}", err=True)
