@@ -3,6 +3,7 @@ in the test world, as root and as vpnwtest."""
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 
@@ -77,3 +78,66 @@ def test_learn_drafts_the_ssh_agent_as_its_variable(world, user):
     finally:
         agent.terminate()
         agent.wait(timeout=30)
+
+
+# ── messages: the words a new user met ──────────────────────────────────────
+
+def test_an_unknown_option_says_put_after_double_dash_only_where_that_helps(world, user):
+    # With `--` there, the option stood before it: meant for vpnw, a typo.
+    r = world.vpnw(["guard", "--polcy", "agent.toml", "--", "true"], user=user)
+    assert r.returncode == 121, describe(r)
+    assert r.stderr == ("vpnw: No such option '--polcy'. Did you mean '--policy'? "
+                        "(see `vpnw guard --help`)\n"), describe(r)
+    # Without `--`, it may be the program's: the hint names the command typed.
+    r = world.vpnw(["guard", "--frob", "prog"], user=user)
+    assert r.returncode == 121, describe(r)
+    assert r.stderr == ("vpnw: No such option '--frob'. (vpnw's options come before the program; "
+                        "if --frob is the program's, put the program after `--`: "
+                        "vpnw guard [OPTIONS] -- PROGRAM --frob)\n"), describe(r)
+    r = world.vpnw(["show", "--frob"], user=user)
+    assert r.returncode == 121 and "`--`" not in r.stderr, describe(r)
+
+
+def test_a_handshake_timeout_above_the_limit_names_the_limit(world, user):
+    r = world.vpnw(["run", "--", "true"], user=user, env={"VPNW_WG_HANDSHAKE_TIMEOUT": "5000"})
+    assert r.returncode == 121, describe(r)
+    assert "VPNW_WG_HANDSHAKE_TIMEOUT='5000': more than the longest wait, 3600 seconds; " \
+           "fix: give seconds from 0.1 to 3600" in r.stderr, describe(r)
+    assert "above 0" not in r.stderr, describe(r)
+    r = world.vpnw(["run", "--", "true"], user=user, env={"VPNW_WG_HANDSHAKE_TIMEOUT": "-1"})
+    assert r.returncode == 121 and "not a number of seconds above 0" in r.stderr, describe(r)
+
+
+def test_a_denial_under_a_preset_names_the_preset(world, user):
+    r = world.vpnw(["guard", "--policy", "@claude-code", "--", "curl", "-sS", "-o", "/dev/null",
+                    "http://10.7.0.1/"], user=user)
+    assert r.returncode == 120, describe(r)
+    from e2e_support import run_events
+    events = run_events(r)
+    [deny] = [e["fields"] for e in events if e["type"] == "policy.deny"]
+    assert deny["reason"].endswith("refused by deny_private = true (set in @claude-code)"), deny
+    assert events[0]["fields"]["policy_file"] == "@claude-code", events[0]
+    assert "site-packages" not in r.stderr and "presets/" not in r.stderr, describe(r)
+
+
+DROPPED = "203.0.113.77"       # the world drops every packet to it: a dial that never ends
+
+
+def test_a_connection_the_program_gave_up_on_is_said_so(world, user):
+    table = f"vpnw_daily_drop_{os.getpid()}"
+    world.in_world("nft", "add", "table", "ip", table)
+    try:
+        world.in_world("nft", "add", "chain", "ip", table, "out",
+                       "{ type filter hook output priority 0 ; }")
+        world.in_world("nft", "add", "rule", "ip", table, "out", "ip", "daddr", DROPPED, "drop")
+        r = world.vpnw(["run", "--", "curl", "-sS", "--max-time", "3", f"http://{DROPPED}/"], user=user)
+        assert r.returncode == 28, describe(r)       # curl's own timeout
+        from e2e_support import run_events
+        [fail] = [e["fields"] for e in run_events(r) if e["type"] == "conn.fail"]
+        assert fail["error"] == "timeout", fail
+        assert fail["reason"].startswith("the program gave up waiting and closed the connection "
+                                         "before it was made (vpnw was still at the dial step"), fail
+        assert "vpnw stopped before the connection was made" not in r.stderr, describe(r)
+        assert "the program gave up waiting" in r.stderr, describe(r)
+    finally:
+        world.in_world("nft", "delete", "table", "ip", table)

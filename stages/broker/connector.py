@@ -99,6 +99,32 @@ class LookupThreads:
         self.paused = self.then = None
 
 
+def _peer_closed(sock: socket.socket | None) -> bool:
+    """Whether the program has closed its end of the connection (EOF or a
+    reset waiting on the socket): it gave up waiting."""
+    if sock is None:
+        return False
+    try:
+        return sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b""
+    except (BlockingIOError, InterruptedError):
+        return False
+    except OSError:
+        return True
+
+
+def _stopped(stage: str, client, requested: float) -> Failed:
+    """How a request still being resolved or dialed when the run ends is
+    recorded: one the program had given up on is said so, never as vpnw's
+    own stop (the record's reason, and the closing summary's)."""
+    waited = time.monotonic() - requested
+    if _peer_closed(client):
+        return Failed(stage, "timeout", f"the program gave up waiting and closed the connection "
+                                        f"before it was made (vpnw was still at the {stage} step "
+                                        f"when the run ended, {waited:.1f} s after the request)")
+    return Failed(stage, "internal", "vpnw stopped before the connection was made "
+                                     f"(the run ended {waited:.1f} s after the request)")
+
+
 class Connector:
     def __init__(self, journal: Journal, *, policy, dialer, via: str, dry_run: bool,
                  local_addresses: frozenset, hold=None, record_gate=None, fake_names=None):
@@ -118,7 +144,7 @@ class Connector:
         self.lookups = LookupThreads()
 
     async def connect(self, conn: int, door: str, kind: str, host: str,
-                      port: int) -> Opened | Denied | Failed:
+                      port: int, client: socket.socket | None = None) -> Opened | Denied | Failed:
         fake, host = self._made_up(host)
         where = {"host": host, "port": port, "door": door}     # policy.* events carry it too
         self.journal.emit("conn.request", conn, door=door, kind=kind, host=host, port=port,
@@ -127,6 +153,7 @@ class Connector:
             from stages.broker.fake_ips import not_given_reason
             return self._end(conn, Denied(not_given_reason(fake), "dns-door"), where)
         stage = "resolve"
+        requested = time.monotonic()
         try:
             decided = await self._decide(conn, host, port, door)
             if isinstance(decided, _Allowed):
@@ -135,7 +162,7 @@ class Connector:
             else:
                 outcome = decided
         except asyncio.CancelledError:
-            self._end(conn, Failed(stage, "internal", "vpnw stopped before the connection was made"))
+            self._end(conn, _stopped(stage, client, requested))
             raise
         except Exception as exc:  # noqa: BLE001 - the request still ends in the record
             outcome = Failed(stage, "internal", f"vpnw failed: {exc!r}")

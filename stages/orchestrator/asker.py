@@ -245,6 +245,9 @@ class Asker:
         source = self.policy_source
         if not source or source == "<stdin>" or not self.policy_sha256:
             return "the policy was not read from a file: for this run only"
+        if source.startswith("@"):
+            return (f"{source} is a preset shipped with vpnw: for this run only (to keep answers, "
+                    f"copy it: vpnw presets {source[1:]} > {source[1:]}.toml)")
         try:
             self.policy_sha256 = add_rule(
                 source, which, question.rule, expected_sha256=self.policy_sha256,

@@ -147,6 +147,21 @@ def guard(program, **opts):
     return _execute("guard", program, **opts)
 
 
+def _unknown_option_hint(exc: click.exceptions.NoSuchOption, argv) -> str:
+    """What follows click's "No such option": the program goes after `--`
+    only where that is the likely mistake (run, trace or guard typed with no
+    `--`: with one, the option stood before it, so it was meant for vpnw),
+    named with the command that was typed."""
+    words = list(sys.argv[1:] if argv is None else argv)
+    command = exc.ctx.info_name if exc.ctx is not None else None
+    if command in ("run", "trace", "guard"):
+        option = exc.option_name
+        if "--" not in words:
+            return (f" (vpnw's options come before the program; if {option} is the program's, "
+                    f"put the program after `--`: vpnw {command} [OPTIONS] -- PROGRAM {option})")
+    return f" (see `vpnw {command} --help`)" if command and command != "vpnw" else " (see `vpnw --help`)"
+
+
 def main(argv=None) -> None:
     """The command line through click: help, mistakes, every command but a
     cleanly written run, trace or guard (main.py)."""
@@ -156,7 +171,7 @@ def main(argv=None) -> None:
         exc.show()
         sys.exit(exc.exit_code)
     except click.exceptions.NoSuchOption as exc:
-        click.echo(f"vpnw: {exc.format_message()} (put the program after `--`: vpnw run -- PROG ARGS)", err=True)
+        click.echo(f"vpnw: {exc.format_message()}{_unknown_option_hint(exc, argv)}", err=True)
         sys.exit(ExitCode.USAGE)
     except click.ClickException as exc:
         exc.show()
