@@ -141,3 +141,39 @@ def test_a_connection_the_program_gave_up_on_is_said_so(world, user):
         assert "the program gave up waiting" in r.stderr, describe(r)
     finally:
         world.in_world("nft", "delete", "table", "ip", table)
+
+
+# ── what the README promises ────────────────────────────────────────────────
+
+def test_quiet_shows_only_denials_and_the_summary(world, user):
+    policy = world.file("daily-shadowed.toml", 'version = 1\nname = "shadowed"\n\n[policy]\n'
+                        'default = "deny"\ndeny_private = true\nallow = ["10.7.0.1"]\n')
+    program = ["curl", "-sS", "-o", "/dev/null", "http://10.7.0.1/"]
+    # The control: without --quiet the note about the shadowed allow rule is said.
+    loud = world.vpnw(["guard", "--policy", str(policy), "--", *program], user=user)
+    assert loud.returncode == 120 and "note: deny_private = true" in loud.stderr, describe(loud)
+    quiet = world.vpnw(["guard", "--quiet", "--policy", str(policy), "--", *program], user=user)
+    assert quiet.returncode == 120, describe(quiet)
+    lines = quiet.stderr.splitlines()
+    assert "note:" not in quiet.stderr, describe(quiet)
+    assert len(lines) == 2 and "DENY" in lines[0] and lines[1].startswith("vpnw  run r-"), describe(quiet)
+
+
+def test_doctor_prints_every_variable_a_run_sets(world, user):
+    j = world.vpnw(["doctor", "--json"], user=user)
+    variables = next(c for c in map(json.loads, j.stdout.splitlines())
+                     if c["name"] == "program_env")["variables"]
+    assert variables["VPNW"] == "1" and variables["VPNW_RUN"] == "r-<run id>", variables
+    r = world.vpnw(["run", "--", "env"], user=user)
+    assert r.returncode == 0, describe(r)
+    inside = dict(line.split("=", 1) for line in r.stdout.splitlines() if "=" in line)
+    given = {"PATH", "HOME", "USER", "LOGNAME", "LANG", "XDG_STATE_HOME"}
+    assert set(inside) - given <= set(variables), (set(inside) - given - set(variables), variables)
+    assert inside["VPNW_RUN"].startswith("r-") and inside["VPNW_RUN"] in r.stderr, describe(r)
+
+
+def test_a_name_the_program_looked_up_itself_is_named_in_the_hint(world, user):
+    r = world.vpnw(["run", "--capture", "--", "getent", "hosts", "db.internal"], user=user)
+    assert r.returncode == 2, describe(r)
+    assert ("vpnw: hint: the program exited 2; these names could not be resolved on the run's path: "
+            "db.internal") in r.stderr, describe(r)

@@ -163,3 +163,17 @@ def test_a_refused_loopback_port_the_machine_listens_on_names_the_rule():
                                   ev("run.end", exit_code=0))) == []
     assert closing_hints(facts_of(START, ev("program.exit", code=1, signal=None, loopback_refused="80"),
                                   ev("run.end", exit_code=1))) == []
+
+
+def test_a_name_the_program_looked_up_itself_is_named_too():
+    """With capture the program asks the DNS door itself: an answer without an
+    address names the name, as a door's failed lookup does."""
+    hints = closing_hints(facts_of(
+        START, ev("dns.answer", name="db.internal", type="A", rcode="NXDOMAIN", transport="udp",
+                  reason="a special-use name"),
+        ev("dns.answer", name="pypi.org", type="AAAA", rcode="NODATA", transport="udp"),
+        ev("dns.answer", name="pypi.org", type="A", rcode="NOERROR", transport="udp",
+           address="198.18.0.1"),
+        ev("program.exit", code=2, signal=None), ev("run.end", exit_code=2)))
+    assert hints == ["hint: the program exited 2; these names could not be resolved on the run's "
+                     "path: db.internal (check the spelling, or that the path's DNS knows them)"], hints

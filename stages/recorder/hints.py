@@ -10,7 +10,9 @@ whatever it met before: the person knows why it ended. The evidence:
 
 - `program.exit`'s `no_route`: the sandbox's network refused the program a
   way out that was not a door (it may ignore the proxy settings);
-- a `conn.fail` of kind `dns`: a name could not be resolved;
+- a `conn.fail` of kind `dns`: a name could not be resolved; so could not
+  a name the program looked up itself and the DNS door answered without an
+  address (`dns.answer`'s NXDOMAIN, REFUSED, SERVFAIL; with capture);
 - a `unix.deny`: the sandbox refused a Unix socket (its path is named; one
   whose server runs commands, stages/config/command_sockets.py, is said to
   stay refused, never offered to `[unix] allow`);
@@ -45,6 +47,7 @@ _PATHS_SHOWN = 4
 # `kill`, a closed terminal, the OOM killer): its end is theirs, not the
 # program's, so nothing it met before is why it ended.
 _STOPPED_BY = {1, 2, 3, 9, 15}          # SIGHUP, SIGINT, SIGQUIT, SIGKILL, SIGTERM
+_NOT_RESOLVED = frozenset({"NXDOMAIN", "REFUSED", "SERVFAIL"})   # the DNS door's answers without an address
 _CTRL_C_EXIT = 130                      # what a program that handles SIGINT exits with, as a shell does
 
 
@@ -81,6 +84,14 @@ class RunFacts(Record):     # not a dataclass: made as the recorder starts, ~1 m
             elif type_ == "conn.fail" and host and f.get("stage") != "handshake":
                 self.last_refusal = "fail"
                 self.failed = (host, port, f.get("reason"))
+        elif type_ == "dns.answer" and f.get("rcode") in _NOT_RESOLVED:
+            # A name the program looked up itself (capture's DNS door), not
+            # only one asked of a door.
+            name = f.get("name")
+            if isinstance(name, str) and name:
+                self.last_refusal = "dns"
+                if name not in self.unresolved:
+                    self.unresolved.append(name)
         elif type_ == "unix.deny":
             path = f.get("path")
             if isinstance(path, str):

@@ -267,7 +267,10 @@ def _run_start(x: _Line) -> str | None:
     event, f, state = x.event, x.f, x.state
     state.run = event.get("run")
     state.start_record = f.get("record")
-    note = "\n".join(n for n in (_scope_note(event, f, x.head), _shadows_note(f, x.head)) if n) or None
+    # --quiet shows denials and the summary only (the README's promise): the
+    # start's notes are for the other modes.
+    note = None if state.mode == DENIALS else (
+        "\n".join(n for n in (_scope_note(event, f, x.head), _shadows_note(f, x.head)) if n) or None)
     if not x.trace:
         return note
     extras = [f"via {printable(f.get('via') or event.get('path') or 'direct')}"]
