@@ -125,3 +125,30 @@ def test_verify_with_an_unreadable_ledger_says_so_in_one_line(world, user, how):
                                  "it back to them)\n", describe(listing)
     finally:
         ledger.unlink()
+
+
+def test_a_run_id_prefix_is_taken_where_a_run_id_is(world, user):
+    """As git takes a short hash: `show` and `learn --from` take the start of
+    a run id (with or without "r-"); one that begins several runs is refused
+    (121), naming them."""
+    state = world.state_home(user)
+    for _ in range(2):
+        r = world.vpnw(["trace", "--", "curl", "-sS", "-o", "/dev/null", "http://api.github.com/whoami"],
+                       user=user, state_home=state)
+        assert r.returncode == 0, describe(r)
+    first, second = (p.name.removesuffix(".jsonl") for p in runs_in(state))
+    common = os.path.commonprefix([first, second])
+    for prefix in (first[:len(common) + 1], first[2:len(common) + 1]):
+        r = world.vpnw(["show", "--verify", prefix], user=user, state_home=state)
+        assert r.returncode == 0 and r.stdout.startswith(str(state / "vpnw" / "runs" / first)), \
+            describe(r)
+    learned = world.vpnw(["learn", "--from", first[:len(common) + 1]], user=user, state_home=state)
+    assert learned.returncode == 0 and "api.github.com" in learned.stdout, describe(learned)
+    for command in (["show", common], ["learn", "--from", common]):
+        r = world.vpnw(command, user=user, state_home=state)
+        assert r.returncode == 121, describe(r)
+        assert f"run id {common!r} is ambiguous: 2 runs in" in r.stderr, describe(r)
+        assert f"  {first}  " in r.stderr and f"  {second}  " in r.stderr, describe(r)
+        assert "trace curl" in r.stderr, describe(r)
+    r = world.vpnw(["show", "r-zzzz"], user=user, state_home=state)
+    assert r.returncode == 121 and "no run 'r-zzzz'" in r.stderr, describe(r)

@@ -84,7 +84,8 @@ def _sandboxed_command(mode: str, fn) -> click.Command:
     options = [_click_option(o, mode) for o in opt.options_of(mode)]
     for option in reversed(options):
         fn = option(fn)
-    fn = click.argument("program", nargs=-1, required=True, type=click.UNPROCESSED)(fn)
+    fn = click.argument("program", nargs=-1, required=True, type=click.UNPROCESSED,
+                        shell_complete=complete_program)(fn)
     # vpnw's options end at the first word that names the program (like sudo
     # and docker): `vpnw run echo --quiet` hands --quiet to echo.
     return click.command(mode, options_metavar="[OPTIONS] [--]",
@@ -92,9 +93,33 @@ def _sandboxed_command(mode: str, fn) -> click.Command:
                                            "allow_interspersed_args": False})(fn)
 
 
+def complete_policy(ctx, param, incomplete: str):
+    """Tab after --policy: the presets for "@...", files otherwise."""
+    from click.shell_completion import CompletionItem
+    from stages.config import presets
+    if incomplete.startswith(presets.MARK):
+        return [CompletionItem(presets.MARK + name, help=presets.summary(name))
+                for name in presets.names() if name.startswith(incomplete[1:])]
+    return [CompletionItem(incomplete, type="file")]
+
+
+def complete_program(ctx, param, incomplete: str):
+    """bash breaks COMP_WORDS at "@" (COMP_WORDBREAKS): `--policy @cl`
+    reaches click as --policy "@" and "cl", the program's first word, while
+    readline replaces the whole "@cl": the preset is offered with its "@"."""
+    from click.shell_completion import CompletionItem
+    from stages.config import presets
+    if ctx.params.get("policy_file") == presets.MARK and not ctx.params.get("program"):
+        return [CompletionItem(presets.MARK + name, help=presets.summary(name))
+                for name in presets.names() if name.startswith(incomplete)]
+    return []
+
+
 def _click_option(option: opt.Option, mode: str):
     """One row of options.OPTIONS as a click option."""
     settings = {"metavar": option.metavar, "help": option.help}
+    if option.name == "--policy":
+        settings["shell_complete"] = complete_policy
     if mode in option.required_in:
         settings["required"] = True
     if option.kind == opt.FLAG:

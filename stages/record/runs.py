@@ -20,6 +20,7 @@ from dataclasses import asdict, dataclass
 
 
 from stages.record.events import RecordError, parse_line, read_events, rfc3339_ns
+from stages.record.text import printable
 
 _TAIL_BYTES = 16384
 
@@ -263,6 +264,10 @@ class RunNotFound(LookupError):
     pass
 
 
+class AmbiguousRun(RunNotFound):
+    """A run-id prefix that several runs begin with; the message names them."""
+
+
 class NotARunFile(ValueError):
     """A file given as a run file that is not one; the message names it."""
 
@@ -305,9 +310,16 @@ def check_run_file(path: str) -> None:
         raise NotARunFile(f"{path} is not a vpnw run file: {problem}; {RUN_FILE_EXPECTED}")
 
 
+def run_ids(directory: str) -> list[str]:
+    """The ids of the run files in `directory` (their names without .jsonl), sorted."""
+    return sorted(os.path.basename(p).removesuffix(".jsonl") for p in _run_files(directory))
+
+
 def resolve_run(run: str | None, directory: str) -> str:
-    """RUN as given to `vpnw show`: a file, a run id (r-36e0ba, or 36e0ba),
-    or None for the newest run."""
+    """RUN as given to `vpnw show` (and `learn --from`): a file, a run id
+    (r-36e0ba1c2d3e, or 36e0ba1c2d3e), a prefix of one that names a single
+    run (r-36e0, 36e0: as git takes a short hash), or None for the newest run.
+    A prefix several runs begin with is refused, naming them (AmbiguousRun)."""
     if run is None:
         path = last_run(directory)
         if path is None:
@@ -319,7 +331,52 @@ def resolve_run(run: str | None, directory: str) -> str:
         path = os.path.join(directory, candidate + ".jsonl")
         if os.path.isfile(path):
             return path
+    if run and "/" not in run:
+        prefix = run if run.startswith("r-") else "r-" + run
+        matches = [i for i in run_ids(directory) if i.startswith(prefix)]
+        if len(matches) == 1:
+            return os.path.join(directory, matches[0] + ".jsonl")
+        if matches:
+            raise AmbiguousRun(_ambiguous(run, matches, directory))
     raise RunNotFound(f"no run {run!r}: not a file, and not a run id in {directory}")
+
+
+def complete_run(incomplete: str, directory: str) -> list[str] | None:
+    """What Tab offers for a RUN being typed: the run ids in `directory` that
+    begin with it (with or without "r-"); None when it looks like a path
+    (the shell completes files then)."""
+    if "/" in incomplete or incomplete.startswith((".", "~")):
+        return None
+    if incomplete.startswith("r-") or not "r-".startswith(incomplete):
+        prefix = incomplete if incomplete.startswith("r-") else "r-" + incomplete
+    else:
+        prefix = "r-"      # "", "r": every run
+    try:
+        return [i for i in run_ids(directory) if i.startswith(prefix)]
+    except OSError:
+        return []
+
+
+_CANDIDATES_SHOWN = 10
+
+
+def _ambiguous(run: str, matches: list[str], directory: str) -> str:
+    """git's "short object ID is ambiguous", for runs: the candidates, newest first."""
+    found = []
+    for run_id in matches:
+        path = os.path.join(directory, run_id + ".jsonl")
+        start = start_event(path) or {}
+        f = start.get("fields") or {}
+        found.append((start.get("ts") or "", run_id, f.get("mode") or "?", f.get("program") or "?"))
+    found.sort(reverse=True)
+    lines = [f"  {run_id}  {ts[:10]} {ts[11:19]}Z  {printable(mode)} {printable(program)}"
+             if ts else f"  {run_id}  {printable(mode)} {printable(program)}"
+             for ts, run_id, mode, program in found[:_CANDIDATES_SHOWN]]
+    more = len(found) - _CANDIDATES_SHOWN
+    if more > 0:
+        lines.append(f"  and {more} more")
+    return (f"run id {run!r} is ambiguous: {len(found)} runs in {directory} begin with it; "
+            f"give more of it (fix: one of these):\n" + "\n".join(lines))
 
 
 # How far apart, in lines, two events of a run file can stand out of time

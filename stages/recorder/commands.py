@@ -132,8 +132,17 @@ def runs_command(as_json: bool, directory: str | None) -> None:
         click.echo(line)
 
 
+def complete_run(ctx, param, incomplete: str):
+    """Tab after `vpnw show`: the run ids that begin so; files for a path."""
+    from click.shell_completion import CompletionItem
+    directory = (ctx.params.get("directory") if ctx is not None else None) or state_dir()
+    found = runs_mod.complete_run(incomplete, directory)
+    return [CompletionItem(incomplete, type="file")] if found is None else \
+        [CompletionItem(i) for i in found]
+
+
 @click.command("show")
-@click.argument("run", required=False)
+@click.argument("run", required=False, shell_complete=complete_run)
 @click.option("--summary", is_flag=True, help="A table per destination instead of every step.")
 @click.option("--json", "as_json", is_flag=True, help="JSON for machines (the run and its destinations).")
 @click.option("--format", "fmt", type=click.Choice(["ocsf", "ecs"]), default=None,
