@@ -55,3 +55,25 @@ def test_a_refused_tmux_socket_is_not_blamed_nor_offered(world, term):
         assert "[unix] allow can name it" not in term.history(), term.history()
     finally:
         term.run(f"TMUX_TMPDIR={tt} tmux kill-server")
+
+
+# ── file limits are said even when the program succeeds ─────────────────────
+
+def test_file_limits_are_said_at_the_start_of_a_trace_and_after_a_run_that_succeeded(world, term):
+    policy = term.work / "limits.toml"
+    policy.write_text('version = 1\nname = "limits"\n[policy]\ndefault = "allow"\n'
+                      '[files]\ndeny_read = ["~/.ssh"]\nallow_write = ["."]\n')
+    # The program meets the limit and goes on: it exits 0 all the same.
+    program = "sh -c 'touch $HOME/planted 2>/dev/null || echo met-the-limit; exit 0'"
+    assert term.run(f"{term.vpnw} trace --policy {policy} -- {program}") == 0
+    history = term.history()
+    assert "met-the-limit" in history, history
+    start = term.wait_for(r"^vpnw \S+  files: the \[files\] table of (\S+) hid (.*)$", whole=True)
+    assert start.group(1) == str(policy) and "/.ssh" in start.group(2), history
+    assert "made everything read-only but" in start.group(2), history
+    term.wait_for(r"^vpnw: note: the program ran under the \[files\] table of \S+limits\.toml, which "
+                  r"hid \S+/\.ssh", whole=True)
+    # run and guard say it at the end too.
+    mark = term.start(f"{term.vpnw} guard --policy {policy} -- true")
+    assert term.finished(mark) == 0
+    assert term.history().count("vpnw: note: the program ran under the [files] table") == 2

@@ -79,6 +79,22 @@ def test_the_files_table_is_named_with_what_it_hid_and_made_read_only():
                      "but /home/u/work, /tmp (\"Read-only file system\")"]
 
 
+def test_the_files_table_is_named_after_a_run_that_succeeded_too():
+    """The kernel tells vpnw of no refused file access: every run under a
+    table says what it did, whatever its exit (issue 45)."""
+    start = ev("run.start", mode="run", program="sh", policy_file="agent.toml",
+               files={"layers": {}, "deny_read": ["/home/u/.ssh"], "deny_read_absent": [],
+                      "allow_write": ["/home/u/work"], "landlock_abi": 4})
+    hints = closing_hints(facts_of(start, ev("program.exit", code=0, signal=None, no_route=2),
+                                   ev("run.end", exit_code=0)))
+    assert hints == ["note: the program ran under the [files] table of agent.toml, which hid "
+                     "/home/u/.ssh (\"No such file or directory\") and made everything read-only "
+                     "but /home/u/work (\"Read-only file system\")"], hints
+    # Stopped by the person: nothing.
+    assert closing_hints(facts_of(start, ev("program.exit", code=130, signal=2),
+                                  ev("run.end", exit_code=130))) == []
+
+
 def test_a_refused_unix_socket_is_named():
     hints = closing_hints(facts_of(
         START, ev("unix.deny", path="/run/postgresql/.s.PGSQL.5432", process=5, program="psql",

@@ -24,7 +24,10 @@ whatever it met before: the person knows why it ended. The evidence:
   machine has a listener on that port: a `localhost:PORT` rule reaches it;
 - `run.start`'s `files`: the policy's [files] table hid some paths and made
   the rest read-only, which a program meets as "No such file or directory"
-  and "Read-only file system".
+  and "Read-only file system". The kernel tells vpnw of no file access it
+  refused, so whether the program met a limit cannot be seen: the note comes
+  after every run under a table, whatever its exit (not after a stop), and
+  trace says the table at the start too (human.py).
 
 A new kind of evidence is one more branch in `note` and one more rule in
 `closing_hints`. Of the refusals that come with a place in the run (a Unix
@@ -116,8 +119,10 @@ class RunFacts(Record):     # not a dataclass: made as the recorder starts, ~1 m
 
 def closing_hints(facts: RunFacts) -> list[str]:
     """The hint lines (without "vpnw: ") for a run that ended as `facts` say."""
-    if not facts.exit_code or not facts.program_ran or facts.stopped:
+    if not facts.program_ran or facts.stopped:
         return []
+    if not facts.exit_code:
+        return [_files_hint(facts)] if facts.files is not None else []
     hints = []
     if facts.no_route:
         tries = "1 try" if facts.no_route == 1 else f"{facts.no_route} tries"
@@ -198,8 +203,9 @@ def _paths(paths, unlisted: bool) -> str:
     return text
 
 
-def _files_hint(facts: RunFacts) -> str:
-    files = facts.files
+def files_limits(files: dict) -> str:
+    """What a [files] table does, as run.start's `files` says: "hid X (...)
+    and made everything read-only but Y (...)"."""
     unlisted = bool(files.get("unlisted"))
     parts = []
     hidden = list(files.get("deny_read") or []) + list(files.get("deny_read_absent") or [])
@@ -208,6 +214,10 @@ def _files_hint(facts: RunFacts) -> str:
     if files.get("allow_write") is not None:
         writable = _paths(files["allow_write"], unlisted) or "nothing"
         parts.append(f"made everything read-only but {writable} (\"Read-only file system\")")
+    return ' and '.join(parts) or 'limits files'
+
+
+def _files_hint(facts: RunFacts) -> str:
     where = printable(facts.policy_file) if facts.policy_file else "the policy"
-    return (f"note: the program exited {facts.exit_code} under the [files] table of {where}, which "
-            f"{' and '.join(parts) or 'limits files'}")
+    ended = f"exited {facts.exit_code}" if facts.exit_code else "ran"
+    return f"note: the program {ended} under the [files] table of {where}, which {files_limits(facts.files)}"

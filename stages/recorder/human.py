@@ -21,7 +21,7 @@ import os
 import time
 
 from stages.config.records import Factory, Record
-from stages.recorder.hints import RunFacts, closing_hints
+from stages.recorder.hints import RunFacts, closing_hints, files_limits
 from stages.record.text import human_bytes, printable  # noqa: F401 - shared with the learner (stages/record/text.py)
 
 TYPE_CHECKING = False   # typing for the annotations only: its import (~4 ms) stays off the start
@@ -285,6 +285,11 @@ def _run_start(x: _Line) -> str | None:
         extras.append("kept your " + " ".join(printable(name) for name in kept[:8]))
     line = (f"{x.head()}run {printable(event.get('run', '?'))}: {printable(f.get('mode', '?'))} "
             f"{printable(f.get('program', '?'))}  ({', '.join(extras)})")
+    if isinstance(f.get("files"), dict):
+        # Said before the program meets it: the table's limits look like the
+        # program's own errors ("No such file", "Read-only file system").
+        where = printable(f.get("policy_file") or "the policy")
+        line += f"\n{x.head()}files: the [files] table of {where} {files_limits(f['files'])}"
     return f"{line}\n{note}" if note else line
 
 
