@@ -59,6 +59,7 @@ class RunFacts(Record):     # not a dataclass: made as the recorder starts, ~1 m
     exit_code: int | None = None
     program_ran: bool = False                          # a program.exit came
     stopped: bool = False                              # a person or the system stopped it
+    program_code: int | None = None                    # program.exit's code
     no_route: int = 0
     loopback_refused: list = Factory(list)             # ports, from program.exit
     unresolved: list = Factory(list)                 # names, each once, in order
@@ -108,6 +109,7 @@ class RunFacts(Record):     # not a dataclass: made as the recorder starts, ~1 m
         elif type_ == "program.exit":
             self.program_ran = True
             signal, code = f.get("signal"), f.get("code")
+            self.program_code = code
             self.stopped = signal in _STOPPED_BY or code == _CTRL_C_EXIT
             no_route = f.get("no_route")
             self.no_route = no_route if isinstance(no_route, int) else 0
@@ -142,7 +144,9 @@ def closing_hints(facts: RunFacts) -> list[str]:
                               f"DNS knows them)"))
     if facts.unix_refused:
         placed += [("unix", text) for text in _unix_hints(facts)]
-    if facts.failed is not None and facts.last_refusal == "fail":
+    # Only on the program's own exit: under vpnw's 120 the denial is the news.
+    if facts.failed is not None and facts.last_refusal == "fail" \
+            and facts.exit_code == facts.program_code:
         host, port, reason = facts.failed
         where = printable(f"{host}:{port}" if port is not None else str(host))
         why = f": {printable(reason)}" if isinstance(reason, str) and reason else ""
