@@ -74,3 +74,35 @@ def test_bash_completes_vpnw_commands_and_options(tmp_path):
         pane.wait_for("ready$ vpnw doctor")
     finally:
         pane.close()
+
+
+def test_bash_completes_presets_and_run_ids(tmp_path):
+    """Tab after `--policy @`, `vpnw presets ` and `vpnw show ` (issue 45):
+    the presets' names, and the run ids (a prefix, with or without "r-")."""
+    if shutil.which("tmux") is None or shutil.which("bash") is None:
+        if os.environ.get("CI"):
+            pytest.fail("tmux and bash are needed (scripts/setup installs tmux)")
+        cannot("tmux and bash are needed (scripts/setup installs tmux)")
+    runs = tmp_path / ".local" / "state" / "vpnw" / "runs"
+    runs.mkdir(parents=True)
+    for run_id in ("r-5e1f00aa11bb", "r-9c0d22cc33dd", "r-9c7e44ee55ff"):
+        (runs / f"{run_id}.jsonl").write_text("{}\n")
+    rcfile = tmp_path / "bashrc"
+    rcfile.write_text("PS1='ready$ '\n" 'eval "$(_VPNW_COMPLETE=bash_source vpnw)"\n')
+    pane = Pane(tmp_path, rcfile)
+
+    def completes(typed: str, shown: str) -> None:
+        pane.wait_for_last_line("ready$")
+        pane.type(typed, "Tab")
+        pane.wait_for(f"ready$ {shown}")
+        pane.type("C-c")
+    try:
+        pane.wait_for("ready$")
+        completes("vpnw guard --policy @cl", "vpnw guard --policy @claude-code")
+        completes("vpnw run --policy @li", "vpnw run --policy @litellm")
+        completes("vpnw presets cl", "vpnw presets claude-code")
+        completes("vpnw show 5e", "vpnw show r-5e1f00aa11bb")
+        completes("vpnw show r-9c7", "vpnw show r-9c7e44ee55ff")
+        completes("vpnw learn --from 5", "vpnw learn --from r-5e1f00aa11bb")
+    finally:
+        pane.close()

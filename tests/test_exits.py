@@ -17,7 +17,8 @@ STAGES = Path(stages.__file__).parent
 
 def test_the_codes_are_design_section_5():
     assert {c.name: int(c) for c in ExitCode} == {
-        "DENIED": 120, "USAGE": 121, "NO_SANDBOX": 122, "PATH_DOWN": 123, "INTERNAL": 125,
+        "DENIED": 120, "USAGE": 121, "NO_SANDBOX": 122, "PATH_DOWN": 123, "STILL_RUNNING": 124,
+        "INTERNAL": 125,
         "CANNOT_EXECUTE": 126, "NOT_FOUND": 127}
     assert killed_by(9) == 137 and killed_by(15) == 143
 

@@ -260,17 +260,36 @@ def test_unix_refusals_are_suggested_commented_out_and_only_those_a_policy_can_n
     def unix(type_, **f):
         return {"type": type_, "run": "r-1", "fields": {"process": 3, "program": "curl", **f}}
     events = [start,
-              unix("unix.deny", path="/run/docker.sock", reason="a socket bound outside the sandbox"),
-              unix("unix.deny", path="/run/docker.sock", reason="a socket bound outside the sandbox"),
+              unix("unix.deny", path="/run/pg/.s.PGSQL.5432", reason="a socket bound outside the sandbox"),
+              unix("unix.deny", path="/run/pg/.s.PGSQL.5432", reason="a socket bound outside the sandbox"),
               unix("unix.deny", path="/proc/self/root/x", reason="a path through a /proc link"),
               unix("unix.deny", path="@x11", reason="an abstract socket from a socket made outside the sandbox")]
     draft = draft_policy(events, "agent")
-    assert '#     "/run/docker.sock",  # 2 connects refused (curl)' in draft
+    assert '#     "/run/pg/.s.PGSQL.5432",  # 2 connects refused (curl)' in draft
     assert "/proc/self/root" not in draft and "@x11" not in draft
     assert parse_policy(draft).unix_allow == ()          # nothing applied
     head, unix_part = draft.split("# [unix]\n")
     uncommented = head + "[unix]\n" + "\n".join(l[2:] for l in unix_part.splitlines())
-    assert parse_policy(uncommented).unix_allow == ("/run/docker.sock",)
+    assert parse_policy(uncommented).unix_allow == ("/run/pg/.s.PGSQL.5432",)
+
+
+def test_a_socket_that_runs_commands_is_never_suggested():
+    from stages.learner.draft import draft_policy
+    from stages.config.policy import parse_policy
+    start = {"type": "run.start", "run": "r-1", "ts": "2026-01-01T00:00:00Z",
+             "fields": {"mode": "trace", "program": "claude"}}
+    outside = "a socket bound outside the sandbox"
+
+    def unix(type_, **f):
+        return {"type": type_, "run": "r-1", "fields": {"process": 3, "program": "claude", **f}}
+    draft = draft_policy([start, unix("unix.deny", path="/tmp/tmux-1000/default", reason=outside),
+                          unix("unix.deny", path="/run/docker.sock", reason=outside),
+                          unix("unix.deny", path="/run/user/1000/bus", reason=outside)], "agent")
+    assert '"/tmp/tmux-1000/default"' not in draft and '"/run/docker.sock"' not in draft, draft
+    assert "# [unix]" not in draft and "allow = [" not in draft.split("# Refused, and never")[1], draft
+    assert "#   /tmp/tmux-1000/default: tmux's server (1 connect refused)" in draft, draft
+    assert "#   /run/docker.sock: the Docker daemon (1 connect refused)" in draft, draft
+    assert parse_policy(draft).unix_allow == ()
 
 
 def test_a_trace_to_private_destinations_drafts_deny_private_false_and_keeps_the_path():
@@ -352,3 +371,31 @@ def test_a_refused_loopback_destination_is_suggested_as_its_door_rule(asked):
     uncommented = draft.replace('# "localhost:18942",', '"localhost:18942",')
     from stages.config.policy import localhost_ports
     assert localhost_ports(parse_policy(uncommented, "t.toml")) == (18942,)
+
+
+def test_the_ssh_agent_socket_is_drafted_as_the_variable():
+    """Its path (/tmp/ssh-XXXX/agent.N) is made afresh at each login: a
+    draft naming it is stale at the next; "$SSH_AUTH_SOCK" is read at each
+    run's start."""
+    from stages.learner.draft import draft_policy
+    from stages.config.policy import parse_policy
+    start = {"type": "run.start", "run": "r-1", "ts": "2026-01-01T00:00:00Z",
+             "fields": {"mode": "trace", "program": "git"}}
+
+    def refused(path):
+        return {"type": "unix.deny", "run": "r-1", "fields": {
+            "process": 3, "program": "ssh", "path": path, "reason": "a socket bound outside the sandbox"}}
+    for events, env in (([refused("/tmp/ssh-XXXXqa1b2c/agent.1234")], None),
+                        ([refused("/tmp/ssh-XXXXqa1b2c/agent.1234"), refused("/tmp/ssh-Yb3kkk9z/agent.99")],
+                         "/tmp/ssh-Yb3kkk9z/agent.99"),
+                        ([refused("/run/user/1000/keyring/ssh")], "/run/user/1000/keyring/ssh")):
+        draft = draft_policy([start, *events], "git", ssh_auth_sock=env)
+        assert f'#     "$SSH_AUTH_SOCK",  # {len(events)} connect' in draft, draft
+        assert "/agent." not in draft and "keyring" not in draft, draft
+        head, unix_part = draft.split("# [unix]\n")
+        uncommented = head + "[unix]\n" + "\n".join(l[2:] for l in unix_part.splitlines())
+        assert parse_policy(uncommented).unix_allow == ("$SSH_AUTH_SOCK",)
+    # Another socket, or one at the variable's old value, keeps its path.
+    draft = draft_policy([start, refused("/run/user/1000/keyring/ssh")], "git",
+                         ssh_auth_sock="/tmp/ssh-XXXXqa1b2c/agent.1234")
+    assert '"/run/user/1000/keyring/ssh"' in draft and "$SSH_AUTH_SOCK" not in draft, draft

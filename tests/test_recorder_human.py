@@ -186,7 +186,7 @@ def test_an_error_vpnw_says_itself_is_not_repeated_by_the_lines(mode):
     assert "; error: the broker stopped; the program" in list(human_lines([down, other]))[-1]
 
 
-@pytest.mark.parametrize("mode", ["trace", "run", "denials"])
+@pytest.mark.parametrize("mode", ["trace", "run"])
 def test_the_allow_rules_deny_private_refuses_are_said_once_at_the_start(mode):
     start = ev("run.start", {"mode": "guard", "program": "curl", "policy": "office",
                              "policy_file": "office.toml", "via": "direct", "record": "-",
@@ -200,5 +200,10 @@ def test_the_allow_rules_deny_private_refuses_are_said_once_at_the_start(mode):
                     'and refuses what allow rules "10.77.0.0/24" (line 7), "*.internal" (line 8), '
                     '2 more allow; set deny_private = false to let them through'), text
     assert format_event(start, utc(mode="quiet")) is None
+    # --quiet: denials and the summary only (the README's promise), no note.
+    assert format_event(start, utc(mode="denials")) is None
+    scoped = ev("run.start", {**start["fields"], "deny_private_scope": "literals-and-names"})
+    assert format_event(scoped, utc(mode="denials")) is None
+    assert "resolves names at the exit" in format_event(scoped, utc(mode=mode))
     plain = ev("run.start", {k: v for k, v in start["fields"].items() if k != "deny_private_shadows"})
     assert "note" not in (format_event(plain, utc(mode=mode)) or "")

@@ -94,7 +94,7 @@ class CaptureDoor(_Door):
             return
         conn = self.journal.new_conn()
         # An address the DNS door made up becomes its name in connect().
-        outcome = await self.connector.connect(conn, "capture", "capture", str(address), port)
+        outcome = await self.connector.connect(conn, "capture", "capture", str(address), port, client)
         if not isinstance(outcome, Opened):
             if not (isinstance(outcome, Denied) and await self._answer_refusal(client, outcome)):
                 reset(client)

@@ -109,6 +109,32 @@ class LookupThreads:
         self.paused = self.then = None
 
 
+def _peer_closed(sock: socket.socket | None) -> bool:
+    """Whether the program has closed its end of the connection (EOF or a
+    reset waiting on the socket): it gave up waiting."""
+    if sock is None:
+        return False
+    try:
+        return sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b""
+    except (BlockingIOError, InterruptedError):
+        return False
+    except OSError:
+        return True
+
+
+def _stopped(stage: str, client, requested: float) -> Failed:
+    """How a request still being resolved or dialed when the run ends is
+    recorded: one the program had given up on is said so, never as vpnw's
+    own stop (the record's reason, and the closing summary's)."""
+    waited = time.monotonic() - requested
+    if _peer_closed(client):
+        return Failed(stage, "timeout", f"the program gave up waiting and closed the connection "
+                                        f"before it was made (vpnw was still at the {stage} step "
+                                        f"when the run ended, {waited:.1f} s after the request)")
+    return Failed(stage, "internal", "vpnw stopped before the connection was made "
+                                     f"(the run ended {waited:.1f} s after the request)")
+
+
 class Connector:
     def __init__(self, journal: Journal, *, policy, dialer, via: str, dry_run: bool,
                  local_addresses: frozenset, hold=None, record_gate=None, fake_names=None,
@@ -134,7 +160,8 @@ class Connector:
         self.machine_step = MACHINE_STEP if machine_step is None else machine_step
 
     async def connect(self, conn: int, door: str, kind: str, host: str,
-                      port: int, *, finish=None, **request_fields) -> Opened | Denied | Failed:
+                      port: int, client: socket.socket | None = None, *, finish=None,
+                      **request_fields) -> Opened | Denied | Failed:
         """`finish(sock, host)`: awaited on the dialled socket before the
         connection counts as open (a secret door's TLS handshake: its failure
         is the request's conn.fail, error "tls"); what it returns is
@@ -147,6 +174,7 @@ class Connector:
             from stages.broker.fake_ips import not_given_reason
             return self._end(conn, Denied(not_given_reason(fake), "dns-door"), where)
         stage = "resolve"
+        requested = time.monotonic()
         try:
             decided = await self._decide(conn, host, port, door)
             if isinstance(decided, _Allowed):
@@ -155,7 +183,7 @@ class Connector:
             else:
                 outcome = decided
         except asyncio.CancelledError:
-            self._end(conn, Failed(stage, "internal", "vpnw stopped before the connection was made"))
+            self._end(conn, _stopped(stage, client, requested))
             raise
         except Exception as exc:  # noqa: BLE001 - the request still ends in the record
             outcome = Failed(stage, "internal", f"vpnw failed: {exc!r}")

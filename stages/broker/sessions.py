@@ -165,7 +165,8 @@ class Socks5Door(_Door):
             return
         self.ctx.handshaking.discard(client)
         conn = self.journal.new_conn()
-        outcome = await self.connector.connect(conn, "socks", "socks5", request.host, request.port)
+        outcome = await self.connector.connect(conn, "socks", "socks5", request.host, request.port,
+                                               client)
         if isinstance(outcome, Denied):
             await self.send_quietly(client, socks5.reply(socks5.NOT_ALLOWED))
             return
@@ -223,7 +224,8 @@ class HttpDoor(_Door):
                         self.journal.close_conn(upstream)
                         upstream = None
                     conn = self.journal.new_conn()
-                    outcome = await self.connector.connect(conn, "http", "http-connect", head.host, head.port)
+                    outcome = await self.connector.connect(conn, "http", "http-connect", head.host,
+                                                           head.port, client)
                     if not isinstance(outcome, Opened):
                         await self.send_quietly(client, self._http_refusal(outcome))
                         return
@@ -241,7 +243,8 @@ class HttpDoor(_Door):
                     upstream = None
                 if upstream is None:
                     conn = self.journal.new_conn()
-                    outcome = await self.connector.connect(conn, "http", "http-forward", head.host, head.port)
+                    outcome = await self.connector.connect(conn, "http", "http-forward", head.host,
+                                                           head.port, client)
                     if not isinstance(outcome, Opened):
                         # The request body is not drained: the connection closes.
                         await self.send_quietly(client, self._http_refusal(outcome))

@@ -195,6 +195,9 @@ def _user_set(env: dict[str, str], name: str) -> str | None:
     return None
 
 
+RUN_ID_SHOWN = "r-<run id>"     # `vpnw doctor`'s VPNW_RUN: every run has its own
+
+
 def program_env(env: dict[str, str], *, python: str | None,
                 git_configs: list[str] | None = None,
                 run_id: str | None = None) -> tuple[dict[str, str], list[str]]:
@@ -280,6 +283,7 @@ def _cwd() -> str | None:
 
 
 def settings_for_doctor(python: str | None) -> list[tuple[str, str]]:
-    """(variable, value) for everything vpnw sets when the user has set nothing."""
-    env, _ = program_env({}, python=python)
+    """(variable, value) for everything vpnw sets when the user has set nothing;
+    VPNW_RUN's value is each run's own id, shown as "r-<run id>"."""
+    env, _ = program_env({}, python=python, run_id=RUN_ID_SHOWN)
     return sorted(env.items())

@@ -36,7 +36,9 @@ def handshake_timeout(env: dict) -> float:
     except ValueError:
         seconds = math.nan
     if not (0 < seconds <= MAX_HANDSHAKE_SECONDS):
-        raise _problem(WG_HANDSHAKE_TIMEOUT, value, "not a number of seconds above 0",
+        what = (f"more than the longest wait, {MAX_HANDSHAKE_SECONDS:.0f} seconds"
+                if seconds > MAX_HANDSHAKE_SECONDS else "not a number of seconds above 0")
+        raise _problem(WG_HANDSHAKE_TIMEOUT, value, what,
                        f"give seconds from 0.1 to {MAX_HANDSHAKE_SECONDS:.0f}, e.g. "
                        f"{WG_HANDSHAKE_TIMEOUT}=20")
     return seconds

@@ -718,11 +718,11 @@ def _parse_unix(data: dict, problems: "_Problems") -> tuple[str, ...]:
     entries = []
     for index, text, path in _string_list(
             problems, ("unix", "allow"), body.get("allow", []),
-            'write allow = ["$SSH_AUTH_SOCK", "/run/user/1000/bus"]',
+            'write allow = ["$SSH_AUTH_SOCK", "/run/postgresql/.s.PGSQL.5432"]',
             'write each socket in quotes, as "$SSH_AUTH_SOCK"') or ():
         if not (text.startswith("/") or re.fullmatch(_ENV_NAME, text)) or "\0" in text:
             problems.add(path, f"allow[{index}] {_show(text)}: not an absolute path or $VARIABLE",
-                         'write the socket\'s full path ("/run/user/1000/bus") or the variable '
+                         'write the socket\'s full path ("/run/postgresql/.s.PGSQL.5432") or the variable '
                          'that holds it ("$SSH_AUTH_SOCK")')
             continue
         entries.append(text)

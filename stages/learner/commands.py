@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import itertools
+import os
 import sys
 from typing import Iterator
 
@@ -23,7 +24,8 @@ def _events(sources: list[str], stdin_first: bytes | None) -> Iterator[dict]:
 def learn(name: str | None, sources: tuple[str, ...], directory: str | None = None) -> int:
     """The command's body, callable without click: writes the draft to stdout."""
     from stages.record.runs import (
-        RUN_FILE_EXPECTED, NotARunFile, check_run_file, first_line, first_line_problem, last_run,
+        RUN_FILE_EXPECTED, AmbiguousRun, NotARunFile, RunNotFound, check_run_file, first_line, first_line_problem,
+        last_run, resolve_run,
     )
     from stages.learner.draft import NoRuns, draft_policy
 
@@ -36,6 +38,16 @@ def learn(name: str | None, sources: tuple[str, ...], directory: str | None = No
                        "first, or give a run file with --from FILE", err=True)
             return ExitCode.USAGE
         files = [last]
+    for n, source in enumerate(files):
+        if source != "-" and not os.path.lexists(source):
+            # A run id, or a prefix of one, as `vpnw show` takes it.
+            try:
+                files[n] = resolve_run(source, directory or state_dir())
+            except AmbiguousRun as exc:
+                click.echo(f"vpnw: --from: {exc}", err=True)
+                return ExitCode.USAGE
+            except RunNotFound:
+                pass        # said below as a file that cannot be read
     if files.count("-") > 1:
         click.echo("vpnw: --from - (stdin) can be given only once", err=True)
         return ExitCode.USAGE
@@ -61,7 +73,8 @@ def learn(name: str | None, sources: tuple[str, ...], directory: str | None = No
         if source != "-":
             _warn_unless_verified(source)
     try:
-        draft = draft_policy(_events(files, stdin_first), name)
+        draft = draft_policy(_events(files, stdin_first), name,
+                             ssh_auth_sock=os.environ.get("SSH_AUTH_SOCK") or None)
     except NoRuns:
         click.echo(f"vpnw: no run to learn from in {', '.join(files)}: no run.start was read; "
                    f"{RUN_FILE_EXPECTED}", err=True)
@@ -79,11 +92,21 @@ def _warn_unless_verified(path: str) -> None:
         click.echo(f"vpnw: {warning}", err=True)
 
 
+def _complete_source(ctx, param, incomplete: str):
+    """Tab after --from: the run ids that begin so; files for a path."""
+    from click.shell_completion import CompletionItem
+    from stages.record.runs import complete_run
+    found = complete_run(incomplete, (ctx.params.get("directory") if ctx else None) or state_dir())
+    return [CompletionItem(incomplete, type="file")] if found is None else \
+        [CompletionItem(i) for i in found]
+
+
 @click.command("learn")
 @click.option("--name", default=None, metavar="NAME",
               help="The policy's name (default: the program of the first run).")
-@click.option("--from", "sources", multiple=True, metavar="FILE",
-              help="Run file(s) to learn from, merged; '-' reads stdin. Default: the last trace.")
+@click.option("--from", "sources", multiple=True, metavar="FILE|RUN", shell_complete=_complete_source,
+              help="Run file(s) or run ids (a prefix will do) to learn from, merged; '-' reads "
+                   "stdin. Default: the last trace.")
 @click.option("--dir", "directory", type=click.Path(file_okay=False), default=None, hidden=True)
 def learn_command(name: str | None, sources: tuple[str, ...], directory: str | None) -> None:
     """Draft a policy from the last trace; read it before you use it."""

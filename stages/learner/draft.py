@@ -14,10 +14,12 @@ from __future__ import annotations
 
 import ipaddress
 import math
+import re
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Iterable
 
+from stages.config.command_sockets import command_server
 from stages.record.destinations import Destination, Tally
 from stages.record.text import human_bytes, printable
 
@@ -89,8 +91,23 @@ def _classify(address: str) -> str | None:
     return classify(ip)
 
 
+# OpenSSH's agent socket, made afresh at each login (ssh-agent's and sshd's
+# forwarded one: $TMPDIR/ssh-XXXXXXXXXX/agent.<pid>): a policy naming the path
+# is stale at the next login; "$SSH_AUTH_SOCK" is read when each run starts.
+_SSH_AGENT_PATH = re.compile(r"^/(?:[^\0]*/)?ssh-[A-Za-z0-9]{6,}/agent\.\d+$")
+SSH_AUTH_SOCK = "$SSH_AUTH_SOCK"
+
+
+def _unix_key(path: str, ssh_auth_sock: str | None) -> str:
+    """How a draft names a refused socket: the variable for the ssh agent's."""
+    if (ssh_auth_sock and path == ssh_auth_sock) or _SSH_AGENT_PATH.match(path):
+        return SSH_AUTH_SOCK
+    return path
+
+
 class _Learner:
-    def __init__(self):
+    def __init__(self, ssh_auth_sock: str | None = None):
+        self.ssh_auth_sock = ssh_auth_sock      # the learner's own $SSH_AUTH_SOCK (None: unset)
         self.tally = Tally()
         self.runs: dict[str, tuple] = {}
         self.first_program: str | None = None
@@ -154,6 +171,8 @@ class _Learner:
             key, table = f.get("rule"), self.unix_allowed
         elif f.get("reason") == "a socket bound outside the sandbox":
             key, table = f.get("path"), self.unix_refused
+            if isinstance(key, str):
+                key = _unix_key(key, self.ssh_auth_sock)
         else:
             return
         if not isinstance(key, str) or not key:
@@ -378,20 +397,37 @@ def _secrets_suggested(learner: _Learner) -> list[str]:
 
 def _unix_table(learner: _Learner) -> list[str]:
     """[unix] allow: the sockets the policy named, kept; the ones refused,
-    commented out (a person decides: a socket outside is a way out)."""
+    commented out (a person decides: a socket outside is a way out); a
+    socket whose server runs commands outside the sandbox (tmux, Docker,
+    the D-Bus buses...: stages/config/command_sockets.py) is never offered,
+    only named as what stays refused."""
     if not learner.unix_allowed and not learner.unix_refused:
         return []
 
     def line(key: str, count: int, programs: set, what: str) -> str:
         who = ", ".join(sorted(programs)) or "?"
-        return f"{toml_string(key)},  # {_plural(count, 'connect')} {what} ({who})"
-    refused = [line(k, c, p, "refused") for k, (c, p) in sorted(learner.unix_refused.items())]
+        agent = ("; the ssh agent's socket, whose path changes at each login"
+                 if key == SSH_AUTH_SOCK and what == "refused" else "")
+        return f"{toml_string(key)},  # {_plural(count, 'connect')} {what} ({who}){agent}"
+    refused_items = sorted(learner.unix_refused.items())
+    never = [f"#   {printable(k)}: {command_server(k)} ({_plural(c, 'connect')} refused)"
+             for k, (c, _p) in refused_items if command_server(k)]
+    refused = [line(k, c, p, "refused") for k, (c, p) in refused_items if not command_server(k)]
+    never_lines = (["# Refused, and never to be allowed: their servers run commands outside the",
+                    "# sandbox for whoever connects:", *never, ""] if never else [])
     if not learner.unix_allowed:
-        return ["# Unix sockets outside the sandbox the program asked for and was refused",
+        if not refused:
+            return never_lines
+        return never_lines + [
+                "# Unix sockets outside the sandbox the program asked for and was refused",
                 "# (a suggestion, not applied: each is a way out of the sandbox):",
                 "# [unix]", "# allow = [", *(f"#     {text}" for text in refused), "# ]", ""]
-    out = ["[unix]", "allow = ["]
-    out += [f"    {line(k, c, p, 'allowed')}" for k, (c, p) in sorted(learner.unix_allowed.items())]
+    out = never_lines + ["[unix]", "allow = ["]
+    for k, (c, p) in sorted(learner.unix_allowed.items()):
+        if command_server(k):
+            out.append(f"    # CHECK: {printable(k)} is {command_server(k)}, which runs commands "
+                       "outside the sandbox:")
+        out.append(f"    {line(k, c, p, 'allowed')}")
     if refused:
         out.append("    # Refused during the run (uncomment only if the program must reach it):")
         out += [f"    # {text}" for text in refused]
@@ -646,12 +682,15 @@ class NoRuns(ValueError):
     """The events held no run.start: there is nothing to learn from."""
 
 
-def draft_policy(events: Iterable[dict], name: str | None = None) -> str:
+def draft_policy(events: Iterable[dict], name: str | None = None,
+                 ssh_auth_sock: str | None = None) -> str:
     """Recorded events (one run or several, in any order of runs) -> the text
     of a draft policy named `name` (None: the program of the first run).
     NoRuns when they hold no run: an empty draft would allow nothing and say
-    it was learned."""
-    learner = _Learner()
+    it was learned. `ssh_auth_sock`: the learner's $SSH_AUTH_SOCK; a refused
+    socket at that path (or at OpenSSH's agent path) is drafted as the
+    variable, which stays right after the next login."""
+    learner = _Learner(ssh_auth_sock)
     for event in events:
         if isinstance(event, dict):
             learner.feed(event)

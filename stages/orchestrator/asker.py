@@ -291,6 +291,9 @@ class Asker:
         source = self.policy_source
         if not source or source == "<stdin>" or not self.policy_sha256:
             return "the policy was not read from a file: for this run only"
+        if source.startswith("@"):
+            return (f"{source} is a preset shipped with vpnw: for this run only (to keep answers, "
+                    f"copy it: vpnw presets {source[1:]} > {source[1:]}.toml)")
         if isinstance(self.policy_place, str):
             return f"{source} not changed: {self.policy_place}; for this run only"
         try:

@@ -87,7 +87,8 @@ def _sandboxed_command(mode: str, fn) -> click.Command:
     options = [_click_option(o, mode) for o in opt.options_of(mode)]
     for option in reversed(options):
         fn = option(fn)
-    fn = click.argument("program", nargs=-1, required=True, type=click.UNPROCESSED)(fn)
+    fn = click.argument("program", nargs=-1, required=True, type=click.UNPROCESSED,
+                        shell_complete=complete_program)(fn)
     # vpnw's options end at the first word that names the program (like sudo
     # and docker): `vpnw run echo --quiet` hands --quiet to echo.
     return click.command(mode, options_metavar="[OPTIONS] [--]",
@@ -95,9 +96,33 @@ def _sandboxed_command(mode: str, fn) -> click.Command:
                                            "allow_interspersed_args": False})(fn)
 
 
+def complete_policy(ctx, param, incomplete: str):
+    """Tab after --policy: the presets for "@...", files otherwise."""
+    from click.shell_completion import CompletionItem
+    from stages.config import presets
+    if incomplete.startswith(presets.MARK):
+        return [CompletionItem(presets.MARK + name, help=presets.summary(name))
+                for name in presets.names() if name.startswith(incomplete[1:])]
+    return [CompletionItem(incomplete, type="file")]
+
+
+def complete_program(ctx, param, incomplete: str):
+    """bash breaks COMP_WORDS at "@" (COMP_WORDBREAKS): `--policy @cl`
+    reaches click as --policy "@" and "cl", the program's first word, while
+    readline replaces the whole "@cl": the preset is offered with its "@"."""
+    from click.shell_completion import CompletionItem
+    from stages.config import presets
+    if ctx.params.get("policy_file") == presets.MARK and not ctx.params.get("program"):
+        return [CompletionItem(presets.MARK + name, help=presets.summary(name))
+                for name in presets.names() if name.startswith(incomplete)]
+    return []
+
+
 def _click_option(option: opt.Option, mode: str):
     """One row of options.OPTIONS as a click option."""
     settings = {"metavar": option.metavar, "help": option.help}
+    if option.name == "--policy":
+        settings["shell_complete"] = complete_policy
     if mode in option.required_in:
         settings["required"] = True
     if option.kind == opt.FLAG:
@@ -150,6 +175,21 @@ def guard(program, **opts):
     return _execute("guard", program, **opts)
 
 
+def _unknown_option_hint(exc: click.exceptions.NoSuchOption, argv) -> str:
+    """What follows click's "No such option": the program goes after `--`
+    only where that is the likely mistake (run, trace or guard typed with no
+    `--`: with one, the option stood before it, so it was meant for vpnw),
+    named with the command that was typed."""
+    words = list(sys.argv[1:] if argv is None else argv)
+    command = exc.ctx.info_name if exc.ctx is not None else None
+    if command in ("run", "trace", "guard"):
+        option = exc.option_name
+        if "--" not in words:
+            return (f" (vpnw's options come before the program; if {option} is the program's, "
+                    f"put the program after `--`: vpnw {command} [OPTIONS] -- PROGRAM {option})")
+    return f" (see `vpnw {command} --help`)" if command and command != "vpnw" else " (see `vpnw --help`)"
+
+
 def main(argv=None) -> None:
     """The command line through click: help, mistakes, every command but a
     cleanly written run, trace or guard (main.py)."""
@@ -159,7 +199,7 @@ def main(argv=None) -> None:
         exc.show()
         sys.exit(exc.exit_code)
     except click.exceptions.NoSuchOption as exc:
-        click.echo(f"vpnw: {exc.format_message()} (put the program after `--`: vpnw run -- PROG ARGS)", err=True)
+        click.echo(f"vpnw: {exc.format_message()}{_unknown_option_hint(exc, argv)}", err=True)
         sys.exit(ExitCode.USAGE)
     except click.ClickException as exc:
         exc.show()

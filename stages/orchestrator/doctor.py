@@ -16,6 +16,8 @@ from typing import NamedTuple
 
 import click
 
+from stages.wire.exits import ExitCode
+
 
 class Check(NamedTuple):
     name: str
@@ -263,6 +265,9 @@ def check_io_uring() -> Check:
     return Check("io_uring", "ok", f"{detail}; the sandbox's filter refuses it either way")
 
 
+DEFAULT_MARK = "(the config's default)"
+
+
 def check_paths(config_file: str) -> list[Check]:
     """Each configured path, checked the way a run checks it before the program starts."""
     import asyncio
@@ -276,19 +281,23 @@ def check_paths(config_file: str) -> list[Check]:
         return [Check("config", "fail", str(e), "fix the config file")]
     checks = []
     for name, path in sorted(config.paths.items()):
+        # The config's default is what every run through it without --via takes:
+        # down, it is a failure (doctor exits 123, as those runs would).
+        label, bad = (f"path {name} {DEFAULT_MARK}", "fail") if name == config.default else (f"path {name}", "warn")
         try:
             path = with_secret(path)
         except ConfigError as e:
-            checks.append(Check(f"path {name}", "warn", str(e),
+            checks.append(Check(label, bad, str(e),
                                 "runs via this path need its password; others do not"))
             continue
         dialer = dialer_for(path)
         try:
             asyncio.run(dialer.check())
-            checks.append(Check(f"path {name}", "ok", f"{path.describe()} answers"))
+            checks.append(Check(label, "ok", f"{path.describe()} answers"))
         except PathDownError as e:
-            checks.append(Check(f"path {name}", "warn", str(e),
-                                "start the exit or fix its url/credentials; runs via it exit 123"))
+            runs = ("every run through this config without --via exits 123" if bad == "fail"
+                    else "runs via it exit 123")
+            checks.append(Check(label, bad, str(e), f"start the exit or fix its url/credentials; {runs}"))
         finally:
             if hasattr(dialer, "close"):
                 dialer.close()      # a WireGuard path's tunnel ends with the check
@@ -468,6 +477,19 @@ def render(check: Check, columns: int | None) -> str:
                          break_long_words=False, break_on_hyphens=False)
 
 
+def exit_code(checks: list[Check]) -> int:
+    """0: guard can work here; 1: it cannot. With --config, what a run through
+    the config would meet: a config that does not load is 121, its default
+    path down is 123 (the run's own codes, docs/architecture.md)."""
+    if not guard_can_work(checks):
+        return 1
+    if any(c.name == "config" and c.status == "fail" for c in checks):
+        return ExitCode.USAGE
+    if any(c.name.endswith(DEFAULT_MARK) and c.status == "fail" for c in checks):
+        return ExitCode.PATH_DOWN
+    return 0
+
+
 def guard_can_work(checks: list[Check]) -> bool:
     return all(c.status != "fail" for c in checks if c.name in
                ("kernel", "max_user_namespaces", "unprivileged_userns_clone", "namespaces",
@@ -487,7 +509,10 @@ def terminal_columns() -> int | None:
 @click.option("--config", "config_file", type=click.Path(dir_okay=False),
               help="Also check that each path in this paths file answers.")
 def doctor_command(as_json: bool, config_file: str | None) -> None:
-    """Say what this machine supports; exit 0 if guard can work here."""
+    """Say what this machine supports; exit 0 if guard can work here, 1 if not.
+
+    With --config: 121 if the paths file does not load, 123 if its default
+    path is down (every run through it would exit 123)."""
     checks = run_checks(config_file)
     variables = program_variables()
     columns = terminal_columns()
@@ -501,4 +526,4 @@ def doctor_command(as_json: bool, config_file: str | None) -> None:
                 # Values whole, never wrapped: they are there to be copied.
                 for name, value in variables.items():
                     click.echo(f"        {name}={value}")
-    raise SystemExit(0 if guard_can_work(checks) else 1)
+    raise SystemExit(exit_code(checks))

@@ -9,8 +9,15 @@ from stages.config import presets
 from stages.wire.exits import ExitCode
 
 
+def _complete_name(ctx, param, incomplete: str):
+    from click.shell_completion import CompletionItem
+    bare = incomplete.removeprefix(presets.MARK)
+    return [CompletionItem(name, help=presets.summary(name))
+            for name in presets.names() if name.startswith(bare)]
+
+
 @click.command("presets")
-@click.argument("name", required=False)
+@click.argument("name", required=False, shell_complete=_complete_name)
 def presets_command(name):
     """List the policies shipped with vpnw, one per agent; with NAME, print
     that one (to copy and edit). Use one as `--policy @NAME`."""

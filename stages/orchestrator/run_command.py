@@ -46,18 +46,25 @@ def _load_policy(policy_file):
     from stages.config.policy import Policy, PolicyError, load_policy
     if not policy_file:
         return Policy.allow_all()
+    preset = None
     if policy_file.startswith("@"):
         # A preset shipped with vpnw (stages/config/presets.py).
         from stages.config import presets
+        preset = policy_file
         try:
             policy_file = presets.path(policy_file[1:])
         except presets.UnknownPreset as exc:
             raise UsageProblem(f"--policy {policy_file}: {exc}") from None
     _refuse_replaced(policy_file, "--policy")
     try:
-        return load_policy(policy_file)
+        policy = load_policy(policy_file)
     except PolicyError as exc:
         raise UsageProblem(str(exc)) from None
+    if preset is not None:
+        # Reasons, the record and the hints name the preset as the user typed
+        # it ("@claude-code line 12"), never its file deep in vpnw's install.
+        policy = policy.replace(source=preset)
+    return policy
 
 
 def _refuse_replaced(path, what: str) -> None:

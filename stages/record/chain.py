@@ -52,6 +52,8 @@ class Verdict(FrozenRecord):     # not a dataclass: made as the recorder starts,
     lines: int           # lines read
     message: str
     digest: str | None = None   # the last good digest (run.end's when whole)
+    open_end: bool = False      # broken only at its end (no run.end yet, or a last line being written):
+                                # what a run still going looks like
 
     @property
     def exit_code(self) -> int:
@@ -89,7 +91,8 @@ def verify(lines: Iterable[bytes]) -> Verdict:
             if n == 1 and raw.endswith(b"\n") and split_digest(raw[:-1]) is None \
                     and _has_no_digest(raw[:-1]):
                 return Verdict("unchained", n, UNCHAINED)
-            return Verdict("broken", n, problem, _hex(prev))
+            # A line without its newline can only be the file's last.
+            return Verdict("broken", n, problem, _hex(prev), open_end=not raw.endswith(b"\n"))
         try:
             event = orjson.loads(raw)
         except orjson.JSONDecodeError:
@@ -103,7 +106,8 @@ def verify(lines: Iterable[bytes]) -> Verdict:
         return Verdict("broken", 0, "the file is empty")
     if last_type != "run.end":
         return Verdict("broken", n, f"the file ends after line {n} without run.end: it was cut "
-                                    "there (or the run was killed before it ended)", _hex(prev))
+                                    "there (or the run was killed before it ended)", _hex(prev),
+                       open_end=True)
     return Verdict("whole", n, f"whole and unaltered: {n} lines from run.start to run.end, "
                                f"the digest chain closed by run.end", _hex(prev))
 

@@ -4,9 +4,11 @@ its entry in the ledger of runs. `vpnw show --verify` prints every layer;
 `show`, `show --summary` and `learn` warn in one line when one fails.
 
 A layer is "ok", "failed" (the file or the ledger was changed, cut,
-replaced or removed: exit 1) or "absent" (nothing to check it against: an
-older vpnw, a record written to stdout, a key this machine does not hold:
-exit 2). Only a run whose every layer is ok verifies (exit 0).
+replaced or removed: exit 1), "running" (the run is still going: its chain
+is whole so far, and it is signed and entered in the ledger when it ends:
+exit 124) or "absent" (nothing to check it against: an older vpnw, a record
+written to stdout, a key this machine does not hold: exit 2). Only a run
+whose every layer is ok verifies (exit 0).
 """
 from __future__ import annotations
 
@@ -15,12 +17,13 @@ from dataclasses import dataclass, field
 
 from stages.record import chain, ledger as ledger_mod, signing
 from stages.record.events import state_dir
+from stages.wire.exits import ExitCode
 
 
 @dataclass(frozen=True)
 class Layer:
     name: str          # "chain", "signature", "ledger"
-    status: str        # "ok", "failed", "absent"
+    status: str        # "ok", "failed", "running", "absent"
     message: str
 
 
@@ -35,7 +38,13 @@ class Evidence:
         statuses = [layer.status for layer in self.layers]
         if "failed" in statuses:
             return 1
+        if "running" in statuses:
+            return ExitCode.STILL_RUNNING
         return 2 if "absent" in statuses else 0
+
+    @property
+    def running(self) -> bool:
+        return any(layer.status == "running" for layer in self.layers)
 
     def failures(self) -> list[Layer]:
         return [layer for layer in self.layers if layer.status == "failed"]
@@ -73,6 +82,8 @@ def check(path: str, *, key: signing.PublicKey | None, ledger: ledger_mod.Ledger
     with open(path, "rb") as stream:
         verdict = chain.verify(stream)
     evidence.chain_verdict = verdict
+    if verdict.status == "broken" and verdict.open_end and _still_running(path):
+        return _running(evidence, verdict, ledger)
     evidence.layers.append(Layer("chain", {"whole": "ok", "broken": "failed"}.get(verdict.status, "absent"),
                                  verdict.message))
     run_id = _run_id(path)
@@ -100,6 +111,27 @@ def check(path: str, *, key: signing.PublicKey | None, ledger: ledger_mod.Ledger
             evidence.layers.append(Layer("runs", "failed", f"in {ledger.path}, gone from "
                                          f"{os.path.dirname(os.path.realpath(path))}: {names}: "
                                          "deleted or moved away"))
+    return evidence
+
+
+def _still_running(path: str) -> bool:
+    from stages.record.runs import still_running
+    return still_running(path)
+
+
+def _running(evidence: Evidence, verdict: chain.Verdict, ledger) -> Evidence:
+    """A run still going: what is there so far is checked (a break before its
+    end is still a failure, found by the caller); it is signed and entered
+    in the ledger only when it ends."""
+    whole = verdict.lines if verdict.message.startswith("the file ends after") else verdict.lines - 1
+    last = f"; last digest {verdict.digest}" if verdict.digest else ""
+    evidence.layers.append(Layer("chain", "running", f"still running: the chain is whole so far, "
+                                 f"{whole} lines from run.start{last} (run.end closes it when the "
+                                 f"run ends)"))
+    evidence.layers.append(Layer("signature", "running", "not yet: vpnw signs the run when it ends"))
+    where = ledger.path if ledger is not None else "the ledger of runs"
+    evidence.layers.append(Layer("ledger", "running", f"not yet: the run is entered in {where} "
+                                 "when it ends"))
     return evidence
 
 
@@ -158,6 +190,8 @@ def _check_signature(path: str, text: str, where: str, key: signing.PublicKey | 
 
 
 def _check_ledger(path, run_id, verdict, entry, sig, key, ledger) -> Layer:
+    if ledger.unreadable:
+        return Layer("ledger", "absent", ledger.unreadable_text())
     if ledger.problem:
         return Layer("ledger", "failed", ledger.problem)
 

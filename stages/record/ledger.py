@@ -92,6 +92,7 @@ class Ledger(NamedTuple):
     entries: list[dict]          # the lines read, in order, up to the first problem
     problem: str | None          # where its chain breaks or it was cut; None: whole
     exists: bool = True
+    unreadable: str | None = None  # why it could not be read (e.g. "Permission denied"): nothing checked
 
     def by_file(self, path: str) -> dict | None:
         real = os.path.realpath(path)
@@ -118,6 +119,11 @@ class Ledger(NamedTuple):
             if isinstance(file, str) and os.path.dirname(file) == here and not os.path.lexists(file):
                 gone[file] = entry
         return list(gone.values())
+
+    def unreadable_text(self) -> str:
+        """The one line for a ledger that cannot be read (nothing is checked against it)."""
+        return (f"cannot read {self.path}: {self.unreadable} (the ledger of runs is the user's "
+                f"own file, 0600: read it as the user whose runs it lists, or give it back to them)")
 
     @property
     def head(self) -> str | None:
@@ -150,6 +156,10 @@ def read(path: str | None = None) -> Ledger:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except FileNotFoundError:
         return Ledger(path, [], None, exists=False)
+    except OSError as exc:
+        # Another user's (a run under sudo), a loop of links: it says nothing
+        # either way, and the reader says so in one line.
+        return Ledger(path, [], None, unreadable=exc.strerror or str(exc))
     if not stat.S_ISREG(os.fstat(fd).st_mode):
         os.close(fd)
         return Ledger(path, [], f"{path}: not a regular file (the ledger was replaced)")

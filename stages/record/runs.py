@@ -20,6 +20,7 @@ from dataclasses import asdict, dataclass
 
 
 from stages.record.events import RecordError, parse_line, read_events, rfc3339_ns
+from stages.record.text import printable
 
 _TAIL_BYTES = 16384
 
@@ -71,6 +72,15 @@ def _last_event(path: str) -> dict | None:
     return None
 
 
+def still_running(path: str) -> bool:
+    """Whether the run in `path` has no run.end yet and the vpnw that wrote
+    its run.start still runs: its record goes on."""
+    end = _last_event(path)
+    if end is not None and end.get("type") == "run.end":
+        return False
+    return vpnw_alive((start_event(path) or {}).get("pid"))
+
+
 def start_event(path: str) -> dict | None:
     """The run.start of a run file, or None."""
     try:
@@ -108,7 +118,7 @@ def summarize(path: str) -> RunSummary:
         counts = (connections, denied, would_deny, failed)
         exit_code, complete = None, False
         digest = (end or {}).get("d") if isinstance((end or {}).get("d"), str) else None
-    state = "ended" if complete else ("running" if _vpnw_alive((start or {}).get("pid")) else "cut")
+    state = "ended" if complete else ("running" if vpnw_alive((start or {}).get("pid")) else "cut")
     return RunSummary(id=run_id, file=path, start=start["ts"] if start else None,
                       program=start_fields.get("program"), mode=start_fields.get("mode"),
                       connections=counts[0], denied=counts[1], would_deny=counts[2],
@@ -116,7 +126,7 @@ def summarize(path: str) -> RunSummary:
                       state=state)
 
 
-def _vpnw_alive(pid) -> bool:
+def vpnw_alive(pid) -> bool:
     """Whether the vpnw that wrote run.start (its envelope's pid) still runs:
     that pid is alive and is a vpnw (not a later process given the number)."""
     if not isinstance(pid, int) or pid <= 0:
@@ -184,23 +194,78 @@ def with_ledger(summaries: list[RunSummary], directory: str):
 
     ledger: "ok" (its entry names this file's last digest), "CHANGED" (it
     names another: the file was replaced or rewritten), "unlisted" (no
-    entry: a run that was not signed), "-" (no ledger)."""
+    entry: a run that was not signed), "-" (no ledger), "?" (a ledger that
+    cannot be read: the problem says why). The problem is a sentence."""
     from dataclasses import replace
     from stages.record import ledger as ledger_mod
     book = ledger_mod.read(ledger_of(directory))
     if not book.exists:
         return summaries, [], None
+    if book.unreadable:
+        return [replace(s, ledger="?") for s in summaries], [], book.unreadable_text()
     marked = []
+    key = _KeyOnce()
     for s in summaries:
         entry = book.by_file(s.file)
         status = "unlisted" if entry is None else (
-            "ok" if entry.get("digest") == s.digest and entry.get("run") == s.id else "CHANGED")
+            "ok" if entry.get("digest") == s.digest and entry.get("run") == s.id
+            and _file_holds(s.file, entry, key) else "CHANGED")
         marked.append(replace(s, ledger=status))
-    return marked, book.gone_from(directory), book.problem
+    problem = f"the ledger of runs does not verify: {book.problem}" if book.problem else None
+    return marked, book.gone_from(directory), problem
+
+
+class _KeyOnce:
+    """This machine's public key, looked up on first use (None: none here)."""
+
+    def __init__(self):
+        self._looked, self._key = False, None
+
+    def get(self):
+        if not self._looked:
+            from stages.record import signing
+            self._looked = True
+            try:
+                path = os.path.join(signing.key_dir(), signing.PUBLIC_NAME)
+                self._key = (signing.load_public(path) if os.path.exists(path) else
+                             signing.load_secret(create=False).public())
+            except (signing.KeyProblem, signing.SigningUnavailable, OSError):
+                self._key = None
+        return self._key
+
+
+def _file_holds(path: str, entry: dict, key: _KeyOnce) -> bool:
+    """Whether the file is still what its ledger entry signed: the last
+    digest alone does not say it (a line edited in place leaves the last one
+    as it was). The entry's signature over the file's bytes, checked with
+    this machine's key (one hash of the file); without a key that can check
+    it, the file's digest chain, line by line. As `show --verify` judges."""
+    from stages.record import chain, signing
+    try:
+        sig = signing.parse_minisig(entry.get("sig") or "")
+        public = key.get()
+        if public is not None and sig.key_id == public.key_id:
+            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+            try:
+                digest, _lines = signing.file_digest(fd)
+            finally:
+                os.close(fd)
+            try:
+                return signing.check_signature(sig, public, digest) is None
+            except signing.SigningUnavailable:
+                pass
+    except signing.BadSignature:
+        return False
+    with open(path, "rb") as stream:
+        return chain.verify(stream).status == "whole"
 
 
 class RunNotFound(LookupError):
     pass
+
+
+class AmbiguousRun(RunNotFound):
+    """A run-id prefix that several runs begin with; the message names them."""
 
 
 class NotARunFile(ValueError):
@@ -245,9 +310,16 @@ def check_run_file(path: str) -> None:
         raise NotARunFile(f"{path} is not a vpnw run file: {problem}; {RUN_FILE_EXPECTED}")
 
 
+def run_ids(directory: str) -> list[str]:
+    """The ids of the run files in `directory` (their names without .jsonl), sorted."""
+    return sorted(os.path.basename(p).removesuffix(".jsonl") for p in _run_files(directory))
+
+
 def resolve_run(run: str | None, directory: str) -> str:
-    """RUN as given to `vpnw show`: a file, a run id (r-36e0ba, or 36e0ba),
-    or None for the newest run."""
+    """RUN as given to `vpnw show` (and `learn --from`): a file, a run id
+    (r-36e0ba1c2d3e, or 36e0ba1c2d3e), a prefix of one that names a single
+    run (r-36e0, 36e0: as git takes a short hash), or None for the newest run.
+    A prefix several runs begin with is refused, naming them (AmbiguousRun)."""
     if run is None:
         path = last_run(directory)
         if path is None:
@@ -259,7 +331,52 @@ def resolve_run(run: str | None, directory: str) -> str:
         path = os.path.join(directory, candidate + ".jsonl")
         if os.path.isfile(path):
             return path
+    if run and "/" not in run:
+        prefix = run if run.startswith("r-") else "r-" + run
+        matches = [i for i in run_ids(directory) if i.startswith(prefix)]
+        if len(matches) == 1:
+            return os.path.join(directory, matches[0] + ".jsonl")
+        if matches:
+            raise AmbiguousRun(_ambiguous(run, matches, directory))
     raise RunNotFound(f"no run {run!r}: not a file, and not a run id in {directory}")
+
+
+def complete_run(incomplete: str, directory: str) -> list[str] | None:
+    """What Tab offers for a RUN being typed: the run ids in `directory` that
+    begin with it (with or without "r-"); None when it looks like a path
+    (the shell completes files then)."""
+    if "/" in incomplete or incomplete.startswith((".", "~")):
+        return None
+    if incomplete.startswith("r-") or not "r-".startswith(incomplete):
+        prefix = incomplete if incomplete.startswith("r-") else "r-" + incomplete
+    else:
+        prefix = "r-"      # "", "r": every run
+    try:
+        return [i for i in run_ids(directory) if i.startswith(prefix)]
+    except OSError:
+        return []
+
+
+_CANDIDATES_SHOWN = 10
+
+
+def _ambiguous(run: str, matches: list[str], directory: str) -> str:
+    """git's "short object ID is ambiguous", for runs: the candidates, newest first."""
+    found = []
+    for run_id in matches:
+        path = os.path.join(directory, run_id + ".jsonl")
+        start = start_event(path) or {}
+        f = start.get("fields") or {}
+        found.append((start.get("ts") or "", run_id, f.get("mode") or "?", f.get("program") or "?"))
+    found.sort(reverse=True)
+    lines = [f"  {run_id}  {ts[:10]} {ts[11:19]}Z  {printable(mode)} {printable(program)}"
+             if ts else f"  {run_id}  {printable(mode)} {printable(program)}"
+             for ts, run_id, mode, program in found[:_CANDIDATES_SHOWN]]
+    more = len(found) - _CANDIDATES_SHOWN
+    if more > 0:
+        lines.append(f"  and {more} more")
+    return (f"run id {run!r} is ambiguous: {len(found)} runs in {directory} begin with it; "
+            f"give more of it (fix: one of these):\n" + "\n".join(lines))
 
 
 # How far apart, in lines, two events of a run file can stand out of time

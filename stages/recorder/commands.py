@@ -60,12 +60,12 @@ def _verify(path: str, key_file: str | None) -> int:
         click.echo(f"vpnw: --key: {exc}", err=True)
         return ExitCode.USAGE
     verdict = found.chain_verdict
-    text = f"{path}: {verdict.message}"
+    text = f"{path}: {found.layers[0].message if found.running else verdict.message}"
     if verdict.status == "whole":
         text += f"; last digest {verdict.digest}"
     click.echo(text)
     for layer in found.layers[1:]:
-        mark = {"ok": "", "failed": "FAILED: ", "absent": "not checked: "}[layer.status]
+        mark = {"ok": "", "failed": "FAILED: ", "absent": "not checked: ", "running": ""}[layer.status]
         click.echo(f"{layer.name}: {mark}{layer.message}")
     return found.exit_code
 
@@ -111,7 +111,7 @@ def runs_command(as_json: bool, directory: str | None) -> None:
     directory = _runs_dir(directory)
     summaries, gone, problem = runs_mod.with_ledger(runs_mod.list_runs(directory), directory)
     if problem:
-        click.echo(f"vpnw: the ledger of runs does not verify: {problem}", err=True)
+        click.echo(f"vpnw: {problem}", err=True)
     from stages.record.held import count as held_count
     # Held layers lie beside the runs (held/ next to runs/ in vpnw's state).
     held_root = os.path.join(os.path.dirname(os.path.abspath(directory)), "held")
@@ -142,8 +142,17 @@ def runs_command(as_json: bool, directory: str | None) -> None:
                    "vpnw changes RUN")
 
 
+def complete_run(ctx, param, incomplete: str):
+    """Tab after `vpnw show`: the run ids that begin so; files for a path."""
+    from click.shell_completion import CompletionItem
+    directory = (ctx.params.get("directory") if ctx is not None else None) or state_dir()
+    found = runs_mod.complete_run(incomplete, directory)
+    return [CompletionItem(incomplete, type="file")] if found is None else \
+        [CompletionItem(i) for i in found]
+
+
 @click.command("show")
-@click.argument("run", required=False)
+@click.argument("run", required=False, shell_complete=complete_run)
 @click.option("--summary", is_flag=True, help="A table per destination instead of every step.")
 @click.option("--json", "as_json", is_flag=True, help="JSON for machines (the run and its destinations).")
 @click.option("--format", "fmt", type=click.Choice(["ocsf", "ecs"]), default=None,
@@ -151,7 +160,8 @@ def runs_command(as_json: bool, directory: str | None) -> None:
 @click.option("--verify", is_flag=True,
               help="Check the run file's digest chain, its signature and its entry in the ledger: "
                    "exit 0 all hold, 1 cut, changed, replaced or removed (and where), 2 nothing "
-                   "to check against (no chain, no signature, or no key for it).")
+                   "to check against (no chain, no signature, or no key for it), 124 the run is "
+                   "still going (what is there so far holds).")
 @click.option("--key", "key_file", type=click.Path(dir_okay=False), default=None, metavar="FILE",
               help="With --verify: the minisign public key to check the signature with "
                    "(default: this machine's, `vpnw key`).")

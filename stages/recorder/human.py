@@ -21,7 +21,7 @@ import os
 import time
 
 from stages.config.records import Factory, Record
-from stages.recorder.hints import RunFacts, closing_hints
+from stages.recorder.hints import RunFacts, closing_hints, files_limits
 from stages.record.text import human_bytes, printable  # noqa: F401 - shared with the learner (stages/record/text.py)
 
 TYPE_CHECKING = False   # typing for the annotations only: its import (~4 ms) stays off the start
@@ -267,7 +267,10 @@ def _run_start(x: _Line) -> str | None:
     event, f, state = x.event, x.f, x.state
     state.run = event.get("run")
     state.start_record = f.get("record")
-    note = "\n".join(n for n in (_scope_note(event, f, x.head), _shadows_note(f, x.head)) if n) or None
+    # --quiet shows denials and the summary only (the README's promise): the
+    # start's notes are for the other modes.
+    note = None if state.mode == DENIALS else (
+        "\n".join(n for n in (_scope_note(event, f, x.head), _shadows_note(f, x.head)) if n) or None)
     if not x.trace:
         return note
     extras = [f"via {printable(f.get('via') or event.get('path') or 'direct')}"]
@@ -282,6 +285,11 @@ def _run_start(x: _Line) -> str | None:
         extras.append("kept your " + " ".join(printable(name) for name in kept[:8]))
     line = (f"{x.head()}run {printable(event.get('run', '?'))}: {printable(f.get('mode', '?'))} "
             f"{printable(f.get('program', '?'))}  ({', '.join(extras)})")
+    if isinstance(f.get("files"), dict):
+        # Said before the program meets it: the table's limits look like the
+        # program's own errors ("No such file", "Read-only file system").
+        where = printable(f.get("policy_file") or "the policy")
+        line += f"\n{x.head()}files: the [files] table of {where} {files_limits(f['files'])}"
     return f"{line}\n{note}" if note else line
 
 

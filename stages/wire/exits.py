@@ -14,6 +14,7 @@ class ExitCode(IntEnum):
     USAGE = 121           # bad command line, config or policy; nothing was started
     NO_SANDBOX = 122      # the sandbox cannot be built; the program was not run
     PATH_DOWN = 123       # the chosen path is down (checked before the program starts)
+    STILL_RUNNING = 124   # show --verify: the run is still going; what is there so far holds
     INTERNAL = 125        # vpnw itself failed during the run
     CANNOT_EXECUTE = 126  # the program cannot be executed
     NOT_FOUND = 127       # the program was not found
