@@ -13,6 +13,7 @@ import sys
 
 import pytest
 
+from ci_support import cannot
 from e2e_support import assert_every_connection_accounted, closes, describe, run_events
 from world import payload_sha256
 
@@ -175,6 +176,13 @@ def test_sandbox_loopback_runs_without_pacing(world, user):
     slower: docs/architecture.md, "Tunnel throughput: the bound"); outside,
     the machine's own default is left as it is."""
     outside = open("/proc/sys/net/ipv4/tcp_congestion_control").read().strip()
+    # Control: what a new network namespace takes without vpnw (the machine's
+    # default, which new namespaces inherit) is not reno already, or the
+    # checks below could not tell vpnw's setting from it.
+    fresh = world.run(["unshare", "-Urn", "cat", "/proc/sys/net/ipv4/tcp_congestion_control"], user=user)
+    assert fresh.returncode == 0, describe(fresh)
+    if fresh.stdout.strip() == "reno":
+        cannot("this machine's TCP default is reno: nothing here could tell vpnw's reno from it")
     probe = world.file("loopback_tcp_probe.py", LOOPBACK_TCP_PROBE)
     r = world.vpnw(["run", "--", sys.executable, str(probe)], user=user)
     assert r.returncode == 0, describe(r)
