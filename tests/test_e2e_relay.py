@@ -54,6 +54,7 @@ def make_plan(door: str) -> list[dict]:
     return plan
 
 
+@pytest.mark.timeout(900)   # the transfers are allowed 600 s
 @pytest.mark.parametrize("door", DOORS)
 def test_relay_is_byte_exact(world, user, door):
     plan = make_plan(door)
@@ -90,6 +91,7 @@ def framing_slack(step: dict) -> int:
     return HEAD_SLACK + (64 * (step["size"] // (200 * 1024) + 8) if step["op"] in ("getc", "putc") else 0)
 
 
+@pytest.mark.timeout(900)   # the transfers are allowed 600 s
 def test_kept_alive_http_door_bodies_are_exact_and_each_request_is_decided(world, user):
     # One client connection: large and small bodies, Content-Length and
     # chunked, both ways (the broker splices the long ones), then a request
