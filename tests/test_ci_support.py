@@ -100,3 +100,32 @@ def test_the_readme_tables_tests_carry_the_mark():
                  "test_headless_agent_asks_its_api_host_and_round_trips"):
         assert name in marked, (name, sorted(marked))
     assert "test_daily_use_install_from_a_fresh_clone" not in marked
+
+
+def test_scripts_test_carries_ci_through_sudo():
+    """As a user, scripts/test runs itself again under sudo, which resets the
+    environment: CI (and the VPNW_ settings that choose the venv and the
+    workers) go along on sudo's command line. A stand-in sudo prints what it
+    was given."""
+    import shutil
+    import tempfile
+    where = Path(tempfile.mkdtemp(prefix="vpnw-sudo-"))
+    try:
+        (where / "scripts").mkdir()
+        shutil.copy(TESTS.parent / "scripts" / "test", where / "scripts" / "test")
+        (where / "bin").mkdir()
+        (where / "bin" / "sudo").write_text('#!/bin/sh\nprintf "%s\\n" "$@"\n')
+        for path in (where, where / "scripts", where / "bin"):
+            path.chmod(0o755)
+        (where / "bin" / "sudo").chmod(0o755)
+        env = {"PATH": f"{where / 'bin'}:/usr/bin:/bin", "CI": "true", "VPNW_VENV": "/opt/some-venv",
+               "VPNW_TEST_WORKERS": "1"}
+        as_user = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"] if os.geteuid() == 0 else []
+        r = subprocess.run([*as_user, str(where / "scripts" / "test"), "-k", "world"], capture_output=True,
+                           text=True, env=env, cwd=where, timeout=60)
+        assert r.returncode == 0, r.stdout + r.stderr
+        assert r.stdout.splitlines() == ["--", "env", "CI=true", "VPNW_VENV=/opt/some-venv",
+                                         "VPNW_TEST_WORKERS=1", str(where / "scripts" / "test"),
+                                         "-k", "world"], r.stdout
+    finally:
+        shutil.rmtree(where)
