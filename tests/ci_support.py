@@ -6,7 +6,12 @@ Also a pytest plugin (tests/conftest.py takes its hooks): a test marked
 `readme_table` is one the README's tables rely on (an agent, a client in
 the table). Under CI such a test never skips, however it was skipped
 (`cannot`, `pytest.skip`, `skipif`, a fixture): the skip is reported as a
-failure, so CI cannot pass with the table untested."""
+failure, so CI cannot pass with the table untested.
+
+`needs(missing, reason)` is the mark to use in place of `skipif` for a tool
+scripts/setup installs (it goes through `cannot`, so under CI it fails), and
+every test has a time limit (pytest-timeout, pyproject.toml's `timeout`): a
+test marked `slow` gets SLOW_TIMEOUT unless it sets its own."""
 from __future__ import annotations
 
 import os
@@ -27,9 +32,35 @@ def cannot(reason: str):
     pytest.skip(reason)
 
 
+NEEDS = "needs"
+# A slow test's limit: the load tests run minutes under load (their own
+# subprocess limits go to 600 s).
+SLOW_TIMEOUT = 900
+
+
+def needs(missing: bool, reason: str):
+    """A mark: the test needs something scripts/setup installs. When `missing`,
+    it skips saying `reason` (outside CI) or fails (under CI), before it runs."""
+    return pytest.mark.needs(missing=bool(missing), reason=reason)
+
+
 def pytest_configure(config):
     config.addinivalue_line("markers", f"{README_TABLE}: a test the README's tables rely on "
                             "(an agent, a client); under CI its skip is a failure")
+    config.addinivalue_line("markers", f"{NEEDS}(missing, reason): the test needs a tool scripts/setup "
+                            "installs; skipped when it is missing, a failure under CI")
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if item.get_closest_marker("slow") is not None and item.get_closest_marker("timeout") is None:
+            item.add_marker(pytest.mark.timeout(SLOW_TIMEOUT))
+
+
+def pytest_runtest_setup(item):
+    for mark in item.iter_markers(NEEDS):
+        if mark.kwargs["missing"]:
+            cannot(mark.kwargs["reason"])
 
 
 @pytest.hookimpl(hookwrapper=True)

@@ -14,8 +14,10 @@ import pytest
 
 # In CI a missing world is a failure, not a skip: the end-to-end tests are the point.
 from ci_support import cannot as _cannot
-# ci_support's hooks: the readme_table marker, whose skips fail under CI.
-from ci_support import pytest_configure, pytest_runtest_makereport  # noqa: F401
+# ci_support's hooks: the readme_table marker, whose skips fail under CI; the
+# needs marker, a missing tool that fails under CI; the slow tests' time limit.
+from ci_support import (pytest_collection_modifyitems, pytest_configure,  # noqa: F401
+                        pytest_runtest_makereport, pytest_runtest_setup)
 from world import UNPRIVILEGED_USER, World, WorldError, user_exists
 
 

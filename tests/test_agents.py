@@ -321,6 +321,7 @@ AIDER_START = ["--exit", "--no-git", "--no-pretty", "--model", "gpt-4o"]
 AIDER_ENV = {"OPENAI_API_KEY": "sk-vpnw-test-no-account"}
 
 
+@pytest.mark.timeout(900)   # three vpnw runs of aider, each allowed 300 s
 def test_aider_starts_and_round_trips(agents_world, user):
     aider = need(AIDER, "aider (PyPI aider-chat)")
     w = agents_world
@@ -624,6 +625,7 @@ def _headless(world, user, argv_prefix, agent, *, home, work):
                      env={**world.agent_env, **a.env, "HOME": str(home), "TMPDIR": str(tmp)}, timeout=300)
 
 
+@pytest.mark.timeout(900)   # three vpnw runs of the agent, each allowed 300 s
 @pytest.mark.parametrize("agent", sorted(HEADLESS))
 def test_headless_agent_asks_its_api_host_and_round_trips(agents_world, user, agent):
     """trace -> learn -> guard: what it reached is in its preset, and so is

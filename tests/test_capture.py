@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from ci_support import cannot
 from stages.broker.capture_door import NoOriginalDestination, parse_original_destination
 from stages.config.policy import PolicyError, parse_policy
 from stages.helper import capture, netlink
@@ -112,18 +113,18 @@ def _in_scratch_namespaces(flags: str, script: str) -> dict:
     r = subprocess.run(["unshare", flags, sys.executable, "-c", script], capture_output=True,
                        text=True, cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)})
     if r.returncode and "unshare failed" in r.stderr:
-        pytest.skip(f"no user namespaces here: {r.stderr.strip()}")
+        cannot(f"no user namespaces here: {r.stderr.strip()}")
     assert r.returncode == 0, r.stderr
     return json.loads(r.stdout)
 
 
 def test_install_in_a_scratch_namespace_reads_back_exactly():
     if shutil.which("unshare") is None:
-        pytest.skip("needs unshare (util-linux)")
+        cannot("needs unshare (util-linux)")
     try:
         capture.Nftables().free()
     except capture.CaptureError as e:
-        pytest.skip(str(e))
+        cannot(f"{e} (scripts/setup installs nftables, and with it libnftables)")
     got = _in_scratch_namespaces("-Urn", SCRATCH)
     assert got == {"before": [], "after": ["unexpected nftables table ip intruder"]}
 
@@ -152,7 +153,7 @@ def test_resolv_conf_is_the_shipped_file_bound_read_only_with_no_mount_made_per_
     whose RCU grace period stalled the seal); a source that is not a regular
     file is refused."""
     if shutil.which("unshare") is None or not os.path.isfile(os.path.realpath("/etc/resolv.conf")):
-        pytest.skip("needs unshare (util-linux) and an /etc/resolv.conf")
+        cannot("needs unshare (util-linux) and an /etc/resolv.conf")
     got = _in_scratch_namespaces("-Urm", RESOLV_SCRATCH)
     assert got["text"] == (REPO / "stages/helper/resolv.conf").read_text()
     assert "nameserver 127.0.0.1\n" in got["text"]
@@ -228,7 +229,7 @@ def test_inet_diag_sees_loopback_and_wildcard_listeners_only(tmp_path):
     """In a scratch network namespace: 127.0.0.1, ::1, 0.0.0.0 and :: reach
     from loopback; 127.0.0.2 and a closed port do not."""
     if shutil.which("unshare") is None:
-        pytest.skip("needs unshare (util-linux)")
+        cannot("needs unshare (util-linux)")
     script = textwrap.dedent("""
         import json, socket
         from stages.kernel.inet_diag import loopback_listener
@@ -247,7 +248,7 @@ def test_inet_diag_sees_loopback_and_wildcard_listeners_only(tmp_path):
     r = subprocess.run(["unshare", "-Urn", sys.executable, "-c", script], capture_output=True, text=True,
                        cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)})
     if r.returncode and "unshare failed" in r.stderr:
-        pytest.skip(f"no user namespaces here: {r.stderr.strip()}")
+        cannot(f"no user namespaces here: {r.stderr.strip()}")
     assert r.returncode == 0, r.stderr
     assert json.loads(r.stdout) == {"18001": True, "18002": True, "18003": True, "18004": True,
                                     "18005": False, "18006": False}

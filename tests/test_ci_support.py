@@ -1,6 +1,7 @@
 """tests/ci_support.py: under CI a test the README's tables rely on
-(marked readme_table) fails rather than skips, however it was skipped; a
-test without the mark skips as usual; outside CI both skip."""
+(marked readme_table) fails rather than skips, however it was skipped, and
+so does one whose `needs` mark finds its tool missing; a test without the
+marks skips as usual; outside CI all skip."""
 from __future__ import annotations
 
 import os
@@ -14,7 +15,7 @@ TESTS = Path(__file__).resolve().parent
 
 SAMPLE = '''
 import pytest
-from ci_support import cannot
+from ci_support import cannot, needs
 
 @pytest.fixture(scope="module")
 def package():
@@ -38,6 +39,14 @@ def test_other_skip():
 
 def test_cannot_outside_the_table():
     cannot("tmux is missing")
+
+@needs(True, "minisign is not installed")
+def test_needs_what_is_missing():
+    pass
+
+@needs(False, "node is not installed")
+def test_needs_what_is_there():
+    pass
 '''
 
 
@@ -56,7 +65,7 @@ def run_sample(tmp_path, ci: str | None) -> subprocess.CompletedProcess:
 def test_outside_ci_everything_skips(tmp_path, ci):
     r = run_sample(tmp_path, ci)
     assert r.returncode == 0, r.stdout + r.stderr
-    assert "5 skipped" in r.stdout, r.stdout
+    assert "1 passed, 6 skipped" in r.stdout, r.stdout
 
 
 def test_under_ci_a_readme_table_test_fails_however_it_skipped(tmp_path):
@@ -65,9 +74,11 @@ def test_under_ci_a_readme_table_test_fails_however_it_skipped(tmp_path):
     # A skip in the test's call is a failure, one in its setup (skipif, a fixture) an error.
     failed = sorted(line.split("::")[1].split()[0] for line in r.stdout.splitlines()
                     if line.startswith(("FAILED", "ERROR")))
-    assert failed == ["test_cannot_outside_the_table", "test_table_skip_in_a_fixture",
-                      "test_table_skip_in_the_test", "test_table_skipif"], r.stdout
-    assert "1 skipped" in r.stdout and "legacy_tiocsti is 0" in r.stdout, r.stdout
+    assert failed == ["test_cannot_outside_the_table", "test_needs_what_is_missing",
+                      "test_table_skip_in_a_fixture", "test_table_skip_in_the_test",
+                      "test_table_skipif"], r.stdout
+    assert "1 passed" in r.stdout and "1 skipped" in r.stdout and "legacy_tiocsti is 0" in r.stdout, r.stdout
+    assert "minisign is not installed (CI: scripts/setup should have installed it)" in r.stdout, r.stdout
     assert "the README's tables rely on this test: chromium is not installed" in r.stdout, r.stdout
 
 
@@ -89,3 +100,32 @@ def test_the_readme_tables_tests_carry_the_mark():
                  "test_headless_agent_asks_its_api_host_and_round_trips"):
         assert name in marked, (name, sorted(marked))
     assert "test_daily_use_install_from_a_fresh_clone" not in marked
+
+
+def test_scripts_test_carries_ci_through_sudo():
+    """As a user, scripts/test runs itself again under sudo, which resets the
+    environment: CI (and the VPNW_ settings that choose the venv and the
+    workers) go along on sudo's command line. A stand-in sudo prints what it
+    was given."""
+    import shutil
+    import tempfile
+    where = Path(tempfile.mkdtemp(prefix="vpnw-sudo-"))
+    try:
+        (where / "scripts").mkdir()
+        shutil.copy(TESTS.parent / "scripts" / "test", where / "scripts" / "test")
+        (where / "bin").mkdir()
+        (where / "bin" / "sudo").write_text('#!/bin/sh\nprintf "%s\\n" "$@"\n')
+        for path in (where, where / "scripts", where / "bin"):
+            path.chmod(0o755)
+        (where / "bin" / "sudo").chmod(0o755)
+        env = {"PATH": f"{where / 'bin'}:/usr/bin:/bin", "CI": "true", "VPNW_VENV": "/opt/some-venv",
+               "VPNW_TEST_WORKERS": "1"}
+        as_user = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"] if os.geteuid() == 0 else []
+        r = subprocess.run([*as_user, str(where / "scripts" / "test"), "-k", "world"], capture_output=True,
+                           text=True, env=env, cwd=where, timeout=60)
+        assert r.returncode == 0, r.stdout + r.stderr
+        assert r.stdout.splitlines() == ["--", "env", "CI=true", "VPNW_VENV=/opt/some-venv",
+                                         "VPNW_TEST_WORKERS=1", str(where / "scripts" / "test"),
+                                         "-k", "world"], r.stdout
+    finally:
+        shutil.rmtree(where)

@@ -80,7 +80,13 @@ def test_special_and_odd_names_get_no_address(name, rcode):
     names = pool()
     reply, fields = dns_door.answer(query(name), names, "udp")
     assert fields["rcode"] == rcode and fields.get("reason"), fields
-    assert dns.parse_answer(reply, 0x1234, dns.A) == [] if rcode == "NXDOMAIN" else True
+    flags, _qd, an = struct.unpack_from("!HHH", reply, 2)
+    assert (dns.RCODE_NAMES[flags & 0xF], an) == (rcode, 0), (flags, an)
+    if rcode == "NXDOMAIN":
+        assert dns.parse_answer(reply, 0x1234, dns.A) == []
+    else:
+        with pytest.raises(dns.DnsAnswerError, match="refused"):
+            dns.parse_answer(reply, 0x1234, dns.A)
     assert names.given == {}
 
 

@@ -260,6 +260,7 @@ def _installed_vpnw_runs(world, user: str, home: Path, env: dict, python_under: 
     assert opened(run_events(r)) == [("api.github.com", 80, "http-forward")]
 
 
+@pytest.mark.timeout(600)   # pip builds vpnw: the install is allowed 300 s
 def test_daily_use_install_from_a_fresh_clone(world, user):
     """README "Install for daily use", as written, as `user`, from a clone
     owned by root that the user cannot write; pip with no index (the wheels
@@ -295,6 +296,7 @@ TOOL_ENV = {
 }
 
 
+@pytest.mark.timeout(600)   # pipx or uv builds vpnw: the install is allowed 300 s
 @pytest.mark.parametrize("tool", ["pipx", "uv"])
 def test_daily_use_install_with_pipx_or_uv(world, user, tool):
     """The README's pipx / uv lines, as written (uv's from the comment), as

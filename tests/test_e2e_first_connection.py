@@ -8,11 +8,13 @@ complete, and is served and recorded like any other; a broker killed while
 it loads ends the run as a broker that stops mid-run does: 125, a complete
 record, nothing out.
 
-The moment "while the loop loads" is caught with the start-up trace
-(VPNW_STARTUP_TRACE, stages/wire/startup_trace.py): the broker marks `loop
-import begun` before the thread starts and `loop loaded` when it is done,
-so a broker stopped (SIGSTOP) or killed after the first mark and before the
-second is stopped in its import. The trace names each process's pid.
+The moment "while the loop loads" is held, not raced: the broker marks
+`loop import begun` (VPNW_STARTUP_TRACE, stages/wire/startup_trace.py)
+before its import thread starts, and that thread opens the loop's own
+module (stages/broker/loop.py) before it can mark `loop loaded`; a gate on
+that file (tests/open_gate.py, fanotify) holds the open of the process the
+trace names as the broker, and only it, until the test lets it go. The
+import is caught in every run, however fast start-up gets.
 """
 from __future__ import annotations
 
@@ -20,11 +22,13 @@ import os
 import secrets
 import signal
 import subprocess
+import sys
 import time
 
 import pytest
 
 from e2e_support import describe
+from open_gate import OpenGate
 from stages.record.check import check_run
 from stages.record.events import read_events
 from stages.wire import startup_trace
@@ -34,7 +38,6 @@ pytestmark = pytest.mark.world
 SIZE = 200_000
 DOOR_PORTS = {"http": 3128, "socks": 1080}       # inside the sandbox (docs/architecture.md)
 IMPORT_BEGUN, IMPORT_DONE = "loop import begun", "loop loaded"
-TRIES = 8           # runs in which to catch the import begun and not yet done (it is ~20 ms of CPU)
 
 
 def curl(door: str, seed: str) -> str:
@@ -142,50 +145,64 @@ def connected_to(helper_pid: int, port: int) -> bool:
     return False
 
 
-class CaughtRun:
-    """`vpnw run` of a program, traced, with the broker caught by `signal_`
-    between `loop import begun` and `loop loaded`: a run in which the import
-    finished before the signal landed is let go and another is started."""
+def loop_module_files() -> list[str]:
+    """The loop's module as vpnw (the venv's python, isolated) imports it:
+    its source and, where there is one, its cached bytecode."""
+    r = subprocess.run([sys.executable, "-I", "-c",
+                        "import importlib.util as u, os; o = u.find_spec('stages.broker.loop').origin; "
+                        "print(o); print(u.cache_from_source(o))"],
+                       capture_output=True, text=True, cwd="/", timeout=60, check=True)
+    return [path for path in r.stdout.splitlines() if os.path.exists(path)]
 
-    def __init__(self, world, user: str, program: str, signal_: int):
-        for _ in range(TRIES):
-            work = world.workdir(user)
-            self.trace, self.record = work / "trace", work / "run.jsonl"
+
+class CaughtRun:
+    """`vpnw run` of a program, traced, with the broker held in its loop
+    import: at its open of the loop's module, after `loop import begun`
+    and before `loop loaded`."""
+
+    def __init__(self, world, user: str, program: str):
+        work = world.workdir(user)
+        self.trace, self.record = work / "trace", work / "run.jsonl"
+        self.gate = OpenGate(loop_module_files(),
+                             hold=lambda pid: pid == pid_of(self.trace, "broker", IMPORT_BEGUN))
+        try:
             self.proc = world.popen([str(world.vpnw_path), "run", "--record", str(self.record), "--",
                                      "sh", "-c", program],
                                     user=user, env={startup_trace.VARIABLE: str(self.trace)},
                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-            self.broker = wait_for(lambda: pid_of(self.trace, "broker", IMPORT_BEGUN), 60,
-                                   "the broker's loop import begun")
-            os.kill(self.broker, signal_)
-            if not marked(self.trace, "broker", IMPORT_DONE):
-                return                  # caught in the import
-            if signal_ == signal.SIGSTOP:
-                os.kill(self.broker, signal.SIGCONT)
-            self.finish()
-        pytest.fail(f"the broker's import was done before the signal in all {TRIES} runs")
+            if not self.gate.held.wait(60):
+                self.proc.kill()
+                pytest.fail(f"the broker never opened the loop's module within 60 s\n{self.finish()}")
+        except BaseException:
+            self.gate.close()
+            raise
+        self.broker = self.gate.held_pid
+        assert not marked(self.trace, "broker", IMPORT_DONE)
+
+    def release(self) -> None:
+        self.gate.release()
 
     def finish(self) -> tuple[int, str, str]:
-        out, err = self.proc.communicate(timeout=60)
+        self.gate.release()
+        try:
+            out, err = self.proc.communicate(timeout=60)
+        finally:
+            self.gate.close()
         return self.proc.returncode, out, err
 
 
 @pytest.mark.parametrize("door", ["http", "socks"])
 def test_a_connection_that_comes_while_the_loop_loads_waits_and_is_served(world, user, door):
-    """The broker is held (SIGSTOP) in its import; the program connects
-    meanwhile (its connection complete in the door's backlog); once the
-    broker goes on, that connection is served in full and recorded: not
-    lost, not refused."""
+    """The broker is held in its import; the program connects meanwhile
+    (its connection complete in the door's backlog); once the broker goes
+    on, that connection is served in full and recorded: not lost, not
+    refused."""
     seed = "loading-" + secrets.token_hex(4)
-    run = CaughtRun(world, user, curl(door, seed), signal.SIGSTOP)
-    try:
-        helper = wait_for(lambda: pid_of(run.trace, "helper", "Ready sent"), 60, "the helper's Ready")
-        wait_for(lambda: connected_to(helper, DOOR_PORTS[door]), 60,
-                 "the program's connection at the door", poll=0.01)
-        time.sleep(0.2)
-        assert not marked(run.trace, "broker", IMPORT_DONE)     # it came while the loop was loading
-    finally:
-        os.kill(run.broker, signal.SIGCONT)
+    run = CaughtRun(world, user, curl(door, seed))
+    helper = wait_for(lambda: pid_of(run.trace, "helper", "Ready sent"), 60, "the helper's Ready")
+    wait_for(lambda: connected_to(helper, DOOR_PORTS[door]), 60,
+             "the program's connection at the door", poll=0.01)
+    assert not marked(run.trace, "broker", IMPORT_DONE)         # it came while the loop was loading
     code, out, err = run.finish()
     assert code == 0, f"exit {code}\n{out}\n{err}"
     assert out.split() == [str(SIZE)], out + err
@@ -202,7 +219,8 @@ def test_a_broker_killed_while_its_loop_loads_ends_the_run_125_with_a_complete_r
     with run.end saying so and checks clean, and nothing of the program got
     out (before go it never ran)."""
     seed = "killed-" + secrets.token_hex(4)
-    run = CaughtRun(world, user, curl("http", seed), signal.SIGKILL)
+    run = CaughtRun(world, user, curl("http", seed))
+    os.kill(run.broker, signal.SIGKILL)
     code, out, err = run.finish()
     assert code == 125, f"exit {code}\n{out}\n{err}"
     assert "broker stopped" in err, err

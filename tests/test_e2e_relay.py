@@ -13,6 +13,7 @@ import sys
 
 import pytest
 
+from ci_support import cannot
 from e2e_support import assert_every_connection_accounted, closes, describe, run_events
 from world import payload_sha256
 
@@ -53,6 +54,7 @@ def make_plan(door: str) -> list[dict]:
     return plan
 
 
+@pytest.mark.timeout(900)   # the transfers are allowed 600 s
 @pytest.mark.parametrize("door", DOORS)
 def test_relay_is_byte_exact(world, user, door):
     plan = make_plan(door)
@@ -89,6 +91,7 @@ def framing_slack(step: dict) -> int:
     return HEAD_SLACK + (64 * (step["size"] // (200 * 1024) + 8) if step["op"] in ("getc", "putc") else 0)
 
 
+@pytest.mark.timeout(900)   # the transfers are allowed 600 s
 def test_kept_alive_http_door_bodies_are_exact_and_each_request_is_decided(world, user):
     # One client connection: large and small bodies, Content-Length and
     # chunked, both ways (the broker splices the long ones), then a request
@@ -175,6 +178,13 @@ def test_sandbox_loopback_runs_without_pacing(world, user):
     slower: docs/architecture.md, "Tunnel throughput: the bound"); outside,
     the machine's own default is left as it is."""
     outside = open("/proc/sys/net/ipv4/tcp_congestion_control").read().strip()
+    # Control: what a new network namespace takes without vpnw (the machine's
+    # default, which new namespaces inherit) is not reno already, or the
+    # checks below could not tell vpnw's setting from it.
+    fresh = world.run(["unshare", "-Urn", "cat", "/proc/sys/net/ipv4/tcp_congestion_control"], user=user)
+    assert fresh.returncode == 0, describe(fresh)
+    if fresh.stdout.strip() == "reno":
+        cannot("this machine's TCP default is reno: nothing here could tell vpnw's reno from it")
     probe = world.file("loopback_tcp_probe.py", LOOPBACK_TCP_PROBE)
     r = world.vpnw(["run", "--", sys.executable, str(probe)], user=user)
     assert r.returncode == 0, describe(r)

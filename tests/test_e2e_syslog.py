@@ -173,6 +173,7 @@ def test_a_dead_target_never_stalls_the_run_and_its_losses_are_counted(world, us
         assert 0 < lost < len(events) - 1
 
 
+@pytest.mark.timeout(600)   # the run is allowed 300 s
 def test_a_stuck_target_never_stalls_the_run_and_its_losses_are_counted(world, user):
     # A socket nobody reads: its queue fills after a few datagrams.
     path = world.tmp / f"stuck-{user}-{os.getpid()}.sock"

@@ -22,6 +22,7 @@ import time
 
 import pytest
 
+from ci_support import needs
 from e2e_support import describe
 from stages.record.check import check_run
 from tmux_support import PROMPT, wait_file
@@ -166,7 +167,7 @@ def test_bash_inside_has_job_control(world, term, where):
     assert "no job control" not in shown and "cannot set terminal process group" not in shown, shown
 
 
-@pytest.mark.skipif(shutil.which("node") is None, reason="node is not installed")
+@needs(shutil.which("node") is None, "node is not installed (scripts/setup installs Debian's nodejs)")
 @BOTH
 def test_node_repl(world, term, where):
     mark = term.start(f"{under(term, where)}node")

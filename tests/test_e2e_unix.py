@@ -15,6 +15,7 @@ import time
 
 import pytest
 
+from ci_support import cannot
 from e2e_support import descendants, describe, run_events
 from tmux_support import world_shell
 
@@ -213,7 +214,7 @@ def test_a_connect_a_signal_ends_is_not_made_behind_the_programs_back(world, use
 @pytest.fixture
 def term(world, user, tmp_path):
     if shutil.which("tmux") is None:
-        pytest.skip("tmux is missing (scripts/setup installs it)")
+        cannot("tmux is missing (scripts/setup installs it)")
     screen = world_shell(world, user, tmp_path)
     try:
         yield screen

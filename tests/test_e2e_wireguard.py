@@ -246,6 +246,7 @@ def test_doctor_reports_what_wireguard_needs_and_checks_the_handshake(world, off
     assert_no_key(office, r.stdout, r.stderr)
 
 
+@pytest.mark.timeout(600)   # the transfers are allowed 300 s
 def test_transfers_through_the_tunnel_are_byte_exact(world, office, user):
     sizes = [0, 1, 1399, 65537, 1048579, 64 << 20]
     www = office.dir / "www"

@@ -12,6 +12,7 @@ import tempfile
 
 import pytest
 
+from ci_support import needs
 from stages.wire import handoff
 from stages.wire.status import GO
 from stages.config.client_env import ssh_command
@@ -19,9 +20,8 @@ from stages.helper.sandbox import program_env
 
 PY = sys.executable
 
-pytestmark = pytest.mark.skipif(
-    subprocess.run(["unshare", "-Urn", "true"], capture_output=True).returncode != 0,
-    reason="this machine cannot create user namespaces")
+pytestmark = needs(subprocess.run(["unshare", "-Urn", "true"], capture_output=True).returncode != 0,
+                   "this machine cannot create user namespaces")
 
 
 class Helper:

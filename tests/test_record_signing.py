@@ -15,6 +15,7 @@ import subprocess
 
 import pytest
 
+from ci_support import cannot
 from stages.record import evidence, ledger, signing, sodium
 from stages.recorder.seal import Sealer
 
@@ -48,7 +49,10 @@ def test_the_same_keys_and_signatures_as_the_cryptography_package():
     """What the code before libsodium made (cryptography's Ed25519 on the same
     seed) is what libsodium makes: old keys give the same public key, old
     signatures check, new ones are byte for byte what the old code wrote."""
-    ed25519 = pytest.importorskip("cryptography.hazmat.primitives.asymmetric.ed25519")
+    try:
+        from cryptography.hazmat.primitives.asymmetric import ed25519
+    except ImportError:
+        cannot("the cryptography package is missing (pyproject's test extra installs it)")
     from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
     for n in range(20):
         seed, message = os.urandom(32), os.urandom(n * 7)
@@ -62,7 +66,7 @@ def test_the_same_keys_and_signatures_as_the_cryptography_package():
 def test_a_key_file_and_signature_round_trip_with_minisign(tmp_path):
     """vpnw's key file, public key and .minisig against Debian's minisign, both ways."""
     if shutil.which("minisign") is None:
-        pytest.skip("minisign is not installed (scripts/setup installs it)")
+        cannot("minisign is not installed (scripts/setup installs it)")
     key = signing.load_secret(str(tmp_path / "keys"))
     data = tmp_path / "run.jsonl"
     data.write_bytes(b'{"a":1}\n' * 100)

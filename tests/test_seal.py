@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from ci_support import cannot
+from ci_support import cannot, needs
 
 PY = sys.executable
 PROGS = Path(__file__).parent / "progs"
@@ -30,8 +30,7 @@ def _can_unshare() -> bool:
     return subprocess.run(["unshare", "-Urn", "true"], capture_output=True).returncode == 0
 
 
-pytestmark = pytest.mark.skipif(not _can_unshare(),
-                                reason="this machine cannot create user namespaces")
+pytestmark = needs(not _can_unshare(), "this machine cannot create user namespaces")
 
 
 @pytest.fixture(scope="session")

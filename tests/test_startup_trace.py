@@ -39,12 +39,56 @@ def _run_marks(tmp_path, value):
 
 
 def read_marks(path) -> list[tuple[int, int, str, str]]:
-    out = []
+    """The marks, each process's CPU checked: it never goes back."""
+    out, cpu_of = [], {}
     for line in open(path).read().splitlines():
         ns, pid, cpu_us, stage, what = line.split(" ", 4)
-        assert int(cpu_us) >= 0
+        assert int(cpu_us) >= cpu_of.get((pid, stage), 0), line
+        cpu_of[(pid, stage)] = int(cpu_us)
         out.append((int(ns), int(pid), stage, what))
     return out
+
+
+BURN_MS = 50
+CPU_MARKS = f"""
+import os, time
+from stages.wire.startup_trace import mark
+
+def burn():
+    start = time.process_time()
+    while time.process_time() - start < {BURN_MS} / 1000:
+        pass
+
+mark("vpnw", "parent")
+pid = os.fork()
+if pid == 0:
+    burn()
+    mark("helper", "child, after its burn")
+    os._exit(0)
+os.waitpid(pid, 0)
+mark("vpnw", "parent, after the child's burn")
+burn()
+mark("vpnw", "parent, after its own burn")
+"""
+
+
+def test_the_cpu_field_is_the_process_own_cpu_time(tmp_path):
+    """`<CPU us>` is what the marking process itself has spent: a burn of
+    BURN_MS of CPU shows in the burner's next mark, a child's burn does not
+    show in its parent's, and a forked child counts from its fork."""
+    trace = tmp_path / "trace"
+    env = {**os.environ, startup_trace.VARIABLE: str(trace), "PYTHONPATH": ROOT}
+    subprocess.run([sys.executable, "-c", CPU_MARKS], check=True, cwd=tmp_path, env=env, timeout=60)
+    cpu = {what: int(cpu_us) for _ns, _pid, cpu_us, _stage, what in
+           (line.split(" ", 4) for line in trace.read_text().splitlines())}
+    burn_us = BURN_MS * 1000
+    assert cpu["child, after its burn"] >= burn_us, cpu
+    assert cpu["parent, after its own burn"] - cpu["parent, after the child's burn"] >= burn_us, cpu
+    # The parent's CPU while its child burnt is its fork and wait, not the burn.
+    assert cpu["parent, after the child's burn"] - cpu["parent"] < burn_us, cpu
+    # The child's clock started over at its fork: the interpreter's start-up,
+    # in the parent's first mark, is not in the child's.
+    assert cpu["parent"] > 0 and cpu["child, after its burn"] < cpu["parent"] + burn_us, cpu
 
 
 @pytest.mark.parametrize("value", [None, ""])

@@ -61,14 +61,34 @@ def check_userns_sysctls() -> list[Check]:
                              "sysctl -w kernel.unprivileged_userns_clone=1"))
         else:
             out.append(Check("unprivileged_userns_clone", "ok", f"kernel.unprivileged_userns_clone = {clone}"))
-    apparmor = _read("/proc/sys/kernel/apparmor_restrict_unprivileged_userns")
-    if apparmor == "1":
-        out.append(Check("apparmor_userns", "warn",
-                         "kernel.apparmor_restrict_unprivileged_userns = 1 (Ubuntu): "
-                         "unconfined programs get a user namespace without capabilities",
-                         "add an AppArmor profile allowing userns for vpnw's python, or "
-                         "sysctl -w kernel.apparmor_restrict_unprivileged_userns=0"))
+    apparmor = check_apparmor_userns()
+    if apparmor is not None:
+        out.append(apparmor)
     return out
+
+
+def check_apparmor_userns() -> Check | None:
+    """Ubuntu 23.10 and later: is there a profile that lets vpnw make user
+    namespaces (stages/orchestrator/apparmor.py)? None where nothing is restricted."""
+    from stages.orchestrator import apparmor
+    label = next((text for text in map(_read, apparmor.LABEL_FILES) if text), None)
+    found = apparmor.verdict(_read(apparmor.SYSCTL), label, _user_name())
+    return Check("apparmor_userns", *found) if found else None
+
+
+def _user_name() -> str:
+    import pwd
+    try:
+        return pwd.getpwuid(os.getuid()).pw_name
+    except KeyError:
+        return str(os.getuid())
+
+
+def launcher_path() -> str:
+    """vpnw's launcher as installed (the venv's bin/vpnw, symlinks resolved):
+    the file AppArmor attaches the profile to."""
+    import sys
+    return os.path.realpath(os.path.join(os.path.dirname(sys.executable), "vpnw"))
 
 
 def _try_in_child(fn) -> str | None:
@@ -492,8 +512,8 @@ def exit_code(checks: list[Check]) -> int:
 
 def guard_can_work(checks: list[Check]) -> bool:
     return all(c.status != "fail" for c in checks if c.name in
-               ("kernel", "max_user_namespaces", "unprivileged_userns_clone", "namespaces",
-                "seccomp", "libseccomp"))
+               ("kernel", "max_user_namespaces", "unprivileged_userns_clone", "apparmor_userns",
+                "namespaces", "seccomp", "libseccomp"))
 
 
 def terminal_columns() -> int | None:
@@ -508,11 +528,25 @@ def terminal_columns() -> int | None:
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per check.")
 @click.option("--config", "config_file", type=click.Path(dir_okay=False),
               help="Also check that each path in this paths file answers.")
-def doctor_command(as_json: bool, config_file: str | None) -> None:
+@click.option("--apparmor-profile", "apparmor_profile", is_flag=True,
+              help="Print the AppArmor profile that lets this vpnw make user namespaces where "
+                   "AppArmor restricts them (Ubuntu 23.10 and later), for root to install; check nothing.")
+def doctor_command(as_json: bool, config_file: str | None, apparmor_profile: bool = False) -> None:
     """Say what this machine supports; exit 0 if guard can work here, 1 if not.
 
     With --config: 121 if the paths file does not load, 123 if its default
     path is down (every run through it would exit 123)."""
+    if apparmor_profile:
+        from stages.orchestrator import apparmor
+        launcher = launcher_path()
+        if not os.path.isfile(launcher):
+            raise click.UsageError(f"no vpnw launcher at {launcher}: run the installed vpnw "
+                                   "(its venv's bin/vpnw)")
+        try:
+            click.echo(apparmor.profile_text(launcher), nl=False)
+        except apparmor.ProfileProblem as exc:
+            raise click.UsageError(str(exc)) from None
+        return
     checks = run_checks(config_file)
     variables = program_variables()
     columns = terminal_columns()
