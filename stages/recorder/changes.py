@@ -95,7 +95,7 @@ def _as_json(held: held_mod.HeldRun) -> None:
 
 
 @click.command("changes")
-@click.argument("words", nargs=-1, metavar="[RUN] [PATH]...")
+@click.argument("words", nargs=-1, metavar="RUN|PATH")
 @click.option("--diff", "show_diff", is_flag=True,
               help="A diff of each held text file against the real one (PATHs: only those).")
 @click.option("--apply", "apply", is_flag=True,
