@@ -254,23 +254,8 @@ def remove(held: str) -> None:
         return
     except OSError:
         pass
-    import shutil
-
-    def unlock(_fn, path, _exc):
-        try:
-            os.chmod(os.path.dirname(path), 0o700)
-            os.chmod(path, 0o700)
-        except OSError:
-            return
-        if os.path.isdir(path) and not os.path.islink(path):
-            shutil.rmtree(path, ignore_errors=True)
-        else:
-            try:
-                os.unlink(path)
-            except OSError:
-                pass
-
-    shutil.rmtree(held, onerror=unlock)
+    from stages.record.held import remove_tree
+    remove_tree(held)
 
 
 def record_fields(held: Held, budget: int = RECORD_BUDGET) -> dict:

@@ -326,7 +326,7 @@ def drop(held: HeldRun, paths: list[str] | None = None) -> int:
     layer. Returns how many entries were dropped."""
     if paths is None:
         n = len(held.entries)
-        _remove_tree(held.directory)
+        remove_tree(held.directory)
         return n
     keep = [e for e in held.entries if e.path not in set(paths)]
     dropped = len(held.entries) - len(keep)
@@ -340,7 +340,7 @@ def forget(held: HeldRun, applied: list[HeldEntry]) -> None:
     done = {e.path for e in applied}
     rest = [e for e in held.entries if e.path not in done]
     if not rest and not held.truncated:
-        _remove_tree(held.directory)
+        remove_tree(held.directory)
     else:
         write_manifest(held.directory, held.run, rest, held.truncated)
     held.entries = rest
@@ -434,19 +434,26 @@ def prune(root: str | None = None, now: float | None = None, keep_seconds: int =
     total = sum(sizes.values())
     for mtime, name, path in layers:
         if now - mtime > keep_seconds or total > keep_bytes:
-            _remove_tree(path)
+            remove_tree(path)
             total -= sizes[name]
             removed.append(name)
     return removed
 
 
-def _remove_tree(path: str) -> None:
-    # A layer's files may have lost their write bits (the program chose its
-    # modes): give the owner write on directories so rmtree can empty them.
-    def fix(func, target, _exc):
+def remove_tree(path: str) -> None:
+    """A held directory, gone. Overlay leaves its work directory with mode 0,
+    and the program chose the modes of what it wrote: each directory is
+    given back to its owner (u+rwx) before it is emptied. Links are never
+    followed."""
+    def unlock(top: str) -> None:
         try:
-            os.chmod(os.path.dirname(target), 0o700)
-            func(target)
+            os.chmod(top, 0o700)
+            with os.scandir(top) as it:
+                subdirs = [e.path for e in it if e.is_dir(follow_symlinks=False)]
         except OSError:
-            pass
-    shutil.rmtree(path, onerror=fix)
+            return
+        for sub in subdirs:
+            unlock(sub)
+    if os.path.isdir(path) and not os.path.islink(path):
+        unlock(path)
+    shutil.rmtree(path, ignore_errors=True)
