@@ -28,6 +28,7 @@ KEY_SETS = {
     ("stages.config.policy", "POLICY_KEYS"): (POLICY_MD, EVERY_KEY, "policy"),
     ("stages.config.policy", "FILES_KEYS"): (POLICY_MD, EVERY_KEY, "files"),
     ("stages.config.policy", "UNIX_KEYS"): (POLICY_MD, EVERY_KEY, "unix"),
+    ("stages.config.policy", "SECRET_KEYS"): (POLICY_MD, EVERY_KEY, "secrets.NAME"),
     ("stages.config.paths", "_TOP_KEYS"): (CONFIG_MD, EVERY_KEY, None),
     ("stages.config.paths", "_PATH_KEYS"): (CONFIG_MD, EVERY_KEY, "paths.NAME"),
     ("stages.config.paths", "_WIREGUARD_KEYS"): (CONFIG_MD, EVERY_KEY, "paths.NAME"),
