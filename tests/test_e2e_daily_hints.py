@@ -77,3 +77,19 @@ def test_file_limits_are_said_at_the_start_of_a_trace_and_after_a_run_that_succe
     mark = term.start(f"{term.vpnw} guard --policy {policy} -- true")
     assert term.finished(mark) == 0
     assert term.history().count("vpnw: note: the program ran under the [files] table") == 2
+
+
+def test_a_policy_that_allows_a_command_socket_is_said_at_the_start(world, user):
+    uid = 0 if user == "root" else __import__("pwd").getpwnam(user).pw_uid
+    sock = f"/tmp/tmux-{uid}/default"
+    policy = world.file(f"daily-unix-{user}.toml", 'version = 1\nname = "u"\n[policy]\n'
+                        f'default = "allow"\n[unix]\nallow = ["{sock}"]\n')
+    r = world.vpnw(["guard", "--policy", str(policy), "--", "true"], user=user)
+    assert r.returncode == 0, r.stderr
+    assert (f"note: [unix] allow names {sock} (tmux's server), which runs commands outside the "
+            "sandbox for whoever connects") in r.stderr, r.stderr
+    # The control: a socket that runs nothing is not said.
+    policy = world.file(f"daily-unix-pg-{user}.toml", 'version = 1\nname = "u"\n[policy]\n'
+                        'default = "allow"\n[unix]\nallow = ["/run/postgresql/.s.PGSQL.5432"]\n')
+    r = world.vpnw(["guard", "--policy", str(policy), "--", "true"], user=user)
+    assert r.returncode == 0 and "note:" not in r.stderr, r.stderr

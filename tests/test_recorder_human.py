@@ -207,3 +207,19 @@ def test_the_allow_rules_deny_private_refuses_are_said_once_at_the_start(mode):
     assert "resolves names at the exit" in format_event(scoped, utc(mode=mode))
     plain = ev("run.start", {k: v for k, v in start["fields"].items() if k != "deny_private_shadows"})
     assert "note" not in (format_event(plain, utc(mode=mode)) or "")
+
+
+def test_a_unix_allow_that_names_a_command_socket_is_said_at_the_start():
+    start = ev("run.start", {"mode": "guard", "program": "claude", "policy": "agent",
+                             "policy_file": "agent.toml", "via": "direct", "record": "-",
+                             "unix_allow": [{"entry": "$SSH_AUTH_SOCK", "path": "/tmp/ssh-x/agent.1"},
+                                            {"entry": "/tmp/tmux-1000/default",
+                                             "path": "/tmp/tmux-1000/default"}]})
+    for mode in ("trace", "run"):
+        note = format_event(start, utc(mode=mode)).splitlines()[-1]
+        assert note == ("vpnw 11:44:36.244  note: [unix] allow names /tmp/tmux-1000/default "
+                        "(tmux's server), which runs commands outside the sandbox for whoever "
+                        "connects: the program can do through it what you can"), note
+    assert format_event(start, utc(mode="denials")) is None
+    harmless = ev("run.start", {**start["fields"], "unix_allow": start["fields"]["unix_allow"][:1]})
+    assert "note" not in (format_event(harmless, utc(mode="run")) or "")

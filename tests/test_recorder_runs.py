@@ -157,3 +157,31 @@ def test_show_puts_the_events_back_in_the_order_they_happened(tmp_path):
     events = [{"ts": f"{n:04d}", "n": n} for n in (3, 1, 2, 6, 5, 4)]
     assert [e["n"] for e in runs.in_time_order(events, window=2)] == [1, 2, 3, 4, 5, 6]
     assert [e["n"] for e in runs.in_time_order(events, window=1)] == [1, 2, 3, 5, 4, 6]   # 4 is 2 lines late
+
+
+def test_a_cut_run_whose_pid_a_later_vpnw_holds_is_not_running(tmp_path):
+    """`running` (and `show --verify`'s 124) only while the vpnw that wrote
+    run.start lives: a process given its number later, even a vpnw, is not
+    it, so a cut record never passes for a run still going."""
+    import subprocess
+    import sys
+    import time
+    from stages.record.events import rfc3339_ns
+    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", "vpnw"])
+    try:
+        time.sleep(0.1)
+        def cut_run(ts: str) -> str:
+            path = tmp_path / f"r-{len(os.listdir(tmp_path))}.jsonl"
+            path.write_text(json.dumps({"v": 1, "ts": ts, "type": "run.start", "run": "r-1",
+                                        "pid": other.pid, "path": "direct", "conn": None,
+                                        "fields": {"mode": "run", "program": "x"}}) + "\n")
+            return str(path)
+        before = cut_run("2020-01-01T00:00:00.000000000Z")      # the pid was given again since
+        assert runs.summarize(before).state == "cut"
+        assert not runs.still_running(before)
+        after = cut_run(rfc3339_ns(time.time_ns()))               # its writer, as far as can be told
+        assert runs.summarize(after).state == "running"
+        assert runs.still_running(after)
+    finally:
+        other.kill()
+        other.wait()

@@ -18,32 +18,33 @@ from __future__ import annotations
 
 import re
 
-# (pattern on the address, what serves it); the first match wins.
-_COMMAND_SOCKETS: tuple[tuple[re.Pattern, str], ...] = tuple(
-    (re.compile(pattern), what) for pattern, what in (
-        (r"(^|/)tmux-\d+/[^/]+$", "tmux's server"),
-        (r"(^|/)(var/)?run/screens?/S-[^/]+/[^/]+$|(^|/)\.screen/[^/]+$|(^|/)screens/S-[^/]+/[^/]+$",
-         "GNU screen's session"),
-        (r"(^|/)zellij(-\d+)?/", "Zellij's server"),
-        (r"(^|/)(docker|dockerd)\.sock$|(^|/)docker/[^/]*\.sock$", "the Docker daemon"),
-        (r"(^|/)podman(/[^/]*)?\.sock$|(^|/)podman/[^/]+\.sock$", "Podman's service"),
-        (r"(^|/)containerd(/[^/]*)?\.sock$|(^|/)buildkitd?\.sock$", "containerd"),
-        (r"(^|/)(lxd|incus)/(unix\.socket|[^/]*\.sock)$", "LXD's daemon"),
-        (r"(^|/)libvirt/[^/]*sock[^/]*$", "libvirt's daemon"),
-        (r"^/(var/)?run/user/\d+/bus$|^@?/tmp/dbus-[^/]+$|(^|/)dbus/system_bus_socket$",
-         "a D-Bus bus (systemd starts commands on request)"),
-        (r"^/(var/)?run/(user/\d+/)?systemd/private$", "systemd's manager"),
-        (r"^@?/tmp/\.X11-unix/X\d+$", "an X11 display (it can type into every window)"),
-        (r"(^|/)emacs\d*/[^/]+$", "an Emacs server (emacsclient --eval runs code)"),
-        (r"(^|/)nvim[^/]*/[^/]+$|(^|/)nvim\.\d+\.\d+$", "a Neovim server"),
-        (r"(^|/)kitty[^/]*$", "kitty's remote control"),
-        (r"(^|/)wezterm/[^/]*sock[^/]*$|(^|/)gui-sock-\d+$", "WezTerm's mux"),
-        (r"(^|/)vscode-ipc-[^/]+\.sock$", "VS Code's terminal"),
-        (r"(^|/)supervisor(d)?\.sock$", "supervisord"),
-        (r"(^|/)\.pm2/(rpc|pub)\.sock$", "pm2's daemon"),
-        (r"(^|/)\.ssh/[^/]*(cm|control|ctl|mux|master)[^/]*$|(^|/)ssh-(mux|control)[^/]*$",
-         "an ssh connection's master (new sessions and tunnels past vpnw)"),
-    ))
+# (pattern on the address, what serves it); the first match wins. Compiled
+# on first use: the recorder imports this as it starts, and most runs never ask.
+_PATTERNS: tuple[tuple[str, str], ...] = (
+    (r"(^|/)tmux-\d+/[^/]+$", "tmux's server"),
+    (r"(^|/)(var/)?run/screens?/S-[^/]+/[^/]+$|(^|/)\.screen/[^/]+$|(^|/)screens/S-[^/]+/[^/]+$",
+     "GNU screen's session"),
+    (r"(^|/)zellij(-\d+)?/", "Zellij's server"),
+    (r"(^|/)(docker|dockerd)\.sock$|(^|/)docker/[^/]*\.sock$", "the Docker daemon"),
+    (r"(^|/)podman(/[^/]*)?\.sock$|(^|/)podman/[^/]+\.sock$", "Podman's service"),
+    (r"(^|/)containerd(/[^/]*)?\.sock$|(^|/)buildkitd?\.sock$", "containerd"),
+    (r"(^|/)(lxd|incus)/(unix\.socket|[^/]*\.sock)$", "LXD's daemon"),
+    (r"(^|/)libvirt/[^/]*sock[^/]*$", "libvirt's daemon"),
+    (r"^/(var/)?run/user/\d+/bus$|^@?/tmp/dbus-[^/]+$|(^|/)dbus/system_bus_socket$",
+     "a D-Bus bus (systemd starts commands on request)"),
+    (r"^/(var/)?run/(user/\d+/)?systemd/private$", "systemd's manager"),
+    (r"^@?/tmp/\.X11-unix/X\d+$", "an X11 display (it can type into every window)"),
+    (r"(^|/)emacs\d*/[^/]+$", "an Emacs server (emacsclient --eval runs code)"),
+    (r"(^|/)nvim[^/]*/[^/]+$|(^|/)nvim\.\d+\.\d+$", "a Neovim server"),
+    (r"(^|/)kitty[^/]*$", "kitty's remote control"),
+    (r"(^|/)wezterm/[^/]*sock[^/]*$|(^|/)gui-sock-\d+$", "WezTerm's mux"),
+    (r"(^|/)vscode-ipc-[^/]+\.sock$", "VS Code's terminal"),
+    (r"(^|/)supervisor(d)?\.sock$", "supervisord"),
+    (r"(^|/)\.pm2/(rpc|pub)\.sock$", "pm2's daemon"),
+    (r"(^|/)\.ssh/[^/]*(cm|control|ctl|mux|master)[^/]*$|(^|/)ssh-(mux|control)[^/]*$",
+     "an ssh connection's master (new sessions and tunnels past vpnw)"),
+)
+_compiled: list = []
 
 
 def command_server(address: str) -> str | None:
@@ -51,7 +52,9 @@ def command_server(address: str) -> str | None:
     connects (words for a sentence: "tmux's server"), else None."""
     if not isinstance(address, str):
         return None
-    for pattern, what in _COMMAND_SOCKETS:
+    if not _compiled:
+        _compiled.extend((re.compile(pattern), what) for pattern, what in _PATTERNS)
+    for pattern, what in _compiled:
         if pattern.search(address):
             return what
     return None

@@ -78,7 +78,8 @@ def still_running(path: str) -> bool:
     end = _last_event(path)
     if end is not None and end.get("type") == "run.end":
         return False
-    return vpnw_alive((start_event(path) or {}).get("pid"))
+    start = start_event(path) or {}
+    return vpnw_alive(start.get("pid"), start.get("ts"))
 
 
 def start_event(path: str) -> dict | None:
@@ -118,7 +119,8 @@ def summarize(path: str) -> RunSummary:
         counts = (connections, denied, would_deny, failed)
         exit_code, complete = None, False
         digest = (end or {}).get("d") if isinstance((end or {}).get("d"), str) else None
-    state = "ended" if complete else ("running" if vpnw_alive((start or {}).get("pid")) else "cut")
+    state = "ended" if complete else (
+        "running" if vpnw_alive((start or {}).get("pid"), (start or {}).get("ts")) else "cut")
     return RunSummary(id=run_id, file=path, start=start["ts"] if start else None,
                       program=start_fields.get("program"), mode=start_fields.get("mode"),
                       connections=counts[0], denied=counts[1], would_deny=counts[2],
@@ -126,9 +128,11 @@ def summarize(path: str) -> RunSummary:
                       state=state)
 
 
-def vpnw_alive(pid) -> bool:
+def vpnw_alive(pid, started: str | None = None) -> bool:
     """Whether the vpnw that wrote run.start (its envelope's pid) still runs:
-    that pid is alive and is a vpnw (not a later process given the number)."""
+    that pid is alive, is a vpnw, and (given run.start's `ts`) was started
+    before the run was: a later process given the number, even another vpnw,
+    is not it (a cut record never passes for a run still going)."""
     if not isinstance(pid, int) or pid <= 0:
         return False
     try:
@@ -136,7 +140,25 @@ def vpnw_alive(pid) -> bool:
             cmdline = f.read()
     except OSError:
         return False
-    return b"vpnw" in cmdline or b"stages" in cmdline
+    if not (b"vpnw" in cmdline or b"stages" in cmdline):
+        return False
+    return started is None or _started_by(pid, started)
+
+
+def _started_by(pid: int, ts: str) -> bool:
+    """Whether process `pid` began no later than `ts` (RFC 3339 UTC): its
+    start in clock ticks after boot (/proc/PID/stat), against boot time."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            ticks = int(f.read().rsplit(b")", 1)[1].split()[19])
+        with open("/proc/stat", "rb") as f:
+            boot = next(int(line.split()[1]) for line in f if line.startswith(b"btime "))
+        from datetime import datetime
+        at = datetime.fromisoformat(ts[:26].rstrip("Z") + "+00:00").timestamp()
+    except (OSError, ValueError, IndexError, StopIteration):
+        return False
+    # btime is whole seconds and ticks are 1/100 s: a second of slack.
+    return boot + ticks / os.sysconf("SC_CLK_TCK") <= at + 1.0
 
 
 def _run_files(directory: str) -> list[str]:

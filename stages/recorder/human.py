@@ -21,6 +21,7 @@ import os
 import time
 
 from stages.config.records import Factory, Record
+from stages.config.command_sockets import command_server
 from stages.recorder.hints import RunFacts, closing_hints, files_limits
 from stages.record.text import human_bytes, printable  # noqa: F401 - shared with the learner (stages/record/text.py)
 
@@ -139,6 +140,26 @@ def _scope_note(event: dict, f: dict, head) -> str | None:
     return (f"{head()}note: path {via} resolves names at the exit, so deny_private covers "
             "address literals and special names (localhost, .internal, ...) only: vpnw never "
             "sees the addresses other names resolve to there")
+
+
+def _command_socket_note(f: dict, head) -> str | None:
+    """Said once, at the start: a [unix] allow entry that names a socket
+    whose server runs commands outside the sandbox (tmux, Docker, D-Bus...):
+    allowed as the policy says, and said, since it hands the program the
+    machine (docs/security.md, "Unix sockets by origin")."""
+    named = []
+    for item in f.get("unix_allow") or []:
+        if not isinstance(item, dict):
+            continue
+        for address in (item.get("path"), item.get("entry")):
+            what = command_server(address) if isinstance(address, str) else None
+            if what:
+                named.append(f"{printable(item.get('entry') or address)} ({what})")
+                break
+    if not named:
+        return None
+    return (f"{head()}note: [unix] allow names {', '.join(named)}, which runs commands outside "
+            "the sandbox for whoever connects: the program can do through it what you can")
 
 
 def _shadows_note(f: dict, head) -> str | None:
@@ -270,7 +291,8 @@ def _run_start(x: _Line) -> str | None:
     # --quiet shows denials and the summary only (the README's promise): the
     # start's notes are for the other modes.
     note = None if state.mode == DENIALS else (
-        "\n".join(n for n in (_scope_note(event, f, x.head), _shadows_note(f, x.head)) if n) or None)
+        "\n".join(n for n in (_scope_note(event, f, x.head), _shadows_note(f, x.head),
+                              _command_socket_note(f, x.head)) if n) or None)
     if not x.trace:
         return note
     extras = [f"via {printable(f.get('via') or event.get('path') or 'direct')}"]
