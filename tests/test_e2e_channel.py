@@ -58,10 +58,12 @@ def guard(term, path: Path, prog: str, *args: str, extra: str = "") -> int:
 
 
 def code_of(term, destination: str, nth: int = 1) -> str:
-    """The code of the nth question of vpnw's about `destination` (a regex)."""
-    one = rf"vpnw: asks [a-z]{{2}}: {destination} "
+    """The code of the nth question of vpnw's about `destination` (a regex);
+    "" from a vpnw whose questions had none (so that these tests show what
+    the older vpnw let through, not only that its question looked different)."""
+    one = rf"vpnw: asks(?: [a-z]{{2}})?: {destination} "
     term.wait_for(rf"(?s)(?:{one}.*?){{{nth - 1}}}{one}", whole=True)
-    return re.findall(rf"vpnw: asks ([a-z]{{2}}): {destination} ", term.history())[nth - 1]
+    return re.findall(rf"vpnw: asks(?: ([a-z]{{2}}))?: {destination} ", term.history())[nth - 1]
 
 
 def press(term, code: str, letters: str) -> None:
@@ -228,9 +230,10 @@ def test_a_question_the_program_draws_obtains_no_approval(world, user, term):
     term.type("y")
     term.keys("C-]")
     term.type(f"{guess}y")
-    term.wait_for(rf"Ctrl-\] {guess[0]} {guess[1]}: no open question of vpnw's has the code")
     assert term.finished(mark) == 120
     term.wait_for(r"spoof: evil refused 403", whole=True)   # after the pty's echo of ^]y
+    term.wait_for(rf"Ctrl-\] {guess[0]} {guess[1]}: no open question of vpnw's has the code",
+                  whole=True)
     assert decisions(records(term)[-1]) == [("policy.deny", "asked", "timeout", "deny")]
     assert "evil.example" not in path.read_text()
 
