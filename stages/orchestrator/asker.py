@@ -40,6 +40,7 @@ import time
 import orjson
 
 from stages.orchestrator import ask
+from stages.orchestrator.escapes import TitleReportFilter
 
 MAX_MESSAGE = 4096
 MAX_CLIENTS = 16
@@ -72,6 +73,8 @@ class Asker:
         self.listener, self.socket_path = self._listen(state_dir)
         if relay is not None:
             relay.key_filter = self.filter_keys
+            # The title holds the code: the program never makes the terminal report it.
+            relay.title_report_filter = TitleReportFilter()
 
     # ---- the socket for `vpnw ask`
 
@@ -168,7 +171,6 @@ class Asker:
     def tick(self) -> None:
         for question, replies in self.questions.expire(time.monotonic()):
             self._send(replies)
-            self.keys.flush()
             self.say(f"{question.destination}: no answer within "
                      f"{self.questions.timeout:g} s; denied")
         self._show()
@@ -275,7 +277,6 @@ class Asker:
         waiting = sum(len(replies) for _q, replies in closed)
         for _q, replies in closed:
             self._send(replies)
-        self.keys.flush()
         line = f"{question.destination}: {_said(answer, scope, rule, waiting)}"
         others = [q.destination for q, _r in closed[1:]]
         if others:

@@ -29,7 +29,7 @@ import struct
 import termios
 import time
 
-from stages.orchestrator.escapes import ClipboardFilter
+from stages.orchestrator.escapes import ClipboardFilter, TitleReportFilter
 from stages.orchestrator.line_merger import READABLE, LineMerger
 
 # How long vpnw's lines wait for the program to finish a half-written line.
@@ -260,6 +260,7 @@ class TerminalRelay:
         self.keys = keys
         # --no-clipboard: OSC 52 never reaches the user's terminal (docs/security.md).
         self.clipboard_filter = ClipboardFilter() if no_clipboard else None
+        self.title_report_filter = None  # guard --ask (asker.py): TitleReportFilter
         self.user = UserTerminal(user_in, user_out)
         self.pty = PtyMaster()
         self.master_from = master_from   # a socket the master will come over
@@ -415,6 +416,8 @@ class TerminalRelay:
         if data:
             if self.clipboard_filter is not None:
                 data = self.clipboard_filter.feed(data)
+            if self.title_report_filter is not None:
+                data = self.title_report_filter.feed(data)
             self.tail = (self.tail + data[-256:])[-256:]
             self.user.write(self.merger.program_output(data, now))
         if not open_:
