@@ -321,6 +321,10 @@ class Asker:
         """The oldest open question in the title (with a bell when it is new);
         the title put back once none is open."""
         question = self.questions.first()
+        # While a question is on the normal screen the program's output waits,
+        # so it cannot draw over the question (or over part of it: its host,
+        # leaving vpnw's code in place) while the person reads it.
+        self.relay.hold_output(question is not None and not self.relay.merger.alternate)
         if question is None:
             if self.title_shown is not None and self.relay.write_control(ask.POP_TITLE):
                 self.title_shown = None
@@ -342,6 +346,7 @@ class Asker:
         gone by now), the socket removed, the title put back."""
         if self.relay is not None:
             self.relay.key_filter = None
+            self.relay.hold_output(False)
             if self.title_shown is not None:
                 self.relay.write_control(ask.POP_TITLE, force=True)
         for client in list(self.clients):

@@ -272,6 +272,10 @@ class TerminalRelay:
         self.program_going = False
         self.sel = None
         self.master_mask = 0
+        # guard --ask (asker.py): while vpnw's question is on the normal screen
+        # the program's output is not read (it waits in its pty), so nothing
+        # it draws can change the question the person is reading.
+        self.output_held = False
         self.key_filter = None       # guard --ask: takes its answer keys out (asker.py)
         self.tail = b""              # the program's last output bytes (see write_control)
         columns, rows = _columns_rows(_winsize(user_out))
@@ -300,8 +304,8 @@ class TerminalRelay:
     def _attach(self, master: int) -> None:
         self.pty.attach(master, self.user.saved, self.user.size())
         if self.sel is not None:
-            self.master_mask = self._master_events()
-            self.sel.register(master, self.master_mask, "pty:master")
+            self.master_mask = 0
+            self._apply_master_mask()
             self.enter_raw()
             self._update_keys()
 
@@ -330,9 +334,8 @@ class TerminalRelay:
     def start(self, sel) -> None:
         self.sel = sel
         self.enter_raw()
-        self.master_mask = self._master_events()
-        if self.pty.open:
-            sel.register(self.pty.fd, self.master_mask, "pty:master")
+        self.master_mask = 0
+        self._apply_master_mask()
         if self.master_from is not None:
             sel.register(self.master_from, 1, "pty:socket")
         if self.human.fd is not None:
@@ -341,7 +344,26 @@ class TerminalRelay:
 
     def _master_events(self) -> int:
         import selectors
-        return selectors.EVENT_READ | (selectors.EVENT_WRITE if self.pty.to_program else 0)
+        return ((0 if self.output_held else selectors.EVENT_READ)
+                | (selectors.EVENT_WRITE if self.pty.to_program else 0))
+
+    def _apply_master_mask(self) -> None:
+        mask = self._master_events()
+        if self.sel is None or not self.pty.open or mask == self.master_mask:
+            return
+        if self.master_mask == 0:
+            self.sel.register(self.pty.fd, mask, "pty:master")
+        elif mask == 0:
+            self.sel.unregister(self.pty.fd)
+        else:
+            self.sel.modify(self.pty.fd, mask, "pty:master")
+        self.master_mask = mask
+
+    def hold_output(self, held: bool) -> None:
+        """Stop (or go on) reading the program's output (see output_held)."""
+        if held != self.output_held:
+            self.output_held = held
+            self._apply_master_mask()
 
     def detach(self) -> None:
         """The orchestrator's selector is closing; the ending drains without it."""
@@ -366,10 +388,7 @@ class TerminalRelay:
         elif not want and self.reading_keys:
             self.sel.unregister(self.user.fd_in)
         self.reading_keys = want
-        mask = self._master_events()
-        if self.pty.open and mask != self.master_mask:
-            self.sel.modify(self.pty.fd, mask, "pty:master")
-            self.master_mask = mask
+        self._apply_master_mask()
 
     def timeout(self, now: float, default: float) -> float:
         deadline = self.merger.deadline()
