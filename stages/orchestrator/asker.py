@@ -320,6 +320,8 @@ class Asker:
     def _show(self) -> None:
         """The oldest open question in the title (with a bell when it is new);
         the title put back once none is open."""
+        if self.relay is None:
+            return                  # no terminal: nothing is shown, nothing asked
         question = self.questions.first()
         # While a question is on the normal screen the program's output waits,
         # so it cannot draw over the question (or over part of it: its host,
