@@ -412,7 +412,8 @@ def test_vpnw_lines_start_readable_and_the_modes_go_back():
     m = LineMerger(line_start=READABLE)
     m.program_output(b"\x1b[8mconcealed\r\n", 0.0)
     assert m.human_line(b"vpnw: 1 denied", 0.0) == b"\x1b[0m\x0f\x1b(Bvpnw: 1 denied\r\n"
-    for mode in (b"\x1b[4l", b"\x1b[?7h", b"\x1b[?1l", b"\x1b>", b"\x1b[0m"):
+    for mode in (b"\x1b[4l", b"\x1b[?7h", b"\x1b[?1l", b"\x1b>", b"\x1b[0m", b"\x1b]110\x07",
+                 b"\x1b]111\x07"):
         assert mode in MODES_BACK
     assert MODES_BACK.startswith(b"\x18")       # ends a sequence the program left unfinished
 

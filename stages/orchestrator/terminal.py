@@ -47,10 +47,13 @@ _MAX_TO_PROGRAM = 1 << 16
 # scroll region the whole screen (DECSTBM homes the cursor: saved and
 # restored around it; origin mode is left, as resetting it homes the cursor
 # too and DECRC brings it back), mouse reporting and bracketed
-# paste off (a shell turns the latter on again at its prompt).
+# paste off (a shell turns the latter on again at its prompt), and the
+# colours the terminal was configured with (OSC 104 the palette, 110 and 111
+# the default foreground and background: a program that made them alike
+# would hide every plain line).
 MODES_BACK = (b"\x18" + READABLE + b"\x1b[4l\x1b[?7h\x1b[?1l\x1b>\x1b[?25h"
               b"\x1b7\x1b[r\x1b8\x1b[?1000l\x1b[?1002l\x1b[?1003l\x1b[?1005l\x1b[?1006l"
-              b"\x1b[?1015l\x1b[?2004l")
+              b"\x1b[?1015l\x1b[?2004l\x1b]104\x07\x1b]110\x07\x1b]111\x07")
 
 
 def _raw(mode: list) -> list:
