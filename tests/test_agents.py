@@ -480,15 +480,19 @@ def _title(term) -> str:
 
 def _ask_and_answer(term, host: str) -> str:
     """Wait for vpnw's question about `host` in the pane's title (the agent
-    waits meanwhile), check that nothing was looked up, answer Ctrl-] y."""
+    waits meanwhile), check that nothing was looked up, answer Ctrl-], the
+    question's code, y."""
+    import re
     deadline = time.monotonic() + 60
-    while f"vpnw asks: allow {host}:443?" not in _title(term):
+    asked = rf"vpnw asks ([a-z]{{2}}): allow {re.escape(host)}:443\?"
+    while not re.search(asked, _title(term)):
         assert time.monotonic() < deadline, (_title(term), term.screen(), term.log())
         time.sleep(0.2)
+    code = re.search(asked, _title(term)).group(1)
     events = record_so_far(term.state_home)
     assert not [e for e in events if e["type"] == "dns.resolve" and e["fields"]["host"] == host]
     waiting = term.screen()
-    term.keys("C-]", "y")
+    term.keys("C-]", *code, "y")
     return waiting
 
 

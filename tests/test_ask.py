@@ -412,6 +412,23 @@ def test_vpnw_lines_start_readable_and_the_modes_go_back():
     m = LineMerger(line_start=READABLE)
     m.program_output(b"\x1b[8mconcealed\r\n", 0.0)
     assert m.human_line(b"vpnw: 1 denied", 0.0) == b"\x1b[0m\x0f\x1b(Bvpnw: 1 denied\r\n"
-    for mode in (b"\x1b[4l", b"\x1b[?7h", b"\x1b[?1l", b"\x1b>", b"\x1b[0m"):
+    for mode in (b"\x1b[4l", b"\x1b[?7h", b"\x1b[?1l", b"\x1b>", b"\x1b[0m", b"\x1b]110\x07",
+                 b"\x1b]111\x07"):
         assert mode in MODES_BACK
     assert MODES_BACK.startswith(b"\x18")       # ends a sequence the program left unfinished
+
+
+def test_title_reports_are_never_asked_of_the_terminal_under_ask():
+    """The title holds the code: `CSI 21 t` (and 20, the icon label) would
+    make the terminal type it to the program. Whole or split byte by byte;
+    other sequences, 22/23 t (the title stack) included, pass unchanged."""
+    from stages.orchestrator.escapes import TitleReportFilter
+    for asked in (b"\x1b[21t", b"\x1b[20t", b"\x1b[021t", b"\x1b[21;0t"):
+        data = b"a" + asked + b"b\x1b[22;0tc\x1b[31md\x1b]2;x\x07"
+        kept = b"ab\x1b[22;0tc\x1b[31md\x1b]2;x\x07"
+        assert TitleReportFilter().feed(data) == kept, asked
+        f = TitleReportFilter()
+        assert b"".join(f.feed(data[i:i + 1]) for i in range(len(data))) + f.finish() == kept
+    assert TitleReportFilter().feed(b"\x1b[?21t\x1b[8;24;80t") == b"\x1b[?21t\x1b[8;24;80t"
+    # A C0 control inside the sequence goes out; the request is still dropped.
+    assert TitleReportFilter().feed(b"\x1b[2\n1t") == b"\n"

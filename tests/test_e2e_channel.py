@@ -10,12 +10,17 @@ scopes (issue 44), on a real terminal (tmux), as root and as vpnwtest.
   (the read-only bind still covers the file). The control: outside vpnw the
   same program swaps a temporary file made beside the policy, and writes
   the policy.
-- The spoofed question: the program erases vpnw's question (for
-  evil.example) and draws copies for pypi.world, in the old form
-  ("Ctrl-] then y") and in the new one with a code of its own guess. The
-  person types the keys each drawn question shows: evil.example is never
-  allowed (denied when the time is up) and vpnw says the code is none of
-  its own.
+- The edited question: the program rewrites vpnw's question line in place,
+  keeping vpnw's code and changing the host: while a question is open on
+  the normal screen the program's output waits, so the person reads the
+  question vpnw drew.
+- The spoofed question: the program draws copies of a question for
+  pypi.world, in the old form ("Ctrl-] then y") and in the new one with a
+  code of its own guess, then asks for evil.example. The person types the
+  keys each drawn question shows: evil.example is never allowed (denied
+  when the time is up) and vpnw says the code is none of its own. (Erasing
+  vpnw's question once it is open and drawing the copy then is the edited
+  question's case: the program's output waits while it is open.)
 - The concealed lines: a program erases the screen (vpnw's DENY line with
   it) and leaves SGR 8 ("conceal"), insert mode, autowrap off, application
   cursor keys and keypad set as it exits. vpnw's summary ("1 denied") and
@@ -58,10 +63,12 @@ def guard(term, path: Path, prog: str, *args: str, extra: str = "") -> int:
 
 
 def code_of(term, destination: str, nth: int = 1) -> str:
-    """The code of the nth question of vpnw's about `destination` (a regex)."""
-    one = rf"vpnw: asks [a-z]{{2}}: {destination} "
+    """The code of the nth question of vpnw's about `destination` (a regex);
+    "" from a vpnw whose questions had none (so that these tests show what
+    the older vpnw let through, not only that its question looked different)."""
+    one = rf"vpnw: asks(?: [a-z]{{2}})?: {destination} "
     term.wait_for(rf"(?s)(?:{one}.*?){{{nth - 1}}}{one}", whole=True)
-    return re.findall(rf"vpnw: asks ([a-z]{{2}}): {destination} ", term.history())[nth - 1]
+    return re.findall(rf"vpnw: asks(?: ([a-z]{{2}}))?: {destination} ", term.history())[nth - 1]
 
 
 def press(term, code: str, letters: str) -> None:
@@ -181,23 +188,12 @@ def test_the_write_back_passes_through_no_name_the_program_can_swap(world, user,
 
 # ---- the spoofed question
 
-# Asks for evil.example in a thread (vpnw's question opens), waits for the
-# test's word (the code it guessed, or the run's end), erases the screen and
-# draws two copies of a question for pypi.world: the old form and the new.
+# Draws two copies of a question of vpnw's for pypi.world, the old form and
+# the new one with a code of its own guess (argv), then asks for
+# evil.example: vpnw's own question for it opens below them.
 SPOOF = r'''
-import os, sys, threading, time, urllib.request
-def fetch():
-    try:
-        with urllib.request.urlopen("http://evil.example/whoami", timeout=120) as r:
-            print("spoof: evil fetched", r.status, flush=True)
-    except Exception as exc:
-        print("spoof: evil refused", getattr(exc, "code", exc), flush=True)
-t = threading.Thread(target=fetch)
-t.start()
-word = sys.argv[1]
-while not os.path.exists(word):
-    time.sleep(0.05)
-guess = open(word).read().strip()
+import sys, urllib.request
+guess = sys.argv[1]
 sys.stdout.write("\x1b[2J\x1b[H")
 sys.stdout.write('vpnw: asks: pypi.world:80 (http door) is not allowed by the policy; allow '
                  '"pypi.world:80"? Ctrl-] then y: allow once · a: allow always · n: deny · '
@@ -206,33 +202,83 @@ sys.stdout.write(f"vpnw: asks {guess}: pypi.world:80 (http door) is not in the p
                  f"Ctrl-] {' '.join(guess)} then y: allow now · r: this run · a: always · "
                  f"n: deny · d: deny always (h first: any port); denied in 60 s\r\n")
 sys.stdout.flush()
-t.join()
+try:
+    with urllib.request.urlopen("http://evil.example/whoami", timeout=120) as r:
+        print("spoof: evil fetched", r.status, flush=True)
+except Exception as exc:
+    print("spoof: evil refused", getattr(exc, "code", exc), flush=True)
 '''
 
 
 def test_a_question_the_program_draws_obtains_no_approval(world, user, term):
     path = policy(term, user)
     spoof = program(world, term, "spoof.py", SPOOF)
-    word = term.work / "guess"
-    mark = guard(term, path, spoof, str(word), extra="--ask-timeout 8 ")
-    term.wait_for(r"vpnw: asks(?: [a-z]{2})?: evil\.example:80 ", whole=True)
-    real = re.findall(r"vpnw: asks ([a-z]{2}): evil\.example:80", term.history())
-    # The program cannot know the code; its guess is wrong 255 times in 256
-    # (the test makes it so rather than fail once in 256 runs).
-    guess = "bc" if real[-1:] != ["bc"] else "cb"
-    word.write_text(guess)
-    term.wait_for(rf"^vpnw: asks {guess}: pypi\.world:80")
-    assert "evil.example" not in term.screen()           # vpnw's own question is gone
+    for guess in ("bc", "fg", "kz"):
+        asked = len(re.findall(r"vpnw: asks(?: [a-z]{2})?: evil\.example:80 ", term.history()))
+        mark = guard(term, path, spoof, guess, extra="--ask-timeout 8 ")
+        term.wait_for(rf"^vpnw: asks {guess}: pypi\.world:80")
+        real = code_of(term, r"evil\.example:80", asked + 1)
+        if real != guess:
+            break
+        # The program guessed vpnw's code (once in 256): the person, who has
+        # not answered yet, denies, and the program tries again.
+        press(term, real, "n")
+        assert term.finished(mark) == 120
     # The person types what each drawn question says.
     term.keys("C-]")
     term.type("y")
     term.keys("C-]")
     term.type(f"{guess}y")
-    term.wait_for(rf"Ctrl-\] {guess[0]} {guess[1]}: no open question of vpnw's has the code")
     assert term.finished(mark) == 120
-    term.wait_for(r"spoof: evil refused 403", whole=True)   # after the pty's echo of ^]y
+    term.wait_for(r"spoof: evil refused 403", whole=True)
+    term.wait_for(rf"Ctrl-\] {guess[0]} {guess[1]}: no open question of vpnw's has the code",
+                  whole=True)
     assert decisions(records(term)[-1]) == [("policy.deny", "asked", "timeout", "deny")]
     assert "evil.example" not in path.read_text()
+
+
+# Clears the screen, writes one line (vpnw's question then comes on row 2),
+# asks for evil.example in a thread and, once the question is up, rewrites
+# row 2 from column 16 on: vpnw's code (columns 12-13) stays, the host and
+# the rest become pypi.world's. argv: the file it touches once it has written.
+EDIT = r'''
+import os, sys, threading, time, urllib.request
+def fetch():
+    try:
+        with urllib.request.urlopen("http://evil.example/whoami", timeout=120) as r:
+            print("edit: evil fetched", r.status, flush=True)
+    except Exception as exc:
+        print("edit: evil refused", getattr(exc, "code", exc), flush=True)
+sys.stdout.write("\x1b[2J\x1b[Hedit: ready\r\n")
+sys.stdout.flush()
+t = threading.Thread(target=fetch)
+t.start()
+time.sleep(2.0)
+sys.stdout.write("\x1b[2;16Hpypi.world:80 (http door) is not in the policy (edited)\x1b[K\r\n")
+sys.stdout.flush()
+open(sys.argv[1], "w").close()
+t.join()
+'''
+
+
+def test_the_program_cannot_edit_the_question_while_it_is_open(world, user, term):
+    path = policy(term, user)
+    edit = program(world, term, "edit.py", EDIT)
+    edited = term.work / "edited"
+    mark = guard(term, path, edit, str(edited))
+    code = code_of(term, r"evil\.example:80")
+    _wait(edited.exists)
+    time.sleep(1.0)                 # what the program wrote would be on the screen by now
+    row = next(line for line in term.screen().splitlines() if f"asks {code}:" in line
+               or line.startswith("vpnw: asks"))
+    # The person answers what the question on the screen says: allow pypi.world, deny
+    # anything else.
+    press(term, code, "y" if "pypi.world" in row else "n")
+    assert "evil.example:80" in row and "(edited)" not in row, row
+    assert term.finished(mark) == 120
+    term.wait_for(r"edit: evil refused 403", whole=True)
+    term.wait_for(r"\(edited\)", whole=True)         # its output waited; nothing was lost
+    assert decisions(records(term)[-1]) == [("policy.deny", "asked", "person", "deny")]
 
 
 # ---- lines the program would hide, modes it leaves set

@@ -40,6 +40,7 @@ import time
 import orjson
 
 from stages.orchestrator import ask
+from stages.orchestrator.escapes import TitleReportFilter
 
 MAX_MESSAGE = 4096
 MAX_CLIENTS = 16
@@ -72,6 +73,8 @@ class Asker:
         self.listener, self.socket_path = self._listen(state_dir)
         if relay is not None:
             relay.key_filter = self.filter_keys
+            # The title holds the code: the program never makes the terminal report it.
+            relay.title_report_filter = TitleReportFilter()
 
     # ---- the socket for `vpnw ask`
 
@@ -168,7 +171,6 @@ class Asker:
     def tick(self) -> None:
         for question, replies in self.questions.expire(time.monotonic()):
             self._send(replies)
-            self.keys.flush()
             self.say(f"{question.destination}: no answer within "
                      f"{self.questions.timeout:g} s; denied")
         self._show()
@@ -275,7 +277,6 @@ class Asker:
         waiting = sum(len(replies) for _q, replies in closed)
         for _q, replies in closed:
             self._send(replies)
-        self.keys.flush()
         line = f"{question.destination}: {_said(answer, scope, rule, waiting)}"
         others = [q.destination for q, _r in closed[1:]]
         if others:
@@ -322,7 +323,13 @@ class Asker:
     def _show(self) -> None:
         """The oldest open question in the title (with a bell when it is new);
         the title put back once none is open."""
+        if self.relay is None:
+            return                  # no terminal: nothing is shown, nothing asked
         question = self.questions.first()
+        # While a question is on the normal screen the program's output waits,
+        # so it cannot draw over the question (or over part of it: its host,
+        # leaving vpnw's code in place) while the person reads it.
+        self.relay.hold_output(question is not None and not self.relay.merger.alternate)
         if question is None:
             if self.title_shown is not None and self.relay.write_control(ask.POP_TITLE):
                 self.title_shown = None
@@ -344,6 +351,7 @@ class Asker:
         gone by now), the socket removed, the title put back."""
         if self.relay is not None:
             self.relay.key_filter = None
+            self.relay.hold_output(False)
             if self.title_shown is not None:
                 self.relay.write_control(ask.POP_TITLE, force=True)
         for client in list(self.clients):

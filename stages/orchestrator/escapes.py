@@ -193,3 +193,75 @@ class ClipboardFilter:
         out += held
         self._held = b""
         return i                      # this byte, read again as ordinary output
+
+
+_MAX_CSI = 64                 # a longer CSI is no title report: let it pass
+
+
+class TitleReportFilter:
+    """The program's output without the requests that make the terminal
+    report its title (XTWINOPS `CSI 21 t`, and the icon label, `CSI 20 t`).
+    The terminal answers them as if typed, and vpnw relays what is typed to
+    the program: under `guard --ask` the title holds the open question's
+    code, which the program must never read (docs/security.md, "The
+    person's channel"). Holds only the bytes of a CSI not yet ended."""
+
+    def __init__(self):
+        self._held = b""
+
+    def feed(self, data: bytes) -> bytes:
+        out = bytearray()
+        i, n = 0, len(data)
+        while i < n:
+            if not self._held:
+                j = data.find(b"\x1b", i)
+                if j < 0:
+                    out += data[i:]
+                    break
+                out += data[i:j]
+                self._held = b"\x1b"
+                i = j + 1
+                continue
+            b = data[i]
+            held = self._held
+            if len(held) == 1:
+                if b == ord("["):
+                    self._held = b"\x1b["
+                    i += 1
+                else:
+                    out += held
+                    self._held = b""
+                continue
+            if b < 0x20 and b not in (ESC, CAN, SUB):
+                out.append(b)             # executed inside the sequence; it goes on
+                i += 1
+                continue
+            if 0x20 <= b <= 0x3F and len(held) < _MAX_CSI:
+                self._held = held + bytes((b,))
+                i += 1
+                continue
+            if 0x40 <= b <= 0x7E:
+                whole = held + bytes((b,))
+                self._held = b""
+                i += 1
+                if not _title_report(whole):
+                    out += whole
+                continue
+            out += held                   # aborted or too long: not ours to judge
+            self._held = b""
+        return bytes(out)
+
+    def finish(self) -> bytes:
+        held, self._held = self._held, b""
+        return held
+
+
+def _title_report(csi: bytes) -> bool:
+    """Whether a whole `ESC [ ... final` asks for the title or icon label."""
+    if csi[-1:] != b"t":
+        return False
+    params = csi[2:-1]
+    if not params or not params[:1].isdigit():
+        return False
+    first = params.split(b";")[0]
+    return first.isdigit() and int(first) in (20, 21)

@@ -499,8 +499,8 @@ def _evidence_names(request: RunRequest, record: str) -> list[str]:
     For the policy and the config, their directories: the files themselves
     are bound read-only (neither replaced nor removed inside), so only a
     directory above can move them, and that gives the directory another
-    inode at its name; `guard --ask` replaces the policy file itself, from
-    outside, by an atomic rename."""
+    inode at its name; `guard --ask` writes the policy file in place (its
+    inode stays)."""
     state = vpnw_state_dir()
     names = [state, os.path.join(state, "runs")]
     for named in (getattr(request.policy, "source", None), request.config_file):

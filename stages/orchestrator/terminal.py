@@ -29,7 +29,7 @@ import struct
 import termios
 import time
 
-from stages.orchestrator.escapes import ClipboardFilter
+from stages.orchestrator.escapes import ClipboardFilter, TitleReportFilter
 from stages.orchestrator.line_merger import READABLE, LineMerger
 
 # How long vpnw's lines wait for the program to finish a half-written line.
@@ -47,10 +47,13 @@ _MAX_TO_PROGRAM = 1 << 16
 # scroll region the whole screen (DECSTBM homes the cursor: saved and
 # restored around it; origin mode is left, as resetting it homes the cursor
 # too and DECRC brings it back), mouse reporting and bracketed
-# paste off (a shell turns the latter on again at its prompt).
+# paste off (a shell turns the latter on again at its prompt), and the
+# colours the terminal was configured with (OSC 104 the palette, 110 and 111
+# the default foreground and background: a program that made them alike
+# would hide every plain line).
 MODES_BACK = (b"\x18" + READABLE + b"\x1b[4l\x1b[?7h\x1b[?1l\x1b>\x1b[?25h"
               b"\x1b7\x1b[r\x1b8\x1b[?1000l\x1b[?1002l\x1b[?1003l\x1b[?1005l\x1b[?1006l"
-              b"\x1b[?1015l\x1b[?2004l")
+              b"\x1b[?1015l\x1b[?2004l\x1b]104\x07\x1b]110\x07\x1b]111\x07")
 
 
 def _raw(mode: list) -> list:
@@ -260,6 +263,7 @@ class TerminalRelay:
         self.keys = keys
         # --no-clipboard: OSC 52 never reaches the user's terminal (docs/security.md).
         self.clipboard_filter = ClipboardFilter() if no_clipboard else None
+        self.title_report_filter = None  # guard --ask (asker.py): TitleReportFilter
         self.user = UserTerminal(user_in, user_out)
         self.pty = PtyMaster()
         self.master_from = master_from   # a socket the master will come over
@@ -271,6 +275,10 @@ class TerminalRelay:
         self.program_going = False
         self.sel = None
         self.master_mask = 0
+        # guard --ask (asker.py): while vpnw's question is on the normal screen
+        # the program's output is not read (it waits in its pty), so nothing
+        # it draws can change the question the person is reading.
+        self.output_held = False
         self.key_filter = None       # guard --ask: takes its answer keys out (asker.py)
         self.tail = b""              # the program's last output bytes (see write_control)
         columns, rows = _columns_rows(_winsize(user_out))
@@ -299,8 +307,8 @@ class TerminalRelay:
     def _attach(self, master: int) -> None:
         self.pty.attach(master, self.user.saved, self.user.size())
         if self.sel is not None:
-            self.master_mask = self._master_events()
-            self.sel.register(master, self.master_mask, "pty:master")
+            self.master_mask = 0
+            self._apply_master_mask()
             self.enter_raw()
             self._update_keys()
 
@@ -329,9 +337,8 @@ class TerminalRelay:
     def start(self, sel) -> None:
         self.sel = sel
         self.enter_raw()
-        self.master_mask = self._master_events()
-        if self.pty.open:
-            sel.register(self.pty.fd, self.master_mask, "pty:master")
+        self.master_mask = 0
+        self._apply_master_mask()
         if self.master_from is not None:
             sel.register(self.master_from, 1, "pty:socket")
         if self.human.fd is not None:
@@ -340,7 +347,26 @@ class TerminalRelay:
 
     def _master_events(self) -> int:
         import selectors
-        return selectors.EVENT_READ | (selectors.EVENT_WRITE if self.pty.to_program else 0)
+        return ((0 if self.output_held else selectors.EVENT_READ)
+                | (selectors.EVENT_WRITE if self.pty.to_program else 0))
+
+    def _apply_master_mask(self) -> None:
+        mask = self._master_events()
+        if self.sel is None or not self.pty.open or mask == self.master_mask:
+            return
+        if self.master_mask == 0:
+            self.sel.register(self.pty.fd, mask, "pty:master")
+        elif mask == 0:
+            self.sel.unregister(self.pty.fd)
+        else:
+            self.sel.modify(self.pty.fd, mask, "pty:master")
+        self.master_mask = mask
+
+    def hold_output(self, held: bool) -> None:
+        """Stop (or go on) reading the program's output (see output_held)."""
+        if held != self.output_held:
+            self.output_held = held
+            self._apply_master_mask()
 
     def detach(self) -> None:
         """The orchestrator's selector is closing; the ending drains without it."""
@@ -365,10 +391,7 @@ class TerminalRelay:
         elif not want and self.reading_keys:
             self.sel.unregister(self.user.fd_in)
         self.reading_keys = want
-        mask = self._master_events()
-        if self.pty.open and mask != self.master_mask:
-            self.sel.modify(self.pty.fd, mask, "pty:master")
-            self.master_mask = mask
+        self._apply_master_mask()
 
     def timeout(self, now: float, default: float) -> float:
         deadline = self.merger.deadline()
@@ -415,6 +438,8 @@ class TerminalRelay:
         if data:
             if self.clipboard_filter is not None:
                 data = self.clipboard_filter.feed(data)
+            if self.title_report_filter is not None:
+                data = self.title_report_filter.feed(data)
             self.tail = (self.tail + data[-256:])[-256:]
             self.user.write(self.merger.program_output(data, now))
         if not open_:
