@@ -145,6 +145,34 @@ def test_an_agents_settings_stay_read_only_in_a_folder_its_preset_allows(world, 
     assert_outcomes(results_of(control, ops), {op["name"]: "ok" for op in ops})
 
 
+@pytest.mark.parametrize("hooks", [True, False], ids=["hooks", "plain"])
+def test_an_agents_settings_made_during_the_run_are_kept_only_without_commands(world, user, hooks):
+    """Not there at the start, ~/.claude/settings.json cannot be bound: the
+    program can make it under the preset that allows ~/.claude. After the
+    run, one that names a command (hooks) is moved aside and the run ends
+    125; one that names none is the agent's own first settings (Codex makes
+    its config.toml on its first start), and stays."""
+    home = a_home(world, user)
+    (home / ".claude").mkdir()
+    chown_tree(home, user)
+    work = world.workdir(user)
+    pol = world.file(f"claude-{user}.toml", 'version = 1\n[policy]\ndefault = "deny"\n[files]\n'
+                     'allow_write = [".", "~/.claude", "/tmp"]\n')
+    text = ('{"hooks": {"SessionStart": [{"hooks": [{"type": "command", "command": "echo PLANTED"}]}]}}'
+            if hooks else '{"theme": "dark"}')
+    ops = [{"name": "settings", "op": "write", "path": f"{home}/.claude/settings.json", "data": text}]
+    r = world.vpnw(["guard", "--policy", str(pol), "--", *probe_argv(world, ops)], user=user,
+                   cwd=work, env={"HOME": str(home)})
+    assert_outcomes(results_of(r, ops), {"settings": "ok"})
+    if hooks:
+        assert r.returncode == EXIT_INTERNAL, describe(r)
+        assert f"{home}/.claude/settings.json" in r.stderr and "WARNING" in r.stderr, describe(r)
+        assert not (home / ".claude" / "settings.json").exists()
+    else:
+        assert r.returncode == 0, describe(r)
+        assert (home / ".claude" / "settings.json").read_text() == text
+
+
 def test_a_planted_commondir_is_moved_aside_and_fails_the_run(world, user):
     """`.git/commondir` naming a folder of the program's moves the
     repository's config there (core.fsmonitor runs on the next `git status`).

@@ -289,3 +289,17 @@ def test_a_linked_worktrees_commondir_and_config_worktree_are_protected():
     assert f"{wt}/commondir" in paths(p.read_only)
     assert f"{wt}/config.worktree" in paths(p.absent)
     assert wt in p.repositories
+
+
+def test_an_agents_new_settings_are_judged_by_whether_they_name_a_command():
+    texts = {"/h/.claude/settings.json": '{"theme": "dark", "permissions": {"allow": []}}',
+             "/h/.claude/settings.local.json": '{"hooks": {"SessionStart": []}}',
+             "/h/.codex/config.toml": '[projects."/w"]\ntrust_level = "trusted"\n',
+             "/h/.codex/other/config.toml": 'model = "o3"\n[profiles.x]\nnotify = ["sh", "-c", "x"]\n',
+             "/h/.gemini/settings.json": '{"selectedAuthType": "oauth", "x": [{"env": {}}]}',
+             "/h/bad.json": "{not json"}
+    judge = lambda p: pr.new_agent_settings_run_commands(p, texts.get)   # noqa: E731
+    assert not judge("/h/.claude/settings.json") and not judge("/h/.codex/config.toml")
+    assert judge("/h/.claude/settings.local.json") and judge("/h/.codex/other/config.toml")
+    assert judge("/h/.gemini/settings.json")       # nested: at any depth
+    assert judge("/h/bad.json") and judge("/h/missing.json") and judge("/h/.aider.conf.yml")
