@@ -31,9 +31,9 @@ from stages.kernel.mounts import MS_BIND, mount_points_under
 def ancestors_to_pin(paths, mount_points) -> list[str]:
     """The directories above `paths` up to (not including) the nearest mount
     point above each, outermost first: what must become a mount point for no
-    rename to move a path. A path that is itself a mount point needs none
-    above it moved either: its parent's rename would carry it along, so the
-    walk goes on up from it too."""
+    rename to move a path. The walk starts at each path's parent whether or
+    not the path is a mount point itself: a mount moves with a renamed
+    directory above it. A mount point above stops it: it cannot be renamed."""
     points = set(mount_points)
     out: dict[str, None] = {}
     for path in paths:
