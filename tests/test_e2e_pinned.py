@@ -112,6 +112,29 @@ def test_no_rename_moves_a_protected_path_aside(world, user, files):
     assert_outcomes(results_of(control, ops), {name: "ok" for name in refused})
 
 
+def test_a_mount_point_between_is_no_way_around_the_pins(world, user):
+    """A home that is a mount point of the machine's (here bound onto
+    itself for vpnw alone) cannot be renamed, but the directory above it
+    can, and the mount goes with it: the pins go on up to `/`."""
+    outer = world.workdir(user)
+    top = outer / "above"
+    home = top / "home"
+    home.mkdir(parents=True)
+    (home / ".bashrc").write_text("# bashrc\n")
+    chown_tree(outer, user)
+    ops = [{"name": "mv_above_home", "op": "rename", "src": str(top), "path": f"{top}.old"}]
+    r = world.vpnw(["run", "--", *probe_argv(world, ops)], user=user, cwd=home,
+                   env={"HOME": str(home)}, binds={home: home})
+    moved = Path(f"{top}.old")
+    if moved.exists():
+        moved.rename(top)
+    assert_outcomes(results_of(r, ops), {"mv_above_home": PINNED})
+    control = world.run(probe_argv(world, ops), user=user, cwd=home, env={"HOME": str(home)},
+                        binds={home: home})
+    assert_outcomes(results_of(control, ops), {"mv_above_home": "ok"})
+    moved.rename(top)
+
+
 @pytest.mark.parametrize("agent, settings, state", [
     ("~/.claude", ".claude/settings.json", ".claude/projects.json"),
     ("~/.codex", ".codex/config.toml", ".codex/history.jsonl"),

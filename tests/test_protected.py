@@ -239,12 +239,15 @@ def test_git_config_entries_and_what_runs_in_a_new_repository():
         "hooks/pre-commit", "core.fsmonitor", "credential.helper"]
 
 
-def test_the_pins_are_every_directory_up_to_the_nearest_mount():
+def test_the_pins_are_every_directory_above_up_to_the_root():
     from stages.helper.pins import ancestors_to_pin
     got = ancestors_to_pin([f"{HOME}/src/app/.git/hooks", f"{HOME}/.ssh/config", "/etc/hosts"],
                            ["/", HOME + "/src"])
-    # outermost first; /home/me/src is a mount point already (the work set's root)
+    # outermost first; /home/me/src is a mount point already (the work set's
+    # root): not bound again, but the walk goes on above it (a rename of
+    # /home/me would carry it along)
     assert got == ["/etc", "/home", HOME, f"{HOME}/.ssh", f"{HOME}/src/app", f"{HOME}/src/app/.git"]
+    assert ancestors_to_pin([f"{HOME}/.bashrc"], ["/", HOME]) == ["/home"]
 
 
 def test_a_policy_in_a_folder_found_replaced_is_refused_until_put_back(tmp_path):
