@@ -6,7 +6,8 @@ Each attempt runs tests/progs/file_probe.py (or a shell) inside the sandbox,
 where it must end in one of the errors listed for it (success fails the
 test), and the same attempt outside, as the same user, is the control that
 shows it works where nothing stops it. On main before the pins every
-attempt here succeeded inside.
+attempt here succeeded inside (the agent's plain first settings, a control
+that an agent keeps working, excepted).
 """
 from __future__ import annotations
 
