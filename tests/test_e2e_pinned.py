@@ -6,7 +6,8 @@ Each attempt runs tests/progs/file_probe.py (or a shell) inside the sandbox,
 where it must end in one of the errors listed for it (success fails the
 test), and the same attempt outside, as the same user, is the control that
 shows it works where nothing stops it. On main before the pins every
-attempt here succeeded inside.
+attempt here succeeded inside (the agent's plain first settings, a control
+that an agent keeps working, excepted).
 """
 from __future__ import annotations
 
@@ -112,6 +113,29 @@ def test_no_rename_moves_a_protected_path_aside(world, user, files):
     assert_outcomes(results_of(control, ops), {name: "ok" for name in refused})
 
 
+def test_a_mount_point_between_is_no_way_around_the_pins(world, user):
+    """A home that is a mount point of the machine's (here bound onto
+    itself for vpnw alone) cannot be renamed, but the directory above it
+    can, and the mount goes with it: the pins go on up to `/`."""
+    outer = world.workdir(user)
+    top = outer / "above"
+    home = top / "home"
+    home.mkdir(parents=True)
+    (home / ".bashrc").write_text("# bashrc\n")
+    chown_tree(outer, user)
+    ops = [{"name": "mv_above_home", "op": "rename", "src": str(top), "path": f"{top}.old"}]
+    r = world.vpnw(["run", "--", *probe_argv(world, ops)], user=user, cwd=home,
+                   env={"HOME": str(home)}, binds={home: home})
+    moved = Path(f"{top}.old")
+    if moved.exists():
+        moved.rename(top)
+    assert_outcomes(results_of(r, ops), {"mv_above_home": PINNED})
+    control = world.run(probe_argv(world, ops), user=user, cwd=home, env={"HOME": str(home)},
+                        binds={home: home})
+    assert_outcomes(results_of(control, ops), {"mv_above_home": "ok"})
+    moved.rename(top)
+
+
 @pytest.mark.parametrize("agent, settings, state", [
     ("~/.claude", ".claude/settings.json", ".claude/projects.json"),
     ("~/.codex", ".codex/config.toml", ".codex/history.jsonl"),
@@ -143,6 +167,34 @@ def test_an_agents_settings_stay_read_only_in_a_folder_its_preset_allows(world, 
     assert (home / settings).read_text() == "{}\n"
     control = world.run(probe_argv(world, ops), user=user, cwd=work, env={"HOME": str(home)})
     assert_outcomes(results_of(control, ops), {op["name"]: "ok" for op in ops})
+
+
+@pytest.mark.parametrize("hooks", [True, False], ids=["hooks", "plain"])
+def test_an_agents_settings_made_during_the_run_are_kept_only_without_commands(world, user, hooks):
+    """Not there at the start, ~/.claude/settings.json cannot be bound: the
+    program can make it under the preset that allows ~/.claude. After the
+    run, one that names a command (hooks) is moved aside and the run ends
+    125; one that names none is the agent's own first settings (Codex makes
+    its config.toml on its first start), and stays."""
+    home = a_home(world, user)
+    (home / ".claude").mkdir()
+    chown_tree(home, user)
+    work = world.workdir(user)
+    pol = world.file(f"claude-{user}.toml", 'version = 1\n[policy]\ndefault = "deny"\n[files]\n'
+                     'allow_write = [".", "~/.claude", "/tmp"]\n')
+    text = ('{"hooks": {"SessionStart": [{"hooks": [{"type": "command", "command": "echo PLANTED"}]}]}}'
+            if hooks else '{"theme": "dark"}')
+    ops = [{"name": "settings", "op": "write", "path": f"{home}/.claude/settings.json", "data": text}]
+    r = world.vpnw(["guard", "--policy", str(pol), "--", *probe_argv(world, ops)], user=user,
+                   cwd=work, env={"HOME": str(home)})
+    assert_outcomes(results_of(r, ops), {"settings": "ok"})
+    if hooks:
+        assert r.returncode == EXIT_INTERNAL, describe(r)
+        assert f"{home}/.claude/settings.json" in r.stderr and "WARNING" in r.stderr, describe(r)
+        assert not (home / ".claude" / "settings.json").exists()
+    else:
+        assert r.returncode == 0, describe(r)
+        assert (home / ".claude" / "settings.json").read_text() == text
 
 
 def test_a_planted_commondir_is_moved_aside_and_fails_the_run(world, user):

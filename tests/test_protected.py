@@ -239,12 +239,15 @@ def test_git_config_entries_and_what_runs_in_a_new_repository():
         "hooks/pre-commit", "core.fsmonitor", "credential.helper"]
 
 
-def test_the_pins_are_every_directory_up_to_the_nearest_mount():
+def test_the_pins_are_every_directory_above_up_to_the_root():
     from stages.helper.pins import ancestors_to_pin
     got = ancestors_to_pin([f"{HOME}/src/app/.git/hooks", f"{HOME}/.ssh/config", "/etc/hosts"],
                            ["/", HOME + "/src"])
-    # outermost first; /home/me/src is a mount point already (the work set's root)
+    # outermost first; /home/me/src is a mount point already (the work set's
+    # root): not bound again, but the walk goes on above it (a rename of
+    # /home/me would carry it along)
     assert got == ["/etc", "/home", HOME, f"{HOME}/.ssh", f"{HOME}/src/app", f"{HOME}/src/app/.git"]
+    assert ancestors_to_pin([f"{HOME}/.bashrc"], ["/", HOME]) == ["/home"]
 
 
 def test_a_policy_in_a_folder_found_replaced_is_refused_until_put_back(tmp_path):
@@ -289,3 +292,17 @@ def test_a_linked_worktrees_commondir_and_config_worktree_are_protected():
     assert f"{wt}/commondir" in paths(p.read_only)
     assert f"{wt}/config.worktree" in paths(p.absent)
     assert wt in p.repositories
+
+
+def test_an_agents_new_settings_are_judged_by_whether_they_name_a_command():
+    texts = {"/h/.claude/settings.json": '{"theme": "dark", "permissions": {"allow": []}}',
+             "/h/.claude/settings.local.json": '{"hooks": {"SessionStart": []}}',
+             "/h/.codex/config.toml": '[projects."/w"]\ntrust_level = "trusted"\n',
+             "/h/.codex/other/config.toml": 'model = "o3"\n[profiles.x]\nnotify = ["sh", "-c", "x"]\n',
+             "/h/.gemini/settings.json": '{"selectedAuthType": "oauth", "x": [{"env": {}}]}',
+             "/h/bad.json": "{not json"}
+    judge = lambda p: pr.new_agent_settings_run_commands(p, texts.get)   # noqa: E731
+    assert not judge("/h/.claude/settings.json") and not judge("/h/.codex/config.toml")
+    assert judge("/h/.claude/settings.local.json") and judge("/h/.codex/other/config.toml")
+    assert judge("/h/.gemini/settings.json")       # nested: at any depth
+    assert judge("/h/bad.json") and judge("/h/missing.json") and judge("/h/.aider.conf.yml")

@@ -30,6 +30,7 @@ from stages.config.records import NamedTuple  # typing's, without importing typi
 
 # Home-relative: start-up files of shells, sessions, services, git, ssh and
 # editors. Each names something that runs, or decides what runs, outside.
+AGENT_SETTINGS = "agent settings"
 HOME_START_UP = {
     "shell start-up": (
         ".profile", ".bashrc", ".bash_profile", ".bash_login", ".bash_logout", ".bash_aliases",
@@ -47,7 +48,7 @@ HOME_START_UP = {
     # Agents' settings that name commands (hooks, MCP servers, notify): read
     # even when a preset puts the agent's folder in allow_write, since only
     # naming the very file lifts it. direnv's own start-up runs on every cd.
-    "agent settings": (".claude/settings.json", ".claude/settings.local.json",
+    AGENT_SETTINGS: (".claude/settings.json", ".claude/settings.local.json",
                        ".codex/config.toml", ".gemini/settings.json",
                        ".config/opencode/opencode.json", ".aider.conf.yml"),
     "direnv start-up": (".config/direnv", ".direnvrc"),
@@ -503,3 +504,46 @@ def active_start_up(git_dir: str, list_dir, read_text) -> list[str]:
     keys = sorted({f"{s}.{k}" for s, k, _v in git_config_entries(
         read_text(os.path.join(git_dir, "config")) or "") if f"{s}.{k}" in RUNS_COMMANDS})
     return [f"hooks/{h}" for h in hooks] + keys
+
+
+# ---------------------------------------------------------------- an agent's new settings
+
+# Keys of an agent's settings that make it run a command, or start one with
+# an environment of the file's choosing (Claude Code's hooks, statusLine,
+# apiKeyHelper, env, MCP servers; Codex's notify, mcp_servers,
+# shell_environment_policy; the like), at any depth (profiles nest them).
+COMMAND_KEYS = frozenset({
+    "hooks", "command", "commands", "statusLine", "apiKeyHelper", "awsAuthRefresh",
+    "awsCredentialExport", "otelHeadersHelper", "env", "mcpServers", "mcp_servers",
+    "notify", "shell_environment_policy", "shell", "args", "hook"})
+
+
+def new_agent_settings_run_commands(path: str, read_text) -> bool:
+    """Whether an agent's settings file that was not there at the start
+    names a command (an agent writes its own first settings: Codex makes
+    ~/.codex/config.toml on its first start). What cannot be read as JSON
+    or TOML, or is not a regular file, counts as naming one."""
+    text = read_text(path)
+    if text is None:
+        return True
+    try:
+        if path.endswith(".json"):
+            import json
+            tree = json.loads(text)
+        elif path.endswith(".toml"):
+            import tomllib
+            tree = tomllib.loads(text)
+        else:
+            return True
+    except ValueError:
+        return True
+    pending = [tree]
+    while pending:
+        node = pending.pop()
+        if isinstance(node, dict):
+            if any(str(k) in COMMAND_KEYS for k in node):
+                return True
+            pending += node.values()
+        elif isinstance(node, list):
+            pending += node
+    return False

@@ -8,9 +8,8 @@ contains a mount point, and the mount moves with it: `mv .git .git.old; mkdir
 ones. A mount point itself cannot be renamed, removed or renamed over
 (vfs_rename and vfs_rmdir: EBUSY when the dentry is a mount point in the
 caller's mount namespace, whichever mount the name is reached through). So
-each directory between a protected path and the nearest mount above it
-(the work set's root, or the file system's) becomes a mount point of its
-own: bound onto itself, recursively (the mounts below, read-only ones
+each directory above a protected path, up to `/`, becomes a mount point
+(those that are not one already): bound onto itself, recursively (the mounts below, read-only ones
 included, are copied with their flags), outermost first, before the
 protected paths' own read-only binds. A bind copies its mount's flags: a
 writable directory stays writable, a read-only one read-only; only its name
@@ -29,19 +28,20 @@ from stages.kernel.mounts import MS_BIND, mount_points_under
 
 
 def ancestors_to_pin(paths, mount_points) -> list[str]:
-    """The directories above `paths` up to (not including) the nearest mount
-    point above each, outermost first: what must become a mount point for no
-    rename to move a path. A path that is itself a mount point needs none
-    above it moved either: its parent's rename would carry it along, so the
-    walk goes on up from it too."""
+    """The directories above `paths`, up to `/`, that are not mount points
+    already, outermost first: what must become a mount point for no rename
+    to move a path. The walk goes past a mount point (the work set's root,
+    a mount of the machine's) on up: a mount point cannot be renamed itself,
+    but it moves with a renamed directory above it (root inside could `mv
+    /home /x` and take the mount at /home/me along)."""
     points = set(mount_points)
-    out: dict[str, None] = {}
+    seen: set[str] = set()
     for path in paths:
         here = os.path.dirname(path.rstrip("/") or "/")
-        while here not in points and here != "/" and here not in out:
-            out[here] = None
+        while here != "/" and here not in seen:
+            seen.add(here)
             here = os.path.dirname(here)
-    return sorted(out, key=lambda p: (p.count("/"), p))
+    return sorted((d for d in seen if d not in points), key=lambda p: (p.count("/"), p))
 
 
 def pin(paths) -> list[str]:

@@ -899,8 +899,8 @@ def _points_below(points: list[str], top: str) -> list[str]:
 
 
 def _pin_above(paths: list[str]) -> list[str]:
-    """Each directory between a protected path and the mount above it made a
-    mount point of its own, so that no rename moves the path
+    """Each directory above a protected path, up to `/`, made a mount point
+    (those not one already), so that no rename moves the path
     (stages/helper/pins.py). Before the read-only binds: their mounts are
     then made once, on top, not copied by each pin."""
     from stages.helper import pins

@@ -543,6 +543,8 @@ def _after_the_program(protection, names_before: dict, run_id: str) -> str | Non
     for entry in protection.absent:
         if not os.path.lexists(entry.path):
             continue
+        if _agents_own_first_settings(entry):
+            continue
         aside = f"{entry.path}.vpnw-planted-{run_id}"
         try:
             os.rename(entry.path, aside)
@@ -555,6 +557,18 @@ def _after_the_program(protection, names_before: dict, run_id: str) -> str | Non
     if not problems:
         return None
     return "WARNING: " + "; ".join(problems)
+
+
+def _agents_own_first_settings(entry) -> bool:
+    """An agent's settings file made during the run that names no command:
+    the agent's own first settings (Codex writes ~/.codex/config.toml on its
+    first start), left where it is, and read-only from the next run on. One
+    that names a command is moved aside like any planted start-up file."""
+    from stages.config import protected as pr
+    if entry.why != pr.AGENT_SETTINGS:
+        return False
+    read_text = lambda path: pr.read_small(path, limit=1 << 20)   # noqa: E731
+    return not pr.new_agent_settings_run_commands(entry.path, read_text)
 
 
 def _pinned_names(protection) -> list[str]:

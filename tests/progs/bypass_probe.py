@@ -665,11 +665,16 @@ def _banner(s):
 def unix_reach(how, target, mode="blocking"):
     """connect() to `target` (a path outside) another way: through a symlink,
     /proc/self/root (named, or behind a symlink), /proc/<pid>/cwd, a relative
-    path, or a hard link made here; from a non-blocking socket (as Node, Go
+    path, or a hard link made beside it; from a non-blocking socket (as Node, Go
     and tokio connect) when `mode` says so."""
     scratch = _scratch()
     name = {"symlink": lambda: _link(os.symlink, target, scratch),
-            "hardlink": lambda: _link(os.link, target, scratch),
+            # Beside the target: a hard link cannot cross a mount, and each
+            # directory above vpnw's protected paths is a mount of its own
+            # (pins: docs/architecture.md), so one made in /tmp ends EXDEV
+            # before the connect it is meant to try.
+            "hardlink": lambda: _link(os.link, target, os.path.dirname(target),
+                                      f"link-{_token()}.sock"),
             "proc-self-root": lambda: "/proc/self/root" + target,
             "proc-self-symlink": lambda: _link(os.symlink, "/proc/self/root" + target, scratch),
             "proc-pid-cwd": lambda: (os.chdir(os.path.dirname(target)),
@@ -712,8 +717,8 @@ def _scratch():
     return tempfile.mkdtemp(prefix="vpnw-probe-")
 
 
-def _link(make, target, scratch):
-    name = os.path.join(scratch, "link.sock")
+def _link(make, target, scratch, base="link.sock"):
+    name = os.path.join(scratch, base)
     make(target, name)
     return name
 
