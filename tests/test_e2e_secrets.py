@@ -10,9 +10,12 @@ the secret door (the key in the program's environment) finds the key.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import pwd
 import re
+import shutil
 import shlex
 import socket
 import subprocess
@@ -153,11 +156,12 @@ def test_the_openai_and_anthropic_sdks_work_through_their_secret_doors(secret_wo
 
 # ── the attacks, each with its control ───────────────────────────────────────
 
-def _hunt(world, user, policy, env, state_home=None, extra=()):
+def _hunt(world, user, policy, env, state_home=None, extra=(), dirs=()):
     prog = world.file("secret_hunt.py", (PROGS / "secret_hunt.py").read_bytes())
     collected = world.tmp / "collected.log"
     before = collected.stat().st_size if collected.exists() else 0
-    r = world.vpnw(["guard", "--policy", str(policy), *extra, "--", sys.executable, str(prog), str(world.tmp / "files")],
+    r = world.vpnw(["guard", "--policy", str(policy), *extra, "--", sys.executable, str(prog),
+                    str(world.tmp / "files"), *map(str, dirs)],
                    user=user, env=env, timeout=180, state_home=state_home)
     lines = [line for line in r.stdout.splitlines() if line.startswith("{")]
     assert lines, describe(r)
@@ -168,16 +172,40 @@ def _hunt(world, user, policy, env, state_home=None, extra=()):
 HUNT_POLICY = POLICY.replace('"github.com"]', '"github.com"]\n[files]\ndeny_read = []')
 
 
-def test_a_program_hunting_for_the_key_finds_only_placeholders(secret_world, user, tmp_path):
+@contextlib.contextmanager
+def _key_files(world, user):
+    """The keys where agents keep them: a key file a `file:` source names
+    (the OpenAI key) and Codex's own ~/.codex/auth.json (here holding the git
+    token, to tell the two apart); removed afterwards (the home is shared)."""
+    owner = pwd.getpwnam(user)
+    work = world.workdir(user)
+    key_file = work / "openai.key"
+    codex = world._home(user) / ".codex"
+    codex.mkdir(exist_ok=True)
+    auth = codex / "auth.json"
+    for path, text in ((key_file, OPENAI_KEY + "\n"), (auth, json.dumps({"OPENAI_API_KEY": GIT_TOKEN}))):
+        path.write_text(text)
+        os.chown(path, owner.pw_uid, owner.pw_gid)
+        path.chmod(0o600)
+    os.chown(codex, owner.pw_uid, owner.pw_gid)
+    try:
+        yield work, key_file
+    finally:
+        shutil.rmtree(codex)
+
+
+def test_a_program_hunting_for_the_key_finds_only_placeholders(secret_world, user):
     """It reads its environment, /proc/*/environ and cmdline, every file it
-    can read (home, start directory, /tmp, the world's files), its own
-    memory, and posts what it found to an allowed host: never the key.
-    The key's own file (a file: source) is hidden from it too."""
+    can read (home, start directory, /tmp, the world's files, the key file's
+    directory), its own memory, and posts what it found to an allowed host:
+    never a key. The `file:` source's file and ~/.codex/auth.json (which the
+    OpenAI secret stands for) are hidden from it."""
     w = secret_world
-    key_file = w.workdir(user) / "openai.key"
-    key_file.write_text(OPENAI_KEY + "\n")
-    os.chown(key_file, *(lambda p: (p.pw_uid, p.pw_gid))(__import__("pwd").getpwnam(user)))
-    key_file.chmod(0o600)
+    with _key_files(w, user) as (work, key_file):
+        _hunt_through_doors(w, user, work, key_file)
+
+
+def _hunt_through_doors(w, user, work, key_file):
     policy = _policy(w, "hunt", POLICY.replace('from = "env:OPENAI_API_KEY"', f'from = "file:{key_file}"'))
     events_copy = w.workdir(user) / "events.jsonl"
     syslog_path = w.tmp / "files" / f"syslog-{user}.sock"
@@ -186,7 +214,7 @@ def test_a_program_hunting_for_the_key_finds_only_placeholders(secret_world, use
     syslog_path.chmod(0o777)
     try:
         r, result, posted = _hunt(w, user, policy, _env(w), extra=(
-            "--events-to", f"cat > {events_copy}", "--syslog", str(syslog_path)))
+            "--events-to", f"cat > {events_copy}", "--syslog", str(syslog_path)), dirs=(work,))
         syslog.setblocking(False)
         messages = []
         while True:
@@ -217,8 +245,10 @@ def test_control_the_same_hunt_finds_a_key_the_program_holds(secret_world, user)
     same hunt finds it and posts it: the attack itself works."""
     w = secret_world
     policy = _policy(w, "hunt-control", POLICY.split("[secrets.openai]")[0])
-    r, result, posted = _hunt(w, user, policy, _env(w))
-    assert OPENAI_KEY in result["found"] and OPENAI_KEY in posted, (result, describe(r))
+    with _key_files(w, user) as (work, _):
+        r, result, posted = _hunt(w, user, policy, _env(w), dirs=(work,))
+    for key in KEYS:        # the env's two, the key file's, auth.json's
+        assert key in result["found"] and key in posted, (key, result, describe(r))
     # The record says the program held the keys (names only).
     assert run_events(r)[0]["fields"]["keys_given"] == ["ANTHROPIC_API_KEY", "OPENAI_API_KEY"]
 
@@ -413,3 +443,18 @@ def test_a_command_value_is_fetched_again_when_its_cache_time_is_over(secret_wor
     assert 'secret "openai"' in answers[3][0] and "exit status 7" in answers[3][0], answers[3]
     assert count.read_text().count("run") == 3      # at the start, after 1.5 s, and the failing one
     _assert_no_key_anywhere(w, r)
+
+
+def test_under_dry_run_a_refused_request_goes_on_as_one_that_would_be_denied(secret_world, user):
+    w = secret_world
+    r = w.vpnw(["guard", "--dry-run", "--policy", str(_policy(w, "rules-dry", RULES_POLICY)), "--",
+                *_curl(DOOR + "/v1/models")], user=user, env=_env(w), timeout=120)
+    # guard --dry-run ends 120 when anything would have been denied, as at any door.
+    assert r.returncode == 120 and json.loads(r.stdout)["data"][0]["id"] == "gpt-world", describe(r)
+    events = run_events(r)
+    assert check_run(events) == []
+    would = [e for e in events if e["type"] == "policy.deny"]
+    assert [(e["fields"]["enforced"], e["fields"]["method"], e["fields"]["path"]) for e in would] == [
+        (False, "GET", "/v1/models")], would
+    opened = [e["conn"] for e in events if e["type"] == "conn.open"]
+    assert [e["conn"] for e in would] == opened     # on the connection that carried it

@@ -12,6 +12,7 @@ and to stdout as one JSON line:
 import json
 import os
 import re
+import stat
 import sys
 import urllib.request
 
@@ -47,10 +48,18 @@ def from_files(found, roots):
                 if seen > MAX_FILES:
                     return
                 try:
-                    with open(os.path.join(top, name), "rb") as f:
-                        found.update(KEY.findall(f.read(MAX_FILE)))
+                    # Regular files only, opened without waiting: a FIFO
+                    # someone left in /tmp would block an open() forever.
+                    fd = os.open(os.path.join(top, name), os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW)
+                except OSError:
+                    continue
+                try:
+                    if stat.S_ISREG(os.fstat(fd).st_mode):
+                        found.update(KEY.findall(os.read(fd, MAX_FILE)))
                 except OSError:
                     pass
+                finally:
+                    os.close(fd)
 
 
 def from_memory(found):
