@@ -156,7 +156,8 @@ class SecretDoor(_Door):
                     self.journal.fail(conn, "resolve", "internal", str(exc))
                     await self.send_quietly(client, http_proxy.error_response(502, str(exc)))
                     return
-                if upstream is not None and not _still_open(upstream.sock):
+                if upstream is not None and (upstream.stream[0].at_eof() or upstream.stream[1].is_closing()
+                                             or not _still_open(upstream.sock)):
                     await self._close(upstream)
                     upstream = None
                 if upstream is None:
