@@ -154,6 +154,21 @@ def test_the_openai_and_anthropic_sdks_work_through_their_secret_doors(secret_wo
     _assert_no_key_anywhere(w, r)
 
 
+def test_litellm_works_through_the_openai_secret_door(secret_world, user):
+    """litellm (aider's way to its model) with OPENAI_BASE_URL and a placeholder."""
+    if not SDKS_PYTHON.exists():
+        pytest.skip("the Python SDKs are not installed (scripts/setup puts them in /opt/vpnw-agents/sdks)")
+    w = secret_world
+    prog = w.file("secret_sdks.py", (PROGS / "secret_sdks.py").read_bytes())
+    # Its own model cost map stays local (it asks raw.githubusercontent.com otherwise).
+    r = _vpnw(w, user, "guard", _policy(w, "litellm"), [str(SDKS_PYTHON), str(prog), "litellm"],
+              timeout=180, env=_env(w, LITELLM_LOCAL_MODEL_COST_MAP="True"))
+    assert r.returncode == 0, describe(r)
+    result = json.loads(r.stdout.splitlines()[-1])["litellm"]
+    assert result.get("chat") == content.MODEL_ANSWER and "".join(result["stream"]) == content.MODEL_ANSWER, result
+    _assert_no_key_anywhere(w, r)
+
+
 # ── the attacks, each with its control ───────────────────────────────────────
 
 def _hunt(world, user, policy, env, state_home=None, extra=(), dirs=()):
