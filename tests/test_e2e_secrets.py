@@ -473,3 +473,25 @@ def test_under_dry_run_a_refused_request_goes_on_as_one_that_would_be_denied(sec
         (False, "GET", "/v1/models")], would
     opened = [e["conn"] for e in events if e["type"] == "conn.open"]
     assert [e["conn"] for e in would] == opened     # on the connection that carried it
+
+
+CLAUDE = Path(os.environ.get("VPNW_AGENTS", "/opt/vpnw-agents")) / "node_modules" / ".bin" / "claude"
+
+
+def test_claude_code_prints_the_models_answer_through_its_secret_door(secret_world, user):
+    """Claude Code headless (`-p`) with an API key: ANTHROPIC_BASE_URL is the
+    door, ANTHROPIC_API_KEY a placeholder; its streamed /v1/messages answer
+    comes back through the door."""
+    if not CLAUDE.exists():
+        pytest.skip("Claude Code is not installed (scripts/setup puts it in /opt/vpnw-agents)")
+    w = secret_world
+    home = w.workdir(user)
+    env = _env(w, HOME=str(home), NODE_EXTRA_CA_CERTS=str(w.ca_pem), DISABLE_TELEMETRY="1",
+               CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC="1", DISABLE_AUTOUPDATER="1")
+    r = _vpnw(w, user, "trace", _policy(w, "claude"), [str(CLAUDE), "-p", "say hi"], env=env, cwd=home,
+              timeout=180)
+    assert r.returncode == 0 and content.MODEL_ANSWER in r.stdout, describe(r)
+    doors = {e["fields"]["door"] for e in run_events(r) if e["type"] == "conn.request"
+             and e["fields"]["host"] == "api.anthropic.com"}
+    assert doors == {"secret"}, doors
+    _assert_no_key_anywhere(w, r)
