@@ -495,3 +495,31 @@ def test_claude_code_prints_the_models_answer_through_its_secret_door(secret_wor
              and e["fields"]["host"] == "api.anthropic.com"}
     assert doors == {"secret"}, doors
     _assert_no_key_anywhere(w, r)
+
+
+CODEX = Path(os.environ.get("VPNW_AGENTS", "/opt/vpnw-agents")) / "node_modules" / ".bin" / "codex"
+
+
+def test_codex_cli_prints_the_models_answer_through_its_secret_door(secret_world, user):
+    """Codex CLI headless (`codex exec`) with an API key: its config's
+    openai_base_url is the door (it ignores OPENAI_BASE_URL); it tries the
+    Responses API's WebSocket first (the stand-in has none: refused), then
+    its streamed HTTP answer comes back through the door."""
+    if not CODEX.exists():
+        pytest.skip("Codex CLI is not installed (scripts/setup puts it in /opt/vpnw-agents)")
+    w = secret_world
+    home, work = w.workdir(user), w.workdir(user)
+    env = _env(w, HOME=str(home), CODEX_HOME=str(home / ".codex"))
+    (home / ".codex").mkdir()
+    shutil.chown(home / ".codex", user, user)
+    # Its update check and sign-in hosts allowed (they fail on their own in the world).
+    policy = _policy(w, "codex", POLICY.replace('"github.com"]', '"github.com", "api.github.com", "chatgpt.com", "ab.chatgpt.com"]'))
+    r = _vpnw(w, user, "trace", policy,
+              [str(CODEX), "--disable", "daemon_auto_start", "exec", "--skip-git-repo-check",
+               "-c", f'openai_base_url="{DOOR}/v1"', "say hi"],
+              env=env, cwd=work, timeout=180)
+    assert r.returncode == 0 and content.MODEL_ANSWER in r.stdout, describe(r)
+    doors = {e["fields"]["door"] for e in run_events(r) if e["type"] == "conn.request"
+             and e["fields"]["host"] == "api.openai.com"}
+    assert doors == {"secret"}, doors
+    _assert_no_key_anywhere(w, r)
