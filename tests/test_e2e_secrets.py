@@ -211,7 +211,7 @@ def _key_files(world, user):
 
 def test_a_program_hunting_for_the_key_finds_only_placeholders(secret_world, user):
     """It reads its environment, /proc/*/environ and cmdline, every file it
-    can read (home, start directory, /tmp, the world's files, the key file's
+    can read (home, start directory, the world's files, the key file's
     directory), its own memory, and posts what it found to an allowed host:
     never a key. The `file:` source's file and ~/.codex/auth.json (which the
     OpenAI secret stands for) are hidden from it."""
