@@ -10,9 +10,12 @@ the secret door (the key in the program's environment) finds the key.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import pwd
 import re
+import shutil
 import shlex
 import socket
 import subprocess
@@ -151,13 +154,29 @@ def test_the_openai_and_anthropic_sdks_work_through_their_secret_doors(secret_wo
     _assert_no_key_anywhere(w, r)
 
 
+def test_litellm_works_through_the_openai_secret_door(secret_world, user):
+    """litellm (aider's way to its model) with OPENAI_BASE_URL and a placeholder."""
+    if not SDKS_PYTHON.exists():
+        pytest.skip("the Python SDKs are not installed (scripts/setup puts them in /opt/vpnw-agents/sdks)")
+    w = secret_world
+    prog = w.file("secret_sdks.py", (PROGS / "secret_sdks.py").read_bytes())
+    # Its own model cost map stays local (it asks raw.githubusercontent.com otherwise).
+    r = _vpnw(w, user, "guard", _policy(w, "litellm"), [str(SDKS_PYTHON), str(prog), "litellm"],
+              timeout=180, env=_env(w, LITELLM_LOCAL_MODEL_COST_MAP="True"))
+    assert r.returncode == 0, describe(r)
+    result = json.loads(r.stdout.splitlines()[-1])["litellm"]
+    assert result.get("chat") == content.MODEL_ANSWER and "".join(result["stream"]) == content.MODEL_ANSWER, result
+    _assert_no_key_anywhere(w, r)
+
+
 # ── the attacks, each with its control ───────────────────────────────────────
 
-def _hunt(world, user, policy, env, state_home=None, extra=()):
+def _hunt(world, user, policy, env, state_home=None, extra=(), dirs=()):
     prog = world.file("secret_hunt.py", (PROGS / "secret_hunt.py").read_bytes())
     collected = world.tmp / "collected.log"
     before = collected.stat().st_size if collected.exists() else 0
-    r = world.vpnw(["guard", "--policy", str(policy), *extra, "--", sys.executable, str(prog), str(world.tmp / "files")],
+    r = world.vpnw(["guard", "--policy", str(policy), *extra, "--", sys.executable, str(prog),
+                    str(world.tmp / "files"), *map(str, dirs)],
                    user=user, env=env, timeout=180, state_home=state_home)
     lines = [line for line in r.stdout.splitlines() if line.startswith("{")]
     assert lines, describe(r)
@@ -168,16 +187,40 @@ def _hunt(world, user, policy, env, state_home=None, extra=()):
 HUNT_POLICY = POLICY.replace('"github.com"]', '"github.com"]\n[files]\ndeny_read = []')
 
 
-def test_a_program_hunting_for_the_key_finds_only_placeholders(secret_world, user, tmp_path):
+@contextlib.contextmanager
+def _key_files(world, user):
+    """The keys where agents keep them: a key file a `file:` source names
+    (the OpenAI key) and Codex's own ~/.codex/auth.json (here holding the git
+    token, to tell the two apart); removed afterwards (the home is shared)."""
+    owner = pwd.getpwnam(user)
+    work = world.workdir(user)
+    key_file = work / "openai.key"
+    codex = world._home(user) / ".codex"
+    codex.mkdir(exist_ok=True)
+    auth = codex / "auth.json"
+    for path, text in ((key_file, OPENAI_KEY + "\n"), (auth, json.dumps({"OPENAI_API_KEY": GIT_TOKEN}))):
+        path.write_text(text)
+        os.chown(path, owner.pw_uid, owner.pw_gid)
+        path.chmod(0o600)
+    os.chown(codex, owner.pw_uid, owner.pw_gid)
+    try:
+        yield work, key_file
+    finally:
+        shutil.rmtree(codex)
+
+
+def test_a_program_hunting_for_the_key_finds_only_placeholders(secret_world, user):
     """It reads its environment, /proc/*/environ and cmdline, every file it
-    can read (home, start directory, /tmp, the world's files), its own
-    memory, and posts what it found to an allowed host: never the key.
-    The key's own file (a file: source) is hidden from it too."""
+    can read (home, start directory, the world's files, the key file's
+    directory), its own memory, and posts what it found to an allowed host:
+    never a key. The `file:` source's file and ~/.codex/auth.json (which the
+    OpenAI secret stands for) are hidden from it."""
     w = secret_world
-    key_file = w.workdir(user) / "openai.key"
-    key_file.write_text(OPENAI_KEY + "\n")
-    os.chown(key_file, *(lambda p: (p.pw_uid, p.pw_gid))(__import__("pwd").getpwnam(user)))
-    key_file.chmod(0o600)
+    with _key_files(w, user) as (work, key_file):
+        _hunt_through_doors(w, user, work, key_file)
+
+
+def _hunt_through_doors(w, user, work, key_file):
     policy = _policy(w, "hunt", POLICY.replace('from = "env:OPENAI_API_KEY"', f'from = "file:{key_file}"'))
     events_copy = w.workdir(user) / "events.jsonl"
     syslog_path = w.tmp / "files" / f"syslog-{user}.sock"
@@ -186,7 +229,7 @@ def test_a_program_hunting_for_the_key_finds_only_placeholders(secret_world, use
     syslog_path.chmod(0o777)
     try:
         r, result, posted = _hunt(w, user, policy, _env(w), extra=(
-            "--events-to", f"cat > {events_copy}", "--syslog", str(syslog_path)))
+            "--events-to", f"cat > {events_copy}", "--syslog", str(syslog_path)), dirs=(work,))
         syslog.setblocking(False)
         messages = []
         while True:
@@ -217,8 +260,10 @@ def test_control_the_same_hunt_finds_a_key_the_program_holds(secret_world, user)
     same hunt finds it and posts it: the attack itself works."""
     w = secret_world
     policy = _policy(w, "hunt-control", POLICY.split("[secrets.openai]")[0])
-    r, result, posted = _hunt(w, user, policy, _env(w))
-    assert OPENAI_KEY in result["found"] and OPENAI_KEY in posted, (result, describe(r))
+    with _key_files(w, user) as (work, _):
+        r, result, posted = _hunt(w, user, policy, _env(w), dirs=(work,))
+    for key in KEYS:        # the env's two, the key file's, auth.json's
+        assert key in result["found"] and key in posted, (key, result, describe(r))
     # The record says the program held the keys (names only).
     assert run_events(r)[0]["fields"]["keys_given"] == ["ANTHROPIC_API_KEY", "OPENAI_API_KEY"]
 
@@ -412,4 +457,69 @@ def test_a_command_value_is_fetched_again_when_its_cache_time_is_over(secret_wor
     assert all(json.loads(body)["auth"] == "ok" for body, _ in answers[:3]), answers
     assert 'secret "openai"' in answers[3][0] and "exit status 7" in answers[3][0], answers[3]
     assert count.read_text().count("run") == 3      # at the start, after 1.5 s, and the failing one
+    _assert_no_key_anywhere(w, r)
+
+
+def test_under_dry_run_a_refused_request_goes_on_as_one_that_would_be_denied(secret_world, user):
+    w = secret_world
+    r = w.vpnw(["guard", "--dry-run", "--policy", str(_policy(w, "rules-dry", RULES_POLICY)), "--",
+                *_curl(DOOR + "/v1/models")], user=user, env=_env(w), timeout=120)
+    # guard --dry-run ends 120 when anything would have been denied, as at any door.
+    assert r.returncode == 120 and json.loads(r.stdout)["data"][0]["id"] == "gpt-world", describe(r)
+    events = run_events(r)
+    assert check_run(events) == []
+    would = [e for e in events if e["type"] == "policy.deny"]
+    assert [(e["fields"]["enforced"], e["fields"]["method"], e["fields"]["path"]) for e in would] == [
+        (False, "GET", "/v1/models")], would
+    opened = [e["conn"] for e in events if e["type"] == "conn.open"]
+    assert [e["conn"] for e in would] == opened     # on the connection that carried it
+
+
+CLAUDE = Path(os.environ.get("VPNW_AGENTS", "/opt/vpnw-agents")) / "node_modules" / ".bin" / "claude"
+
+
+def test_claude_code_prints_the_models_answer_through_its_secret_door(secret_world, user):
+    """Claude Code headless (`-p`) with an API key: ANTHROPIC_BASE_URL is the
+    door, ANTHROPIC_API_KEY a placeholder; its streamed /v1/messages answer
+    comes back through the door."""
+    if not CLAUDE.exists():
+        pytest.skip("Claude Code is not installed (scripts/setup puts it in /opt/vpnw-agents)")
+    w = secret_world
+    home = w.workdir(user)
+    env = _env(w, HOME=str(home), NODE_EXTRA_CA_CERTS=str(w.ca_pem), DISABLE_TELEMETRY="1",
+               CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC="1", DISABLE_AUTOUPDATER="1")
+    r = _vpnw(w, user, "trace", _policy(w, "claude"), [str(CLAUDE), "-p", "say hi"], env=env, cwd=home,
+              timeout=180)
+    assert r.returncode == 0 and content.MODEL_ANSWER in r.stdout, describe(r)
+    doors = {e["fields"]["door"] for e in run_events(r) if e["type"] == "conn.request"
+             and e["fields"]["host"] == "api.anthropic.com"}
+    assert doors == {"secret"}, doors
+    _assert_no_key_anywhere(w, r)
+
+
+CODEX = Path(os.environ.get("VPNW_AGENTS", "/opt/vpnw-agents")) / "node_modules" / ".bin" / "codex"
+
+
+def test_codex_cli_prints_the_models_answer_through_its_secret_door(secret_world, user):
+    """Codex CLI headless (`codex exec`) with an API key: its config's
+    openai_base_url is the door (it ignores OPENAI_BASE_URL); it tries the
+    Responses API's WebSocket first (the stand-in has none: refused), then
+    its streamed HTTP answer comes back through the door."""
+    if not CODEX.exists():
+        pytest.skip("Codex CLI is not installed (scripts/setup puts it in /opt/vpnw-agents)")
+    w = secret_world
+    home, work = w.workdir(user), w.workdir(user)
+    env = _env(w, HOME=str(home), CODEX_HOME=str(home / ".codex"))
+    (home / ".codex").mkdir()
+    shutil.chown(home / ".codex", user, user)
+    # Its update check and sign-in hosts allowed (they fail on their own in the world).
+    policy = _policy(w, "codex", POLICY.replace('"github.com"]', '"github.com", "api.github.com", "chatgpt.com", "ab.chatgpt.com"]'))
+    r = _vpnw(w, user, "trace", policy,
+              [str(CODEX), "--disable", "daemon_auto_start", "exec", "--skip-git-repo-check",
+               "-c", f'openai_base_url="{DOOR}/v1"', "say hi"],
+              env=env, cwd=work, timeout=180)
+    assert r.returncode == 0 and content.MODEL_ANSWER in r.stdout, describe(r)
+    doors = {e["fields"]["door"] for e in run_events(r) if e["type"] == "conn.request"
+             and e["fields"]["host"] == "api.openai.com"}
+    assert doors == {"secret"}, doors
     _assert_no_key_anywhere(w, r)

