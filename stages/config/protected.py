@@ -512,7 +512,7 @@ def active_start_up(git_dir: str, list_dir, read_text) -> list[str]:
 # an environment of the file's choosing (Claude Code's hooks, statusLine,
 # apiKeyHelper, env, MCP servers; Codex's notify, mcp_servers,
 # shell_environment_policy; the like), at any depth (profiles nest them).
-COMMAND_KEYS = frozenset({
+COMMAND_FIELDS = frozenset({
     "hooks", "command", "commands", "statusLine", "apiKeyHelper", "awsAuthRefresh",
     "awsCredentialExport", "otelHeadersHelper", "env", "mcpServers", "mcp_servers",
     "notify", "shell_environment_policy", "shell", "args", "hook"})
@@ -541,7 +541,7 @@ def new_agent_settings_run_commands(path: str, read_text) -> bool:
     while pending:
         node = pending.pop()
         if isinstance(node, dict):
-            if any(str(k) in COMMAND_KEYS for k in node):
+            if any(str(k) in COMMAND_FIELDS for k in node):
                 return True
             pending += node.values()
         elif isinstance(node, list):
