@@ -8,8 +8,11 @@ docs/architecture.md, "The held layer", says why it is built this way).
        (an upper directory under an overlaid home would be refused).
     2. Each target directory gets an overlay: lower = itself, upper and
        work = held/<run-id>/layers/<n>/{upper,work}, `userxattr` (the
-       unprivileged form, Linux >= 5.11). One that cannot be mounted is
-       bound read-only instead (never left writable).
+       unprivileged form, Linux >= 5.11), `volatile` (when the namespace
+       ends, each overlay would otherwise sync the whole file system its
+       upper lies on: on a busy disk, hundreds of ms at the end of every
+       run; what is held is not worth a sync). One that cannot be mounted
+       is bound read-only instead (never left writable).
     3. The work set is bound back, real (recursive binds of what was opened
        in 1), before 4, so its binds keep the flags they had.
     4. The mounts split around the mounts below them are made read-only,
@@ -130,7 +133,7 @@ def _overlays(targets, layers_fd: int, opened: list[int]):
             opened.append(wfd)
             priv.mount("overlay", f"/proc/self/fd/{tfd}", "overlay", _kept_fd(tfd),
                        f"lowerdir=/proc/self/fd/{tfd},upperdir=/proc/self/fd/{ufd},"
-                       f"workdir=/proc/self/fd/{wfd},userxattr")
+                       f"workdir=/proc/self/fd/{wfd},userxattr,volatile")
             mounted.append((target, f"layers/{n}/upper"))
         except OSError as e:
             refused.append((target, errno.errorcode.get(e.errno, str(e.errno))))
