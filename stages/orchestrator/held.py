@@ -133,7 +133,7 @@ def _before(real: str) -> dict:
 def _opaque(path: str) -> bool:
     for name in OPAQUE_XATTRS:
         try:
-            if os.getxattr(path, name, follow_symlinks=False) in (b"y", b"x"):
+            if os.getxattr(path, name, follow_symlinks=False) == b"y":
                 return True
         except OSError:
             continue
