@@ -156,6 +156,11 @@ def test_the_red_teams_plants_are_held_under_trace(world, user, homes):
     inside = results_of(r)
     assert {k: v["result"] for k, v in inside.items()} == {op["name"]: "ok" for op in red_team_ops(home)}, \
         describe(r)
+    # A plain rename of a directory below the layer is EXDEV (what mv then copies, above).
+    renamed = world.vpnw(["trace", "--", *probe(world, [
+        {"name": "rename", "op": "rename", "src": f"{home}/.local", "path": f"{home}/.local-aside"}])],
+        user=user, cwd=work, env=env_for(home))
+    assert results_of(renamed)["rename"]["result"] == "EXDEV", describe(renamed)
     assert inside["reads_back"]["data"] == "ssh-ed25519 AAAA-the-attackers-key evil\n"
     # Nothing reached the real files.
     assert snapshot(home) == before
@@ -184,6 +189,9 @@ def test_the_red_teams_plants_are_held_under_trace(world, user, homes):
         {op["name"]: "ok" for op in red_team_ops(other)}, describe(control)
     assert "evil" in (other / ".local/bin/vpnw").read_text()
     assert "attackers-key" in (other / ".ssh/authorized_keys").read_text()
+    control = world.run(probe(world, [{"name": "rename", "op": "rename", "src": f"{other}/.local",
+                                       "path": f"{other}/.local-aside"}]), user=user, cwd=work)
+    assert results_of(control)["rename"]["result"] == "ok" and (other / ".local-aside").is_dir()
 
 
 # ── a sweep of persistence paths: one run writes them all ────────────────────
