@@ -86,3 +86,11 @@ def test_a_layer_that_held_nothing_leaves_nothing(layer):
     os.chmod(os.path.join(lay.dir, "layers", "0", "work", "work"), 0)   # as overlay leaves it
     held.remove(lay.dir)
     assert not os.path.exists(lay.dir)
+
+
+def test_init_writes_layers_json_as_json_writes_it_without_the_json_package():
+    from stages.helper.held_layer import _layers_json
+    mounted = [('/srv/a "b" \\ c\n', "layers/0/upper"), ("/home/é x", "layers/1/upper")]
+    assert _layers_json(mounted) == json.dumps(
+        [{"mount": m, "upper": u} for m, u in mounted], ensure_ascii=False) + "\n"
+    assert _layers_json([]) == "[]\n"

@@ -24,8 +24,10 @@ docs/architecture.md, "The held layer", says why it is built this way).
 from __future__ import annotations
 
 import errno
-import json
 import os
+# json's C half, as stages/wire/status.py uses it: the json package loads
+# `re` (docs/architecture.md, "Start-up budget"), and init is on the way to Ready.
+from _json import encode_basestring
 
 from stages.config.work_set import layer_plan, mount_table
 # Imported before the layer: a module first imported after it would leave
@@ -144,8 +146,10 @@ def _overlays(targets, layers_fd: int, opened: list[int]):
 
 
 def _layers_json(mounted) -> str:
-    return json.dumps([{"mount": target, "upper": upper} for target, upper in mounted],
-                      ensure_ascii=False) + "\n"
+    """[{"mount": ..., "upper": ...}, ...] as json.dumps(ensure_ascii=False) writes it."""
+    items = [f'{{"mount": {encode_basestring(target)}, "upper": {encode_basestring(upper)}}}'
+             for target, upper in mounted]
+    return "[" + ", ".join(items) + "]\n"
 
 
 def _write(dir_fd: int, name: str, text: str) -> None:
