@@ -94,3 +94,23 @@ def test_init_writes_layers_json_as_json_writes_it_without_the_json_package():
     assert _layers_json(mounted) == json.dumps(
         [{"mount": m, "upper": u} for m, u in mounted], ensure_ascii=False) + "\n"
     assert _layers_json([]) == "[]\n"
+
+
+def test_learn_drafts_allow_write_from_what_was_held_and_flags_what_runs_later():
+    from stages.learner.draft import draft_policy
+    events = [
+        {"v": 1, "type": "run.start", "run": "r-1", "ts": "2026-12-07T10:00:00Z",
+         "fields": {"mode": "trace", "program": "agent"}},
+        {"v": 1, "type": "files.held", "run": "r-1", "fields": {"count": 3, "truncated": False, "entries": [
+            {"path": "/home/me/.cache/a", "kind": "file", "size": 1, "sha256": None, "runs_later": None},
+            {"path": "/home/me/.cache/b", "kind": "file", "size": 1, "sha256": None, "runs_later": None},
+            {"path": "/home/me/.bashrc", "kind": "file", "size": 1, "sha256": None,
+             "runs_later": "shell start-up"}]}},
+    ]
+    text = draft_policy(events)
+    lines = [l for l in text.splitlines() if l.startswith("#     \"~/")]
+    assert any(l.startswith('#     "~/.cache",') and l.endswith("# 2 writes") for l in lines), text
+    assert any(l.startswith('#     "~/.bashrc",') and "runs later on its own (shell start-up): only if you "
+               "mean it" in l for l in lines), text
+    import tomllib
+    tomllib.loads(text)       # still a valid policy: every suggestion is a comment

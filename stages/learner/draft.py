@@ -99,6 +99,8 @@ class _Learner:
         self.unix_refused: dict[str, tuple[int, set]] = {}
         self.captured = False   # a run captured what ignores the proxy settings (--capture)
         self.paths: set[tuple] = set()   # (via, config) of each run: the guard command keeps them
+        # files.held: path -> what would run it later on its own (None: nothing)
+        self.held: dict[str, str | None] = {}
 
     def feed(self, event: dict) -> None:
         type_ = event.get("type")
@@ -119,6 +121,12 @@ class _Learner:
             return
         if type_ in ("unix.allow", "unix.deny"):
             self._unix(type_, f)
+            return
+        if type_ == "files.held":
+            for entry in f.get("entries") or ():
+                if isinstance(entry, dict) and isinstance(entry.get("path"), str):
+                    later = entry.get("runs_later")
+                    self.held[entry["path"]] = later if isinstance(later, str) else None
             return
         self.tally.feed(event)
 
@@ -290,7 +298,38 @@ def render(learner: _Learner, name: str) -> str:
     out = _header(learner, clean, draft.review)
     out += _policy_table(draft, clean)
     out += _unix_table(learner)
+    out += _held_writes(learner)
     return "\n".join(out)
+
+
+def _held_writes(learner: _Learner) -> list[str]:
+    """What the runs wrote outside their work set (files.held: held, not
+    made), as allow_write candidates, commented out: each top directory
+    once; what would run later on its own only by its own path, with a
+    comment that says so."""
+    if not learner.held:
+        return []
+    from stages.config.work_set import shown, top_of
+    homes = tuple(sorted({"/root", *("/".join(p.split("/")[:3]) for p in learner.held
+                                     if p.startswith("/home/") and p.count("/") >= 3)}))
+    tops: dict[str, int] = {}
+    later: dict[str, str] = {}
+    for path, why in sorted(learner.held.items()):
+        if why:
+            later[shown(path, homes)] = why
+        else:
+            top = top_of(path, homes)
+            tops[top] = tops.get(top, 0) + 1
+    out = ["", "# The program wrote outside its work set; vpnw held those writes and did not",
+           "# make them (`vpnw changes RUN`). To let it write there for real, add to",
+           "# [files] allow_write (a suggestion, not applied):"]
+    width = min(44, max(len(toml_string(p)) + 1 for p in [*tops, *later]))
+    for top, count in sorted(tops.items()):
+        out.append(f"#     {(toml_string(top) + ','):<{width}}  # {count} write{'s' if count != 1 else ''}")
+    for path, why in sorted(later.items()):
+        out.append(f"#     {(toml_string(path) + ','):<{width}}  # runs later on its own ({why}): "
+                   f"only if you mean it")
+    return out
 
 
 def _unix_table(learner: _Learner) -> list[str]:
