@@ -80,11 +80,12 @@ uid, gid = os.getuid(), os.getgid()
 priv.unshare(priv.CLONE_NEWUSER | priv.CLONE_NEWNS)
 priv.write_id_maps(uid, gid)
 priv.mount(None, "/", None, priv.MS_REC | priv.MS_PRIVATE)
+held_fd = os.open(held, os.O_DIRECTORY)    # held/ is hidden once the layer is made
 start = time.perf_counter()
 held_layer.mount(held, (work, "/tmp"), hide, (home,))
 took = (time.perf_counter() - start) * 1000
 import json
-with open(os.path.join(held, "layers.json")) as f:
+with open("layers.json", opener=lambda name, flags: os.open(name, flags, dir_fd=held_fd)) as f:
     print(took, len(json.load(f)))
 '''
     took, count = [], 0

@@ -156,6 +156,11 @@ def test_the_red_teams_plants_are_held_under_trace(world, user, homes):
     inside = results_of(r)
     assert {k: v["result"] for k, v in inside.items()} == {op["name"]: "ok" for op in red_team_ops(home)}, \
         describe(r)
+    # A plain rename of a directory below the layer is EXDEV (what mv then copies, above).
+    renamed = world.vpnw(["trace", "--", *probe(world, [
+        {"name": "rename", "op": "rename", "src": f"{home}/.local", "path": f"{home}/.local-aside"}])],
+        user=user, cwd=work, env=env_for(home))
+    assert results_of(renamed)["rename"]["result"] == "EXDEV", describe(renamed)
     assert inside["reads_back"]["data"] == "ssh-ed25519 AAAA-the-attackers-key evil\n"
     # Nothing reached the real files.
     assert snapshot(home) == before
@@ -184,6 +189,9 @@ def test_the_red_teams_plants_are_held_under_trace(world, user, homes):
         {op["name"]: "ok" for op in red_team_ops(other)}, describe(control)
     assert "evil" in (other / ".local/bin/vpnw").read_text()
     assert "attackers-key" in (other / ".ssh/authorized_keys").read_text()
+    control = world.run(probe(world, [{"name": "rename", "op": "rename", "src": f"{other}/.local",
+                                       "path": f"{other}/.local-aside"}]), user=user, cwd=work)
+    assert results_of(control)["rename"]["result"] == "ok" and (other / ".local-aside").is_dir()
 
 
 # ── a sweep of persistence paths: one run writes them all ────────────────────
@@ -266,7 +274,8 @@ def test_a_program_reads_back_what_it_wrote_outside_and_pip_user_installs(world,
     home = homes()
     work = world.workdir(user)
     script = (
-        "set -e; mkdir -p ~/.cache && echo cached > ~/.cache/x && cat ~/.cache/x; "
+        # A FIFO left behind is listed, never opened (its open would block).
+        "set -e; mkdir -p ~/.cache && echo cached > ~/.cache/x && cat ~/.cache/x; mkfifo ~/.cache/fifo; "
         "/usr/bin/python3 -m pip install -q --user --break-system-packages --no-cache-dir "
         "--index-url http://pypi.world/simple --trusted-host pypi.world "
         f"{DEMO_PACKAGE}; /usr/bin/python3 -c 'import {DEMO_PACKAGE.replace('-', '_')} as m; print(m.VALUE)'")
@@ -277,7 +286,7 @@ def test_a_program_reads_back_what_it_wrote_outside_and_pip_user_installs(world,
     assert r.stdout.splitlines() == ["cached", DEMO_VALUE], describe(r)
     assert not (home / ".cache").exists() and not (home / ".local").exists()
     held = {e["path"] for e in held_json(r.state_home)["entries"]}
-    assert f"{home}/.cache/x" in held
+    assert f"{home}/.cache/x" in held and f"{home}/.cache/fifo" in held
     assert any(p.startswith(f"{home}/.local/lib/python3") and p.endswith("__init__.py") for p in held)
 
 
@@ -313,3 +322,38 @@ def test_an_agents_own_state_under_its_preset_persists(world, user, homes):
     assert not (home / ".elsewhere").exists()
     held = {e["path"] for e in held_json(r.state_home)["entries"]}
     assert f"{home}/.elsewhere" in held
+
+
+# ── where no layer can be had: read-only, said, never a writable home ───────
+
+def test_without_a_layer_writes_outside_fail_read_only_and_say_why(world, user, homes):
+    home = homes()
+    seed(home, user, {".bashrc": "# mine\n"})
+    before = snapshot(home)
+    work = world.workdir(user)
+    state = world.state_home(user)
+    (state / "vpnw").mkdir()
+    (state / "vpnw" / "held").write_text("not a directory\n")     # no held directory can be made
+    shutil.chown(state / "vpnw", user, user)
+    ops = [{"name": "bashrc", "op": "write", "path": f"{home}/.bashrc", "data": "evil\n"},
+           {"name": "cache", "op": "plant", "path": f"{home}/.cache/x"},
+           {"name": "work", "op": "create", "path": f"{work}/made"}]
+    r = world.vpnw(["run", "--", *probe(world, ops)], user=user, cwd=work, env=env_for(home),
+                   state_home=state)
+    assert r.returncode == 0, describe(r)
+    assert {k: v["result"] for k, v in results_of(r).items()} == \
+        {"bashrc": "EROFS", "cache": "EROFS", "work": "ok"}, describe(r)
+    assert "writes outside the work set fail read-only (EROFS), not held: vpnw cannot make the " \
+           "run's held directory" in r.stderr, describe(r)
+    assert snapshot(home) == before
+    start = the_record(state)[0]["fields"]["work_set"]
+    assert start["outside"] == "read-only" and "held directory" in start["why"]
+    # The control: outside vpnw the same writes land.
+    control = world.run(probe(world, ops[:2]), user=user, cwd=work, env=env_for(home))
+    assert {k: v["result"] for k, v in results_of(control).items()} == {"bashrc": "ok", "cache": "ok"}
+
+
+def test_doctor_says_which_one_this_machine_gets(world, user):
+    r = world.vpnw(["doctor"], user=user)
+    line = next((l for l in r.stdout.splitlines() if "held_layer" in l), "")
+    assert line.split()[:2] == ["ok", "held_layer"], r.stdout

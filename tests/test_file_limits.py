@@ -273,3 +273,25 @@ def test_the_learned_draft_suggests_files_limits_that_parse_once_uncommented():
     files = parse_policy(uncommented, "agent.toml").files
     assert tuple(e.text for e in files.deny_read) == SECRET_LOCATIONS
     assert [e.text for e in files.allow_write] == [".", "/tmp"]
+
+
+# ── outside = "held" (issue 42) ──────────────────────────────────────────────
+
+def test_outside_chooses_the_held_layer_and_other_values_are_refused_with_the_line():
+    held = parse_policy(HEAD + '[files]\nallow_write = ["."]\noutside = "held"\n', "a.toml").files
+    assert held.outside == "held"
+    assert parse_policy(HEAD + '[files]\nallow_write = ["."]\n', "a.toml").files.outside == "read-only"
+    for value in ('"hold"', "true", '"Held"'):
+        lines = bad(HEAD + f'[files]\nallow_write = ["."]\noutside = {value}\n')
+        assert len(lines) == 1 and lines[0].startswith("agent.toml:6: outside = "), lines
+        assert '"read-only", "held"' in lines[0]
+
+
+def test_under_outside_held_an_absent_allow_write_path_is_left_out_and_landlock_is_off(tree):
+    home, work = str(tree / "home"), str(tree / "work")
+    written = FileRules(allow_write=(FileEntry(".", 1), FileEntry("~/.claude", 2)), outside="held")
+    limits = resolve(written, "agent.toml", home=home, cwd=work)
+    assert [l.path for l in limits.allow_write] == [work]
+    assert limits.held and limits.to_helper(landlock_abi=4).landlock_abi == 0
+    with pytest.raises(PolicyError):
+        resolve(written._replace(outside="read-only"), "agent.toml", home=home, cwd=work)

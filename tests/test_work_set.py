@@ -79,10 +79,13 @@ def test_a_mount_with_mounts_below_is_split_and_a_home_is_an_overlay_of_its_own(
 
 def test_a_directory_that_does_not_fit_is_split_around_one_that_does():
     # An unprivileged user: /var is root's, /var/tmp is writable.
-    fits = {"/var/tmp", HOME}.__contains__
+    fits = {"/var/tmp", HOME, "/run/user/1000", "/boot/efi"}.__contains__
     plan = layer_plan(mount_table(MOUNTINFO), ("/tmp",), entries_of, anchors=(HOME,), fits=fits)
-    assert "/var" not in plan.targets and {"/var/tmp", "/var/lib", "/var/log"} <= set(plan.targets)
-    assert "/usr" in plan.targets       # nothing of the user's below: one overlay
+    assert "/var" not in plan.targets and "/var/tmp" in plan.targets
+    # Nothing of the user's in them: no overlay, read-only on their mount.
+    assert not {"/usr", "/var/lib", "/var/log", "/home/you", "/srv/my data"} & set(plan.targets)
+    assert {"/", "/home", "/srv/my data"} <= set(plan.read_only)
+    assert {HOME, "/run/user/1000", "/boot/efi"} <= set(plan.targets)
 
 
 def test_runs_later_names_what_runs_on_its_own():

@@ -139,7 +139,11 @@ def layer_plan(mounts: list[Mount], work: tuple[str, ...], entries_of, *,
     (EOVERFLOW). So the overlay over a home must be rooted at the home
     itself (anchors: the invoker's homes), never at /home, and a directory
     that does not fit but holds one that does (/var, holding /var/tmp) is
-    split too, looked into `looked_into` levels below its mount at most."""
+    split too, looked into `looked_into` levels below its mount at most. A
+    directory that does not fit and holds none that does (/usr for an
+    unprivileged user) gets no overlay: it stays on its mount, read-only
+    (the invoker could make nothing there; a file of theirs deep inside one
+    is read-only, never written)."""
     fits = fits or (lambda _d: True)
     points = [m.point for m in mounts]
     targets: list[str] = []
@@ -204,9 +208,11 @@ class _Split:
             return                       # another mount: judged by itself
         if d in self.must_split:
             pass
-        elif self.fits(d) or depth >= self.looked_into \
-                or not any(self.fits(c) for c in self._subdirs(d)):
+        elif self.fits(d):
             self.targets.append(d)
+            return
+        elif depth >= self.looked_into or not any(self.fits(c) for c in self._subdirs(d)):
+            self.split = True            # stays on its mount, made read-only
             return
         self.split = True
         for child in self._subdirs(d):

@@ -8,8 +8,11 @@ docs/architecture.md, "The held layer", says why it is built this way).
        (an upper directory under an overlaid home would be refused).
     2. Each target directory gets an overlay: lower = itself, upper and
        work = held/<run-id>/layers/<n>/{upper,work}, `userxattr` (the
-       unprivileged form, Linux >= 5.11). One that cannot be mounted is
-       bound read-only instead (never left writable).
+       unprivileged form, Linux >= 5.11), `volatile` (when the namespace
+       ends, each overlay would otherwise sync the whole file system its
+       upper lies on: on a busy disk, hundreds of ms at the end of every
+       run; what is held is not worth a sync). One that cannot be mounted
+       is bound read-only instead (never left writable).
     3. The work set is bound back, real (recursive binds of what was opened
        in 1), before 4, so its binds keep the flags they had.
     4. The mounts split around the mounts below them are made read-only,
@@ -21,8 +24,10 @@ docs/architecture.md, "The held layer", says why it is built this way).
 from __future__ import annotations
 
 import errno
-import json
 import os
+# json's C half, as stages/wire/status.py uses it: the json package loads
+# `re` (docs/architecture.md, "Start-up budget"), and init is on the way to Ready.
+from _json import encode_basestring
 
 from stages.config.work_set import layer_plan, mount_table
 # Imported before the layer: a module first imported after it would leave
@@ -130,7 +135,7 @@ def _overlays(targets, layers_fd: int, opened: list[int]):
             opened.append(wfd)
             priv.mount("overlay", f"/proc/self/fd/{tfd}", "overlay", _kept_fd(tfd),
                        f"lowerdir=/proc/self/fd/{tfd},upperdir=/proc/self/fd/{ufd},"
-                       f"workdir=/proc/self/fd/{wfd},userxattr")
+                       f"workdir=/proc/self/fd/{wfd},userxattr,volatile")
             mounted.append((target, f"layers/{n}/upper"))
         except OSError as e:
             refused.append((target, errno.errorcode.get(e.errno, str(e.errno))))
@@ -141,8 +146,10 @@ def _overlays(targets, layers_fd: int, opened: list[int]):
 
 
 def _layers_json(mounted) -> str:
-    return json.dumps([{"mount": target, "upper": upper} for target, upper in mounted],
-                      ensure_ascii=False) + "\n"
+    """[{"mount": ..., "upper": ...}, ...] as json.dumps(ensure_ascii=False) writes it."""
+    items = [f'{{"mount": {encode_basestring(target)}, "upper": {encode_basestring(upper)}}}'
+             for target, upper in mounted]
+    return "[" + ", ".join(items) + "]\n"
 
 
 def _write(dir_fd: int, name: str, text: str) -> None:

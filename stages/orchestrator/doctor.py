@@ -243,11 +243,13 @@ def check_held_layer() -> Check:
         return Check("held_layer", "warn", f"writes outside a run's work set fail read-only (EROFS), "
                      f"not held: {why}", "run vpnw on Linux 5.11 or newer")
     state = vpnw_state_dir()
+    where = state
+    while not os.path.isdir(where) and where != "/":
+        where = os.path.dirname(where)     # nothing is made for the check: the nearest that exists
     try:
-        os.makedirs(state, mode=0o700, exist_ok=True)
-        scratch = tempfile.mkdtemp(prefix=".doctor-held-", dir=state)
+        scratch = tempfile.mkdtemp(prefix=".vpnw-doctor-held-", dir=where)
     except OSError as e:
-        return Check("held_layer", "warn", f"cannot try the held layer: {state}: {e.strerror}; "
+        return Check("held_layer", "warn", f"cannot try the held layer: {where}: {e.strerror}; "
                      "runs then keep writes outside their work set read-only",
                      "make vpnw's state directory writable")
     try:

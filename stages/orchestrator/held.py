@@ -54,15 +54,17 @@ def kernel_can(release: str | None = None) -> str | None:
 
 
 def prepare(run_id: str, state: str, cwd: str, homes: tuple[str, ...], files) -> Layer | None:
-    """The layer of a run without [files], or with [files] outside = "held";
-    None when [files] keeps its read-only meaning."""
-    if files is not None and (getattr(files, "outside", "read-only") != "held"
-                              or not files.limits_writes):
+    """The layer of a run without [files] (or whose [files] has no
+    allow_write: no write limit, as without one), or with [files] outside =
+    "held"; None when [files] keeps its read-only meaning, or lifts the
+    write limit (allow_write = ["/"])."""
+    limited = files is not None and files.allow_write is not None
+    if limited and (not files.limits_writes or getattr(files, "outside", "read-only") != "held"):
         return None
     real_cwd = os.path.realpath(cwd)
     real_homes = tuple(os.path.realpath(h) for h in homes)
-    allow = tuple(l.path for l in files.writable()) if files is not None else ()
-    work = ws.work_set(real_cwd, real_homes, allow, with_files=files is not None,
+    allow = tuple(l.path for l in files.writable()) if limited else ()
+    work = ws.work_set(real_cwd, real_homes, allow, with_files=limited,
                        tmp=os.path.realpath("/tmp"))
     root = held_root(state)
     why = kernel_can()
@@ -85,10 +87,11 @@ def prepare(run_id: str, state: str, cwd: str, homes: tuple[str, ...], files) ->
     return Layer(work, held, root, None, real_homes)
 
 
-def read_only_plan(layer: Layer):
-    """The fallback: writes outside the work set fail read-only (EROFS)."""
+def read_only_plan(layer: Layer, files_plan=None):
+    """The fallback: writes outside the work set fail read-only (EROFS);
+    a [files] table's deny_read still hidden."""
     from stages.wire.helper_plan import Files
-    return Files(hide=(), limit_writes=True,
+    return Files(hide=tuple(files_plan.hide) if files_plan is not None else (), limit_writes=True,
                  writable=tuple((p, "dir" if os.path.isdir(p) else "file") for p in layer.work.paths),
                  landlock_abi=0)
 
@@ -101,11 +104,19 @@ def _sha256(path: str, size: int) -> str | None:
     import hashlib
     h = hashlib.sha256()
     try:
-        with open(path, "rb") as f:
-            while chunk := f.read(1 << 20):
-                h.update(chunk)
+        # Never follows a link, never blocks on a FIFO put there meanwhile.
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError:
         return None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        while chunk := os.read(fd, 1 << 20):
+            h.update(chunk)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
     return h.hexdigest()
 
 
@@ -122,7 +133,7 @@ def _before(real: str) -> dict:
 def _opaque(path: str) -> bool:
     for name in OPAQUE_XATTRS:
         try:
-            if os.getxattr(path, name, follow_symlinks=False) in (b"y", b"x"):
+            if os.getxattr(path, name, follow_symlinks=False) == b"y":
                 return True
         except OSError:
             continue
@@ -188,6 +199,7 @@ def not_held(layer: Layer) -> list[tuple[str, str]]:
 class Held(NamedTuple):
     entries: list
     truncated: bool
+    empty: bool = False      # nothing held: the held directory is to be removed (remove_empty)
 
 
 def collect(layer: Layer, run_id: str, homes: tuple[str, ...], path_dirs: tuple[str, ...],
@@ -203,7 +215,8 @@ def collect(layer: Layer, run_id: str, homes: tuple[str, ...], path_dirs: tuple[
             if len(entries) >= MAX_ENTRIES:
                 truncated = True
                 break
-            regular = kind == "file"
+            # Only a regular file is read: a FIFO the program left would block the open.
+            regular = kind == "file" and stat.S_ISREG(st_.st_mode)
             entries.append({
                 "path": real, "kind": kind, "size": st_.st_size if regular else 0,
                 "sha256": _sha256(path, st_.st_size) if regular else None,
@@ -213,15 +226,20 @@ def collect(layer: Layer, run_id: str, homes: tuple[str, ...], path_dirs: tuple[
         if truncated:
             break
     if not entries and not not_held(layer):
-        remove(layer.dir)
-        try:
-            os.rmdir(os.path.dirname(layer.dir))    # held/, when no run holds anything
-        except OSError:
-            pass
-        return Held([], False)
+        return Held([], False, empty=True)
     entries.sort(key=lambda e: e["path"])
     _write_held_json(layer.dir, {"v": 1, "run": run_id, "entries": entries, "truncated": truncated})
     return Held(entries, truncated)
+
+
+def remove_empty(layer: Layer) -> None:
+    """The held directory of a run that held nothing, and held/ when no run
+    holds anything: done while the recorder signs the record."""
+    remove(layer.dir)
+    try:
+        os.rmdir(os.path.dirname(layer.dir))
+    except OSError:
+        pass
 
 
 def _write_held_json(held: str, doc: dict) -> None:
@@ -235,14 +253,21 @@ def _write_held_json(held: str, doc: dict) -> None:
 
 
 def remove(held: str) -> None:
-    """A held directory, gone: overlay leaves work/work with mode 0. The
-    layout init made is removed directly (a run that held nothing: a few
-    rmdir per overlay); anything else by a walk that unlocks as it goes."""
+    """A held directory, gone. Overlay leaves `work/work` and, with
+    `volatile`, `work/work/incompat/volatile` with mode 0 (root passes
+    them by; the user makes them 0700 first). The layout init made is
+    removed directly (a run that held nothing: a few calls per overlay);
+    anything else by a walk that unlocks each directory before it lists it."""
+    locked = ("work/work", "work/work/incompat/volatile") if os.geteuid() != 0 else ()
     try:
         with os.scandir(os.path.join(held, "layers")) as it:
             numbered = [e.path for e in it if e.name.isdigit()]
         for layer in numbered:
-            for part in ("work/work", "work", "upper", ""):
+            for part in locked:
+                os.chmod(os.path.join(layer, part), 0o700)
+            os.unlink(os.path.join(layer, "work/work/incompat/volatile/dirty"))
+            for part in ("work/work/incompat/volatile", "work/work/incompat", "work/work", "work",
+                         "upper", ""):
                 os.rmdir(os.path.join(layer, part) if part else layer)
         os.rmdir(os.path.join(held, "layers"))
         for name in ("layers.json", "not-held"):

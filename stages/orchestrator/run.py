@@ -219,8 +219,7 @@ def _execute(request: RunRequest, terminal: _Terminal, helper: _Helper) -> int:
     if moved:
         say(moved)
         code, error = ExitCode.INTERNAL, error or moved
-    if layer is not None:
-        _what_was_held(request, layer, run_id, emitter)
+    held_nothing = layer is not None and _what_was_held(request, layer, run_id, emitter)
     _say_new_repositories(request, record, protection)
     if relay is not None:
         relay.finish_program()
@@ -235,6 +234,10 @@ def _execute(request: RunRequest, terminal: _Terminal, helper: _Helper) -> int:
     mark("vpnw", "run.end sent")
     os.close(events_w)
     run.reap()
+    if held_nothing:
+        from stages.orchestrator.held import remove_empty
+        remove_empty(layer)
+        mark("vpnw", "held: empty layers removed")
     return _wait_for_the_recorder(recorder_pid, relay, record, int(code))
 
 
@@ -279,13 +282,14 @@ def _held_layer(request: RunRequest, run_id: str):
 def _with_the_layer(layer, files_plan, protection):
     """(the helper's [files] plan, the protection) once the layer is decided."""
     from stages.orchestrator import held
-    if layer.dir is None and files_plan is None:
-        files_plan = held.read_only_plan(layer)     # the fallback: fail closed
+    if layer.dir is None and (files_plan is None or not files_plan.limit_writes):
+        files_plan = held.read_only_plan(layer, files_plan)     # the fallback: fail closed
     return files_plan, held.outside_work_set(protection, layer)
 
 
-def _what_was_held(request: RunRequest, layer, run_id: str, emitter) -> None:
-    """After the program: held.json, the record's files.held and one line."""
+def _what_was_held(request: RunRequest, layer, run_id: str, emitter) -> bool:
+    """After the program: held.json, the record's files.held and one line.
+    True when nothing was held (its directory is then removed, later)."""
     from stages.config.lookups import invoker_homes
     from stages.config.work_set import held_line
     from stages.orchestrator import held
@@ -294,11 +298,13 @@ def _what_was_held(request: RunRequest, layer, run_id: str, emitter) -> None:
     homes = tuple(dict.fromkeys(os.path.realpath(h) for h in (home, *other_homes)))
     path_dirs = tuple(os.path.realpath(d) for d in request.env.get("PATH", "").split(":") if d.startswith("/"))
     vpnw_paths = (vpnw_state_dir(), sys.prefix, os.path.dirname(stages.__file__))
+    mark("vpnw", "held: walk begun")
     try:
         found = held.collect(layer, run_id, homes, path_dirs, vpnw_paths)
+        mark("vpnw", "held: walked")
     except OSError as exc:
         say(f"cannot list what the run held in {layer.dir}: {exc}")
-        return
+        return False
     if found.entries:
         emitter.emit("files.held", **held.record_fields(found))
         say(held_line(found.entries, run_id, homes, found.truncated))
@@ -308,6 +314,7 @@ def _what_was_held(request: RunRequest, layer, run_id: str, emitter) -> None:
         say(f"{len(refused)} director{'y' if len(refused) == 1 else 'ies'} outside the work set "
             f"were read-only, not held (an overlay could not be mounted there): {shown}"
             f"{' and more' if len(refused) > 3 else ''}")
+    return found.empty
 
 
 def _start_broker(request: RunRequest, terminal: _Terminal, helper: _Helper, run_id: str,
