@@ -237,15 +237,23 @@ def test_no_held_writes_at_all(home):
 def test_prune_keeps_layers_bounded_by_age_and_size(tmp_path):
     root = tmp_path / "held"
     now = time.time()
-    for name, age, size in (("r-old", 40 * 86400, 10), ("r-mid", 2 * 86400, 6000), ("r-new", 60, 6000),
-                            ("r-live", 50 * 86400, 10)):
+    for name, age, size, ended in (("r-old", 40 * 86400, 10, True), ("r-mid", 2 * 86400, 6000, True),
+                                   ("r-going", 3 * 86400, 6000, False), ("r-new", 60, 6000, True),
+                                   ("r-live", 50 * 86400, 10, True)):
         d = root / name
         d.mkdir(parents=True)
         (d / "blob").write_bytes(b"x" * size)
+        if ended:
+            (d / "held.json").write_text("{}")
         os.utime(d, (now - age, now - age))
-    removed = held_mod.prune(str(root), now=now, keep_bytes=10_000, spare={"r-live"})
+    sizes = {d.name: held_mod._size_of(str(d)) for d in root.iterdir()}
+    # Room for all but r-old and r-mid: once r-old is gone by age, the size
+    # budget takes the oldest ended layer, r-mid, and skips r-going.
+    keep = sum(sizes.values()) - sizes["r-old"] - sizes["r-mid"]
+    removed = held_mod.prune(str(root), now=now, keep_bytes=keep, spare={"r-live"})
+    # r-going has no held.json yet: a run going on, which only age removes.
     assert removed == ["r-old", "r-mid"]
-    assert sorted(p.name for p in root.iterdir()) == ["r-live", "r-new"]
+    assert sorted(p.name for p in root.iterdir()) == ["r-going", "r-live", "r-new"]
 
 
 def test_a_manifest_that_is_not_ours_is_refused(home, layer):

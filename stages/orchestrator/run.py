@@ -308,6 +308,13 @@ def _what_was_held(request: RunRequest, layer, run_id: str, emitter) -> bool:
     if found.entries:
         emitter.emit("files.held", **held.record_fields(found))
         say(held_line(found.entries, run_id, homes, found.truncated))
+        # Held layers are kept for a bounded time and size (docs/changes.md):
+        # only a run that added one pays for the look.
+        from stages.record.held import held_root, prune
+        try:
+            prune(held_root(), spare={run_id})
+        except OSError:
+            pass
     refused = held.not_held(layer)
     if refused:
         shown = ", ".join(f"{path} ({why})" for path, why in refused[:3])

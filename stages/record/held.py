@@ -427,13 +427,16 @@ def prune(root: str | None = None, now: float | None = None, keep_seconds: int =
         except OSError:
             continue
         if stat.S_ISDIR(st.st_mode) and name not in spare:
-            layers.append((st.st_mtime, name, path))
+            # A layer without held.json belongs to a run going on (or to one
+            # that died): only its age may remove it, never the size budget.
+            ended = os.path.exists(os.path.join(path, MANIFEST))
+            layers.append((st.st_mtime, name, path, ended))
     layers.sort()
     removed = []
-    sizes = {name: _size_of(path) for _, name, path in layers}
+    sizes = {name: _size_of(path) for _, name, path, _ in layers}
     total = sum(sizes.values())
-    for mtime, name, path in layers:
-        if now - mtime > keep_seconds or total > keep_bytes:
+    for mtime, name, path, ended in layers:
+        if now - mtime > keep_seconds or (ended and total > keep_bytes):
             remove_tree(path)
             total -= sizes[name]
             removed.append(name)
