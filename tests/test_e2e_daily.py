@@ -357,7 +357,7 @@ def test_runs_and_show_tell_running_from_cut(world, user):
             assert time.monotonic() < end and proc.poll() is None
             time.sleep(0.05)
         row = world.vpnw(["runs"], user=user, state_home=state).stdout.splitlines()[1].split()
-        assert row[3:5] == ["run", "sleep"] and row[-2] == "running", row
+        assert row[3:5] == ["run", "sleep"] and row[-3] == "running", row
         shown = world.vpnw(["show"], user=user, state_home=state).stdout
         assert shown.splitlines()[-1].startswith("vpnw  this run is still running"), shown
         os.kill(proc.pid, signal.SIGKILL)          # vpnw itself: the record is left without run.end
@@ -372,6 +372,6 @@ def test_runs_and_show_tell_running_from_cut(world, user):
             break
         time.sleep(0.1)
     assert listed[0]["state"] == "cut" and listed[0]["exit_code"] is None, listed
-    assert world.vpnw(["runs"], user=user, state_home=state).stdout.splitlines()[1].split()[-2] == "cut"
+    assert world.vpnw(["runs"], user=user, state_home=state).stdout.splitlines()[1].split()[-3] == "cut"
     shown = world.vpnw(["show"], user=user, state_home=state).stdout
     assert shown.splitlines()[-1].startswith("vpnw  this run was cut short"), shown
