@@ -278,7 +278,9 @@ def test_a_refused_captured_connection_is_answered_in_its_own_protocol():
     assert refusal_answer(request[:20], denied) is None
     answer = refusal_answer(request, denied)
     head, body = answer.split(b"\r\n\r\n", 1)
-    assert head.startswith(b"HTTP/1.1 403 Forbidden\r\n") and b"\r\nProxy-Status: vpnw;" in head
+    assert head.startswith(b"HTTP/1.1 403 vpnw: evil.example:443 denied: no allow rule matches "
+                           b"evil.example:443; default is deny (set in the policy)\r\n")
+    assert b"\r\nProxy-Status: vpnw;" in head
     assert body == (b"vpnw: evil.example:443 denied: no allow rule matches evil.example:443; "
                     b"default is deny (set in the policy)\n")
     assert refusal_answer(b"SSH-2.0-OpenSSH_9.2\r\n", denied) == b""   # another protocol: the reset
