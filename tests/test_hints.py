@@ -84,3 +84,15 @@ def test_a_refused_loopback_port_the_machine_listens_on_names_the_rule():
                                   ev("run.end", exit_code=0))) == []
     assert closing_hints(facts_of(START, ev("program.exit", code=1, signal=None, loopback_refused="80"),
                                   ev("run.end", exit_code=1))) == []
+
+
+def test_the_no_route_hint_names_capture_unless_the_run_captured():
+    """Issue 44: a program that ignores the proxy settings (plain ssh,
+    getent, Node 20's fetch) is sent through the doors by --capture."""
+    hints = closing_hints(facts_of(START, ev("program.exit", code=1, signal=None, no_route=1),
+                                   ev("run.end", exit_code=1)))
+    assert "run it with --capture to send such connections through vpnw's doors" in hints[0]
+    captured = dict(START, fields={**START["fields"], "capture": True})
+    hints = closing_hints(facts_of(captured, ev("program.exit", code=1, signal=None, no_route=1),
+                                   ev("run.end", exit_code=1)))
+    assert "--capture" not in hints[0]
