@@ -614,7 +614,8 @@ HEADLESS = {
                            "API key not valid", "generativelanguage.googleapis.com", "play.googleapis.com",
                            "API key not valid"),
     "opencode": Headless(OPENCODE, ["run", "say hi"], {"OPENAI_API_KEY": "sk-vpnw-test"},
-                         "Incorrect API key provided", "api.openai.com", "api.openai.com", "vpnw: denied"),
+                         "Incorrect API key provided", "api.openai.com", "api.openai.com",
+                         "vpnw: api.openai.com:443 denied"),
 }
 
 

@@ -279,8 +279,21 @@ def test_a_refused_captured_connection_is_answered_in_its_own_protocol():
     assert refusal_answer(request[:20], denied) is None
     answer = refusal_answer(request, denied)
     head, body = answer.split(b"\r\n\r\n", 1)
-    assert head.startswith(b"HTTP/1.1 403 Forbidden\r\n") and b"\r\nProxy-Status: vpnw;" in head
+    assert head.startswith(b"HTTP/1.1 403 vpnw: evil.example:443 denied: no allow rule matches "
+                           b"evil.example:443; default is deny (set in the policy)\r\n")
+    assert b"\r\nProxy-Status: vpnw;" in head
     assert body == (b"vpnw: evil.example:443 denied: no allow rule matches evil.example:443; "
                     b"default is deny (set in the policy)\n")
     assert refusal_answer(b"SSH-2.0-OpenSSH_9.2\r\n", denied) == b""   # another protocol: the reset
     assert refusal_answer(b"\x16\x03\x01\x00\x05\x02\x00\x00\x01\x00", denied) == b""
+
+
+def test_a_long_request_line_and_one_cut_short_are_still_http():
+    from stages.broker.capture_door import refusal_answer
+    from stages.broker.connector import Denied
+    denied = Denied("why", "default", None, "203.0.113.66", 80)
+    line = b"GET /whoami?" + b"x" * 200 + b" HTTP/1.0\r\nHost: evil.example\r\n\r\n"
+    assert refusal_answer(line, denied).startswith(b"HTTP/1.1 403 vpnw: 203.0.113.66:80 denied: why\r\n")
+    for cut in (1, 3, 4, 5):
+        assert refusal_answer(line[:cut], denied) is None, cut
+    assert refusal_answer(b"get / HTTP/1.0\r\n\r\n", denied) == b""      # not a method: the reset

@@ -113,7 +113,7 @@ def test_any_bytes_give_an_answer_or_nothing_never_an_exception(data):
     assert (reply is None) == (fields is None)
 
 
-# --- a name the policy refuses at every port: REFUSED, and the reason (issue 44) -----
+# --- a name the policy refuses at every port: the reason as an Extended DNS Error -----
 
 def _edns(data: bytes) -> bytes:
     return data[:10] + b"\x00\x01" + data[12:] + b"\x00" + struct.pack("!HHIH", 41, 1232, 0, 0)
@@ -129,22 +129,26 @@ POLICY = parse_policy('version = 1\n[policy]\ndefault = "deny"\n'
     ("tracker.net", "no allow rule matches tracker.net; default is deny"),
     ("localhost", "vpnw never dials for the program"),
 ])
-def test_a_refused_name_gets_refused_with_the_reason_as_an_extended_error(name, said):
+def test_a_refused_name_carries_the_reason_as_an_extended_error(name, said):
+    """Answered as any name (REFUSED reads as "Temporary failure in name
+    resolution" to glibc, "server misbehaving" to Go), the reason in an
+    Extended DNS Error 15 "Blocked" when the query has EDNS; the program
+    then meets the refusal at the connection, with the same reason."""
     names = pool()
 
     def refusal(host):
         return name_refusal(host, POLICY)
     reply, fields = dns_door.answer(_edns(query(name)), names, "udp", refusal)
-    assert fields["rcode"] == "REFUSED" and said in fields["reason"], fields
+    assert fields["rcode"] == "NOERROR" and fields["address"] and said in fields["reason"], fields
     code, text = dns.extended_error(reply)
     assert code == dns.EDE_BLOCKED and text.startswith(f"vpnw: {name} denied: ") and said in text
-    assert names.given == {}
-    # Without EDNS there is no place for the reason (and glibc would read
-    # REFUSED as a temporary failure): the made-up address, so that the
-    # connection is refused in its own protocol, with the reason.
-    reply, fields = dns_door.answer(query(name), names, "udp", refusal)
-    assert fields["rcode"] == "NOERROR" and fields["address"] and dns.extended_error(reply) is None
     assert names.name_for(ipaddress.ip_address(fields["address"])) == name
+    # Another type: NODATA, with the reason all the same.
+    reply, fields = dns_door.answer(_edns(query(name, 16)), names, "udp", refusal)
+    assert fields["rcode"] == "NODATA" and dns.extended_error(reply)[0] == dns.EDE_BLOCKED
+    # Without EDNS there is no place for it.
+    reply, fields = dns_door.answer(query(name), names, "udp", refusal)
+    assert fields["rcode"] == "NOERROR" and dns.extended_error(reply) is None
 
 
 @pytest.mark.parametrize("name", ["api.github.com", "files.pythonhosted.org"])

@@ -161,6 +161,7 @@ def test_oversized_and_overfull_messages_are_refused_and_closed():
 
 # --- the whole broker keeps serving after a hostile helper's messages ---------
 
+@pytest.mark.usefixtures("origins_on_loopback")     # its echo server is on this machine's loopback
 def test_the_broker_survives_every_bad_message_and_serves_the_next_connection(run_broker):
     echo = EchoServer()
     b = run_broker()
@@ -196,6 +197,7 @@ def test_the_broker_survives_every_bad_message_and_serves_the_next_connection(ru
         echo.close()
 
 
+@pytest.mark.usefixtures("origins_on_loopback")     # its echo server is on this machine's loopback
 def test_connections_waiting_for_their_request_are_capped(run_broker, monkeypatch):
     from stages.broker import loop
     monkeypatch.setattr(loop, "MAX_PENDING_HANDSHAKES", 4)

@@ -193,3 +193,15 @@ def test_a_name_the_program_looked_up_itself_is_named_too():
         ev("program.exit", code=2, signal=None), ev("run.end", exit_code=2)))
     assert hints == ["hint: the program exited 2; these names could not be resolved on the run's "
                      "path: db.internal (check the spelling, or that the path's DNS knows them)"], hints
+
+
+def test_the_no_route_hint_names_capture_unless_the_run_captured():
+    """Issue 44: a program that ignores the proxy settings (plain ssh,
+    getent, Node 20's fetch) is sent through the doors by --capture."""
+    hints = closing_hints(facts_of(START, ev("program.exit", code=1, signal=None, no_route=1),
+                                   ev("run.end", exit_code=1)))
+    assert "run it with --capture to send such connections through vpnw's doors" in hints[0]
+    captured = dict(START, fields={**START["fields"], "capture": True})
+    hints = closing_hints(facts_of(captured, ev("program.exit", code=1, signal=None, no_route=1),
+                                   ev("run.end", exit_code=1)))
+    assert "--capture" not in hints[0]

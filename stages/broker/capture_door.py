@@ -37,7 +37,10 @@ _SOCKADDR_IN6 = struct.Struct("!2xH4x16s4x")
 # for the server (SMTP, a database) gets the reset after this.
 FIRST_BYTES_WAIT = 3.0
 MAX_HEAD = 64 * 1024
-_HTTP_REQUEST = re.compile(rb"[A-Z]{3,10} [^ \r\n]+ HTTP/1\.[01]\r?\n|[A-Z]{3,10} $|[A-Z]{1,10}$")
+# A request line begins with a method, a space and the target's first
+# character; bytes that could still become one are waited for.
+_REQUEST_LINE = re.compile(rb"[A-Z]{3,10} [^ \r\n]")
+_REQUEST_LINE_SO_FAR = re.compile(rb"[A-Z]{1,10} ?")
 
 
 class NoOriginalDestination(Exception):
@@ -147,8 +150,8 @@ def refusal_answer(first: bytes, denied: Denied) -> bytes | None:
         except tls_hello.NotClientHello:
             return b""
         return None if hello is None else tls_hello.ACCESS_DENIED_ALERT
-    if _HTTP_REQUEST.match(first[:40]) is None:
-        return b""
+    if _REQUEST_LINE.match(first[:12]) is None:
+        return None if len(first) < 12 and _REQUEST_LINE_SO_FAR.fullmatch(first) else b""
     if b"\r\n\r\n" not in first and b"\n\n" not in first:
         return None if len(first) < MAX_HEAD else b""
     return http_proxy.denied_response(denied)

@@ -13,12 +13,12 @@ carries nothing out of the sandbox (no DNS tunnel through query names).
     names the policy refuses at every port, by name alone (a deny rule
     without a port, deny_private's special names, localhost and the names
     below it, a default of deny no allow rule names; decide.name_refusal):
-    a query with EDNS (dig, most resolvers) gets REFUSED with the doors'
-    reason as an Extended DNS Error (RFC 8914, info-code 15 "Blocked"); one
-    without (the C library's stub) has no place for a reason, and glibc
-    reads REFUSED as "Temporary failure in name resolution", which invites
-    a retry: it gets the made-up address, and the connection the reason in
-    its own protocol (capture_door.py: a 403, a TLS alert)
+    answered as any name (the made-up address, NODATA), with the doors'
+    reason as an Extended DNS Error (RFC 8914, info-code 15 "Blocked") when
+    the query has EDNS: dig prints it; a program connects and meets the
+    refusal in its own protocol, with the reason (capture_door.py). Not
+    REFUSED: glibc reads that as "Temporary failure in name resolution" and
+    Go as "server misbehaving", a network fault that invites a retry
     other special names (RFC 6761, .local, .internal, metadata hosts, single
     labels: the deny_private list): NXDOMAIN; names a door would refuse
     (non-ASCII, all digits, odd spellings): REFUSED
@@ -85,15 +85,13 @@ def _decide(query: dns.Query, names: FakeNames, refusal=None) -> tuple[int, tupl
     if not isinstance(host, str):
         return dns.REFUSED, (), "an address or the root is not a name to look up", False
     why = refusal(host) if refusal is not None else None
-    if why is not None and query.edns is not None:
-        return dns.REFUSED, (), why, True
     special = classify_name(host)
     if special and why is None:
         return dns.NXDOMAIN, (), f"a special name, never the internet's: {special}", False
     if query.qtype != dns.A:
-        return dns.NOERROR, (), None, False
+        return dns.NOERROR, (), why, why is not None
     try:
-        return dns.NOERROR, (names.address_for(host),), None, False
+        return dns.NOERROR, (names.address_for(host),), why, why is not None
     except PoolFull as exc:
         return dns.SERVFAIL, (), str(exc), False
 

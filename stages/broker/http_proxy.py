@@ -731,7 +731,10 @@ def denied_response(denied) -> bytes:
     (`vpnw: evil.example:443 denied: REASON`), the reason again in
     X-Vpnw-Deny, and Proxy-Status (RFC 9209) names vpnw."""
     body = (denied.text() + "\n").encode("utf-8", "replace")
-    lines = [b"HTTP/1.1 403 Forbidden",
+    # The reason phrase carries the words too: clients that show no body of
+    # a refused CONNECT print it (Python's http.client, so requests and pip:
+    # "Tunnel connection failed: 403 vpnw: evil.example:443 denied: ...").
+    lines = [b"HTTP/1.1 403 " + header_safe(denied.text()),
              b"Content-Type: text/plain; charset=utf-8",
              b"Content-Length: " + str(len(body)).encode(),
              b"Connection: close",

@@ -78,8 +78,8 @@ def what_the_program_meets(decision, target, policy) -> list[str]:
              "a captured TLS connection: the TLS alert access_denied after its ClientHello"]
     if target.ip is None and d.machine_name(target.host) is None:
         refused = d.name_refusal(target.host, policy)
-        lines.append("the DNS door (with --capture): REFUSED with the reason as an Extended DNS Error "
-                     "to a query with EDNS (dig); a made-up address otherwise" if refused else
+        lines.append("the DNS door (with --capture): a made-up address, with the reason as an Extended "
+                     "DNS Error to a query with EDNS (dig); the connection is refused" if refused else
                      "the DNS door (with --capture): a made-up address; the connection is refused")
     return lines
 

@@ -48,7 +48,7 @@ def attempt(id, fn):
     except socket.timeout:
         say(id, False, "TIMEOUT")
     except OSError as e:
-        say(id, False, errno.errorcode.get(e.errno, str(e)))
+        say(id, False, errno.errorcode.get(e.errno, str(e)), said=e.strerror)
 
 def query(name, qtype, ident=7):
     labels = b"".join(bytes([len(p)]) + p.encode() for p in name.split("."))
@@ -92,7 +92,11 @@ def http_get(address, port=80, family=socket.AF_INET):
             data += chunk
     if not data:
         raise OSError(errno.ECONNRESET, "closed without a reply")
-    return {"seen": json.loads(data.split(b"\r\n\r\n", 1)[1])}
+    head, _, body = data.partition(b"\r\n\r\n")
+    if head.startswith(b"HTTP/1.1 403 vpnw: "):
+        # vpnw's refusal in HTTP's terms (issue 44): the DENY line's words.
+        raise OSError(errno.EACCES, body.decode(errors="replace").strip())
+    return {"seen": json.loads(body)}
 
 def name_get(name):
     address = socket.getaddrinfo(name, 80, socket.AF_INET, socket.SOCK_STREAM)[0][4][0]
@@ -201,11 +205,12 @@ REFUSED_INSIDE = {
     "nft": {"EPERM"},
     # The table rejects UDP to anywhere but 53.
     "udp-not-53": {"EPERM", "ECONNREFUSED"},
-    # Denied by the policy at the capture door: the connection is reset.
-    "refused-name": {"ECONNRESET", "EPIPE"},
+    # Denied by the policy at the capture door: a plain HTTP request gets
+    # vpnw's 403 with the reason (EACCES here); another protocol the reset.
+    "refused-name": {"EACCES"},
     "door-port-elsewhere": {"ECONNRESET", "EPIPE"},
     "capture-door-itself": {"ECONNRESET", "EPIPE"},
-    "made-up-address-of-another-run": {"ECONNRESET", "EPIPE"},
+    "made-up-address-of-another-run": {"EACCES"},
     # A read-only bind, and a mount point cannot be renamed over.
     "resolv-write": {"EROFS", "EACCES"}, "resolv-rename": {"EBUSY", "EROFS", "EACCES", "EXDEV"},
 }
@@ -277,6 +282,8 @@ def test_refused_inside_with_its_control(capture_bench, user, attempt):
     res = got[attempt]
     assert not res["ok"], f"a way out: {attempt} worked inside: {res}\n{describe(r)}"
     assert res["error"] in REFUSED_INSIDE[attempt], f"{attempt}: {res}\n{describe(r)}"
+    if res["error"] == "EACCES" and attempt not in ("resolv-write", "resolv-rename"):
+        assert res["said"].startswith("vpnw: ") and " denied: " in res["said"], res
     assert_every_connection_accounted(events)
     assert not [e for e in events if e["type"] == "conn.open" and e["fields"].get("port") in (1080, 1081)]
     if attempt in NO_CONTROL:

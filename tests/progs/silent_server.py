@@ -2,7 +2,7 @@
 import socket, sys, time
 s = socket.socket()
 s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-s.bind(("127.0.0.1", 0))
+s.bind((sys.argv[1] if len(sys.argv) > 1 else "127.0.0.1", 0))
 s.listen(16)
 print(s.getsockname()[1], flush=True)
 held = []
