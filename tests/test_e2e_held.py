@@ -25,6 +25,7 @@ from pathlib import Path
 import pytest
 
 from e2e_support import describe
+from test_e2e_planted import chown_tree
 from stages.record.check import check_run
 from test_e2e_everyday import NPM_PACKAGE, NPM_VALUE, npm_registry  # noqa: F401  (a fixture)
 from world import DEMO_PACKAGE, DEMO_VALUE
@@ -32,14 +33,6 @@ from world import DEMO_PACKAGE, DEMO_VALUE
 pytestmark = pytest.mark.world
 
 PROBE = Path(__file__).resolve().parent / "progs" / "file_probe.py"
-
-
-def chown_tree(path: Path, user: str) -> None:
-    pw = pwd.getpwnam(user)
-    for root, dirs, files in os.walk(path):
-        os.chown(root, pw.pw_uid, pw.pw_gid)
-        for name in dirs + files:
-            os.lchown(os.path.join(root, name), pw.pw_uid, pw.pw_gid)
 
 
 @pytest.fixture
