@@ -23,9 +23,6 @@ from __future__ import annotations
 
 import os
 
-from stages.kernel import privileges as priv
-from stages.kernel.mounts import MS_BIND, mount_points_under
-
 
 def ancestors_to_pin(paths, mount_points) -> list[str]:
     """The directories above `paths`, up to `/`, that are not mount points
@@ -49,6 +46,10 @@ def pin(paths) -> list[str]:
     outermost first. One this user cannot reach (below a directory it may
     not enter) is as out of the program's reach: skipped. Returns the
     directories bound. Raises OSError."""
+    # Here, not at the top: the orchestrator imports ancestors_to_pin, and
+    # these bring _ctypes into it before the recorder is forked.
+    from stages.kernel import privileges as priv
+    from stages.kernel.mounts import MS_BIND, mount_points_under
     bound = []
     for directory in ancestors_to_pin(paths, mount_points_under("/")):
         try:
@@ -64,5 +65,6 @@ def pin(paths) -> list[str]:
 def unpinned(paths) -> list[str]:
     """The seal check: which of `paths` (the protected paths and the
     directories pinned above them) are not mount points now."""
+    from stages.kernel.mounts import mount_points_under
     points = set(mount_points_under("/"))
     return [p for p in paths if p not in points]

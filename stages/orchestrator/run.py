@@ -591,13 +591,17 @@ def _pinned_names(protection) -> list[str]:
     the run. Not the name look-ups: the host replaces /etc/resolv.conf itself."""
     from stages.config.protected import NAME_LOOKUP
     from stages.helper.pins import ancestors_to_pin
-    from stages.kernel.mounts import mount_points_under
+    # work_set's mountinfo reader, not kernel.mounts': that one brings the
+    # privileges module (and _ctypes) into the orchestrator before the
+    # recorder is forked (tests/test_recorder_start_cost.py).
+    from stages.config.work_set import mount_table
     # Not the evidence files either: `guard --ask` replaces the policy from
     # outside during the run (their folders are compared: _evidence_names).
     paths = [p.path for p in protection.read_only
              if p.path not in NAME_LOOKUP and p.why != "vpnw's evidence"]
     try:
-        points = mount_points_under("/")
+        with open("/proc/self/mountinfo", encoding="utf-8", errors="surrogateescape") as f:
+            points = [m.point for m in mount_table(f.read())]
     except OSError:
         points = ["/"]
     return paths + ancestors_to_pin(paths, points)

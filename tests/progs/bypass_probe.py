@@ -692,8 +692,10 @@ def unix_relink_before_listen(target, mode="blocking"):
     socket outside) at its name, then listen() and connect() to that name:
     a supervisor that took the listener's file by its path would take the
     target for ours."""
-    scratch = _scratch()
-    name = os.path.join(scratch, "own.sock")
+    # Beside the target, as unix_reach's hard link: each directory above
+    # vpnw's protected paths is a mount of its own (pins), and a link across
+    # a mount ends EXDEV before the listen() and connect() this tries.
+    name = os.path.join(os.path.dirname(target), f"own-{_token()}.sock")
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as own:
         own.bind(name)
         os.rename(name, name + ".away")
