@@ -4,7 +4,7 @@
                       [--against REV] [--without-notifier]
 
 Needs root. The whole run happens in a private network + mount namespace made
-for it (loopback only; /etc/hosts there names bench.test -> 127.0.0.1), so no
+for it (loopback only; /etc/hosts there names bench.test -> an address of its own lo, ORIGIN_ADDR), so no
 byte leaves loopback. The vpnw figures run the client INSIDE the sandbox
 (`vpnw run -- client ...`); the broker dials the server on this namespace's
 loopback. Debian's proxies run on the same loopback as the baselines people
@@ -140,6 +140,11 @@ SINK_PORT = 9000
 RELAY_PORTS = (9200, 9201)     # the reference relay: in front of the sink, of nginx
 REFERENCE = "splice relay (C)"
 CAPTURE_ADDR = "10.77.0.1"     # not loopback, so a sandbox with --capture captures it
+# Where vpnw's ways reach the servers: an address of this namespace's own lo,
+# not 127.0.0.1, which vpnw never dials for a program (the machine step,
+# docs/architecture.md "The machine itself"). It is the machine's own address
+# too, so each vpnw way's policy names it by an address rule, as a user would.
+ORIGIN_ADDR = "10.78.0.1"
 NGINX_PORT = 9081
 SMALL_PATH = "/small"
 SMALL_BODY = "a small answer: one GET per connection, then nginx closes. 64 B\n"
@@ -164,12 +169,13 @@ def enter_private_namespace(tmp: str) -> None:
         raise SystemExit(f"mount --make-rprivate /: {os.strerror(ctypes.get_errno())}")
     hosts = os.path.join(tmp, "hosts")
     with open(hosts, "w") as f:
-        f.write("127.0.0.1 localhost bench.test\n::1 localhost\n")
+        f.write(f"127.0.0.1 localhost\n{ORIGIN_ADDR} bench.test\n::1 localhost\n")
     if libc.mount(hosts.encode(), b"/etc/hosts", None, MS_BIND, None) != 0:
         raise SystemExit(f"bind /etc/hosts: {os.strerror(ctypes.get_errno())}")
     subprocess.run(["ip", "link", "set", "lo", "up"], check=True)
     # The capture section's "outside" address: on this namespace's own lo.
     subprocess.run(["ip", "addr", "add", f"{CAPTURE_ADDR}/32", "dev", "lo"], check=True)
+    subprocess.run(["ip", "addr", "add", f"{ORIGIN_ADDR}/32", "dev", "lo"], check=True)
 
 
 def raise_fd_limit() -> None:
@@ -212,7 +218,12 @@ class Place:
         for rules in POLICY_SIZES:
             self.policies[rules] = os.path.join(self.tmp, f"policy-{rules}.toml")
             with open(self.policies[rules], "w") as f:
-                f.write(policy_text(rules, [f"bench.test:{SINK_PORT}", f"bench.test:{NGINX_PORT}"]))
+                f.write(policy_text(rules, [f"bench.test:{SINK_PORT}", f"bench.test:{NGINX_PORT}",
+                                            ORIGIN_ADDR]))
+        # The ways without a policy of N rules: only the origin's address rule.
+        self.origin_policy = os.path.join(self.tmp, "policy-origin.toml")
+        with open(self.origin_policy, "w") as f:
+            f.write(f'version = 1\n[policy]\nallow = ["{ORIGIN_ADDR}"]\n')
 
     def start(self) -> "Place":
         enter_private_namespace(self.tmp)
@@ -225,10 +236,11 @@ class Place:
             for _ in range(self.size >> 20):
                 f.write(chunk)
         os.chmod(self.payload, 0o644)
-        sink = subprocess.Popen([PYTHON, NETLOAD, "serve", str(SINK_PORT)], stdout=subprocess.PIPE)
-        self.procs.append(sink)
-        if sink.stdout.readline().strip() != b"ready":
-            raise SystemExit("the sink did not start")
+        for host in ("127.0.0.1", ORIGIN_ADDR):
+            sink = subprocess.Popen([PYTHON, NETLOAD, "serve", str(SINK_PORT), host], stdout=subprocess.PIPE)
+            self.procs.append(sink)
+            if sink.stdout.readline().strip() != b"ready":
+                raise SystemExit(f"the sink did not start on {host}")
         return self
 
     def start_nginx(self) -> None:
@@ -258,6 +270,7 @@ http {{
     server {{
         listen 127.0.0.1:{NGINX_PORT} backlog=4096;
         listen {CAPTURE_ADDR}:{NGINX_PORT} backlog=4096;
+        listen {ORIGIN_ADDR}:{NGINX_PORT} backlog=4096;
         root {www};
         location = {SMALL_PATH} {{ keepalive_timeout 0; return 200 "{SMALL_BODY.rstrip()}\\n"; }}
     }}
@@ -425,6 +438,11 @@ class Way:
     rev: str | None = None                # --against's revision; None: this tree's vpnw
     via: tuple[int, int] | None = None    # a plain relay's ports (the sink's, nginx's): connect there
 
+    @property
+    def server_host(self) -> str:
+        """The servers' address as this way's client dials it (ORIGIN_ADDR)."""
+        return "127.0.0.1" if self.vpnw is None else ORIGIN_ADDR
+
     def server_port(self, port: int) -> int:
         """The port the client connects to for the server on `port`."""
         return port if self.via is None else self.via[(SINK_PORT, NGINX_PORT).index(port)]
@@ -449,7 +467,7 @@ DIRECT = Way("direct")
 
 def vpnw_way(door: str, rules: int | None = None, rev: str | None = None) -> Way:
     label = f"vpnw {DOOR_NAMES[door]}" + (f", {rules:,} rules" if rules else "") + (f" @{rev}" if rev else "")
-    policy = ("--policy", PLACE.policies[rules]) if rules else ()
+    policy = ("--policy", PLACE.policies[rules] if rules else PLACE.origin_policy)
     return Way(label, door, VPNW_DOORS[door], policy, rules, rev)
 
 
@@ -684,8 +702,8 @@ def bench_bulk(rounds: int, proxies: dict) -> dict:
     runs: dict[str, list[dict]] = {}
     for _ in range(rounds):
         for way in variants(proxies):
-            url = f"http://127.0.0.1:{way.server_port(NGINX_PORT)}/payload"
-            r = run_netload(["bulk", "--to", f"127.0.0.1:{way.server_port(SINK_PORT)}", "--file", PLACE.payload],
+            url = f"http://{way.server_host}:{way.server_port(NGINX_PORT)}/payload"
+            r = run_netload(["bulk", "--to", f"{way.server_host}:{way.server_port(SINK_PORT)}", "--file", PLACE.payload],
                             way, sampler=True)
             if r["received"] != r["bytes"]:
                 raise RuntimeError(f"{way.label}: sent {r['bytes']} but the sink counted {r['received']}")
@@ -745,13 +763,13 @@ def run_curl_get(url: str, way: Way, tunnel: bool = False) -> dict:
 def bench_httpget(rounds: int, proxies: dict) -> dict:
     """A plain http:// GET of the bulk file from nginx: direct, vpnw's HTTP
     door, squid, tinyproxy; the rounds interleaved."""
-    url = f"http://127.0.0.1:{NGINX_PORT}/payload"
     ways = [DIRECT, *vpnw_ways("http")]
     ways += [debian_way(kind, proxies) for kind in ("squid", "tinyproxy") if kind in proxies]
     runs: dict[str, list[float]] = {}
     for _ in range(rounds):
         for way in ways:
-            r = run_netload(["get", "--to", f"127.0.0.1:{NGINX_PORT}", "--path", "/payload"], way)
+            url = f"http://{way.server_host}:{NGINX_PORT}/payload"
+            r = run_netload(["get", "--to", f"{way.server_host}:{NGINX_PORT}", "--path", "/payload"], way)
             if r["bytes"] != PLACE.size:
                 raise RuntimeError(f"{way.label}: {r['bytes']} of {PLACE.size} bytes")
             runs.setdefault(way.label, []).append(r["gbps"])
@@ -759,7 +777,7 @@ def bench_httpget(rounds: int, proxies: dict) -> dict:
             if r["status"] != 200 or r["bytes"] != PLACE.size:
                 raise RuntimeError(f"{way.label} (curl): status {r['status']}, {r['bytes']} of {PLACE.size} bytes")
             runs.setdefault(way.label + " (curl)", []).append(r["gbps"])
-            r = run_netload(["post", "--to", f"127.0.0.1:{SINK_PORT}", "--path", "/upload",
+            r = run_netload(["post", "--to", f"{way.server_host}:{SINK_PORT}", "--path", "/upload",
                              "--file", PLACE.payload], way)
             if r["bytes"] != PLACE.size:
                 raise RuntimeError(f"{way.label} (POST): the sink got {r['bytes']} of {PLACE.size} bytes")
