@@ -151,6 +151,23 @@ def complete_run(ctx, param, incomplete: str):
         [CompletionItem(i) for i in found]
 
 
+def _run_file_or_exit(run: str | None, directory: str, check=lambda path: True) -> str:
+    """RUN as `show` and `watch` take it, resolved to a run file; one line and
+    exit 121 when it names none. `check(path)`: whether to check that the file
+    begins like a run file."""
+    try:
+        path = runs_mod.resolve_run(run, directory)
+        if check(path):
+            runs_mod.check_run_file(path)
+    except (runs_mod.RunNotFound, runs_mod.NotARunFile) as exc:
+        click.echo(f"vpnw: {exc}", err=True)
+        sys.exit(ExitCode.USAGE)
+    except OSError as exc:
+        click.echo(f"vpnw: cannot read the run file {run}: {exc.strerror or exc}", err=True)
+        sys.exit(ExitCode.USAGE)
+    return path
+
+
 @click.command("show")
 @click.argument("run", required=False, shell_complete=complete_run)
 @click.option("--summary", is_flag=True, help="A table per destination instead of every step.")
@@ -179,18 +196,10 @@ def show_command(run: str | None, summary: bool, as_json: bool, fmt: str | None,
         click.echo("vpnw: --key goes with --verify", err=True)
         sys.exit(ExitCode.USAGE)
     directory = _runs_dir(directory)
-    try:
-        path = runs_mod.resolve_run(run, directory)
-        if not verify or not _begins_chained(path):
-            # A first line that is not even a chained line: a run file of an
-            # older vpnw (then --verify says so), or no run file at all (121).
-            runs_mod.check_run_file(path)
-    except (runs_mod.RunNotFound, runs_mod.NotARunFile) as exc:
-        click.echo(f"vpnw: {exc}", err=True)
-        sys.exit(ExitCode.USAGE)
-    except OSError as exc:
-        click.echo(f"vpnw: cannot read the run file {run}: {exc.strerror or exc}", err=True)
-        sys.exit(ExitCode.USAGE)
+    # A first line that is not even a chained line: a run file of an older
+    # vpnw (then --verify says so), or no run file at all (121).
+    path = _run_file_or_exit(run, directory,
+                             check=lambda path: not verify or not _begins_chained(path))
 
     if verify:
         sys.exit(_verify(path, key_file))
@@ -246,13 +255,4 @@ def watch_command(run: str | None, directory: str | None) -> None:
     Ctrl-C stops watching, never the run."""
     from stages.recorder.watch import watch
     directory = _runs_dir(directory)
-    try:
-        path = runs_mod.resolve_run(run, directory)
-        runs_mod.check_run_file(path)
-    except (runs_mod.RunNotFound, runs_mod.NotARunFile) as exc:
-        click.echo(f"vpnw: {exc}", err=True)
-        sys.exit(ExitCode.USAGE)
-    except OSError as exc:
-        click.echo(f"vpnw: cannot read the run file {run}: {exc.strerror or exc}", err=True)
-        sys.exit(ExitCode.USAGE)
-    sys.exit(watch(path))
+    sys.exit(watch(_run_file_or_exit(run, directory)))
