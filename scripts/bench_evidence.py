@@ -70,7 +70,7 @@ def startup(rounds: int) -> dict:
 
 
 def read_marks(path: str) -> dict[str, tuple[int, int]]:
-    """stages/wire/startup_trace.py's file: "stage: what" -> (its first
+    """stages/startup/trace.py's file: "stage: what" -> (its first
     monotonic ns, the CPU us its process had used by then)."""
     found: dict[str, tuple[int, int]] = {}
     with open(path) as f:

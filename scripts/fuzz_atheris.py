@@ -23,7 +23,7 @@ import atheris
 with atheris.instrument_imports():
     from stages.wire import handoff
     from stages.record import events as record
-    from stages.wire import proxy_clients as exit_clients
+    from stages.protocols import proxy_clients as exit_clients
     from stages.broker import http_proxy, socks5
     from stages.config.paths import ConfigError, load_config
     from stages.config.policy import PolicyError, parse_policy

@@ -132,7 +132,7 @@ def audited_run(world, user, work, args: list[str], tag: str = "",
     every process of the run as (ns, pid, module). `tag` names its files
     in `work` (two runs in one test). `script`: IMPORTS_AUDITED_RUN with
     more hooks before it (its sys.argv[1] is the imports file)."""
-    from stages.wire import startup_trace
+    from stages.startup import trace as startup_trace
     trace, imports = work / f"trace{tag}", work / f"imports{tag}"
     result = world.run([world.python, *python_flags, "-c", script, str(imports), *args],
                        user=user, env={startup_trace.VARIABLE: str(trace)})

@@ -49,7 +49,7 @@ def test_another_table_a_missing_rule_or_another_port_is_a_problem():
 
 
 def test_seal_problems_with_and_without_capture_routes():
-    lo = netlink.Link(1, "lo", 0x9)
+    lo = netlink.Interface(1, "lo", 0x9)
     loopback = netlink.Route(socket.AF_INET, bytes([127, 0, 0, 0]), 8, 255, netlink.RTN_LOCAL, 1)
     v4 = netlink.Route(socket.AF_INET, None, 0, 255, netlink.RTN_LOCAL, 1)
     v6 = netlink.Route(socket.AF_INET6, None, 0, 255, netlink.RTN_LOCAL, 1)
@@ -261,7 +261,7 @@ def test_a_refused_captured_connection_is_answered_in_its_own_protocol():
 
     from stages.broker.capture_door import refusal_answer
     from stages.broker.connector import Denied
-    from stages.wire.tls_hello import ACCESS_DENIED_ALERT
+    from stages.protocols.tls_hello import ACCESS_DENIED_ALERT
 
     denied = Denied("no allow rule matches evil.example:443; default is deny (set in the policy)",
                     "default", None, "evil.example", 443)

@@ -1,6 +1,6 @@
 """The DNS door's pure parts: the made-up address pool (stages/broker/fake_ips.py)
 and the answer to every kind of query (stages/broker/dns_door.py), byte by
-byte through the one DNS wire module (stages/wire/dns.py)."""
+byte through the one DNS wire module (stages/protocols/dns.py)."""
 from __future__ import annotations
 
 import ipaddress
@@ -11,7 +11,7 @@ from hypothesis import given, settings, strategies as st
 
 from stages.broker import dns_door
 from stages.broker.fake_ips import POOL, SLOT_SIZE, SLOTS, FakeNames, PoolFull
-from stages.wire import dns
+from stages.protocols import dns
 from stages.broker.decide import name_refusal
 from stages.config.policy import Policy, parse_policy
 

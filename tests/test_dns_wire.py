@@ -4,8 +4,8 @@ import struct
 
 import pytest
 
-from stages.wire.dns import A, AAAA, DnsAnswerError, build_query, parse_answer
-from stages.wire import dns
+from stages.protocols.dns import A, AAAA, DnsAnswerError, build_query, parse_answer
+from stages.protocols import dns
 
 
 def answer(query: bytes, records, rcode=0, flags=0x8180):

@@ -9,7 +9,7 @@ it loads ends the run as a broker that stops mid-run does: 125, a complete
 record, nothing out.
 
 The moment "while the loop loads" is held, not raced: the broker marks
-`loop import begun` (VPNW_STARTUP_TRACE, stages/wire/startup_trace.py)
+`loop import begun` (VPNW_STARTUP_TRACE, stages/startup/trace.py)
 before its import thread starts, and that thread opens the loop's own
 module (stages/broker/loop.py) before it can mark `loop loaded`; a gate on
 that file (tests/open_gate.py, fanotify) holds the open of the process the
@@ -31,7 +31,7 @@ from e2e_support import describe
 from open_gate import OpenGate
 from stages.record.check import check_run
 from stages.record.events import read_events
-from stages.wire import startup_trace
+from stages.startup import trace as startup_trace
 
 pytestmark = pytest.mark.world
 

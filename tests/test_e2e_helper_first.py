@@ -19,7 +19,7 @@ import pytest
 
 from stages.config.inputs import source_name
 from stages.config.policy import PolicyError, parse_policy
-from stages.wire import startup_trace
+from stages.startup import trace as startup_trace
 
 pytestmark = pytest.mark.world
 

@@ -31,7 +31,7 @@ def layer(tmp_path):
     upper.mkdir()
     (d / "layers.json").write_text(json.dumps([{"mount": str(real), "upper": "layers/0/upper"}]))
     ws = held.ws.WorkSet(("/tmp",))
-    return held.Layer(ws, str(d), str(d.parent), None, (str(real),)), real, upper
+    return held.HeldLayer(ws, str(d), str(d.parent), None, (str(real),)), real, upper
 
 
 def _whiteout(path) -> None:

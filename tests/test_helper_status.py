@@ -125,7 +125,7 @@ def test_the_program_is_sealed_before_go_and_execs_only_after_it(tmp_path, monke
     the process was forked only after go, so no "sealed" before it."""
     import time
     from stages.helper import sandbox
-    from stages.wire import startup_trace
+    from stages.startup import trace as startup_trace
     trace, marker = tmp_path / "trace", tmp_path / "ran"
     monkeypatch.setattr(startup_trace, "_path", str(trace))
     monkeypatch.setattr(sandbox, "mark", startup_trace._mark)

@@ -8,7 +8,10 @@ from pathlib import Path
 STAGES = Path(__file__).resolve().parent.parent / "stages"
 
 STAGE_FOLDERS = {"orchestrator", "helper", "broker", "recorder", "learner"}
-SHARED_FOLDERS = {"config", "record", "wire", "kernel"}
+SHARED_FOLDERS = {"config", "record", "wire", "kernel", "protocols"}
+# The start-up tricks (docs/architecture.md, "Start-up budget"): below every
+# other folder, importing none of them.
+STARTUP_FOLDER = "startup"
 TOOL_FOLDERS = {"inside"}      # run inside the sandbox; not stages
 # What each folder may import besides itself and the shared folders.
 MAY_IMPORT = {
@@ -19,6 +22,7 @@ MAY_IMPORT = {
     "learner": set(),
     "inside": set(),
     **{shared: set() for shared in SHARED_FOLDERS},
+    STARTUP_FOLDER: set(),
 }
 
 
@@ -74,7 +78,7 @@ def test_stages_has_only_folders_at_the_top():
     loose = sorted(p.name for p in STAGES.glob("*.py") if p.name not in ("__init__.py", "__main__.py"))
     assert loose == [], f"modules loose at the top of stages/: {loose}"
     folders = {p.name for p in STAGES.iterdir() if (p / "__init__.py").is_file()}
-    assert folders == STAGE_FOLDERS | SHARED_FOLDERS | TOOL_FOLDERS
+    assert folders == STAGE_FOLDERS | SHARED_FOLDERS | TOOL_FOLDERS | {STARTUP_FOLDER}
 
 
 def test_each_folder_imports_only_what_the_layout_allows():
@@ -83,9 +87,11 @@ def test_each_folder_imports_only_what_the_layout_allows():
         folder = _folder(module)
         if folder == "":
             continue          # stages/__init__ and __main__ (the command's entry)
-        allowed = {folder} | SHARED_FOLDERS | MAY_IMPORT[folder]
+        allowed = {folder, STARTUP_FOLDER} | SHARED_FOLDERS | MAY_IMPORT[folder]
         if folder in SHARED_FOLDERS:
-            allowed = SHARED_FOLDERS
+            allowed = SHARED_FOLDERS | {STARTUP_FOLDER}
+        if folder == STARTUP_FOLDER:
+            allowed = {STARTUP_FOLDER}
         # `stages` itself holds only __version__.
         wrong += [f"{module} -> {t}" for t in sorted(targets)
                   if t != "stages" and _folder(t) not in allowed]

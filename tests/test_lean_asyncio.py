@@ -1,5 +1,5 @@
 """The broker's loop import without the modules asyncio loads but uses only
-when something goes wrong (stages/broker/lean_asyncio.py).
+when something goes wrong (stages/startup/lean_asyncio.py).
 
 Each check runs one script in two fresh interpreters: asyncio imported the
 broker's way (the stand-ins) and the plain way (the control). What the

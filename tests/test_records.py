@@ -1,4 +1,4 @@
-"""stages/config/records.py: the run's records behave as the dataclasses they
+"""stages/startup/records.py: the run's records behave as the dataclasses they
 replaced (construction, defaults, equality, hash, repr, replace, frozen),
 so Policy, PathSpec, Config and RunRequest mean what they meant."""
 from __future__ import annotations
@@ -9,7 +9,7 @@ import pytest
 
 from stages.config.paths import DIRECT, PathSpec, SecretSource
 from stages.config.policy import Policy, load_policy
-from stages.config.records import Factory, FrozenRecord, NamedTuple, Record
+from stages.startup.records import Factory, FrozenRecord, NamedTuple, Record
 
 
 class Spec(FrozenRecord):

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from stages.broker import socks5
 from stages.broker.socks5 import (
-    NEED_DATA, ConnectRequest, Greeted, NoAcceptableMethod, Socks5Error, Refused, Socks5Parser,
+    NEED_DATA, ConnectRequest, Greeted, NoAcceptableMethod, Socks5Error, SocksRefused, Socks5Parser,
 )
 
 
@@ -19,7 +19,7 @@ def run(raw: bytes, splits=()):
     cuts = [0, *sorted(splits), len(raw)]
     for a, b in zip(cuts, cuts[1:]):
         p.feed(raw[a:b])
-        while not events or not isinstance(events[-1], (ConnectRequest, Refused, NoAcceptableMethod)):
+        while not events or not isinstance(events[-1], (ConnectRequest, SocksRefused, NoAcceptableMethod)):
             ev = p.next_event()
             if ev is NEED_DATA:
                 break
@@ -59,7 +59,7 @@ def test_no_acceptable_method():
 def test_bind_and_udp_are_answered_07(command):
     raw = GREETING + bytes([5, command, 0, 1, 127, 0, 0, 1, 0, 80])
     _, events = run(raw)
-    assert isinstance(events[-1], Refused)
+    assert isinstance(events[-1], SocksRefused)
     assert events[-1].reply[:2] == b"\x05\x07"
 
 

@@ -173,7 +173,7 @@ def test_a_plain_run_loads_no_click_and_no_file_limits_before_the_recorder(tmp_p
 
 # What dataclasses and orjson bring (inspect: ast, dis, tokenize; uuid:
 # platform), ~20 ms of CPU before the seal when they were on its way; and
-# typing (~4 ms), whose NamedTuple and TYPE_CHECKING config.records stands in for.
+# typing (~4 ms), whose NamedTuple and TYPE_CHECKING startup.records stands in for.
 OFF_THE_WAY = {"orjson", "dataclasses", "inspect", "uuid", "platform", "typing"}
 
 
@@ -228,7 +228,7 @@ def test_the_recorder_writes_run_start_without_typing(tmp_path):
 def test_the_recorder_makes_no_dataclass_on_its_way_to_run_start():
     """Each dataclass execs its generated methods when its module loads
     (~1 ms of CPU each under load): the recorder's modules, loaded between
-    its fork and run.start written, make none (config.records instead).
+    its fork and run.start written, make none (startup.records instead).
     Control: the check sees a dataclass where there is one."""
     import dataclasses
     import importlib

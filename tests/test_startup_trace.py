@@ -1,4 +1,4 @@
-"""The start-up trace (stages/wire/startup_trace.py): off, it writes nothing;
+"""The start-up trace (stages/startup/trace.py): off, it writes nothing;
 on, every process of a run marks its steps in one file, and the marks show
 the order the seal demands (docs/architecture.md, "Start-up budget"): the
 program is let go only after the seal is reported ready, the path is
@@ -11,14 +11,14 @@ import sys
 
 import pytest
 
-from stages.wire import startup_trace
+from stages.startup import trace as startup_trace
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 
 FORKED_MARKS = """
 import os
-from stages.wire.startup_trace import mark
+from stages.startup.trace import mark
 mark("vpnw", "parent")
 pid = os.fork()
 if pid == 0:
@@ -52,7 +52,7 @@ def read_marks(path) -> list[tuple[int, int, str, str]]:
 BURN_MS = 50
 CPU_MARKS = f"""
 import os, time
-from stages.wire.startup_trace import mark
+from stages.startup.trace import mark
 
 def burn():
     start = time.process_time()

@@ -178,7 +178,7 @@ def call_of(c: dict) -> cj.Call:
         sock_error=errno.ESRCH if gone else (0 if cj.int32(c["arg0"]) == c["fd"] else errno.EBADF),
         length=length, raw_error=raw_error, raw=raw, domain=c["domain"] or None,
         made_inside=c["cookie"] == c["sandbox"],
-        target=cj.Target(error=c["target_errno"], socket=bool(c["target_sock"]),
+        target=cj.ConnectTarget(error=c["target_errno"], socket=bool(c["target_sock"]),
                          key=cj.identity_key(c["dev"], c["ino"], handle, c["fs_type"])))
 
 
@@ -208,7 +208,7 @@ def disagreement(c: dict, compiled: str) -> str | None:
         return None if verdict.action in (cj.CONNECT, cj.CONNECT_TARGET) else \
             f"GONE where the judge says {verdict}"
     if compiled == "TARGET":
-        return None if verdict == cj.Answer(cj.CONNECT_TARGET) else \
+        return None if verdict == cj.ConnectAnswer(cj.CONNECT_TARGET) else \
             f"a connect through the target where the judge says {verdict}"
     if compiled.startswith("CONNECTED "):
         made = bytes.fromhex(compiled.split()[1])
@@ -383,11 +383,11 @@ def test_two_files_that_share_an_inode_number_are_told_apart():
     outside = cj.identity_key(2049, 5, (1, HANDLE_B), TMPFS)
     view = cj.Sandbox(bytearray(8192), {mine}, {})
     at = cj.Call(domain=socket.AF_UNIX, length=13, raw=sockaddr_un(b"/tmp/s.sock"),
-                 target=cj.Target(socket=True, key=outside))
-    assert cj.decide(at, view) == cj.Answer(cj.REFUSE, errno.EPERM, cj.OUTSIDE_PATH)
+                 target=cj.ConnectTarget(socket=True, key=outside))
+    assert cj.decide(at, view) == cj.ConnectAnswer(cj.REFUSE, errno.EPERM, cj.OUTSIDE_PATH)
     # control: the file the program bound itself is reached
-    assert cj.decide(at._replace(target=cj.Target(socket=True, key=mine)), view) == \
-        cj.Answer(cj.CONNECT_TARGET)
+    assert cj.decide(at._replace(target=cj.ConnectTarget(socket=True, key=mine)), view) == \
+        cj.ConnectAnswer(cj.CONNECT_TARGET)
 
 
 def test_without_a_handle_a_file_system_whose_numbers_repeat_gives_no_identity():
@@ -395,8 +395,8 @@ def test_without_a_handle_a_file_system_whose_numbers_repeat_gives_no_identity()
     assert cj.identity_key(2049, 5, None, 0xEF53) == ("inode", 2049, 5)     # ext4's cannot repeat
     view = cj.Sandbox(bytearray(8192), set(), {})
     at = cj.Call(domain=socket.AF_UNIX, length=13, raw=sockaddr_un(b"/tmp/s.sock"),
-                 target=cj.Target(socket=True, key=None))
-    assert cj.decide(at, view) == cj.Answer(cj.REFUSE, errno.EPERM, cj.NO_IDENTITY)
+                 target=cj.ConnectTarget(socket=True, key=None))
+    assert cj.decide(at, view) == cj.ConnectAnswer(cj.REFUSE, errno.EPERM, cj.NO_IDENTITY)
 
 
 @pytest.mark.parametrize("family", [socket.AF_INET, socket.AF_INET6, 16])
@@ -404,7 +404,7 @@ def test_a_socket_made_outside_is_refused(family):
     """Issue 47, 2: an IP (or netlink) socket made outside, passed in."""
     view = cj.Sandbox(bytearray(8192), set(), {})
     at = cj.Call(alone=True, domain=family, length=16, raw=ADDRESSES["v4-other"], made_inside=False)
-    assert cj.decide(at, view) == cj.Answer(cj.REFUSE, errno.EPERM, cj.MADE_OUTSIDE)
+    assert cj.decide(at, view) == cj.ConnectAnswer(cj.REFUSE, errno.EPERM, cj.MADE_OUTSIDE)
     assert cj.decide(at._replace(made_inside=True), view).action in (cj.GO_ON, cj.CONNECT)   # control
 
 

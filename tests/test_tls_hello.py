@@ -1,4 +1,4 @@
-"""stages/wire/tls_hello.py: a real ClientHello read for its server name, the
+"""stages/protocols/tls_hello.py: a real ClientHello read for its server name, the
 alert vpnw answers with, and bytes that are not one: one error, never another."""
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import ssl
 
 import pytest
 
-from stages.wire.tls_hello import (
+from stages.protocols.tls_hello import (
     ACCESS_DENIED_ALERT, ClientHello, NotClientHello, looks_like_tls, read_client_hello,
 )
 

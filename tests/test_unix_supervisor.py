@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as hs
 
-from stages.helper.unix_supervisor import Destination, shown, threads_in, unix_destination
+from stages.helper.unix_supervisor import UnixDestination, shown, threads_in, unix_destination
 from stages.helper.seccomp_rules import filter_rules
 from stages.kernel import unix_diag
 
@@ -18,14 +18,14 @@ FAMILY = struct.pack("=H", socket.AF_UNIX)
 
 
 @pytest.mark.parametrize("raw,expected", [
-    (FAMILY + b"/run/docker.sock", Destination("path", b"/run/docker.sock")),
-    (FAMILY + b"/run/docker.sock\0garbage", Destination("path", b"/run/docker.sock")),
-    (FAMILY + b"rel.sock\0", Destination("path", b"rel.sock")),
-    (FAMILY + b"\0name", Destination("abstract", b"\0name")),
-    (FAMILY + b"\0name\0with\0nuls", Destination("abstract", b"\0name\0with\0nuls")),
-    (FAMILY, Destination("invalid", b"")),                                   # autobind is bind's
-    (struct.pack("=H", socket.AF_INET) + b"/x", Destination("invalid", b"")),
-    (FAMILY + b"/" * 109, Destination("invalid", b"")),                      # past sockaddr_un
+    (FAMILY + b"/run/docker.sock", UnixDestination("path", b"/run/docker.sock")),
+    (FAMILY + b"/run/docker.sock\0garbage", UnixDestination("path", b"/run/docker.sock")),
+    (FAMILY + b"rel.sock\0", UnixDestination("path", b"rel.sock")),
+    (FAMILY + b"\0name", UnixDestination("abstract", b"\0name")),
+    (FAMILY + b"\0name\0with\0nuls", UnixDestination("abstract", b"\0name\0with\0nuls")),
+    (FAMILY, UnixDestination("invalid", b"")),                                   # autobind is bind's
+    (struct.pack("=H", socket.AF_INET) + b"/x", UnixDestination("invalid", b"")),
+    (FAMILY + b"/" * 109, UnixDestination("invalid", b"")),                      # past sockaddr_un
 ])
 def test_the_address_is_read_as_the_kernel_reads_it(raw, expected):
     assert unix_destination(raw) == expected

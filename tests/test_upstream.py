@@ -4,7 +4,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from stages.broker.dial import DIAL_ERRORS, DialError
-from stages.wire.proxy_clients import (
+from stages.protocols.proxy_clients import (
     Answered, Authenticated, AuthRefused, Connected, ConnectFailed, ExitProtocolError,
     HttpConnectClient, Send, Socks5Client,
 )

@@ -29,7 +29,7 @@ def test_start_answers_round_trip(answer):
     assert c.decode_start(c.encode_start(answer)) == answer
 
 
-@pytest.mark.parametrize("reply", [c.Up(), c.Down("wireguard-go stopped"), c.Refused("Too many open files")])
+@pytest.mark.parametrize("reply", [c.Up(), c.Down("wireguard-go stopped"), c.ControlRefused("Too many open files")])
 def test_text_replies_round_trip(reply):
     assert c.decode_reply(c.encode_reply(reply), []) == reply
 

@@ -13,7 +13,7 @@ with the bench's own configuration (see "the Debian proxies" below).
 
 `startup`: `vpnw run -- true` against `true`, four ways: the record to a file
 (signed) and to stdout (`--record -`), each without and with --capture. This
-tree's runs are traced (VPNW_STARTUP_TRACE, stages/wire/startup_trace.py):
+tree's runs are traced (VPNW_STARTUP_TRACE, stages/startup/trace.py):
 the median time each process reached each of its marks is the start-up
 budget (docs/architecture.md, "Start-up budget").
 
@@ -1008,12 +1008,12 @@ def _ts(record_ts: str) -> int:
 STARTUP_WAYS = {"signed": ("--record", "{record}"), "--record -": ("--record", "-"),
                 "signed --capture": ("--capture", "--record", "{record}"),
                 "--record - --capture": ("--capture", "--record", "-")}
-TRACE_VARIABLE = "VPNW_STARTUP_TRACE"     # stages/wire/startup_trace.py
+TRACE_VARIABLE = "VPNW_STARTUP_TRACE"     # stages/startup/trace.py
 
 
 def startup_once(vpnw: str, args: tuple[str, ...], record: str, trace: str | None) -> tuple[float, dict]:
     """One `vpnw run ARGS -- true`: its wall time (ms) and, with `trace`
-    (a file for stages/wire/startup_trace.py), when each process reached
+    (a file for stages/startup/trace.py), when each process reached
     each of its marks, in ms from the start (REV's vpnw may know none)."""
     env = dict(os.environ)
     env.pop(TRACE_VARIABLE, None)
@@ -1093,7 +1093,7 @@ def bench_startup(rounds: int) -> dict:
         return {way: median(walls[(rev, way)]) - true_ms if walls[(rev, way)] else None
                 for way in STARTUP_WAYS}
     def cpu(rev) -> dict:
-        """way -> stage -> median CPU ms (stages/wire/startup_trace.py's CPU column)."""
+        """way -> stage -> median CPU ms (stages/startup/trace.py's CPU column)."""
         return {way: {k[5:]: v for k, v in _median_marks(timelines[(rev, way)]).items()
                       if k.startswith("cpu: ")} for way in STARTUP_WAYS}
     return {"true_ms": true_ms, "vpnw_ms": median(walls[(None, "signed")]), "over_ms": figures(None),

@@ -10,7 +10,7 @@ recorded (`conn.request` with door and kind "capture").
 The program's connect() has already succeeded when the door sees it. A
 refused one is answered in its own protocol where the first bytes the
 program sends show it (docs/architecture.md "Denials at every door"): a TLS
-ClientHello gets the alert access_denied in the clear (stages/wire/tls_hello.py),
+ClientHello gets the alert access_denied in the clear (stages/protocols/tls_hello.py),
 a plain HTTP request the HTTP door's 403 with the reason; anything else
 (and a failed connection) is ended with a reset (SO_LINGER 0), so the
 program reads ECONNRESET rather than an orderly end of a reply.
@@ -26,7 +26,7 @@ import struct
 from stages.broker import http_proxy
 from stages.broker.connector import Denied, Opened
 from stages.broker.sessions import _Door
-from stages.wire import tls_hello
+from stages.protocols import tls_hello
 
 SO_ORIGINAL_DST = 80          # linux/netfilter_ipv4.h, on SOL_IP
 IP6T_SO_ORIGINAL_DST = 80     # linux/netfilter_ipv6/ip6_tables.h, on SOL_IPV6

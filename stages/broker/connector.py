@@ -12,7 +12,7 @@ import ipaddress
 import socket
 import time
 
-from stages.config.records import NamedTuple   # not dataclasses: the loop's import (records.py)
+from stages.startup.records import NamedTuple   # not dataclasses: the loop's import (records.py)
 from stages.broker.dial import DialError
 from stages.broker.hosts_file import HostsFile
 from stages.broker.journal import Journal, ms_since
@@ -82,7 +82,7 @@ class LookupThreads:
             await self.paused.wait()
         loop = asyncio.get_running_loop()
         if self.executor is None:
-            from stages.broker.lean_asyncio import thread_pool_executor
+            from stages.startup.lean_asyncio import thread_pool_executor
             self.executor = thread_pool_executor()(thread_name_prefix="vpnw-lookup")
         self.in_flight += 1
         call = self.executor.submit(socket.getaddrinfo, host, port, 0, socket.SOCK_STREAM, socket.IPPROTO_TCP)

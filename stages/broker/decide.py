@@ -55,7 +55,7 @@ from __future__ import annotations
 from functools import lru_cache
 from ipaddress import IPv4Address, IPv6Address, ip_address
 
-from stages.config.records import NamedTuple   # not dataclasses: the loop's import (records.py)
+from stages.startup.records import NamedTuple   # not dataclasses: the loop's import (records.py)
 from stages.config.addresses import (
     SPECIAL_LAST_LABELS, BadHost, classify, classify_name, embedded_ipv4, machine_address,
     machine_name, parse_host,

@@ -33,7 +33,7 @@ import socket
 import struct
 
 from stages.config.addresses import BadHost, classify_name, parse_host
-from stages.wire import dns
+from stages.protocols import dns
 from stages.broker.fake_ips import FakeNames, PoolFull
 from stages.broker.sessions import _Door
 

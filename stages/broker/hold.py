@@ -33,7 +33,7 @@ MAX_MESSAGE = 4096
 
 
 @dataclass(frozen=True)
-class Answer:
+class HoldAnswer:
     allow: bool
     answer: str        # once | run | always | deny | deny-always
     by: str            # person | timeout | no-terminal | ended
@@ -53,14 +53,14 @@ def covers(rule: str, host: str, port: int) -> bool:
     return rule in (host, exact)
 
 
-ENDED = Answer(False, "deny", "ended", "vpnw's asking side is gone")
+ENDED = HoldAnswer(False, "deny", "ended", "vpnw's asking side is gone")
 
 
 class Hold:
     def __init__(self, fd: int):
         self.sock = socket.socket(fileno=fd)
         self.sock.setblocking(False)
-        self.overlay: list[Answer] = []       # newest last
+        self.overlay: list[HoldAnswer] = []       # newest last
         self.waiting: dict[tuple[str, int], asyncio.Future] = {}
         self.numbers: dict[int, tuple[str, int]] = {}
         self.last = 0
@@ -84,7 +84,7 @@ class Hold:
             lead.close()
         return cls(ours.detach())
 
-    async def ask(self, host: str, port: int, door: str) -> Answer:
+    async def ask(self, host: str, port: int, door: str) -> HoldAnswer:
         key = (host, port)
         known = self._held(host, port)
         if known is not None:
@@ -94,7 +94,7 @@ class Hold:
             future = self._send(key, door)
         return await asyncio.shield(future)
 
-    def _held(self, host: str, port: int) -> Answer | None:
+    def _held(self, host: str, port: int) -> HoldAnswer | None:
         """The person's answer held for host:port, the narrowest rule first."""
         found = [a for a in self.overlay if covers(a.scope, host, port)]
         if not found:
@@ -137,7 +137,7 @@ class Hold:
         try:
             message = orjson.loads(data)
             key = self.numbers.pop(int(message["n"]))
-            answer = Answer(bool(message["allow"]), str(message["answer"]), str(message["by"]),
+            answer = HoldAnswer(bool(message["allow"]), str(message["answer"]), str(message["by"]),
                             str(message.get("note", "")), str(message.get("scope", "")))
         except (orjson.JSONDecodeError, KeyError, TypeError, ValueError):
             return     # not an answer to a question of ours: nothing is allowed by it

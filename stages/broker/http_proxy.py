@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import re
 
-from stages.config.records import NamedTuple   # not dataclasses: the loop's import (records.py)
+from stages.startup.records import NamedTuple   # not dataclasses: the loop's import (records.py)
 from stages.broker.sans_io import NEED_DATA, Sentinel  # noqa: F401 - NEED_DATA is one of this parser's events
 
 MAX_REQUEST_LINE = 8 * 1024

@@ -10,7 +10,7 @@ import gc
 import sys
 
 from stages.broker.warn import warn
-from stages.wire.startup_trace import mark
+from stages.startup.trace import mark
 
 
 def main_from_fds(handoff_fd: int, event_fd: int, status_fd: int, *, run_id: str,
@@ -109,7 +109,7 @@ def _load_the_loop(capture: bool, tls: bool = False) -> None:
     if refused:
         sys.modules["ssl"] = None           # None in sys.modules: `import ssl` raises ImportError
     try:
-        from stages.broker.lean_asyncio import import_asyncio
+        from stages.startup.lean_asyncio import import_asyncio
         import_asyncio()
         from stages.broker import decide, loop  # noqa: F401
         if capture:

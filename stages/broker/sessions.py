@@ -145,7 +145,7 @@ class Socks5Door(_Door):
                     self.journal.fail(self.journal.new_conn(), "handshake", "bad-request",
                               "the SOCKS5 client offered no method but no-authentication")
                     return
-                elif isinstance(event, socks5.Refused):
+                elif isinstance(event, socks5.SocksRefused):
                     await self.send_quietly(client, event.reply)
                     self.journal.fail(self.journal.new_conn(), "handshake", "bad-request", event.reason)
                     return

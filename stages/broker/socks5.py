@@ -7,7 +7,7 @@ Feed the client's bytes; `next_event()` returns one of:
 * `NoAcceptableMethod(reply)`: send `reply` (0x05 0xFF) and close;
 * `ConnectRequest(host, port, address_type)`: decide, dial, then send
   `reply(code, bound)`; bytes the client sent ahead are in `early_data()`;
-* `Refused(reply, reason)`: a request we answer with an error (BIND and UDP
+* `SocksRefused(reply, reason)`: a request we answer with an error (BIND and UDP
   ASSOCIATE: 0x07; unknown address type: 0x08), then close.
 
 Anything else malformed raises `Socks5Error` and nothing else. Only version
@@ -18,7 +18,7 @@ from __future__ import annotations
 import ipaddress
 import struct
 
-from stages.config.records import NamedTuple   # not dataclasses: the loop's import (records.py)
+from stages.startup.records import NamedTuple   # not dataclasses: the loop's import (records.py)
 from stages.broker.sans_io import NEED_DATA  # noqa: F401 - one sentinel for both doors' parsers
 
 VERSION = 5
@@ -63,7 +63,7 @@ class ConnectRequest(NamedTuple):
     address_type: int    # ATYP_IPV4 / ATYP_DOMAIN / ATYP_IPV6
 
 
-class Refused(NamedTuple):
+class SocksRefused(NamedTuple):
     reply: bytes
     reason: str
 
@@ -146,7 +146,7 @@ class Socks5Parser:
             need = 4 + 1 + buf[4] + 2
         else:
             self._state = "done"
-            return Refused(reply(ADDRESS_TYPE_NOT_SUPPORTED),
+            return SocksRefused(reply(ADDRESS_TYPE_NOT_SUPPORTED),
                            f"address type {atyp:#04x} is not supported")
         if len(buf) < need:
             return NEED_DATA
@@ -156,7 +156,7 @@ class Socks5Parser:
         self._state = "done"
         if command != CMD_CONNECT:
             name = {CMD_BIND: "BIND", CMD_UDP: "UDP ASSOCIATE"}.get(command, f"command {command:#04x}")
-            return Refused(reply(COMMAND_NOT_SUPPORTED), f"{name} is not supported")
+            return SocksRefused(reply(COMMAND_NOT_SUPPORTED), f"{name} is not supported")
         if atyp == ATYP_IPV4:
             host = str(ipaddress.IPv4Address(raw))
         elif atyp == ATYP_IPV6:

@@ -47,7 +47,7 @@ import os
 import select
 import sys
 import threading
-from stages.wire.startup_trace import mark
+from stages.startup.trace import mark
 
 
 class Early:

@@ -5,7 +5,7 @@ A thin asyncio shell (`check_path`, `dial_via`) on a non-blocking socket
 (`loop.sock_connect/sock_recv/sock_sendall`, not streams: the broker relays the
 raw socket afterwards with splice) around the sans-I/O clients for the exits'
 protocols (`Socks5Client`, `HttpConnectClient`), which live in the shared
-vocabulary (stages/wire/proxy_clients.py).
+vocabulary (stages/protocols/proxy_clients.py).
 
 Fail closed: a proxy path only ever dials its exit. If the exit is gone, the
 dial fails with "path-down"; nothing here ever dials the destination directly
@@ -36,7 +36,7 @@ import socket
 
 # The sans-I/O clients live in the shared vocabulary; re-exported here for the
 # broker's callers and tests.
-from stages.wire.proxy_clients import (  # noqa: F401
+from stages.protocols.proxy_clients import (  # noqa: F401
     MAX_HEAD, SOCKS5_REPLIES, Answered, Authenticated, AuthRefused, Connected, ConnectFailed,
     ExitProtocolError, HttpConnectClient, Send, Socks5Client, _basic,
 )

@@ -24,7 +24,7 @@ from __future__ import annotations
 import os
 import re
 
-from stages.config.records import FrozenRecord, NamedTuple   # not dataclasses, not typing
+from stages.startup.records import FrozenRecord, NamedTuple   # not dataclasses, not typing
 from stages.config.errors import ConfigError  # noqa: F401  (raised here; callers catch it from here)
 
 SCHEMES = ("socks5", "socks5h", "http")
@@ -94,7 +94,7 @@ class Config(FrozenRecord):
     env: object = None             # where password_env is read
 
 
-class _Reader:
+class _PathsReader:
     """Helper that builds ConfigErrors pointing at the right line."""
 
     def __init__(self, source: str, text: str):
@@ -107,7 +107,7 @@ class _Reader:
         return ConfigError(problem, fix, file=self.source, line=line_of(self.lines, where))
 
 
-def _parse_proxy_url(url: str, reader: _Reader, where: tuple[str, ...]):
+def _parse_proxy_url(url: str, reader: _PathsReader, where: tuple[str, ...]):
     """-> scheme, host, port, username|None, password|None (percent-decoded)."""
     # Never echo the URL itself: it may hold a password.
     import urllib.parse    # only with a config: not on every run's start-up
@@ -150,7 +150,7 @@ def _parse_proxy_url(url: str, reader: _Reader, where: tuple[str, ...]):
     return scheme, host, port, username, password
 
 
-def _read_path(name: str, table, reader: _Reader, env, base_dir: str) -> PathSpec:
+def _read_path(name: str, table, reader: _PathsReader, env, base_dir: str) -> PathSpec:
     where = ("paths", name)
     if not isinstance(table, dict):
         raise reader.error(where, f'"paths.{name}" must be a table',
@@ -194,7 +194,7 @@ def _read_path(name: str, table, reader: _Reader, env, base_dir: str) -> PathSpe
                     resolves_at_exit=RESOLVES_AT_EXIT[scheme], ca_file=None, secret=secret)
 
 
-def _credentials(name: str, table: dict, reader: _Reader, base_dir: str, scheme: str,
+def _credentials(name: str, table: dict, reader: _PathsReader, base_dir: str, scheme: str,
                  username: str | None, password: str | None) -> tuple[str | None, SecretSource | None]:
     """A proxy path's username and where its password comes from (the url,
     password_env or password_file: one of them), checked together."""
@@ -245,7 +245,7 @@ def _credentials(name: str, table: dict, reader: _Reader, base_dir: str, scheme:
     return username, secret
 
 
-def _read_wireguard_path(name: str, table, reader: _Reader, base_dir: str) -> PathSpec:
+def _read_wireguard_path(name: str, table, reader: _PathsReader, base_dir: str) -> PathSpec:
     """A [paths.NAME] with type = "wireguard": the wg-quick file it names is
     read and checked now (its errors are 121 with its own file:line); a key
     from private_key_file/_env is read only when the path is chosen."""
@@ -365,7 +365,7 @@ def load_config(path: str, env=os.environ) -> Config:
         problem = re.sub(r"\s*\(at line \d+, column \d+\)", "", str(exc))
         raise ConfigError(f"not valid TOML ({problem})", "correct the TOML syntax on that line",
                           file=path, line=int(match.group(1)) if match else None) from None
-    reader = _Reader(path, text)
+    reader = _PathsReader(path, text)
 
     unknown = sorted(set(data) - _TOP_KEYS)
     if unknown:

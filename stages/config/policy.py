@@ -37,7 +37,7 @@ import re
 # ipaddress and stages.config.addresses are imported where rules are parsed:
 # a run without --policy (Policy.allow_all) needs neither before its
 # stages start (docs/architecture.md "Start-up budget").
-from stages.config.records import FrozenRecord, NamedTuple   # not dataclasses, not typing
+from stages.startup.records import FrozenRecord, NamedTuple   # not dataclasses, not typing
 
 VERSION = 1
 TOP_KEYS = ("version", "name", "policy", "files", "unix", "secrets")

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import os
 
-from stages.config.records import NamedTuple  # typing's, without importing typing
+from stages.startup.records import NamedTuple  # typing's, without importing typing
 
 # Home-relative: start-up files of shells, sessions, services, git, ssh and
 # editors. Each names something that runs, or decides what runs, outside.

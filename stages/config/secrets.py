@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import os
 
-from stages.config.records import NamedTuple   # typing's, without importing typing
+from stages.startup.records import NamedTuple   # typing's, without importing typing
 
 # The secret doors: one per secret on the sandbox's loopback, from this port
 # up (a `localhost:PORT` rule's port, or a door's, is stepped over).

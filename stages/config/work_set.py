@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import os
 
-from stages.config.records import NamedTuple  # typing's, without importing typing
+from stages.startup.records import NamedTuple  # typing's, without importing typing
 
 # Left as they are (docs/security.md): the sandbox's own /proc, the
 # machine's /sys (read-only already) and /dev.

@@ -17,7 +17,7 @@ from __future__ import annotations
 import errno
 import socket
 
-from stages.config.records import NamedTuple  # typing's, without importing typing
+from stages.startup.records import NamedTuple  # typing's, without importing typing
 
 AF_UNIX = socket.AF_UNIX
 UNIX_FAMILY = AF_UNIX.to_bytes(2, "little")     # a sockaddr's first two bytes, for AF_UNIX
@@ -41,21 +41,21 @@ MADE_OUTSIDE = "a socket made outside the sandbox"
 NO_IDENTITY = "a socket file on a file system whose inode numbers can repeat"
 
 
-class Destination(NamedTuple):
+class UnixDestination(NamedTuple):
     kind: str          # "path" | "abstract" | "invalid"
     name: bytes        # the path, or the abstract name with its leading NUL
 
 
-def unix_destination(raw: bytes) -> Destination:
+def unix_destination(raw: bytes) -> UnixDestination:
     """What a sockaddr_un asks for, read as the kernel reads it
     (unix_validate_addr, unix_mkname_bsd): a path ends at the first NUL or
     at the address's end; an abstract name is every byte after sun_path[0]."""
     if not SUN_PATH_AT < len(raw) <= SOCKADDR_UN_MAX or int.from_bytes(raw[:2], "little") != AF_UNIX:
-        return Destination("invalid", b"")
+        return UnixDestination("invalid", b"")
     sun_path = raw[SUN_PATH_AT:]
     if sun_path[0] == 0:
-        return Destination("abstract", sun_path)
-    return Destination("path", sun_path.split(b"\0", 1)[0])
+        return UnixDestination("abstract", sun_path)
+    return UnixDestination("path", sun_path.split(b"\0", 1)[0])
 
 
 _LOOPBACK_V4 = bytes([127, 0, 0, 1])
@@ -84,7 +84,7 @@ def int32(value: int) -> int:
     return value - (1 << 32) if value & 0x80000000 else value
 
 
-class Target(NamedTuple):
+class ConnectTarget(NamedTuple):
     """The file a Unix path names, as the program's thread finds it."""
     error: int = 0          # the errno its lookup gave (EXDEV: through /proc's links)
     socket: bool = False    # a socket file (S_ISSOCK)
@@ -103,7 +103,7 @@ class Call(NamedTuple):
     raw: bytes = b""            # the address, read once
     domain: int | None = None   # the socket's SO_DOMAIN; None: no socket (ENOTSOCK)
     made_inside: bool = False   # its network namespace is the sandbox's (SO_NETNS_COOKIE)
-    target: Target = Target()   # for a Unix path: the file it names
+    target: ConnectTarget = ConnectTarget()   # for a Unix path: the file it names
 
 
 class Sandbox(NamedTuple):
@@ -115,7 +115,7 @@ class Sandbox(NamedTuple):
     named: dict
 
 
-class Answer(NamedTuple):
+class ConnectAnswer(NamedTuple):
     action: str         # one of the names below
     errno: int = 0      # ERRNO, REFUSE: what the program's call returns
     why: str = ""       # REFUSE: the record's reason; CONNECT_TARGET: the policy's entry, if it named it
@@ -128,25 +128,25 @@ CONNECT_TARGET = "connect-target"   # connect it through the fd of the file chec
 ERRNO = "errno"                     # answer this errno (what the kernel itself would say)
 REFUSE = "refuse"                   # EPERM, and the record says why
 
-_GO_ON = Answer(GO_ON)
-_CONNECT = Answer(CONNECT)
-NOT_OURS = Answer(ERRNO, errno.EPERM)      # a call, arch or thread the filter never sends
+_GO_ON = ConnectAnswer(GO_ON)
+_CONNECT = ConnectAnswer(CONNECT)
+NOT_OURS = ConnectAnswer(ERRNO, errno.EPERM)      # a call, arch or thread the filter never sends
 
 
-def _errno(value: int) -> Answer:
-    return Answer(ERRNO, value)
+def _errno(value: int) -> ConnectAnswer:
+    return ConnectAnswer(ERRNO, value)
 
 
-def _refuse(why: str) -> Answer:
-    return Answer(REFUSE, errno.EPERM, why)
+def _refuse(why: str) -> ConnectAnswer:
+    return ConnectAnswer(REFUSE, errno.EPERM, why)
 
 
-def decide(call, sandbox: Sandbox) -> Answer:
+def decide(call, sandbox: Sandbox) -> ConnectAnswer:
     """The answer to one notified call (docs/security.md, "Unix sockets by origin")."""
     if call.arch != AUDIT_ARCH_X86_64 or call.nr not in NOTIFIED or int32(call.pid) <= 0:
         return NOT_OURS
     if call.nr == SYS_LISTEN:
-        return Answer(LISTEN)
+        return ConnectAnswer(LISTEN)
     if call.sock_error:
         return _errno(call.sock_error)
     if not 0 <= call.length <= SOCKADDR_MAX:
@@ -188,9 +188,9 @@ def decide(call, sandbox: Sandbox) -> Answer:
     if target.key is None:
         return _refuse(NO_IDENTITY)
     if target.key in sandbox.named:
-        return Answer(CONNECT_TARGET, why=sandbox.named[target.key])
+        return ConnectAnswer(CONNECT_TARGET, why=sandbox.named[target.key])
     if target.key in sandbox.bound:
-        return Answer(CONNECT_TARGET)
+        return ConnectAnswer(CONNECT_TARGET)
     return _refuse(OUTSIDE_PATH)
 
 

@@ -9,7 +9,7 @@ import gc
 import os
 TYPE_CHECKING = False   # typing.TYPE_CHECKING, without importing typing (~4 ms)
 
-from stages.config.stand_ins import stand_in
+from stages.startup.stand_ins import stand_in
 
 # The helper's first import of socket (pty_handoff's, then the doors'):
 # socket.py imports selectors, which creates and closes an epoll to choose

@@ -10,7 +10,7 @@ from __future__ import annotations
 import socket
 import struct
 
-from stages.config.records import NamedTuple  # typing's, without importing typing
+from stages.startup.records import NamedTuple  # typing's, without importing typing
 
 NETLINK_ROUTE = 0
 RTM_GETLINK = 18
@@ -43,7 +43,7 @@ class NetlinkError(Exception):
     pass
 
 
-class Link(NamedTuple):
+class Interface(NamedTuple):
     index: int
     name: str
     flags: int
@@ -105,13 +105,13 @@ def split_messages(data: bytes) -> tuple[list[tuple[int, bytes]], bool]:
     return msgs, done
 
 
-def parse_link(payload: bytes) -> Link:
+def parse_link(payload: bytes) -> Interface:
     if len(payload) < _IFINFOMSG.size:
         raise NetlinkError("short ifinfomsg")
     _family, _type, index, flags, _change = _IFINFOMSG.unpack_from(payload)
     attrs = _attrs(payload[_IFINFOMSG.size:])
     name = attrs.get(IFLA_IFNAME, b"").split(b"\0", 1)[0].decode("utf-8", "replace")
-    return Link(index, name, flags)
+    return Interface(index, name, flags)
 
 
 def parse_route(payload: bytes) -> Route:
@@ -126,7 +126,7 @@ def parse_route(payload: bytes) -> Route:
     return Route(family, dst, dst_len, table, rtype, oif)
 
 
-def seal_problems(links: list[Link], routes: list[Route], capture: bool = False) -> list[str]:
+def seal_problems(links: list[Interface], routes: list[Route], capture: bool = False) -> list[str]:
     """What is wrong with this namespace for a sandbox; [] when it holds only lo.
 
     Allowed: exactly one link, `lo`; every route leaves through lo and points at
@@ -196,7 +196,7 @@ def _dump(sock: socket.socket, msg_type: int, seq: int) -> list[bytes]:
             return payloads
 
 
-def read_links_and_routes() -> tuple[list[Link], list[Route]]:
+def read_links_and_routes() -> tuple[list[Interface], list[Route]]:
     with socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, NETLINK_ROUTE) as sock:
         links = [parse_link(p) for p in _dump(sock, RTM_GETLINK, 1)]
         routes = [parse_route(p) for p in _dump(sock, RTM_GETROUTE, 2)]

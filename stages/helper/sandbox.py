@@ -28,8 +28,8 @@ import socket
 import stat
 import sys
 
-from stages.config.records import NamedTuple  # typing's, without importing typing
-from stages.config.stand_ins import inert, stand_in
+from stages.startup.records import NamedTuple  # typing's, without importing typing
+from stages.startup.stand_ins import inert, stand_in
 from stages.wire import handoff
 from stages.kernel.descriptors import close_all_but
 from stages.wire import helper_plan
@@ -38,7 +38,7 @@ from stages.wire.exits import ExitCode, killed_by
 from stages.kernel import mounts
 from stages.kernel import privileges as priv
 from stages.wire.pty_handoff import ProgramTerminal, send_master
-from stages.wire.startup_trace import mark
+from stages.startup.trace import mark
 
 TYPE_CHECKING = False   # typing.TYPE_CHECKING, without importing typing
 if TYPE_CHECKING:   # annotations only: the helper imports no policy code at run time
@@ -540,8 +540,8 @@ def _spawn_supervisor(unix_link, named, status_fd: int, listened: tuple = ()) ->
         return None
     from stages.helper import unix_supervisor
 
-    def report(r: unix_supervisor.Report | unix_supervisor.LoopbackRefused) -> None:
-        if isinstance(r, unix_supervisor.LoopbackRefused):
+    def report(r: unix_supervisor.Report | unix_supervisor.RefusedLoopbackConnect) -> None:
+        if isinstance(r, unix_supervisor.RefusedLoopbackConnect):
             st.write(status_fd, st.LoopbackRefused(port=r.port, process=r.process, program=r.program))
             return
         st.write(status_fd, st.UnixConnect(path=r.path, allowed=r.allowed, process=r.process,
@@ -701,7 +701,7 @@ def _wait_for_the_end(report: st.StatusReader, status_fd: int) -> st.Message | N
 
 def _init(argv, penv, seccomp_bpf: bytes, report_w: int, go_r: int, keep: set[int],
           files: MountPlan | None = None, tty: bool = False, protected: HelperProtection | None = None,
-          listener_end: int | None = None, held: helper_plan.Held | None = None) -> int:
+          listener_end: int | None = None, held: helper_plan.HeldPlan | None = None) -> int:
     try:
         for sig in FORWARDED_SIGNALS:
             signal.signal(sig, signal.SIG_DFL)
@@ -932,7 +932,7 @@ def _still_shown(hidden: list[list[str]]) -> str | None:
     return None
 
 
-def _limit_files(files: MountPlan | None, held: helper_plan.Held | None = None) -> None:
+def _limit_files(files: MountPlan | None, held: helper_plan.HeldPlan | None = None) -> None:
     """The policy's [files] table: a minimal /dev (root could otherwise read
     disks, consoles and serial lines: device files check the uid, not
     capabilities), then the mount layer (stages/helper/file_mounts.py).

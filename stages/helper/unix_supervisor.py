@@ -41,7 +41,7 @@ import stat
 import struct
 import threading
 
-from stages.config.records import NamedTuple  # typing's, without importing typing
+from stages.startup.records import NamedTuple  # typing's, without importing typing
 from stages.kernel import unix_diag
 from stages.kernel import privileges as priv
 
@@ -64,7 +64,7 @@ if TYPE_CHECKING:
 
 from stages.helper import connect_judge as cj
 from stages.helper.connect_judge import (AF_UNIX, INET_FAMILIES, SOCKADDR_MAX,  # noqa: F401
-                                         Destination, int32, loopback_port, unix_destination)
+                                         UnixDestination, int32, loopback_port, unix_destination)
 
 # One thread at a time receives; it hands that turn to another before a
 # connect of its own that may wait (a full backlog), and one more starts when
@@ -106,7 +106,7 @@ def answered_by() -> str:
     return "Python (the compiled path was not built at install)"
 
 
-def shown(destination: Destination) -> str:
+def shown(destination: UnixDestination) -> str:
     """The destination as the record shows it: a path, or @name (abstract)."""
     if destination.kind == "abstract":
         return "@" + destination.name[1:].decode("utf-8", "backslashreplace")
@@ -309,7 +309,7 @@ class Report(NamedTuple):
     reason: str           # why refused / the policy's entry
 
 
-class LoopbackRefused(NamedTuple):
+class RefusedLoopbackConnect(NamedTuple):
     """A TCP connect to a port of the sandbox's own loopback that nothing
     there listens on, which the kernel refuses: the evidence for the closing
     hint that names a `localhost:PORT` rule (stages/recorder/hints.py)."""
@@ -409,7 +409,7 @@ class Supervisor:
     have written the record) before the program is answered."""
 
     def __init__(self, listener: int, proc_fd: int, named: list[NamedSocket],
-                 report: Callable[[Report | LoopbackRefused], None], listened: tuple = ()):
+                 report: Callable[[Report | RefusedLoopbackConnect], None], listened: tuple = ()):
         _load_notify()
         self.listener = listener
         self.proc = proc_fd
@@ -564,7 +564,7 @@ class Supervisor:
             if e.errno != errno.ENOENT:     # ENOENT: the program's thread is gone
                 raise
 
-    def report(self, report: Report | LoopbackRefused) -> None:
+    def report(self, report: Report | RefusedLoopbackConnect) -> None:
         with self.report_lock:
             self._report(report)
 
@@ -687,7 +687,7 @@ class Supervisor:
             if port in self.refused_ports or len(self.refused_ports) >= MAX_REFUSED_PORTS:
                 return
             self.refused_ports.add(port)
-        self.report(LoopbackRefused(port, *self._who(tid)))
+        self.report(RefusedLoopbackConnect(port, *self._who(tid)))
 
     def _listened(self, port: int) -> None:
         """A listener was seen on the loopback's `port` (self.lock held)."""
@@ -868,19 +868,19 @@ def named_sockets(entries) -> list[NamedSocket]:
     return named
 
 
-class Link(NamedTuple):
+class SupervisorLink(NamedTuple):
     """What the helper holds between the fork of init and the program's exec."""
     supervisor_end: socket.socket
     program_end: socket.socket
     proc_fd: int
 
 
-def link() -> Link:
+def link() -> SupervisorLink:
     """Before init's fork (and its /proc mount): the helper's own /proc and
     the pair the program's process sends its listener fd over."""
     proc_fd = os.open("/proc", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
     ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-    return Link(ours, theirs, proc_fd)
+    return SupervisorLink(ours, theirs, proc_fd)
 
 
 def hand_over_listener(program_end: int, seccomp_filter) -> None:
@@ -894,8 +894,8 @@ def hand_over_listener(program_end: int, seccomp_filter) -> None:
     os.close(listener)
 
 
-def spawn(link_: Link, named: list[NamedSocket], status_fd: int,
-          report: Callable[[Report | LoopbackRefused], None], listened: tuple = ()) -> int:
+def spawn(link_: SupervisorLink, named: list[NamedSocket], status_fd: int,
+          report: Callable[[Report | RefusedLoopbackConnect], None], listened: tuple = ()) -> int:
     """In the helper, inside the new user and network namespaces but before
     the new PID namespace: the supervisor process (its PID). Forked there, it
     is out of the program's PID namespace (the program can neither see nor
@@ -927,7 +927,7 @@ def spawn(link_: Link, named: list[NamedSocket], status_fd: int,
         os._exit(code)
 
 
-def _serve_when_listened(link_: Link, named, report, listened: tuple = ()) -> None:
+def _serve_when_listened(link_: SupervisorLink, named, report, listened: tuple = ()) -> None:
     compiled_path()     # loaded while the program's process still starts, not after
     with link_.supervisor_end as sock:
         try:

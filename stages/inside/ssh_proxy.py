@@ -21,7 +21,7 @@ import socket
 import sys
 import threading
 
-from stages.wire.proxy_clients import (
+from stages.protocols.proxy_clients import (
     Authenticated, AuthRefused, Connected, ConnectFailed, ExitProtocolError, Socks5Client,
 )
 

@@ -39,7 +39,7 @@ def rebuild(data: bytes, columns: int) -> HalfLine | None:
         text = data.decode("utf-8")
     except UnicodeDecodeError:
         return None
-    line = _Line()
+    line = _HalfLine()
     i = 0
     while i < len(text):
         char = text[i]
@@ -57,7 +57,7 @@ def rebuild(data: bytes, columns: int) -> HalfLine | None:
     return line.picture()
 
 
-class _Line:
+class _HalfLine:
     """Cells of one terminal line: (the colour sequences in force, the
     character); the right half of a wide character is an empty character."""
 

@@ -2,7 +2,7 @@
 starts, read after it ends (docs/security.md, "The work set and the held
 layer"; the on-disk form in docs/architecture.md, "The held layer").
 
-    prepare(...)   ->  Layer: the run's held directory (0700) and what init
+    prepare(...)   ->  HeldLayer: the run's held directory (0700) and what init
                        mounts, or the read-only fallback and why
     collect(...)   ->  held.json (written atomically), the record's
                        `files.held` fields and the one line said at the end
@@ -16,7 +16,7 @@ import os
 import stat
 
 from stages.config import work_set as ws
-from stages.config.records import NamedTuple  # typing's, without importing typing
+from stages.startup.records import NamedTuple  # typing's, without importing typing
 
 MAX_ENTRIES = 10_000
 HASHED_UP_TO = 64 * 1024 * 1024
@@ -31,7 +31,7 @@ def held_root(state: str) -> str:
     return os.path.join(state, "held")
 
 
-class Layer(NamedTuple):
+class HeldLayer(NamedTuple):
     """How this run's writes outside its work set are kept from the real files."""
     work: ws.WorkSet
     dir: str | None            # held/<run-id>/, when the layer is on
@@ -53,7 +53,7 @@ def kernel_can(release: str | None = None) -> str | None:
     return None
 
 
-def prepare(run_id: str, state: str, cwd: str, homes: tuple[str, ...], files) -> Layer | None:
+def prepare(run_id: str, state: str, cwd: str, homes: tuple[str, ...], files) -> HeldLayer | None:
     """The layer of a run without [files] (or whose [files] has no
     allow_write: no write limit, as without one), or with [files] outside =
     "held"; None when [files] keeps its read-only meaning, or lifts the
@@ -69,7 +69,7 @@ def prepare(run_id: str, state: str, cwd: str, homes: tuple[str, ...], files) ->
     root = held_root(state)
     why = kernel_can()
     if why:
-        return Layer(work, None, root, why, real_homes)
+        return HeldLayer(work, None, root, why, real_homes)
     held = os.path.join(root, run_id)
     for attempt in range(3):
         try:
@@ -79,15 +79,15 @@ def prepare(run_id: str, state: str, cwd: str, homes: tuple[str, ...], files) ->
         except FileNotFoundError:
             continue        # another run removed held/ as it ended with nothing held
         except OSError as e:
-            return Layer(work, None, root, f"vpnw cannot make the run's held directory {held} "
+            return HeldLayer(work, None, root, f"vpnw cannot make the run's held directory {held} "
                                            f"({e.strerror})", real_homes)
     else:
-        return Layer(work, None, root, f"vpnw cannot make the run's held directory {held}",
+        return HeldLayer(work, None, root, f"vpnw cannot make the run's held directory {held}",
                      real_homes)
-    return Layer(work, held, root, None, real_homes)
+    return HeldLayer(work, held, root, None, real_homes)
 
 
-def read_only_plan(layer: Layer, files_plan=None):
+def read_only_plan(layer: HeldLayer, files_plan=None):
     """The fallback: writes outside the work set fail read-only (EROFS);
     a [files] table's deny_read still hidden."""
     from stages.wire.helper_plan import Files
@@ -184,7 +184,7 @@ def _read_layers(held: str) -> list[dict]:
             and isinstance(l.get("upper"), str) and not l["upper"].startswith("/") and ".." not in l["upper"]]
 
 
-def not_held(layer: Layer) -> list[tuple[str, str]]:
+def not_held(layer: HeldLayer) -> list[tuple[str, str]]:
     """(directory, errno name) of each directory init bound read-only
     because its overlay could not be mounted."""
     if layer.dir is None:
@@ -196,17 +196,17 @@ def not_held(layer: Layer) -> list[tuple[str, str]]:
         return []
 
 
-class Held(NamedTuple):
+class HeldList(NamedTuple):
     entries: list
     truncated: bool
     empty: bool = False      # nothing held: the held directory is to be removed (remove_empty)
 
 
-def collect(layer: Layer, run_id: str, homes: tuple[str, ...], path_dirs: tuple[str, ...],
-            vpnw_paths: tuple[str, ...]) -> Held:
+def collect(layer: HeldLayer, run_id: str, homes: tuple[str, ...], path_dirs: tuple[str, ...],
+            vpnw_paths: tuple[str, ...]) -> HeldList:
     """Walk the uppers, write held.json; a run that held nothing leaves no directory."""
     if layer.dir is None:
-        return Held([], False)
+        return HeldList([], False)
     entries: list[dict] = []
     truncated = False
     for each in _read_layers(layer.dir):
@@ -226,13 +226,13 @@ def collect(layer: Layer, run_id: str, homes: tuple[str, ...], path_dirs: tuple[
         if truncated:
             break
     if not entries and not not_held(layer):
-        return Held([], False, empty=True)
+        return HeldList([], False, empty=True)
     entries.sort(key=lambda e: e["path"])
     _write_held_json(layer.dir, {"v": 1, "run": run_id, "entries": entries, "truncated": truncated})
-    return Held(entries, truncated)
+    return HeldList(entries, truncated)
 
 
-def remove_empty(layer: Layer) -> None:
+def remove_empty(layer: HeldLayer) -> None:
     """The held directory of a run that held nothing, and held/ when no run
     holds anything: done while the recorder signs the record."""
     remove(layer.dir)
@@ -283,7 +283,7 @@ def remove(held: str) -> None:
     remove_tree(held)
 
 
-def record_fields(held: Held, budget: int = RECORD_BUDGET) -> dict:
+def record_fields(held: HeldList, budget: int = RECORD_BUDGET) -> dict:
     """files.held: the entries that fit (what runs later first), the rest counted."""
     ordered = sorted(held.entries, key=lambda e: (e["runs_later"] is None, e["path"]))
     listed = []
@@ -299,7 +299,7 @@ def record_fields(held: Held, budget: int = RECORD_BUDGET) -> dict:
     return out
 
 
-def outside_work_set(protection, layer: Layer):
+def outside_work_set(protection, layer: HeldLayer):
     """With the layer, a home's start-up files outside the work set are held
     like every other write there (listed after the run, never applied),
     not read-only; vpnw's installation and evidence, what the config names
@@ -317,7 +317,7 @@ def outside_work_set(protection, layer: Layer):
                                absent=tuple(e for e in protection.absent if kept(e)))
 
 
-def start_record(layer: Layer) -> dict:
+def start_record(layer: HeldLayer) -> dict:
     """run.start's work_set."""
     return {"work_set": {"paths": list(layer.work.paths),
                          "outside": "held" if layer.dir else "read-only",

@@ -23,7 +23,7 @@ import signal
 
 from stages.kernel.descriptors import close_all_but
 from stages.wire.exits import ExitCode
-from stages.wire.startup_trace import mark
+from stages.startup.trace import mark
 
 FORWARDED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT,
                      signal.SIGUSR1, signal.SIGUSR2)

@@ -17,7 +17,7 @@ import sys
 # again until its stages are forked (run_command.execute, run.py).
 gc.disable()
 
-from stages.wire.startup_trace import mark  # noqa: E402
+from stages.startup.trace import mark  # noqa: E402
 mark("vpnw", "interpreter up")
 
 from stages.orchestrator import options, run_command  # noqa: E402

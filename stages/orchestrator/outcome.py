@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import signal
 
-from stages.config.records import NamedTuple  # typing's, without importing typing
+from stages.startup.records import NamedTuple  # typing's, without importing typing
 from stages.wire import status as st
 from stages.wire.exits import ExitCode, killed_by
 

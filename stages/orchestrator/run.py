@@ -14,11 +14,11 @@ import sys
 import time
 
 from stages import __version__
-from stages.config.records import Factory, NamedTuple, Record   # not dataclasses, not typing
+from stages.startup.records import Factory, NamedTuple, Record   # not dataclasses, not typing
 from stages.orchestrator import outcome
 from stages.wire import status as st
 from stages.wire.exits import ExitCode
-from stages.wire.startup_trace import mark
+from stages.startup.trace import mark
 from stages.record.run_file import RecordUnwritable, open_run_file, vpnw_state_dir
 from stages.orchestrator.helper_first import (  # noqa: F401  (names callers and tests use)
     FORWARDED_SIGNALS, Helper as _Helper, RunRefused, Terminal as _Terminal, abandon,
@@ -252,8 +252,8 @@ class _SandboxStages(NamedTuple):
 
 def _helper_plan(request: RunRequest, files_plan, program_env, protection, layer=None):
     """What the helper forked first needs of the policy (stages/wire/helper_plan.py)."""
-    from stages.wire.helper_plan import Held, Plan
-    held = Held(layer.dir, layer.work.paths, layer.hide, layer.homes) \
+    from stages.wire.helper_plan import HeldPlan, Plan
+    held = HeldPlan(layer.dir, layer.work.paths, layer.hide, layer.homes) \
         if layer is not None and layer.dir else None
     return Plan(env=program_env, files=files_plan, protected=protection.to_helper(),
                 capture=request.capture, local_ports=_localhost_ports(request.policy),
@@ -308,7 +308,7 @@ def _what_was_held(request: RunRequest, layer, run_id: str, emitter) -> bool:
     if found.entries:
         emitter.emit("files.held", **held.record_fields(found))
         say(held_line(found.entries, run_id, homes, found.truncated))
-        # Held layers are kept for a bounded time and size (docs/changes.md):
+        # HeldPlan layers are kept for a bounded time and size (docs/changes.md):
         # only a run that added one pays for the look.
         from stages.record.held import held_root, prune
         try:

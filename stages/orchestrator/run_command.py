@@ -10,7 +10,7 @@ import os
 import sys
 
 from stages.wire.exits import ExitCode
-from stages.wire.startup_trace import mark
+from stages.startup.trace import mark
 
 started = False    # set once a run/trace/guard started: the caller may skip the teardown
 

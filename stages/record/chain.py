@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import orjson
 
-from stages.config.records import FrozenRecord
+from stages.startup.records import FrozenRecord
 from stages.record.digests import sha256
 from stages.record.events import split_digest
 

@@ -33,7 +33,7 @@ def _orjson_lean():
 
     vpnw imports this on its way to the recorder's fork."""
     import _datetime
-    from stages.config.stand_ins import stand_in
+    from stages.startup.stand_ins import stand_in
     with stand_in("inspect"), stand_in("copy"), stand_in("platform", system=_system), \
             stand_in("datetime", datetime_CAPI=_datetime.datetime_CAPI):
         import orjson

@@ -21,7 +21,7 @@ from stages.wire.exits import ExitCode
 
 
 @dataclass(frozen=True)
-class Layer:
+class EvidenceLayer:
     name: str          # "chain", "signature", "ledger"
     status: str        # "ok", "failed", "running", "absent"
     message: str
@@ -30,7 +30,7 @@ class Layer:
 @dataclass
 class Evidence:
     path: str
-    layers: list[Layer] = field(default_factory=list)
+    layers: list[EvidenceLayer] = field(default_factory=list)
     chain_verdict: chain.Verdict | None = None
 
     @property
@@ -46,7 +46,7 @@ class Evidence:
     def running(self) -> bool:
         return any(layer.status == "running" for layer in self.layers)
 
-    def failures(self) -> list[Layer]:
+    def failures(self) -> list[EvidenceLayer]:
         return [layer for layer in self.layers if layer.status == "failed"]
 
     def warning(self) -> str | None:
@@ -84,7 +84,7 @@ def check(path: str, *, key: signing.PublicKey | None, ledger: ledger_mod.Ledger
     evidence.chain_verdict = verdict
     if verdict.status == "broken" and verdict.open_end and _still_running(path):
         return _running(evidence, verdict, ledger)
-    evidence.layers.append(Layer("chain", {"whole": "ok", "broken": "failed"}.get(verdict.status, "absent"),
+    evidence.layers.append(EvidenceLayer("chain", {"whole": "ok", "broken": "failed"}.get(verdict.status, "absent"),
                                  verdict.message))
     run_id = _run_id(path)
     entry = None
@@ -93,7 +93,7 @@ def check(path: str, *, key: signing.PublicKey | None, ledger: ledger_mod.Ledger
     sig_text, where = _signature_text(path, entry)
     sig = None
     if sig_text is None:
-        evidence.layers.append(Layer("signature", "absent", "none: no .minisig beside the file and no "
+        evidence.layers.append(EvidenceLayer("signature", "absent", "none: no .minisig beside the file and no "
                                      "entry in the ledger (a record written to stdout, or by a "
                                      "vpnw before signatures)"))
     else:
@@ -108,7 +108,7 @@ def check(path: str, *, key: signing.PublicKey | None, ledger: ledger_mod.Ledger
         gone = ledger.gone_from(folder) if folder == os.path.realpath(state_dir()) else []
         if gone:
             names = ", ".join(f"{e.get('run')} (entry {e.get('seq')})" for e in gone[:10])
-            evidence.layers.append(Layer("runs", "failed", f"in {ledger.path}, gone from "
+            evidence.layers.append(EvidenceLayer("runs", "failed", f"in {ledger.path}, gone from "
                                          f"{os.path.dirname(os.path.realpath(path))}: {names}: "
                                          "deleted or moved away"))
     return evidence
@@ -125,12 +125,12 @@ def _running(evidence: Evidence, verdict: chain.Verdict, ledger) -> Evidence:
     in the ledger only when it ends."""
     whole = verdict.lines if verdict.message.startswith("the file ends after") else verdict.lines - 1
     last = f"; last digest {verdict.digest}" if verdict.digest else ""
-    evidence.layers.append(Layer("chain", "running", f"still running: the chain is whole so far, "
+    evidence.layers.append(EvidenceLayer("chain", "running", f"still running: the chain is whole so far, "
                                  f"{whole} lines from run.start{last} (run.end closes it when the "
                                  f"run ends)"))
-    evidence.layers.append(Layer("signature", "running", "not yet: vpnw signs the run when it ends"))
+    evidence.layers.append(EvidenceLayer("signature", "running", "not yet: vpnw signs the run when it ends"))
     where = ledger.path if ledger is not None else "the ledger of runs"
-    evidence.layers.append(Layer("ledger", "running", f"not yet: the run is entered in {where} "
+    evidence.layers.append(EvidenceLayer("ledger", "running", f"not yet: the run is entered in {where} "
                                  "when it ends"))
     return evidence
 
@@ -165,13 +165,13 @@ def _check_signature(path: str, text: str, where: str, key: signing.PublicKey | 
     try:
         sig = signing.parse_minisig(text)
     except signing.BadSignature as exc:
-        return None, Layer("signature", "failed", f"{where}: {exc}")
+        return None, EvidenceLayer("signature", "failed", f"{where}: {exc}")
     if key is None:
-        return sig, Layer("signature", "absent", f"signed by key {sig.id_text}, and no public key "
+        return sig, EvidenceLayer("signature", "absent", f"signed by key {sig.id_text}, and no public key "
                           "to check it with: this machine has no vpnw key; give the signer's "
                           "with --key FILE")
     if sig.key_id != key.key_id:
-        return sig, Layer("signature", "absent", f"signed by key {sig.id_text}, not by "
+        return sig, EvidenceLayer("signature", "absent", f"signed by key {sig.id_text}, not by "
                           f"{key.id_text}: give key {sig.id_text}'s public key with --key FILE "
                           "(a key rotated away, or another machine's)")
     fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
@@ -182,18 +182,18 @@ def _check_signature(path: str, text: str, where: str, key: signing.PublicKey | 
     try:
         problem = signing.check_signature(sig, key, digest)
     except signing.SigningUnavailable as exc:
-        return sig, Layer("signature", "absent", f"{where}: signed by key {sig.id_text}; {exc}")
+        return sig, EvidenceLayer("signature", "absent", f"{where}: signed by key {sig.id_text}; {exc}")
     if problem:
-        return sig, Layer("signature", "failed", f"{where}: {problem}")
-    return sig, Layer("signature", "ok", f"good: signed by key {key.id_text} ({where}); "
+        return sig, EvidenceLayer("signature", "failed", f"{where}: {problem}")
+    return sig, EvidenceLayer("signature", "ok", f"good: signed by key {key.id_text} ({where}); "
                       f"trusted comment: {sig.trusted_comment}")
 
 
-def _check_ledger(path, run_id, verdict, entry, sig, key, ledger) -> Layer:
+def _check_ledger(path, run_id, verdict, entry, sig, key, ledger) -> EvidenceLayer:
     if ledger.unreadable:
-        return Layer("ledger", "absent", ledger.unreadable_text())
+        return EvidenceLayer("ledger", "absent", ledger.unreadable_text())
     if ledger.problem:
-        return Layer("ledger", "failed", ledger.problem)
+        return EvidenceLayer("ledger", "failed", ledger.problem)
 
     signed = sig.fields() if sig is not None else {}
     ours = key is not None and sig is not None and sig.key_id == key.key_id
@@ -201,11 +201,11 @@ def _check_ledger(path, run_id, verdict, entry, sig, key, ledger) -> Layer:
         seq = signed.get("ledger", "-")
         if ours and seq != "-":
             state = "is missing" if ledger.exists else "is missing: the ledger itself is gone"
-            return Layer("ledger", "failed", f"the run was entered as entry {seq} of {ledger.path}, "
+            return EvidenceLayer("ledger", "failed", f"the run was entered as entry {seq} of {ledger.path}, "
                          f"which {state} (the ledger was cut or replaced)")
-        return Layer("ledger", "absent", f"no entry for this run in {ledger.path}")
+        return EvidenceLayer("ledger", "absent", f"no entry for this run in {ledger.path}")
     if entry.get("run") != run_id or entry.get("digest") != verdict.digest:
-        return Layer("ledger", "failed", f"entry {entry.get('seq')} of {ledger.path} says "
+        return EvidenceLayer("ledger", "failed", f"entry {entry.get('seq')} of {ledger.path} says "
                      f"{entry.get('file')} held run {entry.get('run')} ending in digest "
                      f"{entry.get('digest')}; this file holds run {run_id} ending in "
                      f"{verdict.digest}: it was replaced or rewritten")
@@ -213,12 +213,12 @@ def _check_ledger(path, run_id, verdict, entry, sig, key, ledger) -> Layer:
         try:
             problem = _entry_signature_problem(entry, key)
         except signing.SigningUnavailable as exc:
-            return Layer("ledger", "absent", f"entry {entry.get('seq')} of {ledger.path} names "
+            return EvidenceLayer("ledger", "absent", f"entry {entry.get('seq')} of {ledger.path} names "
                          f"this run, but its signature cannot be checked: {exc}")
         if problem:
-            return Layer("ledger", "failed", f"entry {entry.get('seq')}: {problem}")
+            return EvidenceLayer("ledger", "failed", f"entry {entry.get('seq')}: {problem}")
     at = "" if entry.get("file") == os.path.realpath(path) else f", recorded as {entry.get('file')}"
-    return Layer("ledger", "ok", f"entry {entry.get('seq')} of {len(ledger.entries)} in "
+    return EvidenceLayer("ledger", "ok", f"entry {entry.get('seq')} of {len(ledger.entries)} in "
                  f"{ledger.path} agrees{at}; the ledger's chain is whole")
 
 

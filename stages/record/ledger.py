@@ -21,7 +21,7 @@ import stat
 
 import orjson
 
-from stages.config.records import NamedTuple  # typing's, without importing typing
+from stages.startup.records import NamedTuple  # typing's, without importing typing
 from stages.record.chain import Chain, link_problem
 from stages.record.events import split_digest, vpnw_state_dir
 

@@ -28,7 +28,7 @@ import stat
 
 # NamedTuple, not dataclasses: the recorder imports this module before the
 # program starts, and a dataclass costs some 0.8 ms of CPU to make, a NamedTuple 0.15.
-from stages.config.records import NamedTuple  # typing's, without importing typing
+from stages.startup.records import NamedTuple  # typing's, without importing typing
 from stages.record import sodium
 from stages.record.digests import blake2b
 from stages.record.events import vpnw_state_dir

@@ -40,7 +40,7 @@ others are said to have come earlier.
 from __future__ import annotations
 
 from stages.config.command_sockets import command_server
-from stages.config.records import Factory, Record
+from stages.startup.records import Factory, Record
 from stages.record.text import printable
 
 CLIENTS = "see \"Clients\" in vpnw's README for what vpnw sets for each client"

@@ -20,7 +20,7 @@ from __future__ import annotations
 import os
 import time
 
-from stages.config.records import Factory, Record
+from stages.startup.records import Factory, Record
 from stages.config.command_sockets import command_server
 from stages.recorder.hints import RunFacts, closing_hints, files_limits
 from stages.record.text import human_bytes, printable  # noqa: F401 - shared with the learner (stages/record/text.py)
@@ -188,14 +188,14 @@ def format_event(event: dict, state: HumanState) -> str | None:
     formatter = _FORMATTERS.get(type_)
     if formatter is None:
         return None
-    return formatter(_Line(event, state))
+    return formatter(_HumanLine(event, state))
 
 
 _SHOWN_WITH_DENIALS = frozenset({"policy.deny", "run.end", "run.start", "conn.request",
                                  "conn.fail", "conn.close", "unix.deny"})
 
 
-class _Line:
+class _HumanLine:
     """One event on its way to a line: its parts and the state they update."""
     __slots__ = ("event", "f", "conn", "state", "trace")
 
@@ -214,7 +214,7 @@ class _Line:
         return self.head() + _conn_col(self.conn)
 
 
-def _conn_request(x: _Line) -> str | None:
+def _conn_request(x: _HumanLine) -> str | None:
     target = host_port(x.f.get("host", "?"), x.f.get("port", "?"))
     x.state.conns[x.conn] = target
     if not x.trace:
@@ -223,7 +223,7 @@ def _conn_request(x: _Line) -> str | None:
     return f"{x.conn_head()}→ {target}  {printable(x.f.get('kind', '?'))}{fake}"
 
 
-def _dns_resolve(x: _Line) -> str | None:
+def _dns_resolve(x: _HumanLine) -> str | None:
     if not x.trace:
         return None
     f = x.f
@@ -234,7 +234,7 @@ def _dns_resolve(x: _Line) -> str | None:
     return f"{x.conn_head()}  dns  {host} → {addresses}  ({human_ms(f.get('ms'))})"
 
 
-def _dns_answer(x: _Line) -> str | None:
+def _dns_answer(x: _HumanLine) -> str | None:
     # The DNS door (capture): trace shows each answer; nothing was looked up.
     if not x.trace:
         return None
@@ -245,12 +245,12 @@ def _dns_answer(x: _Line) -> str | None:
             f"{printable(f.get('type', '?'))} → {given}{why}")
 
 
-def _policy_allow(x: _Line) -> None:
+def _policy_allow(x: _HumanLine) -> None:
     # The open (or FAIL) line that follows says the same thing more usefully.
     return None
 
 
-def _policy_deny(x: _Line) -> str:
+def _policy_deny(x: _HumanLine) -> str:
     target = x.state.conns.get(x.conn, "?")
     if x.f.get("enforced", True) is not False:
         x.state.conns.pop(x.conn, None)
@@ -260,7 +260,7 @@ def _policy_deny(x: _Line) -> str:
     return f"{x.conn_head()}  {word}   {target}  {printable(x.f.get('reason', ''))}"
 
 
-def _conn_open(x: _Line) -> str | None:
+def _conn_open(x: _HumanLine) -> str | None:
     if not x.trace:
         return None
     return (f"{x.conn_head()}  {_paint('open', _GREEN, x.state)}  "
@@ -268,7 +268,7 @@ def _conn_open(x: _Line) -> str | None:
             f"({human_ms(x.f.get('ms'))})")
 
 
-def _conn_fail(x: _Line) -> str | None:
+def _conn_fail(x: _HumanLine) -> str | None:
     target = x.state.conns.pop(x.conn, None) or "?"
     if x.state.mode == DENIALS:
         return None
@@ -276,7 +276,7 @@ def _conn_fail(x: _Line) -> str | None:
             f"{printable(x.f.get('reason') or x.f.get('error') or '')}")
 
 
-def _conn_close(x: _Line) -> str | None:
+def _conn_close(x: _HumanLine) -> str | None:
     x.state.conns.pop(x.conn, None)
     if not x.trace:
         return None
@@ -284,7 +284,7 @@ def _conn_close(x: _Line) -> str | None:
             f"↓{human_bytes(x.f.get('bytes_down'))}  ({human_ms(x.f.get('ms'))})")
 
 
-def _run_start(x: _Line) -> str | None:
+def _run_start(x: _HumanLine) -> str | None:
     event, f, state = x.event, x.f, x.state
     state.run = event.get("run")
     state.start_record = f.get("record")
@@ -315,7 +315,7 @@ def _run_start(x: _Line) -> str | None:
     return f"{line}\n{note}" if note else line
 
 
-def _path_check(x: _Line) -> str | None:
+def _path_check(x: _HumanLine) -> str | None:
     name = printable(x.f.get("path", "?"))
     if x.f.get("ok"):
         if not x.trace:
@@ -329,7 +329,7 @@ def _path_check(x: _Line) -> str | None:
     return f"{x.head()}path {name} {down}: {printable(x.state.down_said)}"
 
 
-def _sandbox_ready(x: _Line) -> str | None:
+def _sandbox_ready(x: _HumanLine) -> str | None:
     if not x.trace:
         return None
     f = x.f
@@ -344,7 +344,7 @@ def _sandbox_ready(x: _Line) -> str | None:
     return f"{x.head()}sandbox ready: {namespaces}; {seccomp}; {unix}; doors {door_text}{local_text}"
 
 
-def _program_exit(x: _Line) -> str | None:
+def _program_exit(x: _HumanLine) -> str | None:
     if not x.trace:
         return None
     if x.f.get("signal"):
@@ -352,7 +352,7 @@ def _program_exit(x: _Line) -> str | None:
     return f"{x.head()}program exited with code {printable(x.f.get('code'))}"
 
 
-def _unix(x: _Line) -> str | None:
+def _unix(x: _HumanLine) -> str | None:
     """A Unix socket the supervisor refused (shown as a denial is), or one the
     policy names (trace only, as an opened connection is)."""
     f = x.f
@@ -366,7 +366,7 @@ def _unix(x: _Line) -> str | None:
     return f"{x.head()}unix  → {path}  allowed by [unix] {printable(f.get('rule', '?'))}  {who}"
 
 
-def _run_end(x: _Line) -> str:
+def _run_end(x: _HumanLine) -> str:
     line = ("vpnw  " if x.state.mode in (RUN, DENIALS) else x.head()) + summary_text(x.event, x.state)
     if x.state.facts is None or x.state.mode == DENIALS:    # --quiet: denials and the summary only
         return line

@@ -16,7 +16,7 @@ from stages.record.chain import Chain, unchained
 from stages.recorder.hints import RunFacts
 from stages.recorder.human import HUMAN_MODES, QUIET, HumanState, LiveOrder, format_event
 from stages.recorder.reserve import RecordRoom
-from stages.wire.startup_trace import mark
+from stages.startup.trace import mark
 
 # A line longer than this with no newline is not an event; drop it rather
 # than let a broken writer grow our buffer without end.

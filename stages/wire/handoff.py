@@ -27,7 +27,7 @@ import array
 import os
 import socket
 
-from stages.config.records import NamedTuple  # typing's, without importing typing
+from stages.startup.records import NamedTuple  # typing's, without importing typing
 
 DOORS = {"http": 3128, "socks": 1080}
 # With capture (docs/architecture.md "Capture"): every TCP connection the

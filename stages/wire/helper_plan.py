@@ -15,7 +15,7 @@ from __future__ import annotations
 import marshal
 import os
 
-from stages.config.records import NamedTuple  # typing's, without importing typing
+from stages.startup.records import NamedTuple  # typing's, without importing typing
 
 VERSION = 1
 _HEADER = 4
@@ -34,13 +34,13 @@ class Files(NamedTuple):
     landlock_abi: int = 0
 
 
-class Protected(NamedTuple):
+class ProtectedPlan(NamedTuple):
     """What init binds read-only and hides (stages/config/protected.py's HelperProtection)."""
     read_only: tuple = ()
     hide: tuple = ()
 
 
-class Held(NamedTuple):
+class HeldPlan(NamedTuple):
     """The held layer as init mounts it (stages/helper/held_layer.py): the
     run's held directory, the work set (bound back real), the directory of
     every run's held layers (hidden)."""
@@ -53,11 +53,11 @@ class Held(NamedTuple):
 class Plan(NamedTuple):
     env: dict | None = None          # the program's environment (None: the helper's own)
     files: Files | None = None
-    protected: Protected | None = None
+    protected: ProtectedPlan | None = None
     capture: bool = False
     local_ports: tuple = ()          # the `localhost:PORT` rules' ports
     unix_allow: tuple = ()           # (entry as written, path) of [unix] allow
-    held: Held | None = None         # the held layer (None: none)
+    held: HeldPlan | None = None         # the held layer (None: none)
     secret_ports: tuple = ()         # the secret doors' ports (docs/secrets.md)
 
 
@@ -95,9 +95,9 @@ def decode(data: bytes) -> Plan:
     if version != VERSION:
         raise PlanError(f"plan version {version!r}, not {VERSION}")
     return Plan(env=env, files=None if files is None else Files(*files),
-                protected=None if protected is None else Protected(*protected),
+                protected=None if protected is None else ProtectedPlan(*protected),
                 capture=capture, local_ports=local_ports, unix_allow=unix_allow,
-                held=None if held is None else Held(*held),
+                held=None if held is None else HeldPlan(*held),
                 secret_ports=secret_ports)
 
 

@@ -15,7 +15,7 @@ import os
 import socket
 import stat
 
-from stages.config.records import NamedTuple  # typing's, without importing typing
+from stages.startup.records import NamedTuple  # typing's, without importing typing
 
 _TIOCGPTN = 0x80045430
 MESSAGE = b"m"

@@ -6,7 +6,7 @@ broker -> path process: the tunnel (JSON, once, first); then `SocketRequest`
 `HealthQuestion` (b"h").
 path process -> broker: the start answer, `Up` (b"ok") or `Down` (b"down " +
 why); then, to each request, `Sockets` (b"s" with the sockets as SCM_RIGHTS),
-`Down` (b"e down " + why), `Up` (b"e up", to a health question) or `Refused`
+`Down` (b"e down " + why), `Up` (b"e up", to a health question) or `ControlRefused`
 (b"e " + why).
 
 Both sides decode with the functions here; anything else raises ControlError,
@@ -47,7 +47,7 @@ class Down:
 
 
 @dataclass(frozen=True)
-class Refused:
+class ControlRefused:
     reason: str
 
 
@@ -91,7 +91,7 @@ def decode_start(data: bytes) -> Up | Down:
     raise ControlError(f"not a start answer: {data[:16]!r}")
 
 
-def encode_reply(reply: Up | Down | Refused) -> bytes:
+def encode_reply(reply: Up | Down | ControlRefused) -> bytes:
     """The text replies; `Sockets` goes as b"s" with the descriptors attached."""
     if isinstance(reply, Up):
         return b"e up"
@@ -100,7 +100,7 @@ def encode_reply(reply: Up | Down | Refused) -> bytes:
     return b"e " + _reason(reply.reason)
 
 
-def decode_reply(data: bytes, fds: list[int]) -> Sockets | Up | Down | Refused:
+def decode_reply(data: bytes, fds: list[int]) -> Sockets | Up | Down | ControlRefused:
     """A reply and the descriptors that came with it (closed here unless they
     are the answer)."""
     if data == b"s" and fds:
@@ -112,5 +112,5 @@ def decode_reply(data: bytes, fds: list[int]) -> Sockets | Up | Down | Refused:
     if data.startswith(b"e down"):
         return Down(data[7:].decode("utf-8", "replace"))
     if data.startswith(b"e "):
-        return Refused(data[2:].decode("utf-8", "replace"))
+        return ControlRefused(data[2:].decode("utf-8", "replace"))
     raise ControlError(f"not a reply: {data[:16]!r}")

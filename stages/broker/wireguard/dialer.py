@@ -108,7 +108,7 @@ class WireGuardDialer:
             self.down = f"the WireGuard tunnel to {self.path.wireguard.endpoint} is gone ({got.reason})"
             raise DialError("path-down", self.down)
         if not isinstance(got, control.Sockets):
-            reason = got.reason if isinstance(got, control.Refused) else "an answer to another question"
+            reason = got.reason if isinstance(got, control.ControlRefused) else "an answer to another question"
             raise DialError("internal", f"the path namespace made no socket: {reason}")
         first, *rest = (socket.socket(fileno=fd) for fd in got.fds)
         if stream:
@@ -140,7 +140,7 @@ class WireGuardDialer:
     async def _resolve_in_tunnel(self, host: str) -> tuple[tuple, str]:
         """-> (addresses, the server that answered); DialError("dns") when no
         server answered, path-down when the tunnel is gone."""
-        from stages.wire import dns as dns_wire
+        from stages.protocols import dns as dns_wire
         wg = self.path.wireguard
         want_v6 = any(a.version == 6 for a in wg.addresses)
         loop = asyncio.get_running_loop()
@@ -204,7 +204,7 @@ DNS_TRY_TIMEOUT = 2.0
 
 async def _ask(loop, sock: socket.socket, host: str, qtype: int) -> list:
     """One question to the tunnel's DNS server, asked up to twice."""
-    from stages.wire import dns as dns_wire
+    from stages.protocols import dns as dns_wire
     query_id = int.from_bytes(os.urandom(2), "big")
     query = dns_wire.build_query(query_id, host, qtype)
     for attempt in range(2):

@@ -252,7 +252,7 @@ class PathNamespace:
         try:
             request = control.decode_request(data)
         except control.ControlError as exc:
-            self.ctl.send(control.encode_reply(control.Refused(str(exc))))
+            self.ctl.send(control.encode_reply(control.ControlRefused(str(exc))))
             return
         if isinstance(request, control.HealthQuestion):
             self.ctl.send(control.encode_reply(self.health()))
@@ -271,7 +271,7 @@ class PathNamespace:
                 made.append(socket.socket(request.family, kind))
         except OSError as exc:
             if not made:
-                self.ctl.send(control.encode_reply(control.Refused(exc.strerror)))
+                self.ctl.send(control.encode_reply(control.ControlRefused(exc.strerror)))
                 return
         try:
             socket.send_fds(self.ctl, [b"s"], [m.fileno() for m in made])

@@ -78,7 +78,7 @@ def _more(size: int) -> None:
     return None
 
 
-class _Reader:
+class _HelloReader:
     __slots__ = ("data", "at")
 
     def __init__(self, data: bytes):
@@ -99,20 +99,20 @@ class _Reader:
 
 
 def _server_name(body: bytes) -> str | None:
-    r = _Reader(body)
+    r = _HelloReader(body)
     r.take(2 + 32)              # legacy_version, random
     r.vector(1)                 # legacy_session_id
     r.vector(2)                 # cipher_suites
     r.vector(1)                 # legacy_compression_methods
     if r.at == len(body):
         return None             # no extensions (an old client)
-    extensions = _Reader(r.vector(2))
+    extensions = _HelloReader(r.vector(2))
     while extensions.at < len(extensions.data):
         kind = extensions.number(2)
         value = extensions.vector(2)
         if kind != SERVER_NAME:
             continue
-        names = _Reader(_Reader(value).vector(2))
+        names = _HelloReader(_HelloReader(value).vector(2))
         while names.at < len(names.data):
             name_type = names.number(1)
             name = names.vector(2)

@@ -3,7 +3,7 @@
 Some libraries import a heavy module for a few names at import time
 (pyseccomp: typing for `cast` and `overload`, ctypes.util for
 find_library; orjson, through dataclasses: inspect for one docstring;
-asyncio, for the broker's loop: stages/broker/lean_asyncio.py).
+asyncio, for the broker's loop: stages/startup/lean_asyncio.py).
 On the way to the seal those imports cost milliseconds that no run uses
 (docs/architecture.md, "Start-up budget"). `stand_in(name, **names)` puts
 a module with just `names` in sys.modules for the `with` block; any other

@@ -11,7 +11,7 @@ functions: to log an error, to make a name lookup's thread pool, to wrap a
 concurrent future, to start a subprocess (never, here).
 
 So while asyncio imports, and only then, each is a stand-in
-(stages/config/stand_ins.py) holding just the names that import asks for,
+(stages/startup/stand_ins.py) holding just the names that import asks for,
 each the same value or function as the real one's:
 
 - inspect: `isgenerator` (the C accelerator _asyncio takes it when loaded)
@@ -46,7 +46,7 @@ from __future__ import annotations
 import sys
 import types
 
-from stages.config.stand_ins import inert, stand_in
+from stages.startup.stand_ins import inert, stand_in
 
 
 def _isgenerator(object) -> bool:       # noqa: A002 - inspect.isgenerator's own body
