@@ -1,6 +1,6 @@
 """orjson imported with stand-ins for `inspect`, `platform` and `datetime`
 (and `copy`, which dataclasses loads for asdict's deepcopy;
-stages/record/events.py, _orjson_lean; docs/architecture.md "Start-up
+stages/startup/imports.py, import_orjson; docs/architecture.md "Start-up
 budget", 3): vpnw loads the record's modules on its way to the recorder's
 fork without inspect (ast, dis, tokenize...), platform, datetime, copy or
 weakref, and

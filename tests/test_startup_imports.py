@@ -247,9 +247,10 @@ def test_the_recorder_makes_no_dataclass_on_its_way_to_run_start():
 FILTERS = """
 import hashlib, json, sys
 {first}
-from stages.helper import sandbox, seccomp_rules
-with sandbox._sonames_known():
-    with sandbox._typing_for_pyseccomp():
+from stages.helper import seccomp_rules
+from stages.startup import imports
+with imports._sonames_known():
+    with imports._typing_for_pyseccomp():
         import pyseccomp
     typing_after_import = "typing" in sys.modules
     digests = [hashlib.sha256(seccomp_rules.filter_bpf(unix, supervised=supervised)).hexdigest()

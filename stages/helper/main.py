@@ -9,16 +9,9 @@ import gc
 import os
 TYPE_CHECKING = False   # typing.TYPE_CHECKING, without importing typing (~4 ms)
 
-from stages.startup.stand_ins import stand_in
+from stages.startup.imports import import_socket
 
-# The helper's first import of socket (pty_handoff's, then the doors'):
-# socket.py imports selectors, which creates and closes an epoll to choose
-# its DefaultSelector, for socket.sendfile alone, which the helper never
-# calls (~1.2 ms of its CPU before the plan). While socket imports,
-# selectors is a stand-in that loads the real module the first time any
-# name is asked of it (docs/architecture.md, "Start-up budget").
-with stand_in("selectors"):
-    import socket  # noqa: F401,E402
+import_socket()     # stages/startup/imports.py: without selectors' epoll
 
 from stages.wire.pty_handoff import ProgramTerminal  # noqa: E402
 

@@ -29,7 +29,7 @@ import stat
 import sys
 
 from stages.startup.records import NamedTuple  # typing's, without importing typing
-from stages.startup.stand_ins import inert, stand_in
+from stages.startup.imports import import_pyseccomp
 from stages.wire import handoff
 from stages.kernel.descriptors import close_all_but
 from stages.wire import helper_plan
@@ -210,43 +210,6 @@ def _open_dns_datagrams() -> list[socket.socket]:
     return socks
 
 
-def _sonames_known() -> stand_in:
-    """pyseccomp finds libc and libseccomp with ctypes.util.find_library at
-    import: importing ctypes.util (shutil, bz2, lzma, subprocess, tempfile...)
-    and running `ldconfig -p` twice cost ~30 ms on the way to the seal. While
-    it imports, ctypes.util is a stand-in whose find_library tries the usual
-    sonames first (the dynamic loader resolves them to the very files ldconfig
-    would name) and otherwise asks the real ctypes.util, as before."""
-    import ctypes
-
-    def find_library(name):
-        soname = _KNOWN_SONAMES.get(name)
-        if soname is not None:
-            try:
-                ctypes.CDLL(soname)
-                return soname
-            except OSError:
-                pass
-        return standing.real("find_library")(name)
-
-    standing = stand_in("ctypes.util", find_library=find_library)
-    return standing
-
-
-_KNOWN_SONAMES = {"c": "libc.so.6", "seccomp": "libseccomp.so.2"}
-
-
-def _typing_for_pyseccomp() -> stand_in:
-    """pyseccomp imports typing (~4 ms of the helper's CPU before the plan)
-    for its annotations, `cast` and `@overload` alone: nothing else in the
-    helper needs typing. While pyseccomp imports, `typing` is a stand-in whose
-    annotations are inert, `cast` returns its value and `overload` its
-    function; any other name loads the real typing (as before), and so
-    does any import of typing after this."""
-    return stand_in("typing", Any=inert, Collection=inert, Iterable=inert, Union=inert,
-                    cast=lambda _type, value: value, overload=lambda function: function)
-
-
 def run(argv: list[str], handoff_fd: int, status_fd: int, go_fd: int,
         allow_unix_sockets: bool, env: dict[str, str] | None, files: MountPlan | None = None,
         tty: ProgramTerminal | None = None, protected: HelperProtection | None = None, capture: bool = False,
@@ -404,10 +367,8 @@ def _before_the_plan(allow_unix_sockets: bool) -> _Early:
         supervised = _supervised(allow_unix_sockets)
         seccomp_bpf = seccomp_cache.cached_bpf(allow_unix_sockets, supervised)
         if seccomp_bpf is None:
-            with _sonames_known():
-                with _typing_for_pyseccomp():
-                    import pyseccomp  # noqa: F401  (its import alone sees the stand-in typing)
-                seccomp_bpf = seccomp_rules.filter_bpf(allow_unix_sockets, supervised=supervised)
+            import_pyseccomp()
+            seccomp_bpf = seccomp_rules.filter_bpf(allow_unix_sockets, supervised=supervised)
         seccomp_rules.loader()
     except (ImportError, OSError, RuntimeError, ValueError) as e:
         raise SealError(f"cannot build the seccomp filter (libseccomp via pyseccomp): {e}; "

@@ -10,41 +10,10 @@ from __future__ import annotations
 import os
 import time
 
-
-def _orjson_lean():
-    """orjson, imported with four stand-ins (docs/architecture.md, "Start-up
-    budget", 3), each only while orjson imports; any import of the module
-    after is the real one.
-
-    - `inspect` and `copy`: orjson loads dataclasses (to know a dataclass
-      when it sees one), and dataclasses imports inspect (ast, dis,
-      tokenize...) for one use, a dataclass made without a docstring gets
-      its signature as one, and copy (and with it weakref) for asdict's and
-      astuple's deepcopy. Each stand-in loads the real module the first time
-      any of its names is asked for (dataclasses keeps them, so that
-      docstring and those copies come out the same).
-    - `platform`: orjson takes uuid.UUID, and uuid imports platform (nine
-      regular expressions compiled at import) for `platform.system()` alone,
-      which on Linux is `os.uname().sysname`: the stand-in's answer.
-    - `datetime`: orjson takes the datetime C API's capsule, which the C
-      module `_datetime` holds and datetime only re-exports (after defining
-      its whole pure-Python version first): the stand-in holds that capsule,
-      so orjson's date and time types are datetime's own.
-
-    vpnw imports this on its way to the recorder's fork."""
-    import _datetime
-    from stages.startup.stand_ins import stand_in
-    with stand_in("inspect"), stand_in("copy"), stand_in("platform", system=_system), \
-            stand_in("datetime", datetime_CAPI=_datetime.datetime_CAPI):
-        import orjson
-    return orjson
+from stages.startup.imports import import_orjson
 
 
-def _system() -> str:
-    return os.uname().sysname
-
-
-orjson = _orjson_lean()
+orjson = import_orjson()
 
 from stages.record.run_file import (  # noqa: F401  (the record's names, here as before)
     RUN_ID_BYTES, RecordUnwritable, new_run_id, open_run_file, state_dir, vpnw_state_dir,
