@@ -7,7 +7,7 @@ SO_NETNS_COOKIE, name_to_handle_at, fstatfs (through `_ctypes`
 alone, stages/kernel/foreign.py: the `ctypes` package's Python half, ~3 ms
 of CPU in the supervisor's process as it starts, is not loaded). Each
 wrapper raises OSError with the kernel's errno; nothing here decides anything
-(stages/helper/unix_supervisor.py does). Layouts: include/uapi/linux/seccomp.h,
+(stages/helper/supervisor/ does). Layouts: include/uapi/linux/seccomp.h,
 openat2.h, sockios.h, un.h, asm-generic/socket.h, fcntl.h.
 """
 from __future__ import annotations
