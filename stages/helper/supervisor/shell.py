@@ -267,9 +267,6 @@ class Supervisor:
         """A listener was seen on the loopback's `port` (self.lock held)."""
         self.listened_bits[port >> 3] |= 1 << (port & 7)
 
-    def _has_listener(self, port: int) -> bool:
-        return bool(self.listened_bits[port >> 3] >> (port & 7) & 1)
-
     def _refuse(self, n: sn.Notification, raw: bytes, why: str) -> None:
         where = shown(unix_destination(raw)) if raw[:2] == judge.UNIX_FAMILY else shown_inet(raw)
         self.report(Report(False, where, *self._who(n.pid), why))
