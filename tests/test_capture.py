@@ -19,7 +19,7 @@ from ci_support import cannot
 from stages.broker.capture_door import NoOriginalDestination, parse_original_destination
 from stages.config.policy import PolicyError, parse_policy
 from stages.helper import capture, netlink
-from stages.helper.unix_supervisor import loopback_port
+from stages.helper.supervisor.judge import loopback_port
 
 REPO = Path(__file__).resolve().parent.parent
 

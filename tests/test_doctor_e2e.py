@@ -44,7 +44,7 @@ def test_doctor_is_ok_here_and_json_has_every_check(world, user):
 
 def test_doctor_says_which_path_answers_continue(world, user):
     """scripts/setup builds the supervisor's compiled "continue"
-    (stages/helper/fast_continue.c): doctor names it; with it turned off
+    (stages/helper/supervisor/fast_continue.c): doctor names it; with it turned off
     (as where it did not build), doctor names the Python path."""
     def detail(env=None):
         j = world.vpnw(["doctor", "--json"], user=user, env=env)

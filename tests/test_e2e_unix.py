@@ -119,7 +119,7 @@ def _supervisor(run: subprocess.Popen) -> int:
 @pytest.mark.parametrize("path", ["compiled", "python"])
 def test_the_supervisor_of_a_real_run_answers_through_the_path_doctor_names(world, user, path):
     """The supervisor of a run that made TCP connects (a thread alone, then
-    threads among others) has the compiled path (stages/helper/fast_continue.c)
+    threads among others) has the compiled path (stages/helper/supervisor/fast_continue.c)
     mapped: it waits for and answers notifications there, as setup builds it
     and doctor says; with VPNW_SUPERVISOR_PYTHON=1 it has not, and the Python
     path answered them."""
@@ -133,7 +133,7 @@ def test_the_supervisor_of_a_real_run_answers_through_the_path_doctor_names(worl
         line = run.stdout.readline()
         if line == b"connected\n":
             with open(f"/proc/{_supervisor(run)}/maps") as f:
-                mapped = "/stages/helper/fast_continue." in f.read()
+                mapped = "/stages/helper/supervisor/fast_continue." in f.read()
     finally:
         _out, err = run.communicate(b"\n", timeout=60)
     assert line == b"connected\n" and run.returncode == 0, (line, err.decode())

@@ -4,7 +4,7 @@ budget"): what it spent there that no run needed.
 - Garbage collections: from its fork until Ready the helper (and init and
   the program's process, forked from it) only import and build, so a
   collection found nothing to free; it is off there and on again after
-  Ready, what exists then frozen out of its sight (sandbox.collect_from_now).
+  Ready, what exists then frozen out of its sight (processes.collect_from_now).
 - selectors: socket.py imports it for socket.sendfile alone, and its import
   makes and closes an epoll to choose a DefaultSelector; the helper's socket
   is imported with a stand-in selectors that loads the real one the first
@@ -59,7 +59,7 @@ def test_the_helper_neither_collects_nor_loads_selectors_before_ready(world, use
         assert any(pid == vpnw_pid and name == "(gc)" for _ns, pid, name in seen), way   # control
         assert any(name == "selectors" for _ns, _pid, name in seen), way                  # control
         helpers = {name for ns, pid, name in seen if pid == helper_pid and ns < ready}
-        assert "stages.helper.sandbox" in helpers, way                                     # control
+        assert "stages.helper.seal" in helpers, way                                        # control
         assert "(gc)" not in helpers, way
         assert "selectors" not in helpers, way
         # capture's libnftables too goes through _ctypes (stages/helper/capture.py)
@@ -97,8 +97,9 @@ def test_the_helpers_socket_loads_selectors_only_when_asked(tmp_path):
 THE_HELPERS_KERNEL_CALLS = """
 import sys
 from stages.kernel import privileges
-from stages.helper import seccomp_rules, unix_supervisor
-print(unix_supervisor.missing())
+from stages.helper import seccomp_rules
+from stages.helper.supervisor import launch
+print(launch.missing())
 print(seccomp_rules.libseccomp_version())
 seccomp_rules.loader()
 print(privileges.prctl(3))          # PR_GET_DUMPABLE

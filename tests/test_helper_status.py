@@ -16,7 +16,7 @@ from ci_support import needs
 from stages.wire import handoff
 from stages.wire.status import GO
 from stages.config.client_env import ssh_command
-from stages.helper.sandbox import program_env
+from stages.helper.seal import program_env
 
 PY = sys.executable
 
@@ -124,11 +124,11 @@ def test_the_program_is_sealed_before_go_and_execs_only_after_it(tmp_path, monke
     runs before go, and go's EOF ends that process unexec'd. Failed before:
     the process was forked only after go, so no "sealed" before it."""
     import time
-    from stages.helper import sandbox
+    from stages.helper import program
     from stages.startup import trace as startup_trace
     trace, marker = tmp_path / "trace", tmp_path / "ran"
     monkeypatch.setattr(startup_trace, "_path", str(trace))
-    monkeypatch.setattr(sandbox, "mark", startup_trace._mark)
+    monkeypatch.setattr(program, "mark", startup_trace._mark)
     h = Helper(["touch", str(marker)])
     assert "ready" in h.line()
     deadline = time.monotonic() + 20

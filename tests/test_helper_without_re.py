@@ -127,7 +127,8 @@ def test_a_value_is_written_as_jsons_encoder_wrote_it(value):
 THE_HELPERS_WAY = """
 import os, sys
 from stages.orchestrator import main, helper_first, run_command, options
-from stages.helper import main as helper_main, sandbox, unix_supervisor, seccomp_cache, capture
+from stages.helper import main as helper_main, seal, seccomp_cache, capture
+from stages.helper.supervisor import launch, shell
 from stages.helper import netlink, file_mounts, seccomp_rules
 from stages.config import client_env
 from stages.kernel import mounts
@@ -148,7 +149,7 @@ def test_the_helpers_modules_load_neither_re_nor_json(tmp_path):
                          env={**os.environ, "PYTHONPATH": ROOT, "HOME": str(tmp_path)},
                          capture_output=True, text=True).stdout.splitlines()
     before, after = eval(out[-2]), eval(out[-1])      # noqa: S307 - our own printout
-    assert {"stages.helper.sandbox", "stages.wire.status", "_json"} <= set(before)   # control
+    assert {"stages.helper.seal", "stages.wire.status", "_json"} <= set(before)      # control
     assert not {"re", "json"} & set(before)
     assert "re" in after            # control: the policy's parser loads it, and it is seen
 
@@ -172,6 +173,6 @@ def test_a_real_helper_reaches_ready_without_re_or_json(world, user):
                 helpers.add(name)
             if pid == vpnw_pid and ns < recorder_forked:
                 vpnws.add(name)
-        assert {"stages.helper.sandbox", "stages.wire.status"} <= helpers, way     # control
+        assert {"stages.helper.seal", "stages.wire.status"} <= helpers, way        # control
         assert "re" in vpnws, way                                                   # control
         assert not {"re", "json"} & helpers, (way, sorted({"re", "json"} & helpers))

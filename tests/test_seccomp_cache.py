@@ -16,7 +16,7 @@ import pytest
 
 from e2e_support import audited_run
 
-from stages.helper import sandbox, seccomp_cache, seccomp_rules
+from stages.helper import seal, seccomp_cache, seccomp_rules
 
 EVERY_WAY = seccomp_cache.COMBINATIONS      # (allow_unix_sockets, supervised)
 
@@ -47,13 +47,13 @@ def test_the_helper_takes_the_cached_program_and_it_is_libseccomps(cache, monkey
     not asked (its filter_bpf would fail here), and the bytes are libseccomp's."""
     expected = {way: _libseccomps(*way) for way in EVERY_WAY}
     monkeypatch.setattr(seccomp_cache, "FILE", str(cache))
-    monkeypatch.setattr(sandbox, "_supervised", lambda unix: not unix)
+    monkeypatch.setattr(seal, "_supervised", lambda unix: not unix)
 
     def no_libseccomp(*_args, **_kwargs):
         raise AssertionError("libseccomp was asked although the cache has the program")
     monkeypatch.setattr(seccomp_rules, "filter_bpf", no_libseccomp)
     for unix in (False, True):
-        assert sandbox._before_the_plan(unix).seccomp_bpf == expected[(unix, not unix)]
+        assert seal._before_the_plan(unix).seccomp_bpf == expected[(unix, not unix)]
 
 
 def _other_facts(monkeypatch):
@@ -76,8 +76,8 @@ def test_a_key_that_does_not_match_is_a_miss_and_libseccomp_makes_the_filter(cac
     # The helper then has libseccomp make it, and runs.
     _other_facts(monkeypatch)
     monkeypatch.setattr(seccomp_cache, "FILE", str(cache))
-    monkeypatch.setattr(sandbox, "_supervised", lambda unix: False)
-    assert sandbox._before_the_plan(False).seccomp_bpf == _libseccomps(False, False)
+    monkeypatch.setattr(seal, "_supervised", lambda unix: False)
+    assert seal._before_the_plan(False).seccomp_bpf == _libseccomps(False, False)
 
 
 def _bad_caches(tmp_path: Path, good: bytes) -> dict[str, Path]:
@@ -128,8 +128,8 @@ def test_a_bad_cache_is_never_used_and_never_stops_a_run(cache, tmp_path, monkey
     for name, path in _bad_caches(bad, cache.read_bytes()).items():
         assert seccomp_cache.cached_bpf(False, True, str(path)) is None, name
         monkeypatch.setattr(seccomp_cache, "FILE", str(path))
-        monkeypatch.setattr(sandbox, "_supervised", lambda unix: True)
-        assert sandbox._before_the_plan(False).seccomp_bpf == expected, name
+        monkeypatch.setattr(seal, "_supervised", lambda unix: True)
+        assert seal._before_the_plan(False).seccomp_bpf == expected, name
     # Control: the good cache, in the same directory, is used.
     assert seccomp_cache.cached_bpf(False, True, str(cache)) == expected
 

@@ -209,7 +209,7 @@ def test_the_helper_reaches_ready_without_the_records_modules(world, user):
             loaded.add(name)
         if pid == vpnw_pid and ns < recorder_forked:
             by_the_recorders_fork.add(name)
-    assert {"stages.helper.sandbox", "stages.wire.status", "_json"} <= loaded     # control
+    assert {"stages.helper.seal", "stages.wire.status", "_json"} <= loaded        # control
     assert "orjson" in by_the_recorders_fork                                      # control
     assert OFF_THE_WAY & loaded == set()
 

@@ -439,7 +439,7 @@ def test_exited_carries_the_no_route_count_only_when_there_is_one():
 
 
 def test_the_no_route_counters_are_read_from_the_kernels_tables():
-    from stages.helper.sandbox import no_routes
+    from stages.helper.network import no_routes
     snmp = ("Ip: Forwarding DefaultTTL OutRequests OutNoRoutes ReasmTimeout\n"
             "Ip: 2 64 0 3 0\nIcmp: InMsgs\nIcmp: 0\n")
     assert no_routes(snmp, "Ip6InReceives  4\nIp6OutNoRoutes                  \t2\n") == 5

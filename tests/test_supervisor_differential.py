@@ -1,7 +1,7 @@
 """The supervisor's two paths decide alike (issue 47): the compiled one
-(stages/helper/fast_continue.c, its decide() behind a mock of its system
-calls: tests/progs/fast_continue_mock.c, built here with gcc, ASan and UBSan)
-and the pure judge the Python path runs (stages/helper/connect_judge.py),
+(stages/helper/supervisor/fast_continue.c, its decide() behind a mock of its
+system calls: tests/progs/fast_continue_mock.c, built here with gcc, ASan and
+UBSan) and the pure judge the Python path runs (stages/helper/supervisor/judge.py),
 fed the same generated notifications in the same mock world (a thread, its
 socket, the address in its memory, the file a path names, the recorded
 socket files). The compiled path answers only what the judge would answer
@@ -34,10 +34,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as hs
 
 from ci_support import cannot
-from stages.helper import connect_judge as cj
+from stages.helper.supervisor import judge as cj
 
 REPO = Path(__file__).resolve().parent.parent
-SOURCE = REPO / "stages" / "helper" / "fast_continue.c"
+SOURCE = REPO / "stages" / "helper" / "supervisor" / "fast_continue.c"
 MOCK = Path(__file__).resolve().parent / "progs" / "fast_continue_mock.c"
 MOCKED = ("openat", "fstat", "syscall", "process_vm_readv", "getsockopt", "fcntl", "ioctl",
           "connect", "name_to_handle_at", "close")
@@ -314,6 +314,53 @@ def test_the_table_reaches_every_answer_of_the_compiled_path(driver):
     answers, not only TO_PYTHON."""
     seen = {driver.ask(c).split()[0] for c in TABLE}
     assert seen >= {"TO_PYTHON", "GO_ON", "CONNECTED", "TARGET", "GONE"}, seen
+
+
+def verdict_kind(verdict: cj.ConnectAnswer) -> str:
+    """A judge's answer by kind: its action, with a refusal's reason, an
+    errno's name, and whether a connect through the target names a policy
+    entry."""
+    if verdict == cj.NOT_OURS:
+        return "not-ours"
+    if verdict.action == cj.REFUSE:
+        return f"refuse: {verdict.why}"
+    if verdict.action == cj.ERRNO:
+        return f"errno: {errno.errorcode[verdict.errno]}"
+    if verdict.action == cj.CONNECT_TARGET:
+        return "connect-target: named" if verdict.why else "connect-target: bound"
+    return verdict.action
+
+
+EVERY_VERDICT_KIND = {
+    "not-ours", cj.LISTEN, cj.GO_ON, cj.CONNECT, "connect-target: bound", "connect-target: named",
+    *(f"refuse: {why}" for why in (cj.OUTSIDE_PATH, cj.THROUGH_PROC, cj.ABSTRACT_OUTSIDE,
+                                   cj.MADE_OUTSIDE, cj.NO_IDENTITY)),
+    *(f"errno: {name}" for name in ("EBADF", "ESRCH", "EINVAL", "EFAULT", "ENOTSOCK", "ENOENT",
+                                    "EACCES", "ECONNREFUSED")),
+}
+
+
+def test_the_table_reaches_every_kind_of_the_judges_answer(driver):
+    """Every kind of answer the judge gives (each action, each refusal's
+    reason, each errno it passes on, a connect to a bound and to a named
+    socket) is among the table's verdicts, each also put to the compiled
+    path (which hands most of them to Python: TO_PYTHON). A verdict kind no
+    case reaches would be one the two paths were never compared on."""
+    kinds: dict[str, int] = {}
+    pairs: dict[tuple[str, str], int] = {}
+    for c in TABLE:
+        kind = verdict_kind(cj.decide(call_of(c), sandbox_of(c)))
+        kinds[kind] = kinds.get(kind, 0) + 1
+        pair = (kind, driver.ask(c).split()[0])
+        pairs[pair] = pairs.get(pair, 0) + 1
+    print(f"{len(TABLE)} cases; the judge's answers by kind: {dict(sorted(kinds.items()))}")
+    print("(judge, compiled) pairs: " + ", ".join(f"{k}/{a}: {n}" for (k, a), n in sorted(pairs.items())))
+    assert set(kinds) >= EVERY_VERDICT_KIND, EVERY_VERDICT_KIND - set(kinds)
+    # Each of the compiled path's own answers is met where the judge gives
+    # the same: "continue" for its GO_ON, a connect for its CONNECT, a
+    # connect through the checked fd for a bound socket's CONNECT_TARGET.
+    assert {(cj.GO_ON, "GO_ON"), (cj.CONNECT, "CONNECTED"),
+            ("connect-target: bound", "TARGET")} <= set(pairs), sorted(pairs)
 
 
 def _world():

@@ -10,7 +10,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as hs
 
-from stages.helper.unix_supervisor import UnixDestination, shown, threads_in, unix_destination
+from stages.helper.supervisor.judge import UnixDestination, unix_destination
+from stages.helper.supervisor.program_threads import threads_in
+from stages.helper.supervisor.reports import shown
 from stages.helper.seccomp_rules import filter_rules
 from stages.kernel import unix_diag
 
@@ -166,9 +168,10 @@ def test_any_address_is_a_destination(raw):
 
 
 def test_without_what_the_supervisor_needs_every_unix_socket_stays_refused(monkeypatch):
-    from stages.helper import sandbox, unix_supervisor
-    monkeypatch.setattr(unix_supervisor, "missing", lambda: "the kernel lacks pidfd_getfd()")
-    assert sandbox._unix_plan(False, [("$SSH_AUTH_SOCK", "/tmp/agent")]) is None
+    from stages.helper import seal
+    from stages.helper.supervisor import launch
+    monkeypatch.setattr(launch, "missing", lambda: "the kernel lacks pidfd_getfd()")
+    assert seal._unix_plan(False, [("$SSH_AUTH_SOCK", "/tmp/agent")]) is None
     # ...and with no plan, the filter is the one from before the supervisor:
     # AF_UNIX refused at socket(), no connect() notified.
     rules = filter_rules(False, supervised=False)
@@ -179,7 +182,7 @@ def test_without_what_the_supervisor_needs_every_unix_socket_stays_refused(monke
 
 
 def test_a_path_is_followed_through_its_symlinks_to_proc_self():
-    from stages.helper.unix_supervisor import leads_through_proc_self
+    from stages.helper.supervisor.program_paths import leads_through_proc_self
     links = {b"/tmp/l": b"/proc/self/root/run/docker.sock", b"/tmp/rel": b"../proc/thread-self/cwd",
              b"/tmp/chain": b"/tmp/l", b"/tmp/loop": b"/tmp/loop", b"/tmp/other": b"/run/x.sock",
              b"/p": b"proc"}
@@ -232,11 +235,12 @@ class _Notification:
 def _bare_supervisor():
     import threading
 
-    from stages.helper import connect_judge as cj
-    from stages.helper.unix_supervisor import Supervisor
+    from stages.helper.supervisor import judge
+    from stages.helper.supervisor.shell import Supervisor
     s = Supervisor.__new__(Supervisor)
     s.listened_bits = bytearray(8192)
-    s.view = cj.Sandbox(s.listened_bits, {}, {})
+    s.view = judge.Sandbox(s.listened_bits, {}, {})
+    s.cookie = 1
     s.lock = threading.Lock()
     s.refused_ports = set()
     s.reports = []
@@ -274,8 +278,9 @@ def test_proc_self_behind_dotdot_at_the_root_is_spelled_for_the_thread():
     """Issue 47, 5: ".." at the root is the root, so /../proc/self is
     /proc/self; spelled with the thread's PID, its lookup meets the magic
     link (EXDEV) and is refused with its reason."""
-    s = _bare_supervisor()
-    assert s._proc_self(4321, b"/../proc/self/root/run/bus") == b"/proc/7/root/run/bus"
-    assert s._proc_self(4321, b"/./../../proc/thread-self/cwd") == b"/proc/7/cwd"
-    assert s._proc_self(4321, b"/proc/self/root/x") == b"/proc/7/root/x"        # control
-    assert s._proc_self(4321, b"/tmp/../proc/self/x") == b"/tmp/../proc/self/x"  # not at the root
+    from stages.helper.supervisor.program_paths import proc_self
+    thread_pid = lambda: 7  # noqa: E731 - the thread's PID inside, as /proc would say it
+    assert proc_self(b"/../proc/self/root/run/bus", thread_pid) == b"/proc/7/root/run/bus"
+    assert proc_self(b"/./../../proc/thread-self/cwd", thread_pid) == b"/proc/7/cwd"
+    assert proc_self(b"/proc/self/root/x", thread_pid) == b"/proc/7/root/x"        # control
+    assert proc_self(b"/tmp/../proc/self/x", thread_pid) == b"/tmp/../proc/self/x"  # not at the root

@@ -21,7 +21,7 @@ import time
 import stages
 from stages.config import protected as pr
 from stages.config.file_limits import invoker_homes, locate
-from stages.helper import sandbox
+from stages.helper import out_of_reach
 from stages.kernel import privileges as priv
 
 
@@ -50,7 +50,7 @@ def binds_ms(paths: list[str]) -> float:
         priv.write_id_maps(uid, gid)
         priv.mount(None, "/", None, priv.MS_REC | priv.MS_PRIVATE)
         t0 = time.perf_counter()
-        problem = sandbox._out_of_program_reach(paths, [])
+        problem = out_of_reach.out_of_program_reach(paths, [])
         os.write(w, f"{(time.perf_counter() - t0) * 1e3} {problem}".encode())
         os._exit(0)
     os.close(w)

@@ -10,7 +10,13 @@ built). Status lines go to stderr, or to --status-fd.
 from __future__ import annotations
 
 import os
+import selectors
 import sys
+
+from stages.wire import handoff
+from stages.helper.main import run_helper
+from stages.wire import status as st
+from stages.wire.exits import ExitCode
 
 
 def _greet(conn) -> None:
@@ -45,7 +51,6 @@ def main(args: list[str]) -> int:
                   f"[--status-fd N] -- PROG ARGS (unknown {opt!r})", file=sys.stderr)
             return 2
     argv = args[1:]
-    from stages.wire import handoff
     helper_end, broker_end = handoff.link()
     status_r, status_w = os.pipe()
     go_r, go_w = os.pipe()
@@ -54,17 +59,13 @@ def main(args: list[str]) -> int:
         broker_end.close()
         os.close(status_r)
         os.close(go_w)
-        from stages.helper.main import run_helper
         run_helper(argv, handoff_fd=helper_end.fileno(), status_fd=status_w, go_fd=go_r,
                    allow_unix_sockets=allow_unix)
     helper_end.close()
     os.close(status_w)
     os.close(go_r)
-    from stages.wire import status as st
-    from stages.wire.exits import ExitCode
     status = os.fdopen(status_r, "rb")
     result = ExitCode.INTERNAL
-    import selectors
     sel = selectors.DefaultSelector()
     sel.register(status, selectors.EVENT_READ, "status")
     sel.register(broker_end, selectors.EVENT_READ, "link")

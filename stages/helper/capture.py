@@ -19,7 +19,13 @@ from __future__ import annotations
 
 import errno
 import os
+import socket
 import stat
+
+from stages.helper import netlink
+from stages.kernel import foreign as c
+from stages.kernel import mounts
+from stages.kernel import privileges as priv
 
 TABLE = "vpnw"
 _NFT_CTX_OUTPUT_JSON = 1 << 4
@@ -143,7 +149,6 @@ class Nftables:
     """libnftables in this process (its `nft_ctx`): commands in, text out."""
 
     def __init__(self):
-        from stages.kernel import foreign as c
         try:
             lib = c.Library(LIBRARY)
         except OSError as e:
@@ -190,8 +195,6 @@ def bind_resolv_conf(path: str = "/etc/resolv.conf", source: str = RESOLV_CONF) 
     file there: the C library asks 127.0.0.1 anyway. Raises OSError (a
     `source` that is not a regular file too: a bind must never put a
     directory or a device there)."""
-    from stages.kernel import mounts
-    from stages.kernel import privileges as priv
     target = os.path.realpath(path)
     if not os.path.isfile(target):
         return
@@ -208,9 +211,6 @@ def bind_resolv_conf(path: str = "/etc/resolv.conf", source: str = RESOLV_CONF) 
 def install(capture_port: int, dns_port: int) -> None:
     """The routes and the table, then the check: raises CaptureError (the
     helper's 122) when either cannot be made or does not read back exactly."""
-    import socket
-
-    from stages.helper import netlink
     try:
         # lo's index by one ioctl, not a dump of every link and route: the
         # seal check dumps them all right after (netlink.seal_problems).

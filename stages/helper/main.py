@@ -38,7 +38,9 @@ def run_helper(argv: list[str], *, handoff_fd: int, status_fd: int, go_fd: int,
     Protection.to_helper() (read-only and hidden paths).
     """
     def body():
-        from stages.helper.sandbox import run
+        # The seal and all it brings: in the forked helper alone (the
+        # orchestrator imports this module), as every import below.
+        from stages.helper.seal import run
         return run(argv, handoff_fd, status_fd, go_fd, allow_unix_sockets, env, files, tty=tty,
                    protected=protected, capture=capture, local_ports=local_ports,
                    unix_allow=unix_allow)
@@ -53,28 +55,28 @@ def run_helper_first(argv: list[str], *, handoff_fd: int, status_fd: int, go_fd:
     then the rest. No plan (the pipe ended first: vpnw refused the run or
     died): exits having made nothing."""
     def next_plan():
-        from stages.wire import helper_plan
+        from stages.wire import helper_plan  # in the forked helper alone
         plan = helper_plan.receive(plan_fd)
         os.close(plan_fd)
         return plan
 
     def body():
-        from stages.helper.sandbox import run_planned
+        from stages.helper.seal import run_planned  # in the forked helper alone
         return run_planned(argv, handoff_fd, status_fd, go_fd, allow_unix_sockets, tty, next_plan)
     _exit_with(body, status_fd)
 
 
 def _exit_with(body, status_fd: int) -> NoReturn:
     """body()'s code as the process's exit; never returns into the orchestrator's code.
-    No garbage collection until Ready (sandbox.collect_from_now)."""
+    No garbage collection until Ready (processes.collect_from_now)."""
     gc.disable()
-    from stages.wire.exits import ExitCode
+    from stages.wire.exits import ExitCode  # in the forked helper alone
     code = ExitCode.INTERNAL
     try:
         code = body()
     except BaseException as e:  # never return into the orchestrator's code
         try:
-            from stages.wire import status
+            from stages.wire import status  # in the forked helper alone
             status.write(status_fd, status.SandboxFailed(f"the sandbox helper failed: {e!r}",
                                                          ExitCode.INTERNAL))
         except BaseException:

@@ -7,6 +7,7 @@ pure (bytes in, records out) and raise NetlinkError on anything malformed.
 """
 from __future__ import annotations
 
+import fcntl
 import socket
 import struct
 
@@ -204,7 +205,6 @@ def read_links_and_routes() -> tuple[list[Interface], list[Route]]:
 
 
 def bring_up(name: str = "lo") -> None:
-    import fcntl
     SIOCGIFFLAGS, SIOCSIFFLAGS, IFF_UP = 0x8913, 0x8914, 0x1
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
         req = struct.pack("16sH14x", name.encode(), 0)

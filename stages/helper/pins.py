@@ -1,7 +1,7 @@
 """Pins: what runs outside later can be neither changed nor moved
 (docs/security.md, "Pinned: nothing moved aside"; docs/architecture.md, "Pins").
 
-A protected path is bound read-only onto itself (sandbox.py), so the program
+A protected path is bound read-only onto itself (out_of_reach.py), so the program
 cannot write it; but the kernel lets a process rename a directory that merely
 contains a mount point, and the mount moves with it: `mv .git .git.old; mkdir
 .git` leaves the read-only `hooks` under `.git.old` and git reads the new
@@ -49,7 +49,7 @@ def pin(paths) -> list[str]:
     # Here, not at the top: the orchestrator imports ancestors_to_pin, and
     # these bring _ctypes into it before the recorder is forked.
     from stages.kernel import privileges as priv
-    from stages.kernel.mounts import MS_BIND, mount_points_under
+    from stages.kernel.mounts import MS_BIND, mount_points_under  # (the same reason)
     bound = []
     for directory in ancestors_to_pin(paths, mount_points_under("/")):
         try:
@@ -65,6 +65,6 @@ def pin(paths) -> list[str]:
 def unpinned(paths) -> list[str]:
     """The seal check: which of `paths` (the protected paths and the
     directories pinned above them) are not mount points now."""
-    from stages.kernel.mounts import mount_points_under
+    from stages.kernel.mounts import mount_points_under  # here, not at the top: as in pin()
     points = set(mount_points_under("/"))
     return [p for p in paths if p not in points]

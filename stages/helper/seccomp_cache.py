@@ -28,6 +28,7 @@ from __future__ import annotations
 import marshal
 import os
 import stat
+import sys
 
 from stages.helper import seccomp_rules
 
@@ -47,7 +48,6 @@ def _file_bytes(path: str | None) -> bytes:
 def _pyseccomp_source() -> str | None:
     """Where `import pyseccomp` would find its code (the first entry of
     sys.path that has it), found without importing anything."""
-    import sys
     for entry in sys.path:
         for name in ("pyseccomp.py", os.path.join("pyseccomp", "__init__.py")):
             candidate = os.path.join(entry or ".", name)
@@ -126,7 +126,6 @@ def write(path: str | None = None) -> str:
 
 
 if __name__ == "__main__":
-    import sys
     try:
         print(f"seccomp_cache: wrote {write()}")
     except (ImportError, OSError, RuntimeError, ValueError) as exc:

@@ -19,7 +19,7 @@ Order of concern (libseccomp emits the arch check first by construction):
 `supervised` (docs/security.md, "Unix sockets"): AF_UNIX stream and seqpacket
 sockets may be made, datagram ones stay refused, and every connect() and
 listen() goes to the supervisor (SECCOMP_RET_USER_NOTIF,
-stages/helper/unix_supervisor.py), which records the socket files the
+stages/helper/supervisor/), which records the socket files the
 program's listeners are bound to and connects only to those, or to sockets
 named by the policy.
 """
@@ -28,6 +28,8 @@ from __future__ import annotations
 import errno
 import os
 
+from stages.kernel import foreign
+from stages.kernel.privileges import PR_SET_NO_NEW_PRIVS, prctl
 from stages.startup.records import NamedTuple  # typing's, without importing typing
 
 AF_UNIX, AF_INET, AF_INET6, AF_NETLINK = 1, 2, 10, 16
@@ -158,6 +160,8 @@ def _supervised_unix_rules() -> list[SyscallRule]:
 
 def build_filter(allow_unix_sockets: bool, supervised: bool = False):
     """A loaded-later pyseccomp SyscallFilter (default allow)."""
+    # ~4 ms, asked only when no filter made at install matches
+    # (seccomp_cache.py; the helper imports it through startup.imports first).
     import pyseccomp as sc
 
     f = sc.SyscallFilter(sc.ALLOW)
@@ -199,9 +203,6 @@ def load_bpf(bpf: bytes, listener: bool = False) -> int:
     """Load `bpf` (filter_bpf's) in the calling thread, as libseccomp's own
     load does: no_new_privs, then seccomp(2) with no flag (libseccomp sets
     none by default). With `listener`, the notify listener's fd is returned."""
-    from stages.kernel import foreign
-    from stages.kernel.privileges import PR_SET_NO_NEW_PRIVS, prctl
-
     if not bpf or len(bpf) % 8:       # sizeof(struct sock_filter)
         raise ValueError(f"not a BPF program ({len(bpf)} bytes)")
     code = (foreign.c_char * len(bpf)).from_buffer_copy(bpf)
@@ -237,7 +238,6 @@ def libseccomp_version() -> tuple[_Version, int]:
     seccomp_cache.py). Raises OSError when the library cannot be loaded,
     AttributeError when it is too old to say."""
     global _LIBSECCOMP
-    from stages.kernel import foreign
     if _LIBSECCOMP is None:
         class Version(foreign.Structure):
             _fields_ = [("major", foreign.c_uint), ("minor", foreign.c_uint), ("micro", foreign.c_uint)]
@@ -256,8 +256,6 @@ def loader():
     from the helper) finds them made."""
     global _LOADER
     if _LOADER is None:
-        from stages.kernel import foreign
-
         class SockFprog(foreign.Structure):
             _fields_ = [("len", foreign.c_ushort), ("filter", foreign.c_void_p)]
         seccomp = foreign.libc().function("syscall", (foreign.c_long, foreign.c_uint, foreign.c_uint,

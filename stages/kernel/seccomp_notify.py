@@ -2,12 +2,12 @@
 
 Python 3.11 has none of them: the notification ioctls (SECCOMP_IOCTL_NOTIF_RECV,
 _SEND, _ID_VALID: through fcntl.ioctl, which lets go of the GIL while it
-waits), pidfd_getfd, openat2, process_vm_readv, SIOCGSKNS, SIOCUNIXFILE,
+waits), pidfd_getfd, openat2, process_vm_readv, SIOCUNIXFILE,
 SO_NETNS_COOKIE, name_to_handle_at, fstatfs (through `_ctypes`
 alone, stages/kernel/foreign.py: the `ctypes` package's Python half, ~3 ms
 of CPU in the supervisor's process as it starts, is not loaded). Each
 wrapper raises OSError with the kernel's errno; nothing here decides anything
-(stages/helper/unix_supervisor.py does). Layouts: include/uapi/linux/seccomp.h,
+(stages/helper/supervisor/ does). Layouts: include/uapi/linux/seccomp.h,
 openat2.h, sockios.h, un.h, asm-generic/socket.h, fcntl.h.
 """
 from __future__ import annotations
@@ -43,7 +43,6 @@ NOTIF_ID_VALID = (1 << 30) | (8 << 16) | (ord("!") << 8) | 2
 NOTIF_SET_FLAGS = (1 << 30) | (8 << 16) | (ord("!") << 8) | 4
 USER_NOTIF_FD_SYNC_WAKE_UP = 1
 USER_NOTIF_FLAG_CONTINUE = 1
-SIOCGSKNS = 0x894C
 PIDFD_THREAD = os.O_EXCL
 
 RESOLVE_NO_MAGICLINKS, RESOLVE_IN_ROOT = 0x02, 0x10
@@ -221,12 +220,6 @@ class DomainReader:
         self.size.value = foreign.sizeof(foreign.c_int)
         _check(_getsockopt(fd, SOL_SOCKET, SO_DOMAIN, self._value, self._size), "getsockopt")
         return self.value.value
-
-
-def socket_netns(fd: int) -> int:
-    """A new fd for the network namespace the socket `fd` was made in (EPERM
-    unless this process administers that namespace)."""
-    return _check(_ioctl(fd, SIOCGSKNS, None), "SIOCGSKNS")
 
 
 SIOCUNIXFILE = 0x89E0           # SIOCPROTOPRIVATE + 0 (include/uapi/linux/un.h), Linux 5.15

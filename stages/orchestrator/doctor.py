@@ -424,7 +424,7 @@ def check_unix_supervisor() -> Check:
     """The program's own Unix sockets need the supervisor (docs/security.md,
     "Unix sockets by origin"); without it every Unix socket stays refused."""
     actions = (_read("/proc/sys/kernel/seccomp/actions_avail") or "").split()
-    from stages.helper.unix_supervisor import answered_by, missing
+    from stages.helper.supervisor.launch import answered_by, missing
     why = None if "user_notif" in actions else "seccomp has no user notification (user_notif)"
     why = why or missing()
     if why:

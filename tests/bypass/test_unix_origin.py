@@ -1,6 +1,6 @@
 """Issue 26: Unix sockets by origin. Inside the sandbox a program makes Unix
 stream and seqpacket sockets, and every connect() is answered by the
-supervisor (stages/helper/unix_supervisor.py): a socket bound by the
+supervisor (stages/helper/supervisor/): a socket bound by the
 program's own processes is reached, any other gets EPERM and a unix.deny
 event. Every way at a socket bound outside is tried here, through a real
 `vpnw run` in the test world, as root and as vpnwtest; each control makes the
@@ -157,7 +157,7 @@ def test_a_socket_bound_outside_is_out_of_reach(bench, user, way_id):
 
 
 # The supervisor's Python path alone, as an install where its compiled
-# "continue" (stages/helper/fast_continue.c) did not build answers.
+# "continue" (stages/helper/supervisor/fast_continue.c) did not build answers.
 PYTHON_PATH = {"VPNW_SUPERVISOR_PYTHON": "1"}
 
 

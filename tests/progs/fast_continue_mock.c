@@ -1,4 +1,4 @@
-/* stages/helper/fast_continue.c's decide() behind a mock of its system calls
+/* stages/helper/supervisor/fast_continue.c's decide() behind a mock of its system calls
    (tests/test_supervisor_differential.py).
 
    Each line on stdin is one case: a notification and the world it meets (the

@@ -1,6 +1,6 @@
 /* The supervisor's compiled fast path: the connects it can answer without Python.
 
-   stages/helper/unix_supervisor.py answers every connect() of the program.
+   stages/helper/supervisor/shell.py answers every connect() of the program.
    Most are TCP connects: of a program of one thread (ab, curl, a Python
    client), which it lets the kernel go on with (SECCOMP_USER_NOTIF_FLAG_
    CONTINUE), or of a program of many (Node, Go, tokio, Chromium), whose
@@ -10,7 +10,7 @@
 
    receive() waits for notifications with the GIL let go, and answers here,
    in C, those the Python code would answer the same way, by the same tests
-   (stages/helper/connect_judge.py decide(), the argument in
+   (stages/helper/supervisor/judge.py decide(), the argument in
    docs/security.md "Unix sockets by origin"):
      0. the call is connect() of x86_64, from a thread with a TID above 0
         (anything else, listen() among them, is the Python code's);
@@ -37,7 +37,7 @@
    this module did not build: this path never decides anything else, so it
    only ever answers what the Python code would answer, and as it would.
 
-   Kept fds by TID are sound for the reasons Threads in unix_supervisor.py
+   Kept fds by TID are sound for the reasons Threads in program_threads.py
    gives: each names one thread for life; a thread that is gone makes
    pidfd_getfd fail and its task directory count no thread. They are this
    OS thread's own (each receiving thread has its own table), never shared. */
@@ -180,7 +180,7 @@ static int take(struct kept *k, int fd)
 }
 
 /* The port when the address is 127.0.0.1, ::1 or ::ffff:127.0.0.1; -1 else
-   (loopback_port in unix_supervisor.py). */
+   (loopback_port in judge.py). */
 static int loopback_port(const unsigned char *raw, int len)
 {
     static const unsigned char v4[4] = {127, 0, 0, 1};
@@ -253,7 +253,7 @@ static uint64_t cookie_of(int sock)
 
 /* What receive() was given to decide by: the loopback ports seen with a
    listener, the table of recorded socket files (BoundTable in
-   unix_supervisor.py) and the sandbox's network namespace cookie. */
+   bound.py) and the sandbox's network namespace cookie. */
 struct names {
     const unsigned char *listened;
     const unsigned char *table;
@@ -278,7 +278,7 @@ static int inet_may_go(int sock, const unsigned char *raw, int length,
     return port < 0 || (names->listened[port >> 3] >> (port & 7) & 1);
 }
 
-/* One slot of the table (BoundTable in unix_supervisor.py): a sequence
+/* One slot of the table (BoundTable in bound.py): a sequence
    number, odd while the Python code rewrites the slot, then the identity. */
 #define HANDLE_MAX 64
 #define SLOT_BOUND 1
@@ -544,7 +544,7 @@ static PyMethodDef methods[] = {
 
 static struct PyModuleDef module = {
     PyModuleDef_HEAD_INIT, "fast_continue",
-    "The supervisor's compiled answers (stages/helper/fast_continue.c).",
+    "The supervisor's compiled answers (stages/helper/supervisor/fast_continue.c).",
     -1, methods,
 };
 

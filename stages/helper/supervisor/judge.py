@@ -1,8 +1,7 @@
 """Pure: what the Unix-socket supervisor answers one notified call.
 
-The supervisor (stages/helper/unix_supervisor.py, and its compiled fast path
-stages/helper/fast_continue.c) reads what it needs of a notified call — the
-call itself, the thread's socket, the address, the file a path names — and
+The supervisor (shell.py here, and its compiled fast path fast_continue.c)
+reads what it needs of a notified call — the call itself, the thread's socket, the address, the file a path names — and
 `decide` turns what was read into the answer: no I/O here, so the tests feed
 it made-up calls (tests/test_supervisor_differential.py feeds the compiled
 path the same ones, behind a mock of its system calls, and requires the
