@@ -2,7 +2,7 @@
 
 Right after the command line is read, before the run's modules and the
 policy load, vpnw plans the program's terminal and forks the helper: its
-imports and the seccomp filter (stages/helper/sandbox.py, _before_the_plan)
+imports and the seccomp filter (stages/helper/seal.py, _before_the_plan)
 run on the other core while vpnw loads the policy, opens the record and
 computes the protection and the environment. Then vpnw sends the plan
 (stages/wire/helper_plan.py) and the helper does the rest. A run refused
@@ -43,7 +43,7 @@ def fork_stage(keep: list[int], body, *, die_with_parent: bool = False,
 
     `stdio`: the fds that become the child's 0, 1 and 2 (default: the orchestrator's).
     `collect`: the garbage collector on in the child (the helper's is off
-    until its Ready: stages/helper/sandbox.py, collect_from_now)."""
+    until its Ready: stages/helper/processes.py, collect_from_now)."""
     # What exists now (every module, the policy's index) lives for the whole
     # run: out of the collector's sight, its pages stay shared with the
     # stages (a collection writes to every object it looks at, and a page

@@ -3,7 +3,7 @@ of vpnw's own and minisign's file formats, so a stock tool checks what vpnw
 signs (`minisign -V -p run-signing.pub -m r-36e0ba.jsonl`).
 
 The key lives in vpnw's state directory, `keys/` (0700), hidden from the
-program by an empty mount (stages/helper/sandbox.py):
+program by an empty mount (stages/helper/out_of_reach.py):
 
     run-signing.key   the secret: 32 random bytes (the Ed25519 seed) and a
                       key id, 0600; read by the recorder when a run starts
