@@ -28,7 +28,7 @@ MAX_BYTES = 256 * 1024     # the newest this much is read: a note, not a log
 
 def remember(state_dir: str, replaced: dict, run_id: str) -> None:
     """Append {name: (was, now)} for a run. Raises OSError."""
-    import json
+    import json    # only after a run that found a name replaced (as in entries below)
     os.makedirs(state_dir, mode=0o700, exist_ok=True)
     lines = "".join(json.dumps({"name": name, "was": list(was) if was else None,
                                 "now": list(now) if now else None, "run": run_id}) + "\n"
