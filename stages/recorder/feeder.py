@@ -27,15 +27,6 @@ PIPE_BUF = 4096
 DEFAULT_LIMIT = 1 << 20          # 1 MiB: ~5000 events of a typical size
 
 
-def say(text: str) -> None:
-    """One line of the recorder's to the person (its stderr, vpnw's human
-    lines' pipe): what became of a side output, or of the record itself."""
-    try:
-        os.write(2, f"vpnw: {text}\n".encode("utf-8", "replace"))
-    except OSError:
-        pass
-
-
 class BoundedFeeder:
     def __init__(self, fd: int, limit: int = DEFAULT_LIMIT):
         self.fd = fd

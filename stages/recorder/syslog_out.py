@@ -22,7 +22,8 @@ import time
 from stages.record.events import split_digest
 from stages.recorder.shipping.syslog import SyslogMessages, octet_counted
 from stages.recorder.shipping.transports import open_socket, parse_target
-from stages.recorder.feeder import BoundedFeeder, say
+from stages.recorder import say
+from stages.recorder.feeder import BoundedFeeder
 
 
 class _DatagramFeeder(BoundedFeeder):
