@@ -19,8 +19,8 @@ from stages.orchestrator.asker import Asker
 
 from stages.config.policy import parse_policy
 from stages.config.policy_edit import EditRefused, add_rule, open_place, text_sha256, with_rule
-from stages.orchestrator.ask import (KeyFilter, Questions, Typed, mid_escape, rule_for, title,
-                                     wildcard_for)
+from stages.orchestrator.ask import KeyFilter, Questions, Typed, rule_for, title, wildcard_for
+from stages.orchestrator.escapes import mid_escape
 
 
 def _add_rule(path, *args, **kwargs):
@@ -408,7 +408,7 @@ def test_risks_name_private_addresses_special_names_and_new_names(tmp_path):
 
 def test_vpnw_lines_start_readable_and_the_modes_go_back():
     from stages.orchestrator.line_merger import READABLE, LineMerger
-    from stages.orchestrator.terminal import MODES_BACK
+    from stages.orchestrator.user_terminal import MODES_BACK
     m = LineMerger(line_start=READABLE)
     m.program_output(b"\x1b[8mconcealed\r\n", 0.0)
     assert m.human_line(b"vpnw: 1 denied", 0.0) == b"\x1b[0m\x0f\x1b(Bvpnw: 1 denied\r\n"

@@ -360,27 +360,6 @@ class KeyFilter:
 
 # ---- where a question may be written on the user's terminal
 
-_OSC_END = (b"\x07", b"\x1b\\")
-
-
-def mid_escape(tail: bytes) -> bool:
-    """Whether the program's output stops inside an escape sequence (so
-    bytes of ours written now would land inside it). `tail`: its last bytes."""
-    esc = tail.rfind(b"\x1b")
-    if esc < 0:
-        return False
-    rest = tail[esc + 1:]
-    if not rest:
-        return True
-    if rest[:1] == b"]":                      # OSC: ends with BEL or ESC \
-        return not any(end in rest for end in _OSC_END)
-    if rest[:1] == b"[":                      # CSI: ends with a byte 0x40-0x7e
-        return not any(0x40 <= b <= 0x7E for b in rest[1:])
-    if rest[:1] == b"\\":                     # the ST of an earlier OSC
-        return False
-    return len(rest) < 1
-
-
 def title(text: str) -> bytes:
     """An OSC 2 window title (what tmux shows as the pane title), with no
     control characters of the text's own."""

@@ -35,11 +35,13 @@ import os
 import secrets
 import selectors
 import socket
+import struct
 import time
 
 import orjson
 
-from stages.orchestrator import ask
+from stages.config.policy_edit import EditRefused, add_rule, open_place
+from stages.orchestrator import ask, risks
 from stages.orchestrator.escapes import TitleReportFilter
 
 MAX_MESSAGE = 4096
@@ -56,9 +58,7 @@ class Asker:
         self.run_id = run_id
         broker_end.setblocking(False)
         self.links: list[socket.socket] = [broker_end]
-        self.policy_source = getattr(policy, "source", None)
-        self.policy_sha256 = getattr(policy, "sha256", None)
-        self.policy_place = _policy_place(self.policy_source, self.policy_sha256)
+        self.policy_file = PolicyWriteBack(policy, run_id)
         self.state_dir = state_dir
         self.seen = None           # risks.SeenNames, made at the first question
         self.relay = relay
@@ -67,14 +67,12 @@ class Asker:
         self.questions = ask.Questions(timeout, draw_code=_draw_code)
         self.keys = ask.KeyFilter()
         self.said_no_terminal = False
-        self.title_shown: str | None = None     # what the title says now (None: ours is not up)
         self.sel = None
         self.clients: set[socket.socket] = set()
         self.listener, self.socket_path = self._listen(state_dir)
+        self.on_terminal = None if relay is None else QuestionsOnTerminal(relay, say, self.questions)
         if relay is not None:
             relay.key_filter = self.filter_keys
-            # The title holds the code: the program never makes the terminal report it.
-            relay.title_report_filter = TitleReportFilter()
 
     # ---- the socket for `vpnw ask`
 
@@ -228,7 +226,7 @@ class Asker:
             self._send([reply])
         if question is not None:
             question.risks = self._risks(question)
-            self._announce(question)
+            self.on_terminal.announce(question)
 
     def _send(self, replies) -> None:
         for reply in replies:
@@ -272,7 +270,7 @@ class Asker:
         note = ""
         rule = ask.rule_for(question.host, question.port, scope)
         if answer in ask.WRITTEN:
-            note = self._write_policy(rule, "allow" if answer == "always" else "deny")
+            note = self.policy_file.add(rule, "allow" if answer == "always" else "deny")
         closed = self.questions.answer(question, answer, scope=scope, note=note)
         waiting = sum(len(replies) for _q, replies in closed)
         for _q, replies in closed:
@@ -287,51 +285,67 @@ class Asker:
         self._show()
         return line
 
-    def _write_policy(self, rule: str, which: str) -> str:
-        from stages.config.policy_edit import EditRefused, add_rule
-        source = self.policy_source
-        if not source or source == "<stdin>" or not self.policy_sha256:
-            return "the policy was not read from a file: for this run only"
-        if source.startswith("@"):
-            return (f"{source} is a preset shipped with vpnw: for this run only (to keep answers, "
-                    f"copy it: vpnw presets {source[1:]} > {source[1:]}.toml)")
-        if isinstance(self.policy_place, str):
-            return f"{source} not changed: {self.policy_place}; for this run only"
-        try:
-            self.policy_sha256 = add_rule(
-                self.policy_place, which, rule, expected_sha256=self.policy_sha256,
-                run_id=self.run_id, today=time.strftime("%Y-%m-%d", time.gmtime()))
-        except EditRefused as exc:
-            return f"{source} not changed: {exc}; for this run only"
-        return f'"{rule}" added to {which} in {source}'
-
     def _risks(self, question: ask.Question) -> tuple[str, ...]:
-        from stages.orchestrator import risks
         if self.seen is None:
             self.seen = risks.SeenNames(os.path.join(self.state_dir, "runs"), self.run_id)
         return risks.of(question.host, self.seen)
 
-    def _announce(self, question: ask.Question) -> None:
-        if not self.relay.merger.alternate:
-            risks = "".join(f"; ⚠ {risk}" for risk in question.risks)
+    def _show(self) -> None:
+        if self.on_terminal is not None:
+            self.on_terminal.show()     # no terminal: nothing is shown, nothing asked
+
+    def close(self) -> None:
+        """The run is over: questions still open are denied (the broker is
+        gone by now), the socket removed, the title put back."""
+        if self.on_terminal is not None:
+            self.relay.key_filter = None
+            self.on_terminal.close()
+        for client in list(self.clients):
+            self._drop_client(client)
+        self.policy_file.close()
+        if self.listener is not None:
+            self.listener.close()
+            try:
+                os.unlink(self.socket_path)
+            except OSError:
+                pass
+        for link in self.links:
+            link.close()
+
+
+class QuestionsOnTerminal:
+    """The open questions on vpnw's own terminal, through the relay
+    (terminal.py): a line of vpnw's when the program is on the normal
+    screen, the oldest question in the title (OSC 2) with a bell when it is
+    new, the title put back once none is open."""
+
+    def __init__(self, relay, say, questions: ask.Questions):
+        self.relay = relay
+        self.say = say
+        self.questions = questions
+        self.title_shown: str | None = None     # what the title says now (None: ours is not up)
+        # The title holds the code: the program never makes the terminal report it.
+        relay.screen.title_report_filter = TitleReportFilter()
+
+    def announce(self, question: ask.Question) -> None:
+        if not self.relay.screen.merger.alternate:
+            warned = "".join(f"; ⚠ {risk}" for risk in question.risks)
             self.say(f"asks {question.code}: {question.destination} ({question.door} door) is not "
-                     f"in the policy{risks}. {ask.keys_hint(question.code, question.wildcard)}; "
+                     f"in the policy{warned}. {ask.keys_hint(question.code, question.wildcard)}; "
                      f"denied in {self.questions.timeout:g} s (or `vpnw ask` in another terminal)")
         self.title_shown = None     # a new question: the title and the bell again
-        self._show()
+        self.show()
 
-    def _show(self) -> None:
+    def show(self) -> None:
         """The oldest open question in the title (with a bell when it is new);
         the title put back once none is open."""
-        if self.relay is None:
-            return                  # no terminal: nothing is shown, nothing asked
         question = self.questions.first()
         # While a question is on the normal screen the program's output waits,
         # so it cannot draw over the question (or over part of it: its host,
         # leaving vpnw's code in place) while the person reads it.
-        self.relay.hold_output(question is not None and not self.relay.merger.alternate)
+        self.relay.hold_output(question is not None and not self.relay.screen.merger.alternate)
         if question is None:
-            if self.title_shown is not None and self.relay.write_control(ask.POP_TITLE):
+            if self.title_shown is not None and self.relay.screen.write_control(ask.POP_TITLE):
                 self.title_shown = None
             return
         more = len(self.questions.open) - 1
@@ -343,29 +357,46 @@ class Asker:
             return
         prefix = ask.PUSH_TITLE if self.title_shown is None else b""
         bell = ask.BELL if self.title_shown is None else b""
-        if self.relay.write_control(prefix + ask.title(text) + bell):
+        if self.relay.screen.write_control(prefix + ask.title(text) + bell):
             self.title_shown = text
 
     def close(self) -> None:
-        """The run is over: questions still open are denied (the broker is
-        gone by now), the socket removed, the title put back."""
-        if self.relay is not None:
-            self.relay.key_filter = None
-            self.relay.hold_output(False)
-            if self.title_shown is not None:
-                self.relay.write_control(ask.POP_TITLE, force=True)
-        for client in list(self.clients):
-            self._drop_client(client)
-        if not isinstance(self.policy_place, (str, type(None))):
-            self.policy_place.close()
-        if self.listener is not None:
-            self.listener.close()
-            try:
-                os.unlink(self.socket_path)
-            except OSError:
-                pass
-        for link in self.links:
-            link.close()
+        """The run is over: the program's output goes on, the title put back."""
+        self.relay.hold_output(False)
+        if self.title_shown is not None:
+            self.relay.screen.write_control(ask.POP_TITLE, force=True)
+
+
+class PolicyWriteBack:
+    """The policy file, for "always" and "deny always" (config/policy_edit.py):
+    its place taken before the program starts, each rule written in place."""
+
+    def __init__(self, policy, run_id: str):
+        self.run_id = run_id
+        self.source = getattr(policy, "source", None)
+        self.sha256 = getattr(policy, "sha256", None)
+        self.place = _policy_place(self.source, self.sha256)
+
+    def add(self, rule: str, which: str) -> str:
+        source = self.source
+        if not source or source == "<stdin>" or not self.sha256:
+            return "the policy was not read from a file: for this run only"
+        if source.startswith("@"):
+            return (f"{source} is a preset shipped with vpnw: for this run only (to keep answers, "
+                    f"copy it: vpnw presets {source[1:]} > {source[1:]}.toml)")
+        if isinstance(self.place, str):
+            return f"{source} not changed: {self.place}; for this run only"
+        try:
+            self.sha256 = add_rule(
+                self.place, which, rule, expected_sha256=self.sha256,
+                run_id=self.run_id, today=time.strftime("%Y-%m-%d", time.gmtime()))
+        except EditRefused as exc:
+            return f"{source} not changed: {exc}; for this run only"
+        return f'"{rule}" added to {which} in {source}'
+
+    def close(self) -> None:
+        if not isinstance(self.place, (str, type(None))):
+            self.place.close()
 
 
 def _draw_code() -> str:
@@ -390,7 +421,6 @@ def _policy_place(source, sha256):
     program starts; or why it cannot be written back (a sentence)."""
     if not source or source == "<stdin>" or not sha256:
         return "the policy was not read from a file"
-    from stages.config.policy_edit import EditRefused, open_place
     try:
         return open_place(source)
     except EditRefused as exc:
@@ -410,7 +440,6 @@ def _short(path: str) -> str:
 def _same_person_outside(client: socket.socket) -> bool:
     """The peer is the user who runs vpnw (or root), in vpnw's own network
     namespace: never a process of the sandbox, which has one of its own."""
-    import struct
     try:
         creds = client.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
         pid, uid, _gid = struct.unpack("3i", creds)

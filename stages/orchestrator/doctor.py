@@ -11,11 +11,33 @@ from __future__ import annotations
 
 import json
 import os
+import pwd
 import re
+import shutil
+import stat
+import subprocess
+import sys
+import tempfile
+import textwrap
+import tomllib
 from typing import NamedTuple
 
 import click
 
+from stages.config.client_env import apply, settings_for_doctor
+from stages.config.paths import ConfigError, load_config, with_secret
+from stages.helper import capture, netlink
+from stages.helper.landlock import abi_version
+from stages.helper.seccomp_rules import build_filter
+from stages.helper.supervisor.launch import answered_by, missing
+from stages.kernel import privileges as priv
+from stages.kernel.mounts import mount_fresh_devpts, read_only
+from stages.orchestrator import apparmor
+from stages.orchestrator.held import kernel_can, remove
+from stages.record import signing
+from stages.record.events import state_dir
+from stages.record.run_file import vpnw_state_dir
+from stages.wire import handoff
 from stages.wire.exits import ExitCode
 
 
@@ -70,14 +92,12 @@ def check_userns_sysctls() -> list[Check]:
 def check_apparmor_userns() -> Check | None:
     """Ubuntu 23.10 and later: is there a profile that lets vpnw make user
     namespaces (stages/orchestrator/apparmor.py)? None where nothing is restricted."""
-    from stages.orchestrator import apparmor
     label = next((text for text in map(_read, apparmor.LABEL_FILES) if text), None)
     found = apparmor.verdict(_read(apparmor.SYSCTL), label, _user_name())
     return Check("apparmor_userns", *found) if found else None
 
 
 def _user_name() -> str:
-    import pwd
     try:
         return pwd.getpwuid(os.getuid()).pw_name
     except KeyError:
@@ -87,7 +107,6 @@ def _user_name() -> str:
 def launcher_path() -> str:
     """vpnw's launcher as installed (the venv's bin/vpnw, symlinks resolved):
     the file AppArmor attaches the profile to."""
-    import sys
     return os.path.realpath(os.path.join(os.path.dirname(sys.executable), "vpnw"))
 
 
@@ -115,7 +134,6 @@ def _try_in_child(fn) -> str | None:
 
 
 def check_namespaces() -> Check:
-    from stages.kernel import privileges as priv
 
     def attempt():
         uid, gid = os.getuid(), os.getgid()
@@ -132,15 +150,13 @@ def check_namespaces() -> Check:
 def check_devpts() -> Check:
     """Every sandbox mounts a devpts of its own (the user's terminals are not
     there to open by name; the program's pty is made in it)."""
-    from stages.kernel import privileges as priv
-    from stages.kernel.mounts import mount_fresh_devpts as _fresh_devpts
 
     def attempt():
         uid, gid = os.getuid(), os.getgid()
         priv.unshare(priv.CLONE_NEWUSER | priv.CLONE_NEWNS)
         priv.write_id_maps(uid, gid)
         priv.mount(None, "/", None, priv.MS_REC | priv.MS_PRIVATE)
-        _fresh_devpts()
+        mount_fresh_devpts()
         os.close(os.open("/dev/pts/ptmx", os.O_RDWR | os.O_NOCTTY))
 
     err = _try_in_child(attempt)
@@ -154,11 +170,8 @@ def check_capture() -> Check:
     """--capture (docs/architecture.md "Capture"): the local default routes
     and vpnw's nftables table, made and read back in a scratch user+net
     namespace exactly as a run does; optional, so a warning when it fails."""
-    from stages.kernel import privileges as priv
-    from stages.wire import handoff
 
     def attempt():
-        from stages.helper import capture, netlink
         uid, gid = os.getuid(), os.getgid()
         priv.unshare(priv.CLONE_NEWUSER | priv.CLONE_NEWNET)
         priv.write_id_maps(uid, gid)
@@ -185,7 +198,6 @@ def check_seccomp() -> list[Check]:
     else:
         out.append(Check("seccomp", "ok", f"actions: {actions}"))
     try:
-        from stages.helper.seccomp_rules import build_filter
         build_filter(False)
         out.append(Check("libseccomp", "ok", "libseccomp loads through pyseccomp"))
     except Exception as e:
@@ -197,8 +209,6 @@ def check_seccomp() -> list[Check]:
 def check_file_limits() -> list[Check]:
     """The two layers of a policy's [files] table: read-only and empty mounts in
     the sandbox's mount namespace (needed), Landlock for writes (when present)."""
-    from stages.kernel import privileges as priv
-    from stages.kernel.mounts import read_only as _read_only
 
     def attempt():
         uid, gid = os.getuid(), os.getgid()
@@ -207,7 +217,7 @@ def check_file_limits() -> list[Check]:
         priv.mount(None, "/", None, priv.MS_REC | priv.MS_PRIVATE)
         priv.mount("tmpfs", "/tmp", "tmpfs", 1 | priv.MS_NOSUID | priv.MS_NODEV, "size=4k")
         priv.mount("/tmp", "/tmp", None, 4096 | priv.MS_REC)    # a recursive bind
-        _read_only("/")                                          # / remounted read-only
+        read_only("/")                                          # / remounted read-only
 
     err = _try_in_child(attempt)
     out = []
@@ -217,7 +227,6 @@ def check_file_limits() -> list[Check]:
         out.append(Check("files_mounts", "fail", f"[files] limits cannot be mounted: {err}; "
                          "a policy with a [files] table exits 122 here (policies without one still work)",
                          "enable unprivileged user and mount namespaces"))
-    from stages.helper.landlock import abi_version
     abi = abi_version()
     if abi:
         out.append(Check("landlock", "ok", f"Landlock ABI {abi}: a second layer for allow_write"))
@@ -234,10 +243,6 @@ def check_held_layer() -> Check:
     vpnw's state) or read-only (docs/security.md, "The work set and the held
     layer"). Tried on a scratch directory in the state directory itself, as
     a run mounts it."""
-    import tempfile
-    from stages.kernel import privileges as priv
-    from stages.orchestrator.held import kernel_can, remove
-    from stages.record.run_file import vpnw_state_dir
     why = kernel_can()
     if why:
         return Check("held_layer", "warn", f"writes outside a run's work set fail read-only (EROFS), "
@@ -292,11 +297,9 @@ DEFAULT_MARK = "(the config's default)"
 
 def check_paths(config_file: str) -> list[Check]:
     """Each configured path, checked the way a run checks it before the program starts."""
-    import asyncio
-
-    from stages.broker.dial import PathDownError
-    from stages.broker.dialers import dialer_for
-    from stages.config.paths import ConfigError, load_config, with_secret
+    import asyncio  # only --config dials a path: asyncio and the broker's dialers stay off the rest
+    from stages.broker.dial import PathDownError  # only --config dials a path (as above)
+    from stages.broker.dialers import dialer_for  # only --config dials a path (as above)
     try:
         config = load_config(config_file)
     except (ConfigError, OSError) as e:
@@ -329,7 +332,6 @@ def check_paths(config_file: str) -> list[Check]:
 def config_names_wireguard(config_file: str) -> bool:
     """Whether the paths file has a [paths.X] of type "wireguard", even one
     that is wrong in other ways (check_paths says what is)."""
-    import tomllib
     try:
         with open(config_file, "rb") as f:
             paths = tomllib.load(f).get("paths", {})
@@ -345,8 +347,6 @@ def check_wireguard_support(needed: bool = False) -> list[Check]:
     opening the device is checked against the machine's file mode). Always
     checked: a lack is a failure when the paths file given names a WireGuard
     path (`needed`), a warning otherwise (nothing else needs them)."""
-    import shutil
-    import stat
     bad = "fail" if needed else "warn"
     checks = []
     if shutil.which("wireguard-go"):
@@ -373,7 +373,6 @@ def check_wireguard_support(needed: bool = False) -> list[Check]:
 
 
 def check_state_dir() -> Check:
-    from stages.record.events import state_dir
     runs = state_dir()
     probe = runs
     while not os.path.exists(probe):
@@ -386,7 +385,6 @@ def check_state_dir() -> Check:
 
 def check_signing() -> Check:
     """The signed end of each run (docs/record.md, "The signed end"): libsodium loads."""
-    from stages.record import signing
     try:
         signing.signing_library()
     except signing.SigningUnavailable as exc:
@@ -398,16 +396,12 @@ def check_signing() -> Check:
 
 def program_variables() -> dict[str, str]:
     """What vpnw puts in the program's environment when the user set nothing."""
-    import sys
 
-    from stages.config.client_env import settings_for_doctor
     return dict(settings_for_doctor(sys.executable))
 
 
 def check_program_env() -> Check:
-    import sys
 
-    from stages.config.client_env import apply
     names = " ".join(program_variables())
     detail = (f"vpnw sets {names} for the program "
               "(a client's own setting that you set is kept, and the record says so)")
@@ -424,7 +418,6 @@ def check_unix_supervisor() -> Check:
     """The program's own Unix sockets need the supervisor (docs/security.md,
     "Unix sockets by origin"); without it every Unix socket stays refused."""
     actions = (_read("/proc/sys/kernel/seccomp/actions_avail") or "").split()
-    from stages.helper.supervisor.launch import answered_by, missing
     why = None if "user_notif" in actions else "seccomp has no user notification (user_notif)"
     why = why or missing()
     if why:
@@ -456,8 +449,6 @@ def node_honours_env_proxy(version: str) -> bool | None:
 def check_node() -> Check:
     """A Node older than 22.21 ignores NODE_USE_ENV_PROXY: its fetch() and
     https requests do not go to the doors unless the program sets an agent."""
-    import shutil
-    import subprocess
     node = shutil.which("node") or shutil.which("nodejs")
     if node is None:
         return Check("node", "ok", "no Node.js on PATH")
@@ -494,7 +485,6 @@ def render(check: Check, columns: int | None) -> str:
     text = f"{check.status:<5} {check.name}  {check.detail}" + (f"  (fix: {check.fix})" if check.fix else "")
     if not columns:
         return text
-    import textwrap
     return textwrap.fill(text, width=max(columns, 40), subsequent_indent=" " * 6,
                          break_long_words=False, break_on_hyphens=False)
 
@@ -539,7 +529,6 @@ def doctor_command(as_json: bool, config_file: str | None, apparmor_profile: boo
     With --config: 121 if the paths file does not load, 123 if its default
     path is down (every run through it would exit 123)."""
     if apparmor_profile:
-        from stages.orchestrator import apparmor
         launcher = launcher_path()
         if not os.path.isfile(launcher):
             raise click.UsageError(f"no vpnw launcher at {launcher}: run the installed vpnw "

@@ -13,6 +13,9 @@ across reads is seen whole.
 - `ClipboardFilter` removes OSC 52 (`ESC ] 52 ; Pc ; Pd BEL|ST`, set or
   query the clipboard) for `--no-clipboard`, holding only the few bytes that
   may still turn out to start one.
+- `mid_escape` says whether the output seen so far stops inside a sequence,
+  where a control sequence of vpnw's own (a title, a bell) must not be
+  written yet.
 
 Only the 7-bit forms: a terminal in UTF-8 mode reads 0x9b/0x9d as parts of
 characters, not as CSI/OSC.
@@ -265,3 +268,24 @@ def _title_report(csi: bytes) -> bool:
         return False
     first = params.split(b";")[0]
     return first.isdigit() and int(first) in (20, 21)
+
+
+_OSC_END = (b"\x07", b"\x1b\\")
+
+
+def mid_escape(tail: bytes) -> bool:
+    """Whether the program's output stops inside an escape sequence (so
+    bytes of ours written now would land inside it). `tail`: its last bytes."""
+    esc = tail.rfind(b"\x1b")
+    if esc < 0:
+        return False
+    rest = tail[esc + 1:]
+    if not rest:
+        return True
+    if rest[:1] == b"]":                      # OSC: ends with BEL or ESC \
+        return not any(end in rest for end in _OSC_END)
+    if rest[:1] == b"[":                      # CSI: ends with a byte 0x40-0x7e
+        return not any(0x40 <= b <= 0x7E for b in rest[1:])
+    if rest[:1] == b"\\":                     # the ST of an earlier OSC
+        return False
+    return len(rest) < 1

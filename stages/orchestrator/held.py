@@ -12,11 +12,14 @@ held directory is removed (a few empty directories per overlay).
 """
 from __future__ import annotations
 
+import json
 import os
 import stat
 
 from stages.config import work_set as ws
+from stages.config.protected import HOME_START_UP
 from stages.startup.records import NamedTuple  # typing's, without importing typing
+from stages.wire.helper_plan import Files
 
 MAX_ENTRIES = 10_000
 HASHED_UP_TO = 64 * 1024 * 1024
@@ -90,7 +93,6 @@ def prepare(run_id: str, state: str, cwd: str, homes: tuple[str, ...], files) ->
 def read_only_plan(layer: HeldLayer, files_plan=None):
     """The fallback: writes outside the work set fail read-only (EROFS);
     a [files] table's deny_read still hidden."""
-    from stages.wire.helper_plan import Files
     return Files(hide=tuple(files_plan.hide) if files_plan is not None else (), limit_writes=True,
                  writable=tuple((p, "dir" if os.path.isdir(p) else "file") for p in layer.work.paths),
                  landlock_abi=0)
@@ -101,7 +103,7 @@ def read_only_plan(layer: HeldLayer, files_plan=None):
 def _sha256(path: str, size: int) -> str | None:
     if size > HASHED_UP_TO:
         return None
-    import hashlib
+    import hashlib  # after the run only: hashlib's _hashlib (OpenSSL, ~3 ms) stays off every run's start
     h = hashlib.sha256()
     try:
         # Never follows a link, never blocks on a FIFO put there meanwhile.
@@ -174,7 +176,6 @@ def walk_upper(upper: str, mount: str):
 
 
 def _read_layers(held: str) -> list[dict]:
-    import json
     try:
         with open(os.path.join(held, "layers.json"), encoding="utf-8", errors="surrogateescape") as f:
             layers = json.load(f)
@@ -243,6 +244,9 @@ def remove_empty(layer: HeldLayer) -> None:
 
 
 def _write_held_json(held: str, doc: dict) -> None:
+    # After the run, when record.events has long imported orjson with its
+    # stand-ins (stages/startup/imports.py); at this module's top it would be
+    # the first import, bringing dataclasses, inspect and the rest to the start.
     import orjson
     tmp = os.path.join(held, ".held.json.tmp")
     with open(tmp, "wb") as f:
@@ -279,6 +283,8 @@ def remove(held: str) -> None:
         return
     except OSError:
         pass
+    # Only when the quick removal above failed: record.held brings dataclasses
+    # and hashlib (OpenSSL) onto the start of every run that imports this module.
     from stages.record.held import remove_tree
     remove_tree(held)
 
@@ -305,7 +311,6 @@ def outside_work_set(protection, layer: HeldLayer):
     not read-only; vpnw's installation and evidence, what the config names
     and everything inside the work set stay as stages/config/protected.py
     says."""
-    from stages.config.protected import HOME_START_UP
     if layer.dir is None:
         return protection
     held_kinds = set(HOME_START_UP)

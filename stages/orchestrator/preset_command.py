@@ -4,13 +4,13 @@ from __future__ import annotations
 import sys
 
 import click
+from click.shell_completion import CompletionItem
 
 from stages.config import presets
 from stages.wire.exits import ExitCode
 
 
 def _complete_name(ctx, param, incomplete: str):
-    from click.shell_completion import CompletionItem
     bare = incomplete.removeprefix(presets.MARK)
     return [CompletionItem(name, help=presets.summary(name))
             for name in presets.names() if name.startswith(bare)]

@@ -20,6 +20,7 @@ person's policy with one line changed.
 """
 from __future__ import annotations
 
+import json
 import os
 
 FILE = "replaced.jsonl"
@@ -28,7 +29,6 @@ MAX_BYTES = 256 * 1024     # the newest this much is read: a note, not a log
 
 def remember(state_dir: str, replaced: dict, run_id: str) -> None:
     """Append {name: (was, now)} for a run. Raises OSError."""
-    import json
     os.makedirs(state_dir, mode=0o700, exist_ok=True)
     lines = "".join(json.dumps({"name": name, "was": list(was) if was else None,
                                 "now": list(now) if now else None, "run": run_id}) + "\n"
@@ -57,7 +57,6 @@ def entries(state_dir: str) -> list[dict]:
             data += chunk
     finally:
         os.close(fd)
-    import json    # only when there is a note: json is off every run's way otherwise
     out = []
     for line in data.splitlines():
         try:

@@ -24,6 +24,8 @@ MAX_BYTES = 32 << 20
 
 def of(host: str, seen: "SeenNames | None") -> tuple[str, ...]:
     """The warnings for a question about `host` (parse_host's canonical form)."""
+    # At the first question, not at the start of every guard --ask run:
+    # config.addresses brings ipaddress and the special-purpose table.
     from stages.config.addresses import BadHost, classify, classify_name, parse_host
     try:
         parsed = parse_host(host)

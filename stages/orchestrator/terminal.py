@@ -1,8 +1,10 @@
 """The program's own terminal: a pty made inside the sandbox, relayed to the user's.
 
 sudo's `use_pty` model (docs/architecture.md, "The terminal"). When vpnw runs on a
-terminal, the helper makes a new pseudo-terminal in the sandbox's own devpts
-and hands its master to the orchestrator; the program's new session gets the slave as its controlling terminal (so /dev/tty works inside)
+terminal, the helper, already inside the sandbox, makes a new pseudo-terminal in the
+sandbox's own devpts and hands its master to the orchestrator; the
+program's new session gets the slave as its controlling terminal (so
+/dev/tty works inside)
 and never holds an fd of the user's terminal, so nothing it does to its
 terminal (tcsetattr, TIOCSWINSZ, TIOCSTI) reaches the user's. The
 orchestrator puts the user's terminal in raw mode, relays keys to the master
@@ -15,8 +17,10 @@ helper reports it; `suspend` then restores the user's terminal and stops
 vpnw's own process group, so the shell sees the job stopped. `fg` continues
 vpnw, which re-enters raw mode and continues the program's foreground group.
 
-This module is the thin shell; what goes where in the output stream is
-decided by the pure `line_merger.LineMerger`.
+This module is the pump: the pty master, vpnw's lines' pipe and the
+user's keys on the orchestrator's selector, and job control. What is drawn
+on the user's terminal, and its mode, are user_terminal.py's; what goes
+where in the output stream is decided by the pure `line_merger.LineMerger`.
 """
 from __future__ import annotations
 
@@ -25,124 +29,20 @@ import fcntl
 import os
 import select
 import signal
-import struct
 import termios
 import time
 
-from stages.orchestrator.escapes import ClipboardFilter, TitleReportFilter
-from stages.orchestrator.line_merger import READABLE, LineMerger
+from stages.orchestrator.user_terminal import TerminalScreen, UserTerminal
+from stages.wire.pty_handoff import PtyHandoffError, receive_master
 
-# How long vpnw's lines wait for the program to finish a half-written line.
-HOLD_SECONDS = 0.5
+# The selector's events, as selectors names them (this module never imports
+# selectors: run.py's wait does, once every stage is forked).
+EVENT_READ, EVENT_WRITE = 1, 2
+
 _READ = 65536
 # Keys typed ahead while the program does not read: stop reading the user's
 # terminal beyond this, so the keyboard, not our memory, waits.
 _MAX_TO_PROGRAM = 1 << 16
-# The modes a program may leave set on the user's terminal, put back once it
-# has ended and before vpnw's last lines (docs/security.md, "The person's
-# channel"): CAN ends an escape sequence the program left unfinished, so
-# these are not read as part of it; then all attributes off and the ASCII
-# character set (READABLE), insert mode off (IRM), autowrap on (DECAWM),
-# normal cursor keys (DECCKM) and keypad (DECKPNM), the cursor shown, the
-# scroll region the whole screen (DECSTBM homes the cursor: saved and
-# restored around it; origin mode is left, as resetting it homes the cursor
-# too and DECRC brings it back), mouse reporting and bracketed
-# paste off (a shell turns the latter on again at its prompt), and the
-# colours the terminal was configured with (OSC 104 the palette, 110 and 111
-# the default foreground and background: a program that made them alike
-# would hide every plain line).
-MODES_BACK = (b"\x18" + READABLE + b"\x1b[4l\x1b[?7h\x1b[?1l\x1b>\x1b[?25h"
-              b"\x1b7\x1b[r\x1b8\x1b[?1000l\x1b[?1002l\x1b[?1003l\x1b[?1005l\x1b[?1006l"
-              b"\x1b[?1015l\x1b[?2004l\x1b]104\x07\x1b]110\x07\x1b]111\x07")
-
-
-def _raw(mode: list) -> list:
-    """cfmakeraw(3) on a copy of a tcgetattr() list."""
-    iflag, oflag, cflag, lflag, ispeed, ospeed, cc = mode
-    iflag &= ~(termios.IGNBRK | termios.BRKINT | termios.PARMRK | termios.ISTRIP
-               | termios.INLCR | termios.IGNCR | termios.ICRNL | termios.IXON)
-    oflag &= ~termios.OPOST
-    lflag &= ~(termios.ECHO | termios.ECHONL | termios.ICANON | termios.ISIG | termios.IEXTEN)
-    cflag &= ~(termios.CSIZE | termios.PARENB)
-    cflag |= termios.CS8
-    cc = list(cc)
-    cc[termios.VMIN] = 1
-    cc[termios.VTIME] = 0
-    return [iflag, oflag, cflag, lflag, ispeed, ospeed, cc]
-
-
-def _winsize(fd: int) -> bytes | None:
-    try:
-        return fcntl.ioctl(fd, termios.TIOCGWINSZ, b"\0" * 8)
-    except OSError:
-        return None
-
-
-def _columns_rows(winsize: bytes | None) -> tuple[int, int]:
-    if not winsize:
-        return 80, 24
-    rows, cols, _x, _y = struct.unpack("HHHH", winsize)
-    return cols or 80, rows or 24
-
-
-class UserTerminal:
-    """The user's own terminal: its mode (saved once, raw while the program
-    has the keys, put back exactly), whether vpnw is in the foreground, its
-    size, and vpnw's writes to it."""
-
-    def __init__(self, fd_in: int, fd_out: int):
-        self.fd_in = fd_in
-        self.fd_out = fd_out
-        self.saved = termios.tcgetattr(fd_in)
-        self.raw = False
-        self.output_gone = False     # the user's terminal went away: output is dropped
-
-    def foreground(self) -> bool:
-        try:
-            return os.tcgetpgrp(self.fd_in) == os.getpgrp()
-        except OSError:
-            return False
-
-    def enter_raw(self) -> None:
-        if self.raw or not self.foreground():
-            return
-        try:
-            termios.tcsetattr(self.fd_in, termios.TCSADRAIN, _raw(self.saved))
-        except termios.error:
-            return
-        self.raw = True
-
-    def restore(self) -> None:
-        """The user's terminal exactly as it was. SIGTTOU is blocked meanwhile, so
-        a vpnw moved to the background cannot be stopped half way."""
-        if not self.raw:
-            return
-        old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTTOU})
-        try:
-            termios.tcsetattr(self.fd_in, termios.TCSADRAIN, self.saved)
-        except termios.error:
-            pass
-        finally:
-            signal.pthread_sigmask(signal.SIG_SETMASK, old)
-        self.raw = False
-
-    def size(self) -> bytes | None:
-        return _winsize(self.fd_out) or _winsize(self.fd_in)
-
-    def write(self, data: bytes) -> None:
-        if not data or self.output_gone:
-            return
-        view = memoryview(data)
-        while view:
-            try:
-                view = view[os.write(self.fd_out, view):]
-            except InterruptedError:
-                continue
-            except BlockingIOError:
-                select.select([], [self.fd_out], [])
-            except OSError:
-                self.output_gone = True
-                return
 
 
 class PtyMaster:
@@ -261,10 +161,8 @@ class TerminalRelay:
     def __init__(self, user_in: int, user_out: int, master: int | None, human_r: int | None,
                  master_from=None, keys: bool = True, no_clipboard: bool = False):
         self.keys = keys
-        # --no-clipboard: OSC 52 never reaches the user's terminal (docs/security.md).
-        self.clipboard_filter = ClipboardFilter() if no_clipboard else None
-        self.title_report_filter = None  # guard --ask (asker.py): TitleReportFilter
         self.user = UserTerminal(user_in, user_out)
+        self.screen = TerminalScreen(self.user, no_clipboard)
         self.pty = PtyMaster()
         self.master_from = master_from   # a socket the master will come over
         self.master_refused: str | None = None   # what came instead of a pty master
@@ -280,11 +178,6 @@ class TerminalRelay:
         # it draws can change the question the person is reading.
         self.output_held = False
         self.key_filter = None       # guard --ask: takes its answer keys out (asker.py)
-        self.tail = b""              # the program's last output bytes (see write_control)
-        columns, rows = _columns_rows(_winsize(user_out))
-        self.merger = LineMerger(hold=HOLD_SECONDS, newline=b"\r\n", columns=columns, rows=rows,
-                                 line_start=READABLE)
-        self.modes_back = False      # MODES_BACK written (or no program ever had the terminal)
         if master is not None:
             self._attach(master)
 
@@ -299,7 +192,7 @@ class TerminalRelay:
         size = self.user.size()
         if size is None or not self.pty.open:
             return
-        self.merger.columns, self.merger.rows = _columns_rows(size)
+        self.screen.resize(size)
         self.pty.resize(size)
 
     # ---- the master
@@ -322,7 +215,6 @@ class TerminalRelay:
         return self.master_from is not None
 
     def _receive_master(self) -> None:
-        from stages.wire.pty_handoff import PtyHandoffError, receive_master
         sock, self.master_from = self.master_from, None
         self._unregister(sock.fileno())
         try:
@@ -340,15 +232,14 @@ class TerminalRelay:
         self.master_mask = 0
         self._apply_master_mask()
         if self.master_from is not None:
-            sel.register(self.master_from, 1, "pty:socket")
+            sel.register(self.master_from, EVENT_READ, "pty:socket")
         if self.human.fd is not None:
-            sel.register(self.human.fd, 1, "pty:human")
+            sel.register(self.human.fd, EVENT_READ, "pty:human")
         self._update_keys()
 
     def _master_events(self) -> int:
-        import selectors
-        return ((0 if self.output_held else selectors.EVENT_READ)
-                | (selectors.EVENT_WRITE if self.pty.to_program else 0))
+        return ((0 if self.output_held else EVENT_READ)
+                | (EVENT_WRITE if self.pty.to_program else 0))
 
     def _apply_master_mask(self) -> None:
         mask = self._master_events()
@@ -387,14 +278,14 @@ class TerminalRelay:
             return
         want = self.user.raw and self.pty.open and len(self.pty.to_program) < _MAX_TO_PROGRAM
         if want and not self.reading_keys:
-            self.sel.register(self.user.fd_in, 1, "pty:keys")
+            self.sel.register(self.user.fd_in, EVENT_READ, "pty:keys")
         elif not want and self.reading_keys:
             self.sel.unregister(self.user.fd_in)
         self.reading_keys = want
         self._apply_master_mask()
 
     def timeout(self, now: float, default: float) -> float:
-        deadline = self.merger.deadline()
+        deadline = self.screen.merger.deadline()
         if deadline is None:
             return default
         return max(0.0, min(default, deadline - now))
@@ -421,27 +312,22 @@ class TerminalRelay:
             self.pty.to_program += data
             self.pty.flush()
         elif what == "pty:master":
-            if events & 2:
+            if events & EVENT_WRITE:
                 self.pty.flush()
-            if events & 1:
+            if events & EVENT_READ:
                 self._read_program(now)
         elif what == "pty:human":
             self._read_human(now)
         self._update_keys()
 
     def tick(self) -> None:
-        self.user.write(self.merger.tick(time.monotonic()))
+        self.screen.tick()
 
     def _read_program(self, now: float) -> bool:
         """What the master has now; False once the program's side is closed."""
         data, open_ = self.pty.read()
         if data:
-            if self.clipboard_filter is not None:
-                data = self.clipboard_filter.feed(data)
-            if self.title_report_filter is not None:
-                data = self.title_report_filter.feed(data)
-            self.tail = (self.tail + data[-256:])[-256:]
-            self.user.write(self.merger.program_output(data, now))
+            self.screen.program_output(data, now)
         if not open_:
             self._close_master()
         return open_
@@ -457,25 +343,14 @@ class TerminalRelay:
     def _read_human(self, now: float) -> bool:
         lines, open_ = self.human.read()
         for line in lines:
-            self.user.write(self.merger.human_line(line, now))
+            self.screen.human_line(line, now)
         if not open_:
             self._unregister(self.human.fd)
         return open_
 
     def say(self, text: str) -> None:
         """One of vpnw's own lines (the orchestrator's messages)."""
-        self.user.write(self.merger.human_line(text.encode("utf-8", "replace"), time.monotonic()))
-
-    def write_control(self, data: bytes, force: bool = False) -> bool:
-        """Control sequences of vpnw's own (a title, a bell) that draw
-        nothing on the screen: written now unless the program's output
-        stops inside an escape sequence, where they would land in it (then
-        False: try again later)."""
-        from stages.orchestrator.ask import mid_escape
-        if not force and mid_escape(self.tail):
-            return False
-        self.user.write(data)
-        return True
+        self.screen.say(text)
 
     # ---- job control
 
@@ -487,7 +362,7 @@ class TerminalRelay:
             self.pty.continue_program()
             return
         self._drain_program(wait=0.0)
-        self.user.write(self.merger.finish() if self.merger.held else b"")
+        self.screen.flush_held()
         self.user.restore()
         stop = signal.SIGSTOP if signo == signal.SIGSTOP else signal.SIGTSTP
         old = signal.signal(signal.SIGTSTP, signal.SIG_DFL)
@@ -529,18 +404,7 @@ class TerminalRelay:
         modes put back before vpnw's last lines."""
         self._drain_program(wait=2.0)
         self._close_master()
-        self.user.write(self.merger.program_ended())
-        self._put_modes_back()
-
-    def _put_modes_back(self) -> None:
-        if self.modes_back or self.pty.fd is None:
-            return
-        self.modes_back = True
-        if self.clipboard_filter is not None:
-            self.user.write(self.merger.program_output(self.clipboard_filter.finish(),
-                                                       time.monotonic()))
-            self.clipboard_filter = None
-        self.user.write(MODES_BACK)
+        self.screen.program_ended(had_terminal=self.pty.fd is not None)
 
     def finish_human(self, recorder_pidfd: int) -> None:
         """vpnw's remaining lines, until the recorder has exited and its pipe is empty."""
@@ -560,17 +424,7 @@ class TerminalRelay:
     def close(self) -> None:
         """Every ending: the last lines, the user's terminal as it was, fds closed."""
         try:
-            if self.clipboard_filter is not None:
-                self.user.write(self.merger.program_output(self.clipboard_filter.finish(),
-                                                       time.monotonic()))
-                self.clipboard_filter = None
-            self._put_modes_back()
-            rest = self.human.take_rest()
-            if rest:
-                self.user.write(self.merger.human_line(rest, time.monotonic()))
-            self.user.write(self.merger.finish())
-            if self.pty.fd is not None:
-                self.user.write(READABLE)    # what the person types next is seen
+            self.screen.finish(self.human.take_rest(), had_terminal=self.pty.fd is not None)
         finally:
             self.user.restore()
             if self.master_from is not None:

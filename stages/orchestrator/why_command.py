@@ -10,12 +10,17 @@ broker calls); the click command is its shell.
 """
 from __future__ import annotations
 
+import ipaddress
+import re
 import socket
 import sys
 
 import click
 
 from stages.broker import decide as d
+from stages.broker.local_addresses import local_addresses
+from stages.config.policy import localhost_rule
+from stages.orchestrator.run_command import UsageProblem, _load_path, _load_policy
 from stages.wire.exits import ExitCode
 
 STEPS = {
@@ -86,7 +91,6 @@ def what_the_program_meets(decision, target, policy) -> list[str]:
 
 def where_written(decision, policy) -> str | None:
     """`agent.toml line 7` for the rule or setting that decided, if written."""
-    import re
     source = policy.source
     if source is None:
         return None
@@ -101,7 +105,6 @@ def where_written(decision, policy) -> str | None:
 def _local_door(target, policy) -> list[str]:
     """The door `localhost:PORT` opens, when the target is the loopback and
     the policy names that port."""
-    from stages.config.policy import localhost_rule
     loopback = target.host == "localhost" if target.ip is None else target.ip.is_loopback
     rule = None if policy.no_policy or not loopback else localhost_rule(policy, target.port)
     if rule is None:
@@ -174,7 +177,6 @@ def explain(target, policy, *, path, local_addresses=frozenset(), lookup=None) -
 
 
 def _lookup(host: str, port: int) -> tuple:
-    import ipaddress
     found = []
     for family, _, _, _, sockaddr in socket.getaddrinfo(host, port, 0, socket.SOCK_STREAM):
         if family in (socket.AF_INET, socket.AF_INET6):
@@ -208,8 +210,6 @@ def why_command(destination, policy_file, config_file, via, no_resolve):
       vpnw why --policy agent.toml localhost:8080
       vpnw why --config paths.toml --via office --policy agent.toml 10.1.2.3:22
     """
-    from stages.broker.local_addresses import local_addresses
-    from stages.orchestrator.run_command import UsageProblem, _load_path, _load_policy
     try:
         host, port = parse_destination(destination)
         target = d.parse_target(host, port)

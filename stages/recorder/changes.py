@@ -94,6 +94,53 @@ def _as_json(held: held_mod.HeldRun) -> None:
     sys.stdout.buffer.write(orjson.dumps(doc, option=orjson.OPT_INDENT_2) + b"\n")
 
 
+def _held_run(words: list[str], root: str, named_only: bool):
+    """(run id, its held writes, the PATHs after RUN) for the command's
+    words: RUN when the first word names one, else the newest run that
+    holds writes; None (said) when no run holds any."""
+    run_id = resolve_held_run(words[0], root) if words else None
+    if run_id is not None:
+        words = words[1:]
+    elif words and named_only:
+        _fail(f"no held writes for run {printable(words[0])!s} in {root} "
+              f"(`vpnw runs` shows which runs hold writes)")
+    if run_id is None:
+        newest = _runs_with_layers(root)
+        if not newest:
+            click.echo(f"no run holds writes (in {root})", err=True)
+            return None
+        run_id = newest[0]
+    try:
+        held = held_mod.load(run_id, root)
+    except held_mod.HeldProblem as exc:
+        _fail(str(exc), ExitCode.INTERNAL)
+    if held is None:
+        _fail(f"run {printable(run_id)} holds no writes")
+    return run_id, held, words
+
+
+def _apply_or_drop(held: held_mod.HeldRun, run_id: str, words: list[str], drop: bool) -> int:
+    """--apply or --drop of the named PATHs; the exit code."""
+    chosen, unmatched = held_mod.select(held, words)
+    for name in unmatched:
+        click.echo(f"vpnw: {printable(name)}: not among run {printable(run_id)}'s held writes",
+                   err=True)
+    if drop:
+        held_mod.drop(held, [e.path for e in chosen])
+        click.echo(f"dropped {len(chosen)} held write{'s' if len(chosen) != 1 else ''}; "
+                   f"{len(held.entries)} left")
+        return NOT_ALL_APPLIED if unmatched else 0
+    done = []
+    for entry in chosen:
+        result = held_mod.apply_entry(held, entry)
+        mark = "applied" if result.done else "REFUSED"
+        click.echo(f"{mark}  {_home_relative(entry.path)}  {printable(result.why)}")
+        if result.done:
+            done.append(entry)
+    held_mod.forget(held, done)
+    return 0 if len(done) == len(chosen) and not unmatched else NOT_ALL_APPLIED
+
+
 @click.command("changes")
 @click.argument("words", nargs=-1, metavar="RUN|PATH")
 @click.option("--diff", "show_diff", is_flag=True,
@@ -122,48 +169,15 @@ def changes_command(words: tuple[str, ...], show_diff: bool, apply: bool, drop: 
         _fail("--diff, --apply and --drop go one at a time")
     root = root or held_mod.held_root()
     held_mod.prune(root)
-    words = list(words)
-    run_id = resolve_held_run(words[0], root) if words else None
-    if run_id is not None:
-        words = words[1:]
-    elif words and not (apply or drop or show_diff):
-        _fail(f"no held writes for run {printable(words[0])!s} in {root} "
-              f"(`vpnw runs` shows which runs hold writes)")
-    if run_id is None:
-        newest = _runs_with_layers(root)
-        if not newest:
-            click.echo(f"no run holds writes (in {root})", err=True)
-            return
-        run_id = newest[0]
-    try:
-        held = held_mod.load(run_id, root)
-    except held_mod.HeldProblem as exc:
-        _fail(str(exc), ExitCode.INTERNAL)
-    if held is None:
-        _fail(f"run {printable(run_id)} holds no writes")
-
+    found = _held_run(list(words), root, named_only=not (apply or drop or show_diff))
+    if found is None:
+        return
+    run_id, held, words = found
     if apply or (drop and words):
         if not words:
             _fail("--apply needs the PATHs to apply (see the list: vpnw changes "
                   f"{printable(run_id)})")
-        chosen, unmatched = held_mod.select(held, words)
-        for name in unmatched:
-            click.echo(f"vpnw: {printable(name)}: not among run {printable(run_id)}'s held writes",
-                       err=True)
-        if drop:
-            held_mod.drop(held, [e.path for e in chosen])
-            click.echo(f"dropped {len(chosen)} held write{'s' if len(chosen) != 1 else ''}; "
-                       f"{len(held.entries)} left")
-            sys.exit(NOT_ALL_APPLIED if unmatched else 0)
-        done = []
-        for entry in chosen:
-            result = held_mod.apply_entry(held, entry)
-            mark = "applied" if result.done else "REFUSED"
-            click.echo(f"{mark}  {_home_relative(entry.path)}  {printable(result.why)}")
-            if result.done:
-                done.append(entry)
-        held_mod.forget(held, done)
-        sys.exit(0 if len(done) == len(chosen) and not unmatched else NOT_ALL_APPLIED)
+        sys.exit(_apply_or_drop(held, run_id, words, drop))
     if drop:
         n = held_mod.drop(held)
         click.echo(f"dropped run {printable(run_id)}'s held layer ({n} write{'s' if n != 1 else ''})")

@@ -6,13 +6,18 @@ import sys
 
 import click
 import orjson
+from click.shell_completion import CompletionItem
 
-from stages.record.destinations import destinations
-from stages.wire.exits import ExitCode
-from stages.record.events import read_events, state_dir
+from stages.record import evidence, ledger, signing
 from stages.record import runs as runs_mod
+from stages.record.destinations import destinations
+from stages.record.events import read_events, split_digest, state_dir
+from stages.record.held import count as held_count
 from stages.record.text import human_bytes, printable
 from stages.recorder.human import human_lines
+from stages.recorder.shipping import stream_renderer
+from stages.recorder.watch import watch
+from stages.wire.exits import ExitCode
 
 
 def _emit_json(value) -> None:
@@ -24,7 +29,6 @@ def _runs_dir(directory: str | None) -> str:
 
 
 def _begins_chained(path: str) -> bool:
-    from stages.record.events import split_digest
     with open(path, "rb") as stream:
         first = stream.readline(1 << 16)
     return split_digest(first.rstrip(b"\n")) is not None
@@ -46,17 +50,15 @@ def _start_text(ts: str | None) -> str:
 
 
 def _evidence(path: str, key_file: str | None = None):
-    from stages.record import evidence, ledger
     return evidence.check(path, key=evidence.public_key_for(key_file), ledger=ledger.read())
 
 
 def _verify(path: str, key_file: str | None) -> int:
     """`show --verify`: the chain's verdict on the first line (as it always
     was), then one line for the signature and one for the ledger."""
-    from stages.record.signing import KeyProblem
     try:
         found = _evidence(path, key_file)
-    except KeyProblem as exc:
+    except signing.KeyProblem as exc:
         click.echo(f"vpnw: --key: {exc}", err=True)
         return ExitCode.USAGE
     verdict = found.chain_verdict
@@ -73,8 +75,7 @@ def _verify(path: str, key_file: str | None) -> int:
 def _warn_unless_verified(path: str) -> None:
     """One line on stderr when the file does not verify: what follows may be
     a rewritten record."""
-    from stages.record.evidence import warning_for
-    warning = warning_for(path)
+    warning = evidence.warning_for(path)
     if warning:
         click.echo(f"vpnw: {warning}", err=True)
 
@@ -85,7 +86,6 @@ def _warn_unless_verified(path: str) -> None:
                    "signed still verify with `vpnw show --verify --key FILE`.")
 def key_command(rotate: bool) -> None:
     """Print the public key that signs this user's runs (minisign format)."""
-    from stages.record import signing
     try:
         if rotate:
             old = signing.retire_key()
@@ -112,7 +112,6 @@ def runs_command(as_json: bool, directory: str | None) -> None:
     summaries, gone, problem = runs_mod.with_ledger(runs_mod.list_runs(directory), directory)
     if problem:
         click.echo(f"vpnw: {problem}", err=True)
-    from stages.record.held import count as held_count
     # Held layers lie beside the runs (held/ next to runs/ in vpnw's state).
     held_root = os.path.join(os.path.dirname(os.path.abspath(directory)), "held")
     held = {s.id: held_count(s.id, held_root) for s in summaries}
@@ -144,7 +143,6 @@ def runs_command(as_json: bool, directory: str | None) -> None:
 
 def complete_run(ctx, param, incomplete: str):
     """Tab after `vpnw show`: the run ids that begin so; files for a path."""
-    from click.shell_completion import CompletionItem
     directory = (ctx.params.get("directory") if ctx is not None else None) or state_dir()
     found = runs_mod.complete_run(incomplete, directory)
     return [CompletionItem(incomplete, type="file")] if found is None else \
@@ -206,7 +204,6 @@ def show_command(run: str | None, summary: bool, as_json: bool, fmt: str | None,
     _warn_unless_verified(path)
 
     if fmt:
-        from stages.recorder.shipping import stream_renderer
         render = stream_renderer(fmt)
         out = sys.stdout.buffer
         with open(path, "rb") as stream:
@@ -253,6 +250,5 @@ def watch_command(run: str | None, directory: str | None) -> None:
     id, a run file, or nothing for the newest (a run going on in another
     terminal, or the last one). Follows the run file until the run ends;
     Ctrl-C stops watching, never the run."""
-    from stages.recorder.watch import watch
     directory = _runs_dir(directory)
     sys.exit(watch(_run_file_or_exit(run, directory)))

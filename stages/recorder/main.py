@@ -13,6 +13,7 @@ import orjson
 
 from stages.record.events import RecordError, RecordUnwritable, open_run_file, parse_line, split_digest
 from stages.record.chain import Chain, unchained
+from stages.recorder import say as _say
 from stages.recorder.hints import RunFacts
 from stages.recorder.human import HUMAN_MODES, QUIET, HumanState, LiveOrder, format_event
 from stages.recorder.reserve import RecordRoom
@@ -21,13 +22,6 @@ from stages.startup.trace import mark
 # A line longer than this with no newline is not an event; drop it rather
 # than let a broken writer grow our buffer without end.
 _MAX_PENDING = 1 << 20
-
-
-def _say(text: str) -> None:
-    try:
-        os.write(2, f"vpnw: {text}\n".encode("utf-8", "replace"))
-    except OSError:
-        pass
 
 
 def _write_all(fd: int, data: bytes) -> None:

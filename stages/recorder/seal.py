@@ -86,10 +86,6 @@ class Sealer:
         return sig, book.seq, orjson.loads(entry)["d"]
 
 
-def is_regular(fd: int) -> bool:
-    return stat.S_ISREG(os.fstat(fd).st_mode)
-
-
 def _write_beside(path: str, text: str) -> None:
     """A new file at `path`: one an earlier run left under the same name is
     removed first, never truncated in place. On ext4 a file truncated to

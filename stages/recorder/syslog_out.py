@@ -17,11 +17,12 @@ the network is invisible to the sender (use tcp:// where that matters).
 from __future__ import annotations
 
 import errno
-import os
 import time
 
+from stages.record.events import split_digest
 from stages.recorder.shipping.syslog import SyslogMessages, octet_counted
 from stages.recorder.shipping.transports import open_socket, parse_target
+from stages.recorder import say
 from stages.recorder.feeder import BoundedFeeder
 
 
@@ -61,13 +62,6 @@ def _lost_text(target, error: OSError | None) -> str:
             "from its copy (counted in run.end), never from the record")
 
 
-def _say(text: str) -> None:
-    try:
-        os.write(2, f"vpnw: {text}\n".encode("utf-8", "replace"))
-    except OSError:
-        pass
-
-
 class SyslogOut:
     DRAIN_GRACE = 1.0
     IDLE = 0.25
@@ -87,8 +81,8 @@ class SyslogOut:
         except OSError as exc:
             self.sock = None
             self.feeder = None
-            _say(f"cannot send to syslog {self.target}: {exc.strerror or exc}; "
-                 "the run is still recorded to its file (losses counted in run.end)")
+            say(f"cannot send to syslog {self.target}: {exc.strerror or exc}; "
+                "the run is still recorded to its file (losses counted in run.end)")
             return
         feeder = {"unix": _DatagramFeeder, "udp": _UdpFeeder, "tcp": BoundedFeeder}[self.target.kind]
         self.feeder = feeder(self.sock.fileno())
@@ -139,7 +133,6 @@ class SyslogOut:
             self.head(at, sealed[-1][1], last.get("ts"))
 
     def head(self, at: str, line: bytes, ts, **extra) -> None:
-        from stages.record.events import split_digest
         parts = split_digest(line.rstrip(b"\n"))
         if parts is None:
             return
@@ -175,11 +168,11 @@ class SyslogOut:
         self.feeder.pump()
         if was_open and self.feeder.closed:
             exc = self.feeder.error
-            _say(f"syslog {self.target} stopped taking messages ({(exc.strerror if exc else None) or exc}); "
-                 "the rest of the run is still recorded to its file (losses counted in run.end)")
+            say(f"syslog {self.target} stopped taking messages ({(exc.strerror if exc else None) or exc}); "
+                "the rest of the run is still recorded to its file (losses counted in run.end)")
         elif self.feeder.lost and not self._said and not self.feeder.closed:
             self._said = True
-            _say(_lost_text(self.target, self.feeder.error))
+            say(_lost_text(self.target, self.feeder.error))
 
     def lost_before_end(self) -> int:
         """Before run.end: a last bounded chance for the backlog, then what the

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import sys
+import textwrap
 import time
 
 from stages.record.destinations import Tally
@@ -89,7 +90,6 @@ FOOTER_LINES = 3
 
 
 def _wrapped(text: str, width: int, most: int) -> list[str]:
-    import textwrap
     lines = textwrap.wrap(text, max(20, width), break_long_words=True) or [""]
     if len(lines) > most:
         lines = lines[:most]

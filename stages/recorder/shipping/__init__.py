@@ -30,13 +30,15 @@ def stream_renderer(fmt: str):
         return lambda event, raw: [raw.rstrip(b"\n")]
     if fmt not in EVENT_FORMATS:
         raise ValueError(f"unknown event format {fmt!r}; one of {', '.join(EVENT_FORMATS)}")
+    # Only a run (or `show`) that asks for a security schema loads it: this
+    # package is imported on vpnw's start when --syslog names a target
+    # (transports), where orjson and the renderings stay off.
     import orjson
-
-    from stages.recorder.shipping.outcomes import Outcomes
+    from stages.recorder.shipping.outcomes import Outcomes  # as above: only for a schema
     if fmt == "ocsf":
-        from stages.recorder.shipping.ocsf import render
+        from stages.recorder.shipping.ocsf import render  # the schema asked for, not both
     else:
-        from stages.recorder.shipping.ecs import render
+        from stages.recorder.shipping.ecs import render  # the schema asked for, not both
     outcomes = Outcomes()
 
     def feed(event, raw):

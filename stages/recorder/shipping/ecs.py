@@ -89,22 +89,28 @@ def render(o: Outcome) -> dict:
         if isinstance(reason, str):
             doc["error"]["message"] = reason
     if o.kind == "close":
-        up, down = f.get("bytes_up"), f.get("bytes_down")
-        if isinstance(up, int) and isinstance(down, int):
-            doc["source"] = {"bytes": up}
-            destination["bytes"] = down
-            doc["network"]["bytes"] = up + down
-        ms = duration_ms(f.get("ms"))
-        if ms is not None:
-            event["duration"] = ms * 1_000_000      # nanoseconds
-            if c.opened_ts:
-                event["start"] = c.opened_ts
-            event["end"] = o.event.get("ts")
+        _closed(o, doc, event, destination)
     if destination:
         doc["destination"] = destination
     if related:
         doc["related"] = related
     return doc
+
+
+def _closed(o: Outcome, doc: dict, event: dict, destination: dict) -> None:
+    """A close's bytes each way and its duration, where the record has them."""
+    f = o.fields
+    up, down = f.get("bytes_up"), f.get("bytes_down")
+    if isinstance(up, int) and isinstance(down, int):
+        doc["source"] = {"bytes": up}
+        destination["bytes"] = down
+        doc["network"]["bytes"] = up + down
+    ms = duration_ms(f.get("ms"))
+    if ms is not None:
+        event["duration"] = ms * 1_000_000      # nanoseconds
+        if o.connection.opened_ts:
+            event["start"] = o.connection.opened_ts
+        event["end"] = o.event.get("ts")
 
 
 # A connect() to a Unix socket outside the sandbox (unix.deny, unix.allow):

@@ -39,9 +39,8 @@ import time
 
 import orjson
 
-from stages.recorder.shipping.outcomes import (  # noqa: F401
-    ALERT, CRIT, DEBUG, EMERG, ERROR, INFO, NOTICE, WARNING, severity,
-)
+from stages.recorder.shipping import stream_renderer
+from stages.recorder.shipping.outcomes import epoch_ms, severity
 
 FACILITY_USER = 1
 APP_NAME = "vpnw"
@@ -70,7 +69,6 @@ def rfc5424_timestamp(ts) -> str:
 
 def local_timestamp(ts) -> str:
     """`Mmm dd hh:mm:ss` in local time, as syslog(3) writes it."""
-    from stages.recorder.shipping.outcomes import epoch_ms
     secs = epoch_ms(ts) // 1000 if isinstance(ts, str) else 0
     t = time.localtime(secs or None)
     months = ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec")
@@ -135,7 +133,6 @@ class SyslogMessages:
 
     def __init__(self, *, fmt: str = "jsonl", local: bool = False, hostname: str | None = None,
                  facility: int = FACILITY_USER, max_size: int = MAX_MESSAGE):
-        from stages.recorder.shipping import stream_renderer
         self.fmt = fmt
         self.render = stream_renderer(fmt)
         self.local = local
@@ -148,10 +145,10 @@ class SyslogMessages:
 
     def _mark(self):
         if self.fmt == "ocsf":
-            from stages.recorder.shipping.ocsf import mark_truncated
+            from stages.recorder.shipping.ocsf import mark_truncated  # only the format asked for
             return mark_truncated
         if self.fmt == "ecs":
-            from stages.recorder.shipping.ecs import mark_truncated
+            from stages.recorder.shipping.ecs import mark_truncated  # only the format asked for
             return mark_truncated
         return mark_record_truncated
 
