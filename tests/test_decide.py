@@ -6,9 +6,9 @@ from ipaddress import ip_address
 import pytest
 
 from stages.broker.decide import (
-    BadTarget, Decision, LookUp, Target, check_policy_for_path, decide, machine_check, parse_target,
+    BadTarget, Decision, LookUp, Target, decide, machine_check, parse_target,
 )
-from stages.config.policy import Policy, needs_addresses, parse_policy
+from stages.config.policy import Policy, check_policy_for_path, needs_addresses, parse_policy
 
 A = ip_address
 
