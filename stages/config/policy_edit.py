@@ -53,7 +53,7 @@ def with_rule(text: str, which: str, rule: str, comment: str) -> str:
     The text is returned unchanged when the list already holds the rule."""
     # tomlkit only when an answer is written (the module's doc above).
     import tomlkit
-    from tomlkit.exceptions import TOMLKitError
+    from tomlkit.exceptions import TOMLKitError    # (the same)
     if which not in ("allow", "deny"):
         raise ValueError(which)
     try:
