@@ -91,15 +91,6 @@ def localhost_rule(policy: Policy, port: int) -> Rule | None:
                  and r.port == port), None)
 
 
-def needs_addresses(policy: Policy) -> bool:
-    """Whether any rule of the policy depends on the addresses a name resolves
-    to (deny_private, or a deny rule written as an address or CIDR). Address
-    allow rules apply to address literals only, so they never do."""
-    if policy.no_policy:
-        return False
-    return policy.deny_private or policy.deny_index.has_address_rules
-
-
 def check_policy_for_path(policy: Policy, resolves_at_exit: bool) -> str | None:
     """None when the policy can be honoured on a path; else why not, as a
     sentence with the fix.
