@@ -5,20 +5,12 @@ from ipaddress import ip_address
 
 import pytest
 
-from stages.broker.decide import (
-    BadTarget, Decision, LookUp, Target, decide, machine_check, parse_target,
-)
-from stages.config.policy import Policy, check_policy_for_path, parse_policy
+from stages.broker.decide import BadTarget, Decision, LookUp, Target, decide, machine_check, parse_target
+from stages.config.policy import Policy, check_policy_for_path
+
+from policy_support import policy, t
 
 A = ip_address
-
-
-def policy(body: str, source: str = "agent.toml") -> Policy:
-    return parse_policy('version = 1\nname = "agent"\n[policy]\n' + body, source)
-
-
-def t(host: str, port: int = 443) -> Target:
-    return parse_target(host, port)
 
 
 AGENT = policy('default = "deny"\n'                                     # line 4
