@@ -18,7 +18,6 @@ import re
 import tomllib
 
 from stages.config import policy_tables as tables
-from stages.config.policy_secrets import parse_secrets
 from stages.config.errors import PolicyError
 from stages.config.host_rules import BadRule, Rule, parse_rule
 from stages.config.policy_problems import Problems, show, string_list, type_name, unknown
@@ -67,7 +66,12 @@ def policy_fields(text: str, source: str) -> dict:
     lists = {which: _rules(body, which, problems) for which in ("allow", "deny")}
     files = tables.parse_files(data, problems)
     unix_allow = tables.parse_unix(data, problems)
-    secrets = parse_secrets(data, problems)
+    secrets = ()
+    if "secrets" in data:
+        # Only a policy with [secrets.NAME] reads them: secrets.py (and its
+        # base64) stay off the start of a run under any other policy.
+        from stages.config.policy_secrets import parse_secrets
+        secrets = parse_secrets(data, problems)
     problems.raise_if_any()
     has_allow_list = "allow" in body
     explicit = default is not None
