@@ -41,16 +41,6 @@ _IPV6_CHARS = re.compile(rb"[0-9A-Fa-f:.%A-Za-z_-]+\Z")
 HEX = re.compile(rb"[0-9A-Fa-f]{1,16}\Z")
 
 
-class HttpProxyError(Exception):
-    """Malformed or unsupported HTTP; `status` is the answer to give."""
-
-    def __init__(self, reason: str, status: int = 400):
-        super().__init__(reason)
-        self.reason = reason
-        self.status = status
-
-
-
 class Body(NamedTuple):
     data: bytes
 
@@ -113,6 +103,15 @@ class SecretHead(NamedTuple):
             lines += [b"Connection: Upgrade", b"Upgrade: websocket"]
         return b"\r\n".join(lines) + b"\r\n\r\n"
 
+
+
+class HttpProxyError(Exception):
+    """Malformed or unsupported HTTP; `status` is the answer to give."""
+
+    def __init__(self, reason: str, status: int = 400):
+        super().__init__(reason)
+        self.reason = reason
+        self.status = status
 
 
 def split_lines(head: bytes) -> list[bytes]:
