@@ -12,6 +12,7 @@ from click.shell_completion import CompletionItem
 from stages.learner.draft import draft_policy
 from stages.learner.learned import NoRuns
 from stages.record.events import read_events, state_dir
+from stages.record.evidence import warning_for
 from stages.record.runs import (
     RUN_FILE_EXPECTED, AmbiguousRun, NotARunFile, RunNotFound, check_run_file, complete_run, first_line,
     first_line_problem, last_run, resolve_run,
@@ -87,7 +88,6 @@ def learn(name: str | None, sources: tuple[str, ...], directory: str | None = No
 
 def _warn_unless_verified(path: str) -> None:
     # learn drafts from evidence: a rewritten or replaced run file is said first.
-    from stages.record.evidence import warning_for
     warning = warning_for(path)
     if warning:
         click.echo(f"vpnw: {warning}", err=True)
