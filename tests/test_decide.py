@@ -5,20 +5,12 @@ from ipaddress import ip_address
 
 import pytest
 
-from stages.broker.decide import (
-    BadTarget, Decision, LookUp, Target, check_policy_for_path, decide, machine_check, parse_target,
-)
-from stages.config.policy import Policy, needs_addresses, parse_policy
+from stages.broker.decide import BadTarget, Decision, LookUp, Target, decide, machine_check, parse_target
+from stages.config.policy import Policy, check_policy_for_path
+
+from policy_support import policy, t
 
 A = ip_address
-
-
-def policy(body: str, source: str = "agent.toml") -> Policy:
-    return parse_policy('version = 1\nname = "agent"\n[policy]\n' + body, source)
-
-
-def t(host: str, port: int = 443) -> Target:
-    return parse_target(host, port)
 
 
 AGENT = policy('default = "deny"\n'                                     # line 4
@@ -275,7 +267,6 @@ def test_no_policy_allows_without_lookup():
     d = decide(t("anything.example"), Policy.allow_all())
     assert d.allowed and d.rule == "no policy" and d.addresses == ()
     assert decide(t("203.0.113.9"), Policy.allow_all()).allowed
-    assert not needs_addresses(Policy.allow_all())
 
 
 # --- step 4: the machine itself, with a policy or without -----------------------
@@ -367,11 +358,13 @@ def test_check_policy_for_path():
     assert check_policy_for_path(Policy.allow_all(), True) is None
 
 
-def test_needs_addresses():
-    assert needs_addresses(AGENT)
-    assert not needs_addresses(policy('allow = ["a.com"]\ndeny = ["*.b.com"]\n'))
-    assert not needs_addresses(policy('allow = ["140.82.112.0/20"]\n'))
-    assert needs_addresses(policy('deny = ["140.82.112.0/20"]\n'))
+def test_a_name_is_looked_up_only_when_an_address_could_refuse_it():
+    """decide() asks for the addresses (LookUp) only under deny_private or
+    an address deny rule; name rules and address allow rules never need them."""
+    assert isinstance(decide(t("api.github.com"), AGENT), LookUp)
+    assert not isinstance(decide(t("a.com"), policy('allow = ["a.com"]\ndeny = ["*.b.com"]\n')), LookUp)
+    assert not isinstance(decide(t("a.com"), policy('allow = ["140.82.112.0/20"]\n')), LookUp)
+    assert isinstance(decide(t("a.com"), policy('deny = ["140.82.112.0/20"]\n')), LookUp)
 
 
 # --- scale ---------------------------------------------------------------------------

@@ -12,6 +12,7 @@ from hypothesis import given, settings, strategies as st
 from stages.broker import dns_door
 from stages.broker.fake_ips import POOL, SLOT_SIZE, SLOTS, FakeNames, PoolFull
 from stages.protocols import dns
+from dns_support import extended_error
 from stages.broker.decide import name_refusal
 from stages.config.policy import Policy, parse_policy
 
@@ -140,15 +141,15 @@ def test_a_refused_name_carries_the_reason_as_an_extended_error(name, said):
         return name_refusal(host, POLICY)
     reply, fields = dns_door.answer(_edns(query(name)), names, "udp", refusal)
     assert fields["rcode"] == "NOERROR" and fields["address"] and said in fields["reason"], fields
-    code, text = dns.extended_error(reply)
+    code, text = extended_error(reply)
     assert code == dns.EDE_BLOCKED and text.startswith(f"vpnw: {name} denied: ") and said in text
     assert names.name_for(ipaddress.ip_address(fields["address"])) == name
     # Another type: NODATA, with the reason all the same.
     reply, fields = dns_door.answer(_edns(query(name, 16)), names, "udp", refusal)
-    assert fields["rcode"] == "NODATA" and dns.extended_error(reply)[0] == dns.EDE_BLOCKED
+    assert fields["rcode"] == "NODATA" and extended_error(reply)[0] == dns.EDE_BLOCKED
     # Without EDNS there is no place for it.
     reply, fields = dns_door.answer(query(name), names, "udp", refusal)
-    assert fields["rcode"] == "NOERROR" and dns.extended_error(reply) is None
+    assert fields["rcode"] == "NOERROR" and extended_error(reply) is None
 
 
 @pytest.mark.parametrize("name", ["api.github.com", "files.pythonhosted.org"])
@@ -156,10 +157,10 @@ def test_a_name_some_port_allows_still_gets_an_address(name):
     names = pool()
     reply, fields = dns_door.answer(_edns(query(name)), names, "udp", lambda h: name_refusal(h, POLICY))
     assert fields["rcode"] == "NOERROR" and fields["address"], fields
-    assert dns.extended_error(reply) is None
+    assert extended_error(reply) is None
 
 
 def test_a_name_that_does_not_exist_stays_nxdomain():
     reply, fields = dns_door.answer(_edns(query("printer.local")), pool(), "udp",
                                     lambda h: name_refusal(h, Policy.allow_all()))
-    assert fields["rcode"] == "NXDOMAIN" and dns.extended_error(reply) is None
+    assert fields["rcode"] == "NXDOMAIN" and extended_error(reply) is None

@@ -7,6 +7,8 @@ import pytest
 from stages.protocols.dns import A, AAAA, DnsAnswerError, build_query, parse_answer
 from stages.protocols import dns
 
+from dns_support import extended_error
+
 
 def answer(query: bytes, records, rcode=0, flags=0x8180):
     header = struct.pack("!HHHHHH", struct.unpack("!H", query[:2])[0], flags | rcode, 1, len(records), 0, 0)
@@ -61,7 +63,7 @@ def test_an_edns_query_gets_the_reason_as_an_extended_error():
     assert query.edns == 1232
     reply = dns.build_response(query, dns.REFUSED, error=(dns.EDE_BLOCKED, "vpnw: evil.example denied: why"))
     assert reply[3] & 0xF == dns.REFUSED
-    assert dns.extended_error(reply) == (15, "vpnw: evil.example denied: why")
+    assert extended_error(reply) == (15, "vpnw: evil.example denied: why")
     assert len(reply) < 512
 
 
@@ -69,11 +71,11 @@ def test_without_edns_there_is_no_place_for_the_reason():
     query = dns.parse_query(_query("evil.example", edns=False))
     assert query.edns is None
     reply = dns.build_response(query, dns.REFUSED, error=(dns.EDE_BLOCKED, "why"))
-    assert struct.unpack("!H", reply[10:12])[0] == 0 and dns.extended_error(reply) is None
+    assert struct.unpack("!H", reply[10:12])[0] == 0 and extended_error(reply) is None
 
 
 def test_a_long_reason_is_cut_on_a_character_boundary():
     query = dns.parse_query(_query("evil.example", edns=True))
     reply = dns.build_response(query, dns.REFUSED, error=(dns.EDE_BLOCKED, "é" * 400))
-    code, text = dns.extended_error(reply)
+    code, text = extended_error(reply)
     assert code == 15 and text == "é" * (dns.MAX_EDE_TEXT // 2)

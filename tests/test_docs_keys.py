@@ -24,11 +24,11 @@ ENVIRONMENT = "## Environment variables vpnw reads"
 # (module, constant) -> (doc, the heading its table is under, the section its
 # keys are in: None for the file's top level).
 KEY_SETS = {
-    ("stages.config.policy", "TOP_KEYS"): (POLICY_MD, EVERY_KEY, None),
-    ("stages.config.policy", "POLICY_KEYS"): (POLICY_MD, EVERY_KEY, "policy"),
-    ("stages.config.policy", "FILES_KEYS"): (POLICY_MD, EVERY_KEY, "files"),
-    ("stages.config.policy", "UNIX_KEYS"): (POLICY_MD, EVERY_KEY, "unix"),
-    ("stages.config.policy", "SECRET_KEYS"): (POLICY_MD, EVERY_KEY, "secrets.NAME"),
+    ("stages.config.policy_file", "TOP_KEYS"): (POLICY_MD, EVERY_KEY, None),
+    ("stages.config.policy_file", "POLICY_KEYS"): (POLICY_MD, EVERY_KEY, "policy"),
+    ("stages.config.policy_tables", "FILES_KEYS"): (POLICY_MD, EVERY_KEY, "files"),
+    ("stages.config.policy_tables", "UNIX_KEYS"): (POLICY_MD, EVERY_KEY, "unix"),
+    ("stages.config.policy_secrets", "SECRET_KEYS"): (POLICY_MD, EVERY_KEY, "secrets.NAME"),
     ("stages.config.paths", "_TOP_KEYS"): (CONFIG_MD, EVERY_KEY, None),
     ("stages.config.paths", "_PATH_KEYS"): (CONFIG_MD, EVERY_KEY, "paths.NAME"),
     ("stages.config.paths", "_WIREGUARD_KEYS"): (CONFIG_MD, EVERY_KEY, "paths.NAME"),

@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 
 from e2e_support import describe
+from record_support import owner, run_files
 from stages.record.check import check_run, schema_problems
 
 pytestmark = pytest.mark.world
@@ -68,11 +69,6 @@ def complete(data: bytes) -> list[dict]:
     assert check_run(events) == [], check_run(events)
     assert events[0]["type"] == "run.start" and events[-1]["type"] == "run.end"
     return events
-
-
-def run_files(state_home: Path) -> list[Path]:
-    runs = state_home / "vpnw" / "runs"
-    return sorted(runs.glob("*.jsonl")) if runs.is_dir() else []
 
 
 # ── fail closed on the record ───────────────────────────────────────────
@@ -135,12 +131,6 @@ def test_the_default_state_directory_is_created(world, user):
     assert runs.is_dir() and (runs.stat().st_mode & 0o777) == 0o700
     assert len(list(runs.glob("*.jsonl"))) == 1
     assert list(work.iterdir()) == []
-
-
-def owner(user: str) -> tuple[int, int]:
-    import pwd
-    pw = pwd.getpwnam(user)
-    return pw.pw_uid, pw.pw_gid
 
 
 def read_in_world(world, path: Path) -> bytes:

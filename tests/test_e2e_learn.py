@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 
 from e2e_support import assert_every_connection_accounted, describe, opened, run_events
-from stages.config.policy import Policy, Rule, parse_policy
+from stages.config.host_rules import Rule
+from stages.config.policy import Policy, parse_policy
 from stages.record.check import check_run
 from world import DEMO_PACKAGE, DEMO_VALUE, GIT_README
 

@@ -28,6 +28,7 @@ import pytest
 
 from e2e_support import describe
 from exits import _BUILDERS as EXIT_COMMANDS
+from record_support import run_files
 from stages.record.check import check_run, schema_problems
 
 pytestmark = pytest.mark.world
@@ -46,11 +47,6 @@ def parse_record(data: bytes) -> list[dict]:
     assert check_run(events) == [], check_run(events)
     assert events[0]["type"] == "run.start" and events[-1]["type"] == "run.end"
     return events
-
-
-def run_files(state_home: Path) -> list[Path]:
-    runs = state_home / "vpnw" / "runs"
-    return sorted(runs.glob("*.jsonl")) if runs.is_dir() else []
 
 
 def the_record(state_home: Path) -> tuple[Path, list[dict]]:

@@ -18,18 +18,13 @@ from pathlib import Path
 import pytest
 
 from e2e_support import describe, openat2_ops
+from record_support import owner
 from stages.record.chain import Chain, unchained, verify
 
 pytestmark = pytest.mark.world
 
 CURL_TWO = ["sh", "-c", "curl -sS --max-time 30 -o /dev/null http://api.github.com/whoami && "
                         "curl -sS --max-time 30 -o /dev/null http://pypi.world/whoami"]
-
-
-def owner(user: str) -> tuple[int, int]:
-    import pwd
-    pw = pwd.getpwnam(user)
-    return pw.pw_uid, pw.pw_gid
 
 
 def runs_in(state: Path) -> list[Path]:

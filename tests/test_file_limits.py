@@ -10,7 +10,8 @@ import re
 import pytest
 
 from stages.config.file_limits import FileLimits, Limit, expand, invoker_homes, resolve
-from stages.config.policy import FileEntry, FileRules, PolicyError, parse_policy
+from stages.config.policy import PolicyError, parse_policy
+from stages.config.policy_tables import FileEntry, FileRules
 from stages.record.events import MAX_LINE, encode, parse_line
 from stages.record.check import schema_problems
 

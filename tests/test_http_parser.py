@@ -6,6 +6,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from stages.broker import http_proxy as hp
+from stages.broker.http_heads import MAX_BODY_EVENT
 from stages.broker.http_proxy import (
     CLOSED, END, NEED_DATA, Body, ConnectHead, ForwardHead, HttpProxyError, RequestParser,
     ResponseHead, ResponseParser,
@@ -154,13 +155,13 @@ def test_stream_ending_inside_a_body_is_an_error():
 
 def test_body_events_are_bounded():
     p = RequestParser()
-    size = 3 * hp.MAX_BODY_EVENT + 5
+    size = 3 * MAX_BODY_EVENT + 5
     p.feed(b"POST http://x/ HTTP/1.1\r\nContent-Length: %d\r\n\r\n" % size + b"z" * size)
     assert isinstance(p.next_event(), ForwardHead)
     sizes = []
     while (ev := p.next_event()) is not END:
         sizes.append(len(ev.data))
-    assert sum(sizes) == size and max(sizes) <= hp.MAX_BODY_EVENT
+    assert sum(sizes) == size and max(sizes) <= MAX_BODY_EVENT
 
 
 # --- responses -------------------------------------------------------------

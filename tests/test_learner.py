@@ -12,7 +12,9 @@ import pytest
 from click.testing import CliRunner
 
 from stages.learner.commands import learn_command
-from stages.learner.draft import NoRuns, draft_policy, looks_generated, shannon_entropy
+from stages.learner.draft import draft_policy
+from stages.learner.generated_names import looks_generated, shannon_entropy
+from stages.learner.learned import NoRuns
 from stages.config.policy import parse_policy
 from stages.record.events import encode, parse_line
 

@@ -14,22 +14,15 @@ from stages.broker.decide import BadTarget, Decision, LookUp, decide, parse_targ
 from stages.config.inputs import MAX_INPUT
 from stages.config.policy import (
     PolicyError, check_policy_for_path, deny_private_scope, deny_private_shadows, load_policy,
-    parse_policy,
 )
 
-
-def policy(body: str, source: str = "agent.toml"):
-    return parse_policy(f'version = 1\nname = "agent"\n[policy]\n{body}', source)
+from policy_support import policy, t
 
 
 def bad(body: str) -> str:
     with pytest.raises(PolicyError) as err:
         policy(body)
     return str(err.value)
-
-
-def t(host: str, port: int = 443):
-    return parse_target(host, port)
 
 
 # --- special names, by source ----------------------------------------------------------

@@ -105,7 +105,7 @@ def test_named_tuple_is_typings_without_typing():
     assert Mine.__module__ == __name__
     with pytest.raises(TypeError):
         Mine()
-    from stages.config.policy import Rule
+    from stages.config.host_rules import Rule
     rule = Rule("example.com", "name", 443, 3, host="example.com")
     assert pickle.loads(pickle.dumps(rule)) == rule and rule.network is None
     with pytest.raises(TypeError, match="follows one with a default"):

@@ -84,7 +84,7 @@ def test_a_run_without_a_policy_parses_no_address_before_its_stages(tmp_path):
 
 
 def test_a_policy_still_parses_address_rules():
-    from stages.config.policy import parse_rule
+    from stages.config.host_rules import parse_rule
     assert str(parse_rule("::ffff:203.0.113.0/120").network) == "203.0.113.0/24"
     assert str(parse_rule("[2001:db8::1]:443").network) == "2001:db8::1/128"
 

@@ -1,6 +1,7 @@
 """The WireGuard path process's pure parts: what it tells wireguard-go."""
 from stages.config.wg_quick import parse_wg_quick
-from stages.broker.wireguard.path_process import LISTEN_PORT, tunnel_message, uapi_set_lines
+from stages.broker.wireguard.control import tunnel_message
+from stages.broker.wireguard.path_process import LISTEN_PORT, uapi_set_lines
 
 PRIVATE = "YIqMZ5pRdm1cq3ogWAt8jTPYcd3Bo3L0NdTmlvDzFUg="   # test-only keys
 PUBLIC = "2m6ohp0K7H4IW9s2S6YFJmeT/YTkX7/GY4TF3Taflz4="

@@ -60,7 +60,8 @@ from stages.config.addresses import (
     SPECIAL_LAST_LABELS, BadHost, classify, classify_name, embedded_ipv4, machine_address,
     machine_name, parse_host,
 )
-from stages.config.policy import Policy, Rule, check_policy_for_path  # noqa: F401  (re-exported for the broker)
+from stages.config.host_rules import Rule
+from stages.config.policy import Policy, localhost_rule
 
 
 class BadTarget(Exception):
@@ -183,7 +184,6 @@ def _add(policy: Policy, rule_text: str) -> str:
 def _loopback(target: Target, policy: Policy, what: str, addresses: tuple = ()) -> Decision:
     """Step 4 for the loopback: only the door `localhost:PORT` reaches it."""
     port = target.port
-    from stages.config.policy import localhost_rule
     rule = None if policy.no_policy else localhost_rule(policy, port)
     if rule is not None:
         fix = (f'the allow rule "{rule.text}" ({policy.where(rule)}) opens it only at its own door '
@@ -226,32 +226,11 @@ def decide(target: Target, policy: Policy, addresses=None, *,
     policy only step 4 applies. `machine_step=False` leaves step 4 out: only
     for the broker's own tests, whose origins listen on the machine's
     loopback (vpnw never passes it; see Connector)."""
-    no_policy = policy.no_policy
-    port = target.port
     is_name = target.ip is None
-
     if is_name:
-        host = target.host
-        # 1. deny rules on the name
-        if not no_policy:
-            rule = policy.deny_index.match_name(host, port)
-            if rule is not None:
-                return _deny(f'{target} matches deny rule "{rule.text}" ({policy.where(rule)})',
-                             f"deny {rule.label()}")
-        # 3, by name: deny_private refuses names that stay on this machine or
-        # in a private network before they are looked up.
-        if not no_policy and policy.deny_private:
-            dot = host.rfind(".")
-            # Inline fast path: most names end in a label no special name has.
-            if dot == -1 or host[dot + 1:] in SPECIAL_LAST_LABELS:
-                why = classify_name(host)
-                if why is not None:
-                    return _deny_private(f"{host}: {why}", target, policy)
-        # 4, by name: localhost and every name below it, before any look-up.
-        if machine_step and (host.endswith("localhost") or host == "localhost.localdomain"):
-            why = machine_name(host)
-            if why is not None:
-                return _loopback(target, policy, f"{host}: {why}")
+        refused = _name_steps(target, policy, machine_step)     # 1, 3 and 4 on the name
+        if refused is not None:
+            return refused
 
     if not is_name:
         addresses = (target.ip,)
@@ -263,57 +242,92 @@ def decide(target: Target, policy: Policy, addresses=None, *,
         if _address_could_change_answer(target, policy):
             return LookUp()
     if addresses is not None:
-        seen = dict.fromkeys(_as_address(a) for a in addresses)
-        addresses = tuple(seen)
+        addresses = tuple(dict.fromkeys(_as_address(a) for a in addresses))
         if not addresses:
             return _deny(f"{target.host} resolved to no address", "target")
-        # A frozenset is taken as it is: the broker makes one per run, of
-        # address objects without scope ids (local_addresses.py). Any other
-        # iterable is normalised here, at the cost of a set per decision.
-        local = local_addresses if type(local_addresses) is frozenset else frozenset(
-            _as_address(a) for a in local_addresses)
-
-        # 2. deny rules on every address
-        if not no_policy:
-            for ip in addresses:
-                rule = _match_address(policy.deny_index, ip, port, through_nat64=True)
-                if rule is not None:
-                    subject = f"{target} resolved to {ip}, which" if is_name else f"{target}"
-                    return _deny(f'{subject} matches deny rule "{rule.text}" ({policy.where(rule)})',
-                                 f"deny {rule.label()}", addresses)
-        # 3. deny_private on every address
-        if not no_policy and policy.deny_private:
-            for ip in addresses:
-                why = classify(ip, local)
-                if why is not None:
-                    return _deny_private(f"{target.host} resolved to {why}" if is_name else why,
-                                         target, policy, addresses)
-        # 4. the machine itself, on every address
-        machine = _machine_addresses(target, policy, addresses, local) if machine_step else None
-        if machine is not None:
-            return machine
+        refused = _address_steps(target, policy, addresses, local_addresses, machine_step)  # 2, 3, 4
+        if refused is not None:
+            return refused
     else:
         addresses = ()
 
-    if no_policy:
+    if policy.no_policy:
         return Decision(True, "no policy: every connection is allowed but to the machine itself",
                         "no policy", addresses)
+    allowed = _allow_rules(target, policy, addresses)          # 5
+    if allowed is not None:
+        return allowed
+    return _default(target, policy, addresses)                 # 6
 
-    # 5. allow rules: the name matches one, or every address matches one
-    if is_name:
-        rule = policy.allow_index.match_name(target.host, port)
+
+def _name_steps(target: Target, policy: Policy, machine_step: bool) -> Decision | None:
+    """Steps 1, 3 and 4 on the name, before any look-up: a refusal, or None."""
+    host, port = target.host, target.port
+    # 1. deny rules on the name
+    if not policy.no_policy:
+        rule = policy.deny_index.match_name(host, port)
         if rule is not None:
-            return Decision(True, f'{target} matches allow rule "{rule.text}" ({policy.where(rule)})',
-                            f"allow {rule.label()}", addresses)
+            return _deny(f'{target} matches deny rule "{rule.text}" ({policy.where(rule)})',
+                         f"deny {rule.label()}")
+    # 3, by name: deny_private refuses names that stay on this machine or
+    # in a private network before they are looked up.
+    if not policy.no_policy and policy.deny_private:
+        dot = host.rfind(".")
+        # Inline fast path: most names end in a label no special name has.
+        if dot == -1 or host[dot + 1:] in SPECIAL_LAST_LABELS:
+            why = classify_name(host)
+            if why is not None:
+                return _deny_private(f"{host}: {why}", target, policy)
+    # 4, by name: localhost and every name below it, before any look-up.
+    if machine_step and (host.endswith("localhost") or host == "localhost.localdomain"):
+        why = machine_name(host)
+        if why is not None:
+            return _loopback(target, policy, f"{host}: {why}")
+    return None
+
+
+def _address_steps(target: Target, policy: Policy, addresses: tuple, local_addresses,
+                   machine_step: bool) -> Decision | None:
+    """Steps 2, 3 and 4 on every address (the literal, or what the name
+    resolved to): a refusal, or None."""
+    is_name = target.ip is None
+    # A frozenset is taken as it is: the broker makes one per run, of
+    # address objects without scope ids (local_addresses.py). Any other
+    # iterable is normalised here, at the cost of a set per decision.
+    local = local_addresses if type(local_addresses) is frozenset else frozenset(
+        _as_address(a) for a in local_addresses)
+    # 2. deny rules on every address
+    if not policy.no_policy:
+        for ip in addresses:
+            rule = _match_address(policy.deny_index, ip, target.port, through_nat64=True)
+            if rule is not None:
+                subject = f"{target} resolved to {ip}, which" if is_name else f"{target}"
+                return _deny(f'{subject} matches deny rule "{rule.text}" ({policy.where(rule)})',
+                             f"deny {rule.label()}", addresses)
+    # 3. deny_private on every address
+    if not policy.no_policy and policy.deny_private:
+        for ip in addresses:
+            why = classify(ip, local)
+            if why is not None:
+                return _deny_private(f"{target.host} resolved to {why}" if is_name else why,
+                                     target, policy, addresses)
+    # 4. the machine itself, on every address
+    return _machine_addresses(target, policy, addresses, local) if machine_step else None
+
+
+def _allow_rules(target: Target, policy: Policy, addresses: tuple) -> Decision | None:
+    """Step 5: the name matches an allow rule, or the address literal does."""
+    if target.ip is None:
+        rule = policy.allow_index.match_name(target.host, target.port)
     elif policy.allow_index.has_address_rules:
         # Address allow rules apply to address literals only (see above).
-        rule = _match_address(policy.allow_index, target.ip, port, through_nat64=False)
-        if rule is not None:
-            return Decision(True, f'{target} matches allow rule "{rule.text}" ({policy.where(rule)})',
-                            f"allow {rule.label()}", addresses)
-
-    # 6. the default
-    return _default(target, policy, addresses)
+        rule = _match_address(policy.allow_index, target.ip, target.port, through_nat64=False)
+    else:
+        rule = None
+    if rule is None:
+        return None
+    return Decision(True, f'{target} matches allow rule "{rule.text}" ({policy.where(rule)})',
+                    f"allow {rule.label()}", addresses)
 
 
 def addresses_matter(target: Target, policy: Policy) -> bool:

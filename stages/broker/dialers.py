@@ -10,7 +10,8 @@ def dialer_for(path) -> Dialer:
     if path.type == "direct":
         return DirectDialer()
     if path.type == "wireguard":
+        # Each kind's dialer only on its own path: a direct run loads neither.
         from stages.broker.wireguard.dialer import WireGuardDialer
         return WireGuardDialer(path)
-    from stages.broker.upstream import ProxyDialer
+    from stages.broker.upstream import ProxyDialer      # (as above)
     return ProxyDialer(path)

@@ -1,5 +1,8 @@
-"""ConfigError: the one error of the paths config and the files it names
-(wg-quick), so both raise it without importing each other."""
+"""The errors of vpnw's own files: ConfigError, the one error of the paths
+config and the files it names (wg-quick), so both raise it without
+importing each other; PolicyError, the policy file's, raised by its
+loading (policy.py) and by the parsing of its words (policy_file.py,
+policy_tables.py, policy_problems.py)."""
 from __future__ import annotations
 
 
@@ -24,3 +27,13 @@ class ConfigError(Exception):
             where = f"{self.file}:{self.line}: " if self.line else f"{self.file}: "
         # The same shape as a policy error: file:line: problem; fix: ...
         return f"{where}{self.problem}; fix: {self.fix}"
+
+
+class PolicyError(Exception):
+    """A policy that cannot be used. str() is the whole message for the user,
+    one `file:line: problem; fix: ...` sentence a line."""
+
+    def __init__(self, message: str, *, source: str | None = None, line: int | None = None):
+        super().__init__(message)
+        self.source = source
+        self.line = line

@@ -1,6 +1,6 @@
 """File limits: a policy's [files] table, resolved once for one run.
 
-    FileRules (stages.config.policy: the words)  --resolve-->  FileLimits (this run's paths)
+    FileRules (stages.config.policy_tables: the words)  --resolve-->  FileLimits (this run's paths)
                                                         --to_helper()--> what init mounts
                                                         --to_record()--> run.start's "files"
 
@@ -33,7 +33,8 @@ import os
 from dataclasses import dataclass
 
 from stages.config.lookups import invoker_homes, locate  # noqa: F401  (resolve uses them; callers find them here too)
-from stages.config.policy import FileEntry, FileRules, PolicyError
+from stages.config.errors import PolicyError
+from stages.config.policy_tables import FileEntry, FileRules
 
 # The record's run.start line must stay below record.MAX_LINE; past this many
 # characters of paths, the rest is counted, not listed.

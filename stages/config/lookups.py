@@ -5,6 +5,7 @@ not load that module (its dataclasses) before the sandbox is forked."""
 from __future__ import annotations
 
 import os
+import pwd
 import stat
 
 
@@ -32,7 +33,6 @@ def locate(path: str) -> tuple[str, str]:
 
 def invoker_homes(env: dict[str, str], uid: int | None = None) -> tuple[str, tuple[str, ...]]:
     """(the home `~` means, other homes deny_read's `~` covers too)."""
-    import pwd
     uid = os.getuid() if uid is None else uid
     home = env.get("HOME", "")
     if not home.startswith("/"):

@@ -26,6 +26,7 @@ import re
 
 from stages.startup.records import FrozenRecord, NamedTuple   # not dataclasses, not typing
 from stages.config.errors import ConfigError  # noqa: F401  (raised here; callers catch it from here)
+from stages.config.inputs import InputProblem, read_text
 
 SCHEMES = ("socks5", "socks5h", "http")
 # Schemes where the destination name goes to the exit, which resolves it.
@@ -58,7 +59,6 @@ class PathSpec(FrozenRecord):
     username: str | None = None
     password: str | None = None    # never shown (repr)
     resolves_at_exit: bool = False
-    ca_file: str | None = None
     secret: SecretSource | None = None
     wireguard: object = None       # wgconf.WgConf for type "wireguard"
 
@@ -103,7 +103,7 @@ class _PathsReader:
         self.lines = key_lines(text)
 
     def error(self, where: tuple[str, ...], problem: str, fix: str) -> ConfigError:
-        from stages.config.toml_lines import line_of
+        from stages.config.toml_lines import line_of    # (as in __init__)
         return ConfigError(problem, fix, file=self.source, line=line_of(self.lines, where))
 
 
@@ -111,7 +111,7 @@ def _parse_proxy_url(url: str, reader: _PathsReader, where: tuple[str, ...]):
     """-> scheme, host, port, username|None, password|None (percent-decoded)."""
     # Never echo the URL itself: it may hold a password.
     import urllib.parse    # only with a config: not on every run's start-up
-    from ipaddress import ip_address
+    from ipaddress import ip_address    # a run without --config parses no address (test_startup_imports)
     try:
         parts = urllib.parse.urlsplit(url)
         port = parts.port
@@ -191,7 +191,7 @@ def _read_path(name: str, table, reader: _PathsReader, env, base_dir: str) -> Pa
                            "which are not supported yet", "remove ca_file")
     return PathSpec(name=name, type="proxy", scheme=scheme, host=host, port=port,
                     username=username, password=password,
-                    resolves_at_exit=RESOLVES_AT_EXIT[scheme], ca_file=None, secret=secret)
+                    resolves_at_exit=RESOLVES_AT_EXIT[scheme], secret=secret)
 
 
 def _credentials(name: str, table: dict, reader: _PathsReader, base_dir: str, scheme: str,
@@ -249,7 +249,7 @@ def _read_wireguard_path(name: str, table, reader: _PathsReader, base_dir: str) 
     """A [paths.NAME] with type = "wireguard": the wg-quick file it names is
     read and checked now (its errors are 121 with its own file:line); a key
     from private_key_file/_env is read only when the path is chosen."""
-    from stages.config.inputs import InputProblem, read_text
+    # WgConf is a dataclass: only a wireguard path loads dataclasses (tests/test_startup_imports.py).
     from stages.config.wg_quick import parse_wg_quick
     where = ("paths", name)
     unknown = sorted(set(table) - _WIREGUARD_KEYS)
@@ -313,7 +313,6 @@ def with_secret(spec: PathSpec, env=os.environ) -> PathSpec:
                               file=at.file, line=at.line)
         password = env[source.name]
     else:
-        from stages.config.inputs import InputProblem, read_text
         try:
             password = read_text(source.name, kind, limit=4096).rstrip("\r\n")
         except InputProblem as exc:
@@ -321,7 +320,7 @@ def with_secret(spec: PathSpec, env=os.environ) -> PathSpec:
                               f"create the file (one line, the {kind}) or fix its name",
                               file=at.file, line=at.line) from None
     if spec.type == "wireguard":
-        from stages.config.wg_quick import decode_key
+        from stages.config.wg_quick import decode_key    # (as above: a wireguard path only)
         key = decode_key(password)
         if key is None:
             raise ConfigError(f"the private key from {option}_{source.kind} is not a WireGuard "
@@ -351,7 +350,6 @@ def _refuse_wg_quick(path: str, text: str) -> None:
 
 def load_config(path: str, env=os.environ) -> Config:
     """Read and check a paths config; raises ConfigError."""
-    from stages.config.inputs import InputProblem, read_text
     try:
         text = read_text(path, "config")
     except InputProblem as exc:
@@ -412,7 +410,8 @@ def choose_path(config: Config | None, via: str | None) -> PathSpec:
 class ConfigFiles(NamedTuple):
     """What a config names beyond itself, for every path in it (not only the
     chosen one): the program never sees a secret of any of them."""
-    named: tuple[str, ...] = ()          # files read-only inside (CA files)
+    named: tuple[str, ...] = ()          # files read-only inside (none yet: ca_file, for https://
+                                         # proxies, is refused)
     secret_files: tuple[str, ...] = ()   # hidden inside: password_file, private_key_file, .conf
     secret_vars: tuple[str, ...] = ()    # removed from the program's environment
 
@@ -420,13 +419,11 @@ class ConfigFiles(NamedTuple):
 def config_files(config: Config | None) -> ConfigFiles:
     if config is None:
         return ConfigFiles()
-    named, files, variables = [], [], []
+    files, variables = [], []
     for spec in config.paths.values():
-        if spec.ca_file:
-            named.append(spec.ca_file)
         if spec.type == "wireguard":
             files.append(spec.wireguard.source)   # its PrivateKey and PresharedKey
         if spec.secret is not None:
             (variables if spec.secret.kind == "env" else files).append(spec.secret.name)
-    return ConfigFiles(tuple(dict.fromkeys(named)), tuple(dict.fromkeys(files)),
-                       tuple(dict.fromkeys(variables)))
+    return ConfigFiles(secret_files=tuple(dict.fromkeys(files)),
+                       secret_vars=tuple(dict.fromkeys(variables)))

@@ -36,6 +36,8 @@ import hashlib
 import os
 import stat
 
+from stages.config.policy import PolicyError, parse_policy
+
 
 class EditRefused(Exception):
     """The rule was not written; str() says why, for a person."""
@@ -49,8 +51,9 @@ def text_sha256(text: str | bytes) -> str:
 def with_rule(text: str, which: str, rule: str, comment: str) -> str:
     """The policy text with `rule` added to [policy]'s `which` list (pure).
     The text is returned unchanged when the list already holds the rule."""
+    # tomlkit only when an answer is written (the module's doc above).
     import tomlkit
-    from tomlkit.exceptions import TOMLKitError
+    from tomlkit.exceptions import TOMLKitError    # (the same)
     if which not in ("allow", "deny"):
         raise ValueError(which)
     try:
@@ -152,7 +155,6 @@ MAX_POLICY = 1 << 20
 
 
 def _check_still_a_policy(text: str, path: str) -> None:
-    from stages.config.policy import PolicyError, parse_policy
     try:
         parse_policy(text, source=path)
     except PolicyError as exc:

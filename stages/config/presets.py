@@ -43,7 +43,3 @@ def summary(name: str) -> str:
         if line.startswith("#"):
             return line.lstrip("# ").split(": ", 1)[0].rstrip(":")
     return ""
-
-
-def is_preset(policy_arg: str | None) -> bool:
-    return bool(policy_arg) and policy_arg.startswith(MARK)

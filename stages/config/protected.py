@@ -25,6 +25,7 @@ can pass a file system of their own.
 from __future__ import annotations
 
 import os
+import stat
 
 from stages.startup.records import NamedTuple  # typing's, without importing typing
 
@@ -212,7 +213,6 @@ def read_small(path: str, limit: int = 4096) -> str | None:
     config), or None. Non-blocking and regular files only: what it reads
     after a run is the program's (a FIFO named `.git/config` would otherwise
     hold vpnw forever)."""
-    import stat
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
     except OSError:
@@ -528,10 +528,10 @@ def new_agent_settings_run_commands(path: str, read_text) -> bool:
         return True
     try:
         if path.endswith(".json"):
-            import json
+            import json      # json and tomllib only for a settings file made during the run
             tree = json.loads(text)
         elif path.endswith(".toml"):
-            import tomllib
+            import tomllib   # (the same: a settings file made during the run)
             tree = tomllib.loads(text)
         else:
             return True

@@ -61,7 +61,6 @@ class WgConf:
     public_key: bytes = field(repr=False)           # 32 bytes
     private_key: bytes | None = field(default=None, repr=False)   # None: from private_key_file/env
     preshared_key: bytes | None = field(default=None, repr=False)
-    private_key_line: int | None = None
 
     @property
     def endpoint(self) -> str:
@@ -179,8 +178,7 @@ def _interface(iface: dict, key_from_elsewhere: bool, error) -> dict:
         if not value.isdigit() or not 1280 <= int(value) <= 9000:
             raise error(number, "MTU must be a number from 1280 to 9000", "write e.g. MTU = 1420")
         mtu = int(value)
-    return dict(addresses=tuple(addresses), dns=tuple(dns), mtu=mtu, private_key=private_key,
-                private_key_line=private_line)
+    return dict(addresses=tuple(addresses), dns=tuple(dns), mtu=mtu, private_key=private_key)
 
 
 def _peer(peer: dict, error) -> dict:

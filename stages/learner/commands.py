@@ -7,9 +7,17 @@ import sys
 from typing import Iterator
 
 import click
+from click.shell_completion import CompletionItem
 
-from stages.wire.exits import ExitCode
+from stages.learner.draft import draft_policy
+from stages.learner.learned import NoRuns
 from stages.record.events import read_events, state_dir
+from stages.record.evidence import warning_for
+from stages.record.runs import (
+    RUN_FILE_EXPECTED, AmbiguousRun, NotARunFile, RunNotFound, check_run_file, complete_run, first_line,
+    first_line_problem, last_run, resolve_run,
+)
+from stages.wire.exits import ExitCode
 
 
 def _events(sources: list[str], stdin_first: bytes | None) -> Iterator[dict]:
@@ -23,12 +31,6 @@ def _events(sources: list[str], stdin_first: bytes | None) -> Iterator[dict]:
 
 def learn(name: str | None, sources: tuple[str, ...], directory: str | None = None) -> int:
     """The command's body, callable without click: writes the draft to stdout."""
-    from stages.record.runs import (
-        RUN_FILE_EXPECTED, AmbiguousRun, NotARunFile, RunNotFound, check_run_file, first_line, first_line_problem,
-        last_run, resolve_run,
-    )
-    from stages.learner.draft import NoRuns, draft_policy
-
     files = list(sources)
     if not files:
         directory = directory or state_dir()
@@ -86,7 +88,6 @@ def learn(name: str | None, sources: tuple[str, ...], directory: str | None = No
 
 def _warn_unless_verified(path: str) -> None:
     # learn drafts from evidence: a rewritten or replaced run file is said first.
-    from stages.record.evidence import warning_for
     warning = warning_for(path)
     if warning:
         click.echo(f"vpnw: {warning}", err=True)
@@ -94,8 +95,6 @@ def _warn_unless_verified(path: str) -> None:
 
 def _complete_source(ctx, param, incomplete: str):
     """Tab after --from: the run ids that begin so; files for a path."""
-    from click.shell_completion import CompletionItem
-    from stages.record.runs import complete_run
     found = complete_run(incomplete, (ctx.params.get("directory") if ctx else None) or state_dir())
     return [CompletionItem(incomplete, type="file")] if found is None else \
         [CompletionItem(i) for i in found]

@@ -1,6 +1,7 @@
 """Draft a policy from recorded runs (pure: events in, TOML text out).
 
-The draft allows what the program did, including anything it should not have
+The events are gathered by learned.py; this module writes out what was
+gathered. The draft allows what the program did, including anything it should not have
 done; that is why it opens with "Read it before you use it" and why the
 `needs review` block lists what a person should look at. Suggestions (such as
 a wildcard) are comments only: the draft never allows more than was seen.
@@ -13,14 +14,18 @@ reads the clock).
 from __future__ import annotations
 
 import ipaddress
-import math
 import re
-from collections import Counter
 from dataclasses import dataclass, field
 from typing import Iterable
 
+from stages.config.addresses import (
+    BadHost, classify, classify_name, machine_address, machine_name, parse_host,
+)
 from stages.config.command_sockets import command_server
-from stages.record.destinations import Destination, Tally
+from stages.config.secrets import KEY_VARIABLES
+from stages.learner.generated_names import generated_labels, looks_generated
+from stages.learner.learned import SSH_AUTH_SOCK, Learner, learn
+from stages.record.destinations import Destination
 from stages.record.text import human_bytes, printable
 
 PLAIN_PORTS = (80, 443)
@@ -31,156 +36,12 @@ _MAX_LISTED = 8                  # names shown per wildcard suggestion
 _SHARED_SECOND_LEVEL = {"co", "com", "net", "org", "gov", "edu", "ac", "or", "ne", "go"}
 
 
-# --- names that look generated ----------------------------------------------
-
-def shannon_entropy(text: str) -> float:
-    """Bits per character of `text` (0 for the empty string)."""
-    if not text:
-        return 0.0
-    n = len(text)
-    return -sum(c / n * math.log2(c / n) for c in Counter(text).values())
-
-
-_HEX = set("0123456789abcdef")
-
-
-def looks_generated(label: str) -> bool:
-    """Does one DNS label look machine-made (encoded data, a DGA name)?
-
-    DNS tunnels and exfiltration spell data into labels: hex, base32 or
-    base64 blobs. Words joined by hyphens are judged word by word, so
-    `github-production-release-asset` is not flagged. A piece is flagged
-    when it is a long hex blob, a long mix of letters and digits with high
-    entropy, or long letters-only text with the entropy of random letters
-    (English words of that length stay well below it).
-    """
-    for piece in label.lower().split("-"):
-        n = len(piece)
-        if n < 10:
-            continue
-        digits = sum(ch.isdigit() for ch in piece)
-        letters = sum(ch.isalpha() for ch in piece)
-        entropy = shannon_entropy(piece)
-        if n >= 16 and set(piece) <= _HEX and digits and letters:
-            return True
-        if digits / n >= 0.2 and letters / n >= 0.2 and entropy >= 3.0:
-            return True
-        if n >= 16 and entropy >= 3.6:
-            return True
-        if n >= 24 and entropy >= 3.4:
-            return True
-    return False
-
-
-def generated_labels(host: str) -> list[str]:
-    labels = host.split(".")
-    return [label for label in labels[:-1] if looks_generated(label)]
-
-
-# --- aggregation ---------------------------------------------------------------
-
 def _classify(address: str) -> str | None:
     try:
         ip = ipaddress.ip_address(address.strip("[]"))
     except ValueError:
         return None
-    try:
-        from stages.config.addresses import classify
-    except ImportError:  # pragma: no cover - the classifier ships with vpnw
-        return None if ip.is_global else f"{ip}: not a public address"
     return classify(ip)
-
-
-# OpenSSH's agent socket, made afresh at each login (ssh-agent's and sshd's
-# forwarded one: $TMPDIR/ssh-XXXXXXXXXX/agent.<pid>): a policy naming the path
-# is stale at the next login; "$SSH_AUTH_SOCK" is read when each run starts.
-_SSH_AGENT_PATH = re.compile(r"^/(?:[^\0]*/)?ssh-[A-Za-z0-9]{6,}/agent\.\d+$")
-SSH_AUTH_SOCK = "$SSH_AUTH_SOCK"
-
-
-def _unix_key(path: str, ssh_auth_sock: str | None) -> str:
-    """How a draft names a refused socket: the variable for the ssh agent's."""
-    if (ssh_auth_sock and path == ssh_auth_sock) or _SSH_AGENT_PATH.match(path):
-        return SSH_AUTH_SOCK
-    return path
-
-
-class _Learner:
-    def __init__(self, ssh_auth_sock: str | None = None):
-        self.ssh_auth_sock = ssh_auth_sock      # the learner's own $SSH_AUTH_SOCK (None: unset)
-        self.tally = Tally()
-        self.runs: dict[str, tuple] = {}
-        self.first_program: str | None = None
-        # [unix]: entry or path -> (connects, programs), allowed by the policy / refused
-        self.unix_allowed: dict[str, tuple[int, set]] = {}
-        self.unix_refused: dict[str, tuple[int, set]] = {}
-        self.captured = False   # a run captured what ignores the proxy settings (--capture)
-        self.paths: set[tuple] = set()   # (via, config) of each run: the guard command keeps them
-        # files.held: folder suggested for allow_write -> (writes held, what runs it later or None)
-        self.held: dict[str, tuple[int, str | None]] = {}
-        self.keys_given: set[str] = set()    # run.start's keys_given: API keys the program held
-
-    def feed(self, event: dict) -> None:
-        type_ = event.get("type")
-        f = event.get("fields")
-        if not isinstance(f, dict):
-            return
-        ts = event.get("ts") if isinstance(event.get("ts"), str) else None
-        if type_ == "run.start":
-            run = str(event.get("run"))
-            if run not in self.runs:
-                self.runs[run] = (ts or "", str(f.get("mode", "?")), str(f.get("program", "?")))
-            if self.first_program is None and isinstance(f.get("program"), str):
-                self.first_program = f["program"]
-            self.captured = self.captured or f.get("capture") is True
-            via = f.get("via") if isinstance(f.get("via"), str) else event.get("path")
-            config = f.get("config") if isinstance(f.get("config"), str) else None
-            self.paths.add((via if isinstance(via, str) else "direct", config))
-            keys = f.get("keys_given")
-            if isinstance(keys, list):
-                self.keys_given.update(k for k in keys if isinstance(k, str))
-            return
-        if type_ in ("unix.allow", "unix.deny"):
-            self._unix(type_, f)
-            return
-        if type_ == "files.held":
-            self._held(f)
-            return
-        self.tally.feed(event)
-
-    def _held(self, f: dict) -> None:
-        entries = f.get("entries")
-        if not isinstance(entries, list):
-            return
-        for e in entries[:_MAX_HELD_READ]:
-            if not isinstance(e, dict) or not isinstance(e.get("path"), str):
-                continue
-            key = held_folder(e["path"])
-            if key is None:
-                continue
-            later = e.get("runs_later") if isinstance(e.get("runs_later"), str) else None
-            count, was_later = self.held.get(key, (0, None))
-            if len(self.held) < _MAX_HELD_FOLDERS or key in self.held:
-                self.held[key] = (count + 1, was_later or later)
-
-    def _unix(self, type_: str, f: dict) -> None:
-        """A socket the policy named is kept; a socket bound outside that was
-        refused is suggested, commented out. An abstract name or a path through
-        /proc cannot be named by a policy: not suggested."""
-        if type_ == "unix.allow":
-            key, table = f.get("rule"), self.unix_allowed
-        elif f.get("reason") == "a socket bound outside the sandbox":
-            key, table = f.get("path"), self.unix_refused
-            if isinstance(key, str):
-                key = _unix_key(key, self.ssh_auth_sock)
-        else:
-            return
-        if not isinstance(key, str) or not key:
-            return
-        count, programs = table.get(key, (0, set()))
-        if isinstance(f.get("program"), str) and len(programs) < 8:
-            programs.add(f["program"])
-        table[key] = (count + 1, programs)
 
 
 # --- rendering -------------------------------------------------------------------
@@ -204,11 +65,7 @@ def toml_string(text: str) -> str:
 def _canonical(host: str):
     """(kind, canonical text, sort key) or None when the host cannot be a rule."""
     try:
-        from stages.config.addresses import BadHost, parse_host
-    except ImportError:  # pragma: no cover
-        parse_host, BadHost = None, ValueError
-    try:
-        value = parse_host(host) if parse_host else host.lower().rstrip(".")
+        value = parse_host(host)
     except BadHost:
         return None
     if isinstance(value, str):
@@ -324,7 +181,7 @@ class _Draft:
     private: set[str] = field(default_factory=set)   # allowed targets deny_private = true would refuse
 
 
-def render(learner: _Learner, name: str) -> str:
+def render(learner: Learner, name: str) -> str:
     draft = _Draft(captured=learner.captured)
     for (host, port), dest in sorted(learner.tally.table.items()):
         _take_destination(draft, host, port, dest)
@@ -340,26 +197,7 @@ def render(learner: _Learner, name: str) -> str:
     return "\n".join(out)
 
 
-_MAX_HELD_READ = 10_000
-_MAX_HELD_FOLDERS = 40
-
-
-def held_folder(path: str) -> str | None:
-    """The allow_write entry a held write suggests: the folder a tool keeps
-    its state in (the one under the first dot-folder: ~/.cache/pip for
-    ~/.cache/pip/http/x), a dot-file itself, or else the file's folder."""
-    if not path.startswith("/") or "\x00" in path:
-        return None
-    parts = [p for p in path.split("/") if p]
-    if not parts or ".." in parts:
-        return None
-    for i, part in enumerate(parts):
-        if part.startswith("."):
-            return "/" + "/".join(parts[: min(i + 2, len(parts))])
-    return "/" + "/".join(parts[:-1]) if len(parts) > 1 else "/" + parts[0]
-
-
-def _held_lines(learner: _Learner) -> list[str]:
+def _held_lines(learner: Learner) -> list[str]:
     """allow_write suggestions from what the runs wrote outside their work
     set (held, never applied). What runs later on its own is only ever a
     comment inside the comment, saying why."""
@@ -377,11 +215,10 @@ def _held_lines(learner: _Learner) -> list[str]:
     return out
 
 
-def _secrets_suggested(learner: _Learner) -> list[str]:
+def _secrets_suggested(learner: Learner) -> list[str]:
     """A [secrets] table, commented out, for each known API host the runs
     reached while the program held that API's key in its environment
     (run.start's keys_given): with it the key stays outside (docs/secrets.md)."""
-    from stages.config.secrets import KEY_VARIABLES
     reached = {host for host, _ in learner.tally.table}
     out = []
     for host, variable in sorted(KEY_VARIABLES.items()):
@@ -395,7 +232,7 @@ def _secrets_suggested(learner: _Learner) -> list[str]:
     return out
 
 
-def _unix_table(learner: _Learner) -> list[str]:
+def _unix_table(learner: Learner) -> list[str]:
     """[unix] allow: the sockets the policy named, kept; the ones refused,
     commented out (a person decides: a socket outside is a way out); a
     socket whose server runs commands outside the sandbox (tmux, Docker,
@@ -486,7 +323,6 @@ def _take_destination(draft: _Draft, host: str, port: int, dest) -> None:
         review["special"].append((sort, port, f"{target}: reached at {printable(special)}; " + (
             "deny_private = false below lets it through" if private else "deny_private = true refuses it")))
     if kind == "name":
-        from stages.config.addresses import classify_name
         why = classify_name(chost) if chost != "localhost" else None   # localhost:PORT is its own door
         if why:
             private = _private_network_name(chost)
@@ -515,7 +351,6 @@ _PRIVATE_NAME_SUFFIXES = ("internal", "home.arpa", "local")
 def _machine_loopback(kind: str, host: str) -> bool:
     """Whether a target is the machine's own loopback (decide.py step 4),
     which only a `localhost:PORT` door reaches."""
-    from stages.config.addresses import machine_address, machine_name
     if kind == "name":
         return machine_name(host) is not None
     found = machine_address(host)
@@ -531,7 +366,6 @@ def _in_private_network(address: str) -> bool:
 
 
 def _private_network_name(name: str) -> bool:
-    from stages.config.addresses import classify_name
     for suffix in _PRIVATE_NAME_SUFFIXES:
         # A suffix's own reason: a metadata name under it (metadata.google.internal) has its own.
         if name.endswith("." + suffix) and classify_name(name) == classify_name(suffix):
@@ -578,7 +412,7 @@ def _review_hosts(draft: _Draft) -> None:
                                    f"*.{suffix} could replace {len(members)} names ({shown}); {advice}"))
 
 
-def _header(learner: _Learner, clean: str, review: dict) -> list[str]:
+def _header(learner: Learner, clean: str, review: dict) -> list[str]:
     out = ["# Read it before you use it.", "#"]
     runs = sorted(learner.runs.items(), key=lambda r: (r[1][0], r[0]))
     out.append(f"# A draft policy for {printable(clean)}, learned by vpnw from "
@@ -678,10 +512,6 @@ FILES_SUGGESTION = (
 )
 
 
-class NoRuns(ValueError):
-    """The events held no run.start: there is nothing to learn from."""
-
-
 def draft_policy(events: Iterable[dict], name: str | None = None,
                  ssh_auth_sock: str | None = None) -> str:
     """Recorded events (one run or several, in any order of runs) -> the text
@@ -690,10 +520,5 @@ def draft_policy(events: Iterable[dict], name: str | None = None,
     it was learned. `ssh_auth_sock`: the learner's $SSH_AUTH_SOCK; a refused
     socket at that path (or at OpenSSH's agent path) is drafted as the
     variable, which stays right after the next login."""
-    learner = _Learner(ssh_auth_sock)
-    for event in events:
-        if isinstance(event, dict):
-            learner.feed(event)
-    if not learner.runs:
-        raise NoRuns("no run.start among the events")
+    learner = learn(events, ssh_auth_sock)
     return render(learner, name or learner.first_program or "agent")

@@ -206,36 +206,6 @@ def build_response(query: Query, rcode: int, addresses=(), ttl: int = 1,
             + query.question + answers + additional)
 
 
-def extended_error(data: bytes) -> tuple[int, str] | None:
-    """The Extended DNS Error (info-code, text) of an answer, or None: for
-    the tests and for reading answers back. Never raises."""
-    try:
-        _, _, qdcount, ancount, nscount, arcount = struct.unpack_from("!HHHHHH", data)
-        at = 12
-        for _ in range(qdcount):
-            at = _skip_name(data, at) + 4
-        for _ in range(ancount + nscount):
-            at = _skip_name(data, at)
-            at += 10 + struct.unpack_from("!H", data, at + 8)[0]
-        for _ in range(arcount):
-            at = _skip_name(data, at)
-            rtype, _, _, length = struct.unpack_from("!HHIH", data, at)
-            at += 10
-            if rtype == OPT:
-                end = at + length
-                while at + 4 <= end:
-                    code, size = struct.unpack_from("!HH", data, at)
-                    if code == EDE and size >= 2:
-                        info = struct.unpack_from("!H", data, at + 4)[0]
-                        return info, data[at + 6:at + 4 + size].decode("utf-8", "replace")
-                    at += 4 + size
-                return None
-            at += length
-    except (struct.error, DnsAnswerError, IndexError):
-        return None
-    return None
-
-
 def build_error(query_id: int, flags: int, rcode: int) -> bytes:
     """An answer with no question (FORMERR, or NOTIMP for another opcode)."""
     return struct.pack("!HHHHHH", query_id, 0x8000 | (flags & 0x7900) | 0x0080 | (rcode & 0xF),

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 
 from stages.record import chain, ledger as ledger_mod, signing
 from stages.record.events import state_dir
+from stages.record.runs import start_event, still_running
 from stages.wire.exits import ExitCode
 
 
@@ -115,7 +116,6 @@ def check(path: str, *, key: signing.PublicKey | None, ledger: ledger_mod.Ledger
 
 
 def _still_running(path: str) -> bool:
-    from stages.record.runs import still_running
     return still_running(path)
 
 
@@ -146,7 +146,6 @@ def warning_for(path: str) -> str | None:
 
 
 def _run_id(path: str) -> str | None:
-    from stages.record.runs import start_event
     start = start_event(path)
     return start.get("run") if start else None
 

@@ -32,7 +32,3 @@ class RecordGate:
 
     def close(self) -> None:
         self._page[0] = _CLOSED
-
-    def unmap(self) -> None:
-        """In a process that must not hold it (the helper, before the sandbox)."""
-        self._page.close()

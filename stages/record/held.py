@@ -367,7 +367,7 @@ def diff(held: HeldRun, entry: HeldEntry) -> list[str]:
     """A unified diff, real file → held file, for text files; otherwise one
     line that says why there is none. The lines are the program's: the
     caller makes them printable."""
-    import difflib
+    import difflib    # only `vpnw changes` shows a diff: not for the runs that hold writes
     if entry.kind != "file":
         return [f"({entry.kind})"]
     if (entry.size or 0) > DIFF_LIMIT or (entry.before.size or 0) > DIFF_LIMIT:

@@ -24,6 +24,7 @@ import orjson
 from stages.startup.records import NamedTuple  # typing's, without importing typing
 from stages.record.chain import Chain, link_problem
 from stages.record.events import split_digest, vpnw_state_dir
+from stages.record.signing import BadSignature, parse_minisig
 
 LEDGER_NAME = "ledger.jsonl"
 _TAIL = 16384
@@ -134,7 +135,6 @@ def _entry_problem(entry, n: int, prev: bytes) -> str | None:
     """Line n's own claims against its place: its seq, and the place its
     run's signed trusted comment names (checked cryptographically in
     stages/record/evidence.py)."""
-    from stages.record.signing import BadSignature, parse_minisig
     if not isinstance(entry, dict) or entry.get("seq") != n:
         return (f"line {n} is not entry {n}: lines were removed or added and the chain "
                 "computed again")

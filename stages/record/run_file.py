@@ -96,7 +96,7 @@ def _create_new_run(directory: str, run_id: str) -> tuple[str, int, str]:
 
 
 def _fd_flags(fd: int) -> int:
-    import fcntl
+    import fcntl    # only for `--record -` (stdout), not on every run's way to the helper's fork
     return fcntl.fcntl(fd, fcntl.F_GETFL)
 
 

@@ -16,10 +16,12 @@ from __future__ import annotations
 
 import heapq
 import os
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
+from datetime import datetime
 
-
+from stages.record import chain, ledger as ledger_mod, signing
 from stages.record.events import RecordError, parse_line, read_events, rfc3339_ns
+from stages.record.ledger import LEDGER_NAME
 from stages.record.text import printable
 
 _TAIL_BYTES = 16384
@@ -153,7 +155,6 @@ def _started_by(pid: int, ts: str) -> bool:
             ticks = int(f.read().rsplit(b")", 1)[1].split()[19])
         with open("/proc/stat", "rb") as f:
             boot = next(int(line.split()[1]) for line in f if line.startswith(b"btime "))
-        from datetime import datetime
         at = datetime.fromisoformat(ts[:26].rstrip("Z") + "+00:00").timestamp()
     except (OSError, ValueError, IndexError, StopIteration):
         return False
@@ -206,7 +207,6 @@ def last_run(directory: str, mode: str | None = None) -> str | None:
 
 def ledger_of(directory: str) -> str:
     """The ledger beside a runs directory (vpnw's state directory holds both)."""
-    from stages.record.ledger import LEDGER_NAME
     return os.path.join(os.path.dirname(os.path.abspath(directory)), LEDGER_NAME)
 
 
@@ -218,8 +218,6 @@ def with_ledger(summaries: list[RunSummary], directory: str):
     names another: the file was replaced or rewritten), "unlisted" (no
     entry: a run that was not signed), "-" (no ledger), "?" (a ledger that
     cannot be read: the problem says why). The problem is a sentence."""
-    from dataclasses import replace
-    from stages.record import ledger as ledger_mod
     book = ledger_mod.read(ledger_of(directory))
     if not book.exists:
         return summaries, [], None
@@ -245,7 +243,6 @@ class _KeyOnce:
 
     def get(self):
         if not self._looked:
-            from stages.record import signing
             self._looked = True
             try:
                 path = os.path.join(signing.key_dir(), signing.PUBLIC_NAME)
@@ -262,7 +259,6 @@ def _file_holds(path: str, entry: dict, key: _KeyOnce) -> bool:
     as it was). The entry's signature over the file's bytes, checked with
     this machine's key (one hash of the file); without a key that can check
     it, the file's digest chain, line by line. As `show --verify` judges."""
-    from stages.record import chain, signing
     try:
         sig = signing.parse_minisig(entry.get("sig") or "")
         public = key.get()

@@ -114,3 +114,13 @@ def decode_reply(data: bytes, fds: list[int]) -> Sockets | Up | Down | ControlRe
     if data.startswith(b"e "):
         return ControlRefused(data[2:].decode("utf-8", "replace"))
     raise ControlError(f"not a reply: {data[:16]!r}")
+
+
+def tunnel_message(wg, private_key: bytes) -> dict:
+    """The tunnel as the control socket's first message (pure)."""
+    return {"private_key": private_key.hex(), "public_key": wg.public_key.hex(),
+            "preshared_key": wg.preshared_key.hex() if wg.preshared_key else None,
+            "endpoint_host": wg.endpoint_host, "endpoint_port": wg.endpoint_port,
+            "endpoint": wg.endpoint, "addresses": [str(a) for a in wg.addresses],
+            "allowed_ips": [str(n) for n in wg.allowed_ips], "mtu": wg.mtu,
+            "keepalive": wg.keepalive}

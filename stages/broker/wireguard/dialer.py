@@ -19,6 +19,7 @@ import sys
 import stages
 from stages.broker.dial import DialError, PathDownError, dial_direct
 from stages.broker.wireguard import control
+from stages.protocols import dns as dns_wire
 
 START_TIMEOUT = 20.0    # the path process's own handshake bound is shorter
 
@@ -49,12 +50,11 @@ class WireGuardDialer:
         self.own_addresses = frozenset(a.ip for a in path.wireguard.addresses)
 
     async def check(self) -> None:
-        from stages.broker.wireguard.path_process import tunnel_message
         wg = self.path.wireguard
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         try:
             # The tunnel's keys go over the socket, never in argv or the environment.
-            ours.send(json.dumps(tunnel_message(wg, wg.private_key)).encode())
+            ours.send(json.dumps(control.tunnel_message(wg, wg.private_key)).encode())
             self.process = subprocess.Popen(
                 [sys.executable, "-I", "-c", _PATH_PROCESS_START, _STAGES_ROOT, str(os.getpid()),
                  str(theirs.fileno())],
@@ -140,7 +140,6 @@ class WireGuardDialer:
     async def _resolve_in_tunnel(self, host: str) -> tuple[tuple, str]:
         """-> (addresses, the server that answered); DialError("dns") when no
         server answered, path-down when the tunnel is gone."""
-        from stages.protocols import dns as dns_wire
         wg = self.path.wireguard
         want_v6 = any(a.version == 6 for a in wg.addresses)
         loop = asyncio.get_running_loop()
@@ -204,7 +203,6 @@ DNS_TRY_TIMEOUT = 2.0
 
 async def _ask(loop, sock: socket.socket, host: str, qtype: int) -> list:
     """One question to the tunnel's DNS server, asked up to twice."""
-    from stages.protocols import dns as dns_wire
     query_id = int.from_bytes(os.urandom(2), "big")
     query = dns_wire.build_query(query_id, host, qtype)
     for attempt in range(2):

@@ -35,6 +35,7 @@ import time
 
 from stages.broker.wireguard import control
 from stages.config.environment import EnvironmentProblem, handshake_timeout
+from stages.kernel import privileges as priv
 
 TUN_NAME = "vpnw0"
 LISTEN_PORT = 51820
@@ -104,7 +105,6 @@ def _outer_socket(host: str, port: int) -> socket.socket:
 
 
 def _enter_namespace() -> None:
-    from stages.kernel import privileges as priv
     uid, gid = os.getuid(), os.getgid()
     try:
         priv.unshare(priv.CLONE_NEWUSER | priv.CLONE_NEWNET | priv.CLONE_NEWNS)
@@ -140,7 +140,6 @@ def _start_wireguard_go(tun_fd: int, uapi: socket.socket) -> subprocess.Popen:
            "WG_UAPI_FD": str(uapi.fileno()), "WG_PROCESS_FOREGROUND": "1", "LOG_LEVEL": "error"}
 
     def die_with_us():
-        from stages.kernel import privileges as priv
         priv.prctl(priv.PR_SET_PDEATHSIG, signal.SIGKILL)
 
     try:
@@ -328,18 +327,7 @@ class PathNamespace:
             self.wg.wait()
 
 
-def tunnel_message(wg, private_key: bytes) -> dict:
-    """The tunnel as the control socket's first message (pure)."""
-    return {"private_key": private_key.hex(), "public_key": wg.public_key.hex(),
-            "preshared_key": wg.preshared_key.hex() if wg.preshared_key else None,
-            "endpoint_host": wg.endpoint_host, "endpoint_port": wg.endpoint_port,
-            "endpoint": wg.endpoint, "addresses": [str(a) for a in wg.addresses],
-            "allowed_ips": [str(n) for n in wg.allowed_ips], "mtu": wg.mtu,
-            "keepalive": wg.keepalive}
-
-
 def main(argv: list[str]) -> int:
-    from stages.kernel import privileges as priv
     priv.prctl(priv.PR_SET_PDEATHSIG, signal.SIGKILL)
     if len(argv) != 3 or os.getppid() != int(argv[1]):
         return 1      # the broker is already gone
