@@ -13,6 +13,7 @@ import pytest
 
 from ci_support import NODE_DIR, cannot, node_with_env_proxy
 from e2e_support import assert_every_connection_accounted, connections, describe, opened, run_events
+from progs_support import prog_text
 from world import DEFAULT_NAMES, DEMO_PACKAGE, DEMO_VALUE, GIT_README, WORLD_V4
 
 # The README's client table: curl, pip, git, Python's clients, Node.
@@ -82,13 +83,7 @@ def test_curl_tunnels_a_non_http_scheme_through_all_proxy(world, user):
     assert opened(run_events(r)) == [("api.github.com", 80, "http-connect")]
 
 
-URLLIB_PROGRAM = """
-import json, ssl, sys, urllib.request
-ctx = ssl.create_default_context(cafile=sys.argv[1])
-for url in ("http://api.github.com/whoami", "https://api.github.com/whoami"):
-    with urllib.request.urlopen(url, context=ctx, timeout=30) as resp:
-        print(resp.read().decode().strip())
-"""
+URLLIB_PROGRAM = prog_text("urllib_client.py")
 
 
 def test_python_urllib(world, user):
@@ -102,15 +97,7 @@ def test_python_urllib(world, user):
                                      ("api.github.com", 443, "http-connect")]
 
 
-REQUESTS_PROGRAM = """
-import requests
-with requests.Session() as s:
-    for url in ("https://api.github.com/whoami", "https://files.pythonhosted.org/whoami",
-                "http://pypi.world/bytes/100000?seed=3"):
-        r = s.get(url, timeout=30)
-        r.raise_for_status()
-        print(len(r.content) if "bytes" in url else r.json()["host"])
-"""
+REQUESTS_PROGRAM = prog_text("requests_client.py")
 
 
 def test_python_requests(world, user):

@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from e2e_support import assert_every_connection_accounted, describe
+from progs_support import prog_text
 from stages.record.check import check_run, schema_problems
 
 pytestmark = pytest.mark.world
@@ -217,19 +218,7 @@ def recorder_of(vpnw_pid: int) -> int:
     return recorders[0]
 
 
-SLEEPER_PROGRAM = r'''
-import socket, sys, time
-marker = sys.argv[1]
-conn = socket.create_connection(("127.0.0.1", 3128))
-conn.sendall(b"CONNECT api.github.com:80 HTTP/1.1\r\nHost: api.github.com:80\r\n\r\n")
-assert conn.recv(4096).startswith(b"HTTP/1.1 200")
-print("ready", flush=True)
-with open(marker, "a") as beat:
-    for _ in range(2400):       # a heartbeat while it lives (about 2 minutes)
-        beat.write("alive\n")
-        beat.flush()
-        time.sleep(0.05)
-'''
+SLEEPER_PROGRAM = prog_text("sleeper.py")
 
 
 def _beats(marker) -> int:
@@ -277,16 +266,7 @@ def test_recorder_killed_stops_the_program(world, user):
 # ── vpnw interrupted before the program starts ──────────────────────────
 
 # A "proxy" that accepts and never answers: vpnw's path check waits on it.
-SILENT_EXIT = r'''
-import socket, sys, time
-server = socket.create_server(("127.0.0.1", 0))
-print(server.getsockname()[1], flush=True)
-held = []
-while True:
-    conn, _ = server.accept()
-    held.append(conn)
-    print("accepted", flush=True)
-'''
+SILENT_EXIT = prog_text("silent_exit.py")
 
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])

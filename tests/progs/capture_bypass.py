@@ -1,5 +1,12 @@
 """Run by tests/bypass/test_capture_ways.py."""
-import errno, json, os, socket, struct, subprocess, sys, tempfile, time
+import errno
+import json
+import os
+import socket
+import struct
+import subprocess
+import sys
+import tempfile
 where, marker, v6, dns, host, count = sys.argv[1:7]
 count = int(count)
 

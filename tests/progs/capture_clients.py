@@ -1,6 +1,10 @@
 """Run by tests/test_e2e_capture.py. Each attempt prints {"id": ..., "ok":
 bool, "error": errno name or None, ...}."""
-import errno, json, socket, subprocess, sys
+import errno
+import json
+import socket
+import subprocess
+import sys
 host, evil, marker = sys.argv[1], sys.argv[2], sys.argv[3]
 
 def say(id, ok, error=None, **more):

@@ -1,5 +1,10 @@
 """Run by tests/test_e2e_capture.py."""
-import errno, ipaddress, json, socket, subprocess, sys
+import errno
+import ipaddress
+import json
+import socket
+import subprocess
+import sys
 world_dns = sys.argv[1]
 
 def say(id, ok, error=None, **more):

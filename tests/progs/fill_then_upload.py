@@ -2,7 +2,9 @@
 record's file system, then upload. Each GET names itself (?MARK-i), so the
 web server's log shows which reached it; the program goes on until a GET is
 refused."""
-import errno, os, socket, sys
+import errno
+import socket
+import sys
 fill, mark, done = sys.argv[1], sys.argv[2], sys.argv[3]
 try:
     with open(fill, "wb") as f:

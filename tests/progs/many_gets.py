@@ -1,7 +1,8 @@
 """Run by tests/test_e2e_evidence.py. N plain GETs through the HTTP door, one
 after another, then a marker file: the marker proves the program ran to its
 end; its absence, that it did not."""
-import socket, sys
+import socket
+import sys
 n, done = int(sys.argv[1]), sys.argv[2]
 for i in range(n):
     with socket.create_connection(("127.0.0.1", 3128), timeout=30) as s:

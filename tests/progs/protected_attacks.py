@@ -5,7 +5,12 @@ name}. argv[1]: JSON {"files": {name: path}, "dirs": {name: path},
 of the targets under scratch (a file with content, a directory with
 runs/old.jsonl) before each attempt, so the same attempts can be shown to
 work on unprotected files of the same user."""
-import ctypes, errno, json, os, shutil, sys
+import ctypes
+import errno
+import json
+import os
+import shutil
+import sys
 spec, control = json.loads(sys.argv[1]), "--control" in sys.argv
 scratch = spec["scratch"]
 libc = ctypes.CDLL(None, use_errno=True)
@@ -82,7 +87,7 @@ file_attacks = {
     "hard-link-then-write": lambda p: (os.link(p, os.path.join(scratch, "hl-%d" % len(results))),
                                        write_to(os.path.join(scratch, "hl-%d" % len(results)), os.O_APPEND)),
     "via-proc-self-root": lambda p: write_to("/proc/self/root" + os.path.abspath(p), os.O_APPEND),
-    "via-own-symlink": lambda p: via_symlink(p, lambda l: write_to(l, os.O_APPEND)),
+    "via-own-symlink": lambda p: via_symlink(p, lambda link: write_to(link, os.O_APPEND)),
     "via-relative-path": lambda p: relative(p, lambda r: write_to(r, os.O_APPEND)),
 }
 dir_attacks = {
@@ -98,7 +103,7 @@ dir_attacks = {
     "rename-runs": lambda d: os.rename(os.path.join(d, "runs"), os.path.join(d, "runs.moved")),
     "via-proc-self-root": lambda d: write_to("/proc/self/root" + os.path.abspath(d) + "/runs/r-p.jsonl",
                                              os.O_CREAT),
-    "via-own-symlink": lambda d: via_symlink(d, lambda l: write_to(l + "/runs/r-s.jsonl", os.O_CREAT)),
+    "via-own-symlink": lambda d: via_symlink(d, lambda link: write_to(link + "/runs/r-s.jsonl", os.O_CREAT)),
     "via-relative-path": lambda d: relative(os.path.join(d, "runs", "x"),
                                             lambda r: write_to("r-rel.jsonl", os.O_CREAT)),
 }
