@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import json
 import os
+import pwd
 import re
 from collections import defaultdict
 from pathlib import Path
 
+from stages.record.check import check_run, schema_problems
 from world import WorldResult
 
 ENVELOPE_KEYS = {"v", "ts", "type", "run", "pid", "path", "conn", "fields", "d"}
@@ -32,6 +34,49 @@ def run_events(result: WorldResult) -> list[dict]:
     assert events[0]["type"] == "run.start" and events[-1]["type"] == "run.end", [e["type"] for e in events]
     assert len({e["run"] for e in events}) == 1
     return events
+
+
+def run_files(state_home: Path) -> list[Path]:
+    """The run files under `state_home`'s vpnw/runs, by name (none when there is no such folder)."""
+    runs = state_home / "vpnw" / "runs"
+    return sorted(runs.glob("*.jsonl")) if runs.is_dir() else []
+
+
+def runs_in(state: Path) -> list[Path]:
+    """The run files under `state`'s vpnw/runs, the one written first first."""
+    return sorted((state / "vpnw" / "runs").glob("*.jsonl"), key=lambda p: p.stat().st_mtime_ns)
+
+
+def the_record(state_home: Path) -> list[dict]:
+    """The events of the one run file under `state_home`, the run well formed (check_run)."""
+    files = sorted((state_home / "vpnw" / "runs").glob("*.jsonl"))
+    assert len(files) == 1, files
+    events = [json.loads(line) for line in files[0].read_bytes().splitlines()]
+    assert check_run(events) == [], check_run(events)
+    return events
+
+
+def whole_events(data: bytes) -> list[dict]:
+    """Every line of a record whole and a valid event (the run may lack its end)."""
+    assert data.endswith(b"\n"), data[-200:]
+    events = [json.loads(line) for line in data.split(b"\n")[:-1]]
+    for event in events:
+        assert schema_problems(event) == [], event
+    return events
+
+
+def complete_record(data: bytes) -> list[dict]:
+    """whole_events, and the run well formed (check_run) and ended: run.start to run.end."""
+    events = whole_events(data)
+    assert check_run(events) == [], check_run(events)
+    assert events[0]["type"] == "run.start" and events[-1]["type"] == "run.end"
+    return events
+
+
+def owner(user: str) -> tuple[int, int]:
+    """`user`'s uid and gid."""
+    pw = pwd.getpwnam(user)
+    return pw.pw_uid, pw.pw_gid
 
 
 def connections(events: list[dict]) -> dict[int, list[dict]]:

@@ -21,9 +21,8 @@ from pathlib import Path
 
 import pytest
 
-from e2e_support import describe
+from e2e_support import complete_record, describe, owner, run_files, whole_events
 from progs_support import prog_text
-from stages.record.check import check_run, schema_problems
 
 pytestmark = pytest.mark.world
 
@@ -37,27 +36,6 @@ MANY_CONNECTIONS = prog_text("many_gets.py")
 def many(world, n: int, done: Path) -> list[str]:
     program = world.file("many_connections.py", MANY_CONNECTIONS)
     return [sys.executable, str(program), str(n), str(done)]
-
-
-def whole_lines(data: bytes) -> list[dict]:
-    """Every line whole and a valid event (the run may lack its end)."""
-    assert data.endswith(b"\n"), data[-200:]
-    events = [json.loads(line) for line in data.split(b"\n")[:-1]]
-    for event in events:
-        assert schema_problems(event) == [], event
-    return events
-
-
-def complete(data: bytes) -> list[dict]:
-    events = whole_lines(data)
-    assert check_run(events) == [], check_run(events)
-    assert events[0]["type"] == "run.start" and events[-1]["type"] == "run.end"
-    return events
-
-
-def run_files(state_home: Path) -> list[Path]:
-    runs = state_home / "vpnw" / "runs"
-    return sorted(runs.glob("*.jsonl")) if runs.is_dir() else []
 
 
 # ── fail closed on the record ───────────────────────────────────────────
@@ -122,12 +100,6 @@ def test_the_default_state_directory_is_created(world, user):
     assert list(work.iterdir()) == []
 
 
-def owner(user: str) -> tuple[int, int]:
-    import pwd
-    pw = pwd.getpwnam(user)
-    return pw.pw_uid, pw.pw_gid
-
-
 def read_in_world(world, path: Path) -> bytes:
     """A file as the world's mount namespace sees it (the small disk is there only)."""
     return subprocess.run(["nsenter", "-t", str(world.world_pid), "-m", "--", "cat", str(path)],
@@ -173,7 +145,7 @@ def test_a_full_disk_never_hides_an_upload(world, user, small_disk):
     r = world.vpnw(["run", "--record", str(record), "--", sys.executable, str(program),
                     str(disk / "fill" / "zeros"), mark, str(done)], user=user, timeout=180)
     assert "disk full" in r.stdout, describe(r)                 # the control: the disk was full
-    events = whole_lines(read_in_world(world, record))
+    events = whole_events(read_in_world(world, record))
     opened = [e for e in events if e["type"] == "conn.open"]
     allowed = {e["conn"] for e in events if e["type"] == "policy.allow"}
     served = [line for line in world.web_log() if f"?{mark}-" in line]
@@ -222,7 +194,7 @@ def test_a_consumer_that_never_reads_holds_nothing(world, user):
     assert r.returncode == 0, describe(r)
     assert done.read_text() == f"{n}\n"
     [path] = run_files(r.state_home)
-    events = complete(path.read_bytes())
+    events = complete_record(path.read_bytes())
     end = events[-1]["fields"]
     assert end["connections"] == n and end["failed"] == 0
     # Everything past what the pipe and the buffer could hold was dropped from the copy.
@@ -254,7 +226,7 @@ def test_a_late_reader_gets_a_copy_and_the_loss_count_is_exact(world, user):
     assert proc.returncode == 0, err.decode()
     [path] = run_files(proc.state_home)
     record = path.read_bytes().splitlines(keepends=True)
-    complete(b"".join(record))
+    complete_record(b"".join(record))
     lost = json.loads(record[-1])["fields"]["events_to_lost"]
     got = copy.read_bytes().splitlines(keepends=True)
     before_end = [line for line in got if b'"type":"run.end"' not in line]
@@ -282,7 +254,7 @@ def test_sigterm_with_a_stuck_consumer_ends_the_run_at_once(world, user):
     took = time.monotonic() - sent
     assert proc.returncode == 128 + signal.SIGTERM, err.decode()
     [path] = run_files(proc.state_home)
-    events = complete(path.read_bytes())
+    events = complete_record(path.read_bytes())
     assert events[-1]["fields"]["exit_code"] == 128 + signal.SIGTERM
     # Not the consumer's 600 s, nor the end-of-run grace the copy gets otherwise
     # (the bound is loose on purpose; scripts/bench_events_to.py measures it).
@@ -369,7 +341,7 @@ def test_the_program_cannot_touch_the_record_state_policy_or_config(world, user,
     [*runs] = run_files(state)
     record_path = Path(files["record"]) if where == "elsewhere" else max(runs, key=lambda p: p.stat().st_mtime)
     assert record_path.read_bytes() == copy.read_bytes()
-    complete(record_path.read_bytes())
+    complete_record(record_path.read_bytes())
     assert old_run.read_bytes() == old_bytes
     assert policy.read_text() == EVIDENCE_POLICY and config.read_text() == EVIDENCE_CONFIG
     assert sorted(p.name for p in runs) == sorted(

@@ -26,9 +26,8 @@ from pathlib import Path
 
 import pytest
 
-from e2e_support import describe
+from e2e_support import complete_record, describe, run_files
 from exits import _BUILDERS as EXIT_COMMANDS
-from stages.record.check import check_run, schema_problems
 
 pytestmark = pytest.mark.world
 
@@ -37,26 +36,10 @@ STATE_TZ = "Asia/Kolkata"   # UTC+05:30 all year: a shown time is easy to check
 KOLKATA = timezone(timedelta(hours=5, minutes=30))
 
 
-def parse_record(data: bytes) -> list[dict]:
-    """Whole lines, each a valid event, the run well formed and ended."""
-    assert data.endswith(b"\n"), "the record ends mid-line"
-    events = [json.loads(line) for line in data.split(b"\n")[:-1]]
-    for event in events:
-        assert schema_problems(event) == [], event
-    assert check_run(events) == [], check_run(events)
-    assert events[0]["type"] == "run.start" and events[-1]["type"] == "run.end"
-    return events
-
-
-def run_files(state_home: Path) -> list[Path]:
-    runs = state_home / "vpnw" / "runs"
-    return sorted(runs.glob("*.jsonl")) if runs.is_dir() else []
-
-
 def the_record(state_home: Path) -> tuple[Path, list[dict]]:
     files = run_files(state_home)
     assert len(files) == 1, files
-    return files[0], parse_record(files[0].read_bytes())
+    return files[0], complete_record(files[0].read_bytes())
 
 
 def vpnw_lines(stderr: str) -> list[str]:
@@ -155,7 +138,7 @@ def test_record_to_a_file_elsewhere(world, user):
     target = world.workdir(user) / "run.jsonl"
     r = world.vpnw(["run", "--record", str(target), "--", *CURL_TWICE], user=user)
     assert r.returncode == 0, describe(r)
-    events = parse_record(target.read_bytes())
+    events = complete_record(target.read_bytes())
     assert events[0]["fields"]["record"] == str(target)
     assert events[-1]["fields"]["connections"] == 2
     assert target.stat().st_mode & 0o777 == 0o600
@@ -165,7 +148,7 @@ def test_record_to_a_file_elsewhere(world, user):
 def test_record_to_stdout(world, user):
     r = world.vpnw(["run", "--record", "-", "--", *CURL_TWICE], user=user, text=False)
     assert r.returncode == 0, describe(r)
-    events = parse_record(r.stdout)
+    events = complete_record(r.stdout)
     assert events[0]["fields"]["record"] == "-"
     assert events[-1]["fields"]["connections"] == 2
     assert b"record on stdout" in r.stderr
@@ -237,7 +220,7 @@ def test_runs_show_and_which_run_is_last(world, user):
         describe(trace) + describe(run) + describe(guard)
     ids = {}
     for path in run_files(state):
-        events = parse_record(path.read_bytes())
+        events = complete_record(path.read_bytes())
         ids[events[0]["fields"]["mode"]] = events[0]["run"]
     assert set(ids) == {"trace", "run", "guard"}
 

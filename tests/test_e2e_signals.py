@@ -20,25 +20,13 @@ from pathlib import Path
 
 import pytest
 
-from e2e_support import assert_every_connection_accounted, describe
+from e2e_support import assert_every_connection_accounted, complete_record, describe
 from progs_support import prog_text
-from stages.record.check import check_run, schema_problems
+from stages.record.check import schema_problems
 
 pytestmark = pytest.mark.world
 
 EXIT_INTERNAL = 125
-
-
-def complete_record(path: Path) -> list[dict]:
-    """The run file, line by line: whole lines only, valid, ended by run.end."""
-    data = path.read_bytes()
-    assert data.endswith(b"\n"), f"{path} ends mid-line"
-    events = [json.loads(line) for line in data.split(b"\n")[:-1]]
-    for event in events:
-        assert schema_problems(event) == [], event
-    assert check_run(events) == [], check_run(events)
-    assert events[0]["type"] == "run.start" and events[-1]["type"] == "run.end"
-    return events
 
 
 def only_run_file(state_home: Path) -> Path:
@@ -63,7 +51,7 @@ def test_program_exits_normally(world, user):
     r = world.vpnw(["run", "--", "curl", "-sS", "--max-time", "30", "-o", "/dev/null",
                     "http://api.github.com/whoami"], user=user)
     assert r.returncode == 0, describe(r)
-    events = complete_record(only_run_file(r.state_home))
+    events = complete_record(only_run_file(r.state_home).read_bytes())
     assert run_end(events)["exit_code"] == 0 and run_end(events)["connections"] == 1
     assert program_exit(events) == {"code": 0, "signal": None}
 
@@ -73,7 +61,7 @@ def test_program_killed_by_sigkill(world, user):
                     "curl -sS --max-time 30 -o /dev/null http://api.github.com/whoami; kill -KILL $$"],
                    user=user)
     assert r.returncode == 137, describe(r)
-    events = complete_record(only_run_file(r.state_home))
+    events = complete_record(only_run_file(r.state_home).read_bytes())
     assert run_end(events)["exit_code"] == 137 and run_end(events)["connections"] == 1
     assert program_exit(events)["signal"] == signal.SIGKILL
 
@@ -102,7 +90,7 @@ def test_vpnw_signalled_forwards_and_records(world, user, sig, how):
     out, err = proc.communicate(timeout=60)
     text = err.decode("utf-8", "replace")
     assert marker.read_text() == f"got {sig.name}\n", text
-    events = complete_record(only_run_file(proc.state_home))
+    events = complete_record(only_run_file(proc.state_home).read_bytes())
     # The program's own answer decides: it handled the signal and chose 42, or it died by it.
     want = 42 if how == "handle" else 128 + sig
     assert proc.returncode == want, text
@@ -158,7 +146,7 @@ def test_children_left_behind_are_gone_and_their_connections_closed(world, user)
     # The world has no pid namespace of its own: its /proc is ours, and no
     # process of the sandbox may be left.
     assert processes_with(token) == []
-    events = complete_record(only_run_file(r.state_home))
+    events = complete_record(only_run_file(r.state_home).read_bytes())
     by_conn = assert_every_connection_accounted(events)
     assert len(by_conn) == 1
     assert [e["type"] for e in events].count("conn.close") == 1
@@ -185,7 +173,7 @@ def test_a_thousand_connections_at_once_through_both_doors(world, user):
                   user=user, timeout=300)
     assert r.returncode == 0, describe(r)
     assert f"opened {2 * per_door} ok {2 * per_door} errors 0" in r.stdout, describe(r)
-    events = complete_record(only_run_file(r.state_home))
+    events = complete_record(only_run_file(r.state_home).read_bytes())
     by_conn = assert_every_connection_accounted(events)
     assert len(by_conn) == 2 * per_door
     types = [e["type"] for e in events]
@@ -292,6 +280,6 @@ def test_vpnw_signalled_during_the_path_check(world, user, sig):
     assert proc.returncode == 128 + sig, text
     assert "not run" in text, text
     assert not marker.exists()
-    events = complete_record(only_run_file(proc.state_home))
+    events = complete_record(only_run_file(proc.state_home).read_bytes())
     assert run_end(events)["exit_code"] == 128 + sig and "interrupted" in run_end(events)["error"]
     assert "program.exit" not in [e["type"] for e in events]

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from e2e_support import describe, openat2_ops
+from e2e_support import describe, openat2_ops, owner, runs_in
 from progs_support import prog_text
 from stages.record.chain import Chain, unchained, verify
 
@@ -25,16 +25,6 @@ pytestmark = pytest.mark.world
 
 CURL_TWO = ["sh", "-c", "curl -sS --max-time 30 -o /dev/null http://api.github.com/whoami && "
                         "curl -sS --max-time 30 -o /dev/null http://pypi.world/whoami"]
-
-
-def owner(user: str) -> tuple[int, int]:
-    import pwd
-    pw = pwd.getpwnam(user)
-    return pw.pw_uid, pw.pw_gid
-
-
-def runs_in(state: Path) -> list[Path]:
-    return sorted((state / "vpnw" / "runs").glob("*.jsonl"), key=lambda p: p.stat().st_mtime_ns)
 
 
 def keys(state: Path) -> Path:
