@@ -29,6 +29,7 @@ from pathlib import Path
 
 import pytest
 
+from e2e_support import wait_until
 from progs_support import prog_text
 from stages.record.check import check_run
 from tmux_support import PROMPT, Screen
@@ -138,7 +139,7 @@ def test_once_always_deny_deny_always_and_a_timeout(world, term):
     shown = questions_shown(term)
     mark = guard(term, path, fetch, url)
     term.wait_for(QUESTION, whole=True)
-    _wait(lambda: questions_shown(term) == shown + 1)
+    wait_until(lambda: questions_shown(term) == shown + 1, 60)
     answer(term, r"pypi\.world:80", "n")
     assert term.finished(mark) == 120
     assert ("policy.deny", "asked", "person", "deny") in decisions(records(term)[-1])
@@ -146,7 +147,7 @@ def test_once_always_deny_deny_always_and_a_timeout(world, term):
     # always: the policy gains the rule with its comment; the next run does not ask
     before = path.read_text()
     mark = guard(term, path, fetch, url)
-    _wait(lambda: questions_shown(term) == shown + 2)
+    wait_until(lambda: questions_shown(term) == shown + 2, 60)
     answer(term, r"pypi\.world:80", "a")
     assert term.finished(mark) == 0
     after = path.read_text()
@@ -177,13 +178,6 @@ def test_once_always_deny_deny_always_and_a_timeout(world, term):
     assert term.finished(mark) == 120
     term.wait_for(r"dual\.world:80: no answer within 2 s; denied", whole=True)
     assert ("policy.deny", "asked", "timeout", "deny") in decisions(records(term)[-1])
-
-
-def _wait(predicate, timeout: float = 60.0) -> None:
-    end = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < end, "never happened"
-        time.sleep(0.05)
 
 
 def test_the_program_cannot_answer_one_question_for_twenty_and_an_edited_policy(world, term):
@@ -219,7 +213,7 @@ def test_the_program_cannot_answer_one_question_for_twenty_and_an_edited_policy(
     shown = questions_shown(term)
     mark = guard(term, path, fetch, *[f"http://{HOST}/whoami?n={i}" for i in range(20)],
                  env="VPNW_BROKER_WORKERS=4 ")
-    _wait(lambda: questions_shown(term) == shown + 1)
+    wait_until(lambda: questions_shown(term) == shown + 1, 60)
     time.sleep(1.0)                 # the other 19 have asked by now, and are waiting
     assert questions_shown(term) == shown + 1
     answer(term, r"pypi\.world:80", "y")
@@ -235,7 +229,7 @@ def test_the_program_cannot_answer_one_question_for_twenty_and_an_edited_policy(
 
     # The policy file edited while a question is open: "always" does not overwrite it.
     mark = guard(term, path, fetch, f"http://{HOST}/whoami")
-    _wait(lambda: questions_shown(term) == shown + 2)
+    wait_until(lambda: questions_shown(term) == shown + 2, 60)
     edited = path.read_text() + "# a person's edit during the run\n"
     path.write_text(edited)
     answer(term, r"pypi\.world:80", "a")
@@ -257,7 +251,7 @@ def test_full_screen_program_vpnw_ask_and_no_terminal(world, term, user, tmp_pat
 
     mark = guard(term, path, full)
     term.wait_for(r"FULL SCREEN PICTURE row 10")
-    _wait(lambda: re.search(r"vpnw asks [a-z]{2}: allow pypi\.world:80\?", _title(term)))
+    wait_until(lambda: re.search(r"vpnw asks [a-z]{2}: allow pypi\.world:80\?", _title(term)), 60)
     picture = term.screen()
     assert "vpnw" not in picture, picture
     # A second terminal of the same user: `vpnw ask` lists the question and answers it.
@@ -278,7 +272,7 @@ def test_full_screen_program_vpnw_ask_and_no_terminal(world, term, user, tmp_pat
         second.close()
     term.wait_for(r"^status 200; q quits")
     assert term.screen() == control          # the picture intact, as outside vpnw
-    _wait(lambda: "vpnw asks" not in _title(term))
+    wait_until(lambda: "vpnw asks" not in _title(term), 60)
     term.keys("q")
     assert term.finished(mark) == 0
     term.wait_for(r"vpnw: pypi\.world:80: allowed now", whole=True)   # after the full screen

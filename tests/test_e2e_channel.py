@@ -40,8 +40,9 @@ from pathlib import Path
 
 import pytest
 
+from e2e_support import wait_until
 from progs_support import prog_text
-from test_e2e_ask import SYSTEM_PYTHON, _wait, decisions, records
+from test_e2e_ask import SYSTEM_PYTHON, decisions, records
 
 pytestmark = pytest.mark.world
 
@@ -104,7 +105,7 @@ def test_the_write_back_passes_through_no_name_the_program_can_swap(world, user,
     term.wait_for(r"^swap: watching")
     temp = term.work / ".vpnw-control.toml"
     temp.write_text(path.read_text())
-    _wait(lambda: 'default = "allow"' in temp.read_text())
+    wait_until(lambda: 'default = "allow"' in temp.read_text(), 60)
     stop.touch()
     assert term.finished(mark) == 0
     term.wait_for(r"^direct: written", whole=True)
@@ -184,7 +185,7 @@ def test_the_program_cannot_edit_the_question_while_it_is_open(world, user, term
     edited = term.work / "edited"
     mark = guard(term, path, edit, str(edited))
     code = code_of(term, r"evil\.example:80")
-    _wait(edited.exists)
+    wait_until(edited.exists, 60)
     time.sleep(1.0)                 # what the program wrote would be on the screen by now
     row = next(line for line in term.screen().splitlines() if f"asks {code}:" in line
                or line.startswith("vpnw: asks"))
@@ -246,7 +247,7 @@ def test_vpnw_lines_stay_readable_and_the_terminal_modes_go_back(world, user, te
                            "keypad_flag": "1"}
     assert concealed_at(_capture(term), "control-after")
     term.line(r"printf '\033[0m\033[4l\033[?7h\033[?1l\033>'; clear")
-    _wait(lambda: modes(term) == _PLAIN)
+    wait_until(lambda: modes(term) == _PLAIN, 60)
 
     drawn = term.work / "drawn"
     mark = term.start(f"{term.vpnw} guard --policy {path} -- {SYSTEM_PYTHON} {conceal} {drawn}")

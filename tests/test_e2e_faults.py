@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from e2e_support import describe
+from e2e_support import describe, wait_until
 from stages.record.events import read_events
 from stages.record.check import check_run
 
@@ -30,15 +30,6 @@ pytestmark = pytest.mark.world
 # Each request's URL carries the marker and its number, so the web server's
 # log shows exactly which ones got out.
 LOOPING_AGENT = (Path(__file__).resolve().parent / "progs" / "looping_agent.py").read_text()
-
-
-def wait_until(predicate, seconds: float = 20.0, what: str = "") -> None:
-    """Poll: the point is that it happens, not how fast."""
-    deadline = time.monotonic() + seconds
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not within {seconds:.0f} s: {what}")
-        time.sleep(0.02)
 
 
 def children(pid: int) -> list[int]:

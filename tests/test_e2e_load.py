@@ -18,12 +18,13 @@ from pathlib import Path
 
 import pytest
 
+from e2e_support import wait_until
 from progs_support import prog_text
 from stages.record.events import read_events
 from stages.record import check
 from stages.record.check import check_run, schema_problems
 from stages.broker.workers import MAX_WORKERS
-from test_e2e_faults import Running, children, stages_of, wait_until  # noqa: F401
+from test_e2e_faults import Running, children, stages_of  # noqa: F401
 
 pytestmark = [pytest.mark.world, pytest.mark.slow]
 

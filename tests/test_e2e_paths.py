@@ -258,19 +258,7 @@ def test_exit_down_before_start_never_runs_the_program(site, user):
     assert "(why: on its DOWN line above); the program was not started" in shown.stdout, shown.stdout
 
 
-KILLED = """\
-work=$1; ca=$2
-curl -sS --max-time 20 http://api.github.com/whoami > "$work/before.json" || exit 10
-touch "$work/ready"
-while [ ! -e "$work/go" ]; do sleep 0.05; done
-code=$(curl -sS --max-time 20 -o /dev/null -w '%{{http_code}}' "http://api.github.com/whoami?tag={tag}" 2>/dev/null)
-echo "forward $? $code"
-curl -sS --max-time 20 --cacert "$ca" "https://api.github.com/whoami?tag={tag}" >/dev/null 2>&1
-echo "connect $?"
-curl -sS --max-time 20 --socks5-hostname 127.0.0.1:1080 "http://api.github.com/whoami?tag={tag}" >/dev/null 2>&1
-echo "socks $?"
-exit 0
-"""
+KILLED = prog_text("killed_exit.sh")
 
 
 def wait_for(path, process, what: str, deadline_s: float = 60) -> None:
@@ -287,11 +275,11 @@ def test_exit_killed_mid_run_fails_closed(site, user, kind):
     world = site.world
     exit_ = site.start(kind, DYING[kind])
     tag = uuid.uuid4().hex
-    program = world.file(f"killed_{tag}.sh", KILLED.format(tag=tag))
+    program = world.file(f"killed_{tag}.sh", KILLED)
     work = world.workdir(user)
     try:
         proc = world.popen([str(world.vpnw_path), "run", "--config", str(site.config),
-                            "--via", f"dying-{kind}", "--", "sh", str(program), str(work), str(world.ca_pem)],
+                            "--via", f"dying-{kind}", "--", "sh", str(program), str(work), str(world.ca_pem), tag],
                            user=user, env={PASSWORD_ENV: SOCKS_PASSWORD},
                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         wait_for(work / "ready", proc, "the first connection")

@@ -28,6 +28,7 @@ import pytest
 
 from e2e_support import complete_record, describe, run_files
 from exits import _BUILDERS as EXIT_COMMANDS
+from progs_support import prog_text
 
 pytestmark = pytest.mark.world
 
@@ -52,17 +53,7 @@ def vpnw_lines(stderr: str) -> list[str]:
 # Every place a secret can ride: argv, environment, URL path and query, an
 # Authorization header, a cookie, a request body; over both doors and both
 # kinds of HTTP request.
-PRIVACY_SCRIPT = r'''
-set -e
-secret="$1"
-curl -sS --max-time 30 -o /dev/null -H "Authorization: Bearer $secret" -b "session=$secret" \
-     --data "token=$SECRET_TOKEN" "http://api.github.com/upload/$secret?q=$secret"
-curl -sS --max-time 30 -o /dev/null --cacert "$CA" -H "Authorization: Bearer $secret" \
-     "https://api.github.com/whoami/$secret?q=$secret"
-curl -sS --max-time 30 -o /dev/null --socks5-hostname 127.0.0.1:1080 -b "c=$secret" \
-     "http://files.pythonhosted.org/bytes/10?seed=$secret"
-echo done
-'''
+PRIVACY_SCRIPT = prog_text("privacy.sh")
 
 
 def start_microsocks(world, user_name: str, password: str):
@@ -71,14 +62,7 @@ def start_microsocks(world, user_name: str, password: str):
     workdir = world.workdir("root")
     command = EXIT_COMMANDS["microsocks"](str(workdir), port, user_name, password)
     proc = world.popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    wait = ("import socket, sys, time\n"
-            "for _ in range(400):\n"
-            "    try:\n"
-            f"        socket.create_connection(('127.0.0.1', {port}), timeout=1).close(); sys.exit(0)\n"
-            "    except OSError:\n"
-            "        time.sleep(0.025)\n"
-            "sys.exit(1)\n")
-    world.run([sys.executable, "-c", wait], check=True)
+    world.run([sys.executable, "-c", prog_text("wait_for_port.py"), str(port)], check=True)
     return proc, port
 
 

@@ -19,10 +19,7 @@ for i in range(3000):
         s.sendall(f"GET http://api.github.com/whoami?{mark}-{i} HTTP/1.1\r\nHost: api.github.com\r\n"
                   "Connection: close\r\n\r\n".encode())
         data = b""
-        while True:
-            chunk = s.recv(65536)
-            if not chunk:
-                break
+        while chunk := s.recv(65536):
             data += chunk
     if not data.startswith(b"HTTP/1.1 200"):
         print("refused after", i, data.split(b"\r\n")[0].decode(), flush=True)

@@ -9,10 +9,7 @@ for i in range(n):
         s.sendall(b"GET http://api.github.com/whoami HTTP/1.1\r\nHost: api.github.com\r\n"
                   b"Connection: close\r\n\r\n")
         data = b""
-        while True:
-            chunk = s.recv(65536)
-            if not chunk:
-                break
+        while chunk := s.recv(65536):
             data += chunk
         assert data.startswith(b"HTTP/1.1 200"), data[:200]
 with open(done, "w") as out:

@@ -123,12 +123,9 @@ if control:
     if os.geteuid() != 0:
         uid, gid = os.getuid(), os.getgid()
         libc_call("unshare", CLONE_NEWUSER | CLONE_NEWNS)
-        with open("/proc/self/setgroups", "w") as f:
-            f.write("deny")
-        with open("/proc/self/uid_map", "w") as f:
-            f.write(f"{uid} {uid} 1")
-        with open("/proc/self/gid_map", "w") as f:
-            f.write(f"{gid} {gid} 1")
+        for name, line in (("setgroups", "deny"), ("uid_map", f"{uid} {uid} 1"), ("gid_map", f"{gid} {gid} 1")):
+            with open(f"/proc/self/{name}", "w") as f:
+                f.write(line)
     else:
         libc_call("unshare", CLONE_NEWNS)
     libc_call("mount", None, b"/", None, 1 << 14 | 1 << 18, None)   # MS_REC | MS_PRIVATE
