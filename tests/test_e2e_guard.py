@@ -19,7 +19,6 @@ import sys
 import time
 import uuid
 from collections import Counter
-from pathlib import Path
 
 import pytest
 
@@ -29,7 +28,7 @@ from stages.record.check import check_run
 
 pytestmark = pytest.mark.world
 
-GUARD_PROBE = (Path(__file__).resolve().parent / "progs" / "guard_probe.py").read_text()
+GUARD_PROBE = prog_text("guard_probe.py")
 
 HUMAN_TIME = r"\d\d:\d\d:\d\d\.\d{3}"
 METADATA_REASON = ("169.254.169.254: link-local address (169.254.0.0/16), where cloud "

@@ -14,7 +14,6 @@ import os
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
 
@@ -34,7 +33,7 @@ BURST = 64          # the warm-up's burst: 64 connections held at once
 FD_SLACK = 8
 RSS_SLACK_KIB = 64 * 1024
 
-LOAD_AGENT = (Path(__file__).resolve().parent / "progs" / "load_agent.py").read_text()
+LOAD_AGENT = prog_text("load_agent.py")
 
 
 def broker_figures(pid: int) -> tuple[int, int]:

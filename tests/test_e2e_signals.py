@@ -71,7 +71,7 @@ def test_program_killed_by_sigkill(world, user):
 # Opens a connection (so the record has one in flight), says "ready", waits for
 # a signal. With "handle" it writes which signal it got to the marker file and
 # exits 42; with "default" it only notes that it got there, then dies by it.
-SIGNALLED_PROGRAM = (Path(__file__).resolve().parent / "progs" / "signalled_program.py").read_text()
+SIGNALLED_PROGRAM = prog_text("signalled_program.py")
 
 
 @pytest.mark.parametrize("how", ["default", "handle"])
@@ -107,7 +107,7 @@ def test_vpnw_signalled_forwards_and_records(world, user, sig, how):
 # connection and then execs `sleep` with that socket still open; the parent
 # waits until the connection is up and exits 0. The daemon's sleep carries a
 # unique argument so the test can look for it afterwards.
-DAEMON_PROGRAM = (Path(__file__).resolve().parent / "progs" / "daemon_program.py").read_text()
+DAEMON_PROGRAM = prog_text("daemon_program.py")
 
 
 def processes_with(token: str) -> list[int]:
@@ -157,7 +157,7 @@ def test_children_left_behind_are_gone_and_their_connections_closed(world, user)
 
 # Opens N connections through each door at once (all held open together), then
 # on each sends one GET carrying the tag and reads the answer; prints counts.
-MANY_PROGRAM = (Path(__file__).resolve().parent / "progs" / "many_connections.py").read_text()
+MANY_PROGRAM = prog_text("many_connections.py")
 
 
 @pytest.mark.slow
