@@ -4,10 +4,14 @@ from __future__ import annotations
 
 import json
 import os
+import pwd
 import re
+import time
 from collections import defaultdict
 from pathlib import Path
 
+from progs_support import prog_text
+from stages.record.check import check_run, schema_problems
 from world import WorldResult
 
 ENVELOPE_KEYS = {"v", "ts", "type", "run", "pid", "path", "conn", "fields", "d"}
@@ -32,6 +36,58 @@ def run_events(result: WorldResult) -> list[dict]:
     assert events[0]["type"] == "run.start" and events[-1]["type"] == "run.end", [e["type"] for e in events]
     assert len({e["run"] for e in events}) == 1
     return events
+
+
+def run_files(state_home: Path) -> list[Path]:
+    """The run files under `state_home`'s vpnw/runs, by name (none when there is no such folder)."""
+    runs = state_home / "vpnw" / "runs"
+    return sorted(runs.glob("*.jsonl")) if runs.is_dir() else []
+
+
+def runs_in(state: Path) -> list[Path]:
+    """The run files under `state`'s vpnw/runs, the one written first first."""
+    return sorted((state / "vpnw" / "runs").glob("*.jsonl"), key=lambda p: p.stat().st_mtime_ns)
+
+
+def the_record(state_home: Path) -> list[dict]:
+    """The events of the one run file under `state_home`, the run well formed (check_run)."""
+    files = sorted((state_home / "vpnw" / "runs").glob("*.jsonl"))
+    assert len(files) == 1, files
+    events = [json.loads(line) for line in files[0].read_bytes().splitlines()]
+    assert check_run(events) == [], check_run(events)
+    return events
+
+
+def whole_events(data: bytes) -> list[dict]:
+    """Every line of a record whole and a valid event (the run may lack its end)."""
+    assert data.endswith(b"\n"), data[-200:]
+    events = [json.loads(line) for line in data.split(b"\n")[:-1]]
+    for event in events:
+        assert schema_problems(event) == [], event
+    return events
+
+
+def complete_record(data: bytes) -> list[dict]:
+    """whole_events, and the run well formed (check_run) and ended: run.start to run.end."""
+    events = whole_events(data)
+    assert check_run(events) == [], check_run(events)
+    assert events[0]["type"] == "run.start" and events[-1]["type"] == "run.end"
+    return events
+
+
+def owner(user: str) -> tuple[int, int]:
+    """`user`'s uid and gid."""
+    pw = pwd.getpwnam(user)
+    return pw.pw_uid, pw.pw_gid
+
+
+def wait_until(predicate, seconds: float = 20.0, what: str = "") -> None:
+    """Poll until `predicate()` holds: the point is that it happens, not how fast."""
+    deadline = time.monotonic() + seconds
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not within {seconds:.0f} s: {what}")
+        time.sleep(0.02)
 
 
 def connections(events: list[dict]) -> dict[int, list[dict]]:
@@ -106,35 +162,24 @@ def descendants(pid: int) -> list[int]:
     return found + [d for c in found for d in descendants(c)]
 
 
-# `python -c IMPORTS_AUDITED_RUN FILE vpnw-args...`: vpnw run as its launcher
-# runs it, with an audit hook in every process of the run (the hook is
-# inherited across fork) that appends `<CLOCK_MONOTONIC ns> <pid> <module>`
-# to FILE for each import: what each stage had loaded by a start-up mark.
-IMPORTS_AUDITED_RUN = """
-import os, sys, time
-out = sys.argv[1]
-def hook(event, args):
-    if event == "import":
-        fd = os.open(out, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
-        os.write(fd, f"{time.clock_gettime_ns(time.CLOCK_MONOTONIC)} {os.getpid()} {args[0]}\\n".encode())
-        os.close(fd)
-sys.addaudithook(hook)
-from stages.orchestrator import main
-main.main(sys.argv[2:])
-"""
+# `python -c IMPORTS_AUDITED_RUN FILE [--collections-too] vpnw-args...`: vpnw
+# run as its launcher runs it, every import of every process written to FILE.
+IMPORTS_AUDITED_RUN = prog_text("imports_audited_run.py")
 
 
 def audited_run(world, user, work, args: list[str], tag: str = "",
                 python_flags: tuple[str, ...] = ("-I",),
-                script: str = IMPORTS_AUDITED_RUN) -> tuple[dict, list[tuple[int, int, str]]]:
+                collections_too: bool = False) -> tuple[dict, list[tuple[int, int, str]]]:
     """`vpnw ARGS` as IMPORTS_AUDITED_RUN runs it, traced (VPNW_STARTUP_TRACE):
     each start-up mark as {(stage, what): (ns, pid)}, and every import of
     every process of the run as (ns, pid, module). `tag` names its files
-    in `work` (two runs in one test). `script`: IMPORTS_AUDITED_RUN with
-    more hooks before it (its sys.argv[1] is the imports file)."""
+    in `work` (two runs in one test). `collections_too`: each garbage
+    collection's start too, as the module "(gc)"."""
     from stages.startup import trace as startup_trace
     trace, imports = work / f"trace{tag}", work / f"imports{tag}"
-    result = world.run([world.python, *python_flags, "-c", script, str(imports), *args],
+    more = ["--collections-too"] if collections_too else []
+    result = world.run([world.python, *python_flags, "-c", IMPORTS_AUDITED_RUN, str(imports), *more,
+                        *args],
                        user=user, env={startup_trace.VARIABLE: str(trace)})
     assert result.returncode == 0, result.stderr
     at = {}

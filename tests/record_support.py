@@ -1,9 +1,6 @@
-"""Run files written by hand for the recorder's and show's tests, and where
-the end-to-end tests find a run's files."""
+"""Run files written by hand for the recorder's and show's tests (where
+the end-to-end tests find a run's files: e2e_support.run_files)."""
 from __future__ import annotations
-
-import pwd
-from pathlib import Path
 
 from stages.record.events import encode
 
@@ -32,14 +29,3 @@ def short_program_lines(*, cut: bool = False, late_after: bool = False) -> list[
         add("run.end", 45, exit_code=0, connections=1, denied=0, would_deny=0, failed=0, ms=45)
     return lines
 
-
-def run_files(state_home: Path) -> list[Path]:
-    """The run files in a state home (none: [])."""
-    runs = state_home / "vpnw" / "runs"
-    return sorted(runs.glob("*.jsonl")) if runs.is_dir() else []
-
-
-def owner(user: str) -> tuple[int, int]:
-    """(uid, gid) of a user, to give a file to the test's user."""
-    pw = pwd.getpwnam(user)
-    return pw.pw_uid, pw.pw_gid

@@ -14,6 +14,7 @@ import time
 
 import pytest
 
+from progs_support import prog_text
 from stages.wire import handoff
 from stages.broker.startup import load_while_watching
 
@@ -209,15 +210,7 @@ def test_the_helper_gone_before_any_door_ends_without_the_loop():
 
 # In a fresh interpreter, as in a forked broker that has loaded neither
 # socket nor the link's messages: the doors come from the parent (the helper).
-_BEGUN_BEFORE_OWN_IMPORTS = r"""
-import sys
-from stages.broker import startup
-seen = []
-startup.mark = lambda stage, what: seen.append((what, "socket" in sys.modules,
-                                                "stages.wire.handoff" in sys.modules))
-startup.load_while_watching(int(sys.argv[1]), lambda: None)
-print(seen[0])
-"""
+_BEGUN_BEFORE_OWN_IMPORTS = prog_text("begun_before_own_imports.py")
 
 
 def test_the_loop_begins_to_load_on_the_doors_before_the_brokers_own_imports():
@@ -238,32 +231,7 @@ def test_the_loop_begins_to_load_on_the_doors_before_the_brokers_own_imports():
 
 # In a fresh interpreter, as in a forked broker that has not loaded its loop:
 # the direct path's import, then a real connection served by asyncio.
-_LOOP_WITHOUT_TLS = r"""
-import sys
-assert "ssl" not in sys.modules and "asyncio" not in sys.modules
-from stages.broker.main import _load_the_loop
-_load_the_loop(capture=sys.argv[1] == "capture")
-print("ssl loaded:", "ssl" in sys.modules, "_ssl loaded:", "_ssl" in sys.modules)
-import asyncio, asyncio.base_events, asyncio.selector_events
-# (asyncio.sslproto, TLS's protocol, is a stand-in while asyncio loads: lean_asyncio.py)
-print("asyncio sees ssl:", asyncio.base_events.ssl is not None or asyncio.selector_events.ssl is not None
-      or getattr(sys.modules.get("asyncio.sslproto"), "ssl", None) is not None)
-
-async def main():
-    async def echo(reader, writer):
-        writer.write(await reader.readexactly(5))
-        await writer.drain()
-        writer.close()
-    server = await asyncio.start_server(echo, "127.0.0.1", 0)
-    reader, writer = await asyncio.open_connection(*server.sockets[0].getsockname())
-    writer.write(b"hello")
-    print("echo:", (await reader.readexactly(5)).decode())
-    writer.close()
-    server.close()
-asyncio.run(main())
-import ssl                      # refused only while the loop loaded
-print("ssl afterwards:", ssl.OPENSSL_VERSION.split()[0])
-"""
+_LOOP_WITHOUT_TLS = prog_text("loop_without_tls.py")
 
 
 def test_the_direct_paths_loop_loads_without_tls_and_serves():
@@ -283,18 +251,7 @@ def test_the_direct_paths_loop_loads_without_tls_and_serves():
 
 # In a fresh interpreter, as in a forked broker: the collector on (fork_stage
 # turns it on in each stage) or off, then the loop's import.
-_LOOP_WITHOUT_COLLECTIONS = r"""
-import gc, sys
-from stages.broker.main import _load_the_loop
-gc.enable() if sys.argv[1] == "on" else gc.disable()
-during = []
-gc.callbacks.append(lambda phase, info: phase == "start" and during.append(info["generation"]))
-frozen_before = gc.get_freeze_count()
-_load_the_loop(capture=False)
-print("collections during the import:", len(during))
-print("collector on afterwards:", gc.isenabled())
-print("frozen by the import:", gc.get_freeze_count() > frozen_before)
-"""
+_LOOP_WITHOUT_COLLECTIONS = prog_text("loop_without_collections.py")
 
 
 def test_the_loops_import_sets_off_no_collection_and_is_frozen_after():

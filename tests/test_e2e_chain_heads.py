@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from e2e_support import describe
+from progs_support import prog_text
 from rsyslog_support import Rsyslog
 from stages.record.chain import Chain, unchained
 
@@ -110,13 +111,4 @@ def test_a_rewritten_run_disagrees_with_the_collector(world, user, collector):
 
 # What the same user can do with their own key: sign the rewritten file again
 # and fix its ledger entry (the vpnw code they have), as an attacker would.
-RESIGN = r'''
-import os, sys
-from stages.record import signing
-path = sys.argv[1]
-key = signing.load_secret()
-fd = os.open(path, os.O_RDONLY)
-digest, lines = signing.file_digest(fd)
-with open(path + ".minisig", "w") as out:
-    out.write(key.sign_file_digest(digest, "vpnw forged", "forged"))
-'''
+RESIGN = prog_text("resign.py")

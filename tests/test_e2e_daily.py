@@ -18,6 +18,7 @@ import pytest
 
 from ci_support import cannot
 from e2e_support import descendants, describe, run_events
+from progs_support import prog_text
 from tmux_support import wait_file
 
 pytestmark = pytest.mark.world
@@ -161,12 +162,7 @@ def test_a_bad_environment_variable_is_121_before_anything_starts(world, user, d
 
 # ── a program killed inside the alternate screen ────────────────────────────
 
-FULL_SCREEN_THEN_KILLED = r'''
-import os, signal, sys
-sys.stdout.write("\x1b[?1049h\x1b[?25l\x1b[?1000h\x1b[?1006h\x1b[?2004h\x1b[H\x1b[2JFULLSCREEN\r\n")
-sys.stdout.flush()
-os.kill(os.getpid(), signal.SIGKILL)
-'''
+FULL_SCREEN_THEN_KILLED = prog_text("full_screen_then_killed.py")
 
 
 def _pane_modes(term) -> dict[str, str]:

@@ -11,16 +11,12 @@ from pathlib import Path
 
 import pytest
 
-from e2e_support import describe
+from e2e_support import describe, runs_in
 from tmux_support import wait_file
 
 pytestmark = pytest.mark.world
 
 STILL_RUNNING = 124
-
-
-def runs_in(state: Path) -> list[Path]:
-    return sorted((state / "vpnw" / "runs").glob("*.jsonl"), key=lambda p: p.stat().st_mtime_ns)
 
 
 def ledger_column(listing: str, run_id: str) -> str:

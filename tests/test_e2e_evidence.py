@@ -21,9 +21,8 @@ from pathlib import Path
 
 import pytest
 
-from e2e_support import describe
-from record_support import owner, run_files
-from stages.record.check import check_run, schema_problems
+from e2e_support import complete_record, describe, owner, run_files, whole_events
+from progs_support import prog_text
 
 pytestmark = pytest.mark.world
 
@@ -31,44 +30,12 @@ EXIT_INTERNAL = 125
 
 # N plain GETs through the HTTP door, one after another, then a marker file:
 # the marker proves the program ran to its end; its absence, that it did not.
-MANY_CONNECTIONS = r'''
-import socket, sys
-n, done = int(sys.argv[1]), sys.argv[2]
-for i in range(n):
-    with socket.create_connection(("127.0.0.1", 3128), timeout=30) as s:
-        s.sendall(b"GET http://api.github.com/whoami HTTP/1.1\r\nHost: api.github.com\r\n"
-                  b"Connection: close\r\n\r\n")
-        data = b""
-        while True:
-            chunk = s.recv(65536)
-            if not chunk:
-                break
-            data += chunk
-        assert data.startswith(b"HTTP/1.1 200"), data[:200]
-with open(done, "w") as out:
-    out.write(f"{n}\n")
-'''
+MANY_CONNECTIONS = prog_text("many_gets.py")
 
 
 def many(world, n: int, done: Path) -> list[str]:
     program = world.file("many_connections.py", MANY_CONNECTIONS)
     return [sys.executable, str(program), str(n), str(done)]
-
-
-def whole_lines(data: bytes) -> list[dict]:
-    """Every line whole and a valid event (the run may lack its end)."""
-    assert data.endswith(b"\n"), data[-200:]
-    events = [json.loads(line) for line in data.split(b"\n")[:-1]]
-    for event in events:
-        assert schema_problems(event) == [], event
-    return events
-
-
-def complete(data: bytes) -> list[dict]:
-    events = whole_lines(data)
-    assert check_run(events) == [], check_run(events)
-    assert events[0]["type"] == "run.start" and events[-1]["type"] == "run.end"
-    return events
 
 
 # ── fail closed on the record ───────────────────────────────────────────
@@ -159,33 +126,7 @@ def small_disk(world):
 # The issue-32 attack (finding 6): fill the record's file system, then
 # upload. Each GET names itself (?MARK-i), so the web server's log shows
 # which reached it; the program goes on until a GET is refused.
-FILL_THEN_UPLOAD = r'''
-import errno, os, socket, sys
-fill, mark, done = sys.argv[1], sys.argv[2], sys.argv[3]
-try:
-    with open(fill, "wb") as f:
-        while True:
-            f.write(b"\0" * 65536)
-            f.flush()
-except OSError as e:
-    assert e.errno == errno.ENOSPC, e
-    print("disk full", flush=True)
-for i in range(3000):
-    with socket.create_connection(("127.0.0.1", 3128), timeout=30) as s:
-        s.sendall(f"GET http://api.github.com/whoami?{mark}-{i} HTTP/1.1\r\nHost: api.github.com\r\n"
-                  "Connection: close\r\n\r\n".encode())
-        data = b""
-        while True:
-            chunk = s.recv(65536)
-            if not chunk:
-                break
-            data += chunk
-    if not data.startswith(b"HTTP/1.1 200"):
-        print("refused after", i, data.split(b"\r\n")[0].decode(), flush=True)
-        break
-else:
-    open(done, "w").close()    # every upload went through
-'''
+FILL_THEN_UPLOAD = prog_text("fill_then_upload.py")
 
 
 def test_a_full_disk_never_hides_an_upload(world, user, small_disk):
@@ -204,7 +145,7 @@ def test_a_full_disk_never_hides_an_upload(world, user, small_disk):
     r = world.vpnw(["run", "--record", str(record), "--", sys.executable, str(program),
                     str(disk / "fill" / "zeros"), mark, str(done)], user=user, timeout=180)
     assert "disk full" in r.stdout, describe(r)                 # the control: the disk was full
-    events = whole_lines(read_in_world(world, record))
+    events = whole_events(read_in_world(world, record))
     opened = [e for e in events if e["type"] == "conn.open"]
     allowed = {e["conn"] for e in events if e["type"] == "policy.allow"}
     served = [line for line in world.web_log() if f"?{mark}-" in line]
@@ -253,7 +194,7 @@ def test_a_consumer_that_never_reads_holds_nothing(world, user):
     assert r.returncode == 0, describe(r)
     assert done.read_text() == f"{n}\n"
     [path] = run_files(r.state_home)
-    events = complete(path.read_bytes())
+    events = complete_record(path.read_bytes())
     end = events[-1]["fields"]
     assert end["connections"] == n and end["failed"] == 0
     # Everything past what the pipe and the buffer could hold was dropped from the copy.
@@ -285,7 +226,7 @@ def test_a_late_reader_gets_a_copy_and_the_loss_count_is_exact(world, user):
     assert proc.returncode == 0, err.decode()
     [path] = run_files(proc.state_home)
     record = path.read_bytes().splitlines(keepends=True)
-    complete(b"".join(record))
+    complete_record(b"".join(record))
     lost = json.loads(record[-1])["fields"]["events_to_lost"]
     got = copy.read_bytes().splitlines(keepends=True)
     before_end = [line for line in got if b'"type":"run.end"' not in line]
@@ -313,7 +254,7 @@ def test_sigterm_with_a_stuck_consumer_ends_the_run_at_once(world, user):
     took = time.monotonic() - sent
     assert proc.returncode == 128 + signal.SIGTERM, err.decode()
     [path] = run_files(proc.state_home)
-    events = complete(path.read_bytes())
+    events = complete_record(path.read_bytes())
     assert events[-1]["fields"]["exit_code"] == 128 + signal.SIGTERM
     # Not the consumer's 600 s, nor the end-of-run grace the copy gets otherwise
     # (the bound is loose on purpose; scripts/bench_events_to.py measures it).
@@ -328,139 +269,7 @@ def test_sigterm_with_a_stuck_consumer_ends_the_run_at_once(world, user):
 # --control it first makes fresh copies of the targets under scratch (a file
 # with content, a directory with runs/old.jsonl) before each attempt, so the
 # same attempts can be shown to work on unprotected files of the same user.
-ATTACK = r'''
-import ctypes, errno, json, os, shutil, sys
-spec, control = json.loads(sys.argv[1]), "--control" in sys.argv
-scratch = spec["scratch"]
-libc = ctypes.CDLL(None, use_errno=True)
-MS_BIND, MS_REMOUNT, MS_RDONLY, MNT_DETACH = 4096, 32, 1, 2
-CLONE_NEWNS, CLONE_NEWUSER = 0x20000, 0x10000000
-results = {}
-
-def fresh(kind, name, path):
-    if not control:
-        return path
-    copy = os.path.join(scratch, "control-" + name)
-    if os.path.isdir(copy) and not os.path.islink(copy):
-        shutil.rmtree(copy)
-    elif os.path.lexists(copy):
-        os.unlink(copy)
-    if kind == "file":
-        with open(copy, "w") as out:
-            out.write("original\n")
-    else:
-        os.makedirs(os.path.join(copy, "runs"))
-        with open(os.path.join(copy, "runs", "old.jsonl"), "w") as out:
-            out.write("original\n")
-    return copy
-
-def attempt(label, fn):
-    try:
-        fn()
-        results[label] = "ok"
-    except OSError as e:
-        results[label] = errno.errorcode.get(e.errno, str(e.errno))
-
-def libc_call(name, *args):
-    if getattr(libc, name)(*args) != 0:
-        e = ctypes.get_errno()
-        raise OSError(e, os.strerror(e))
-
-def write_to(path, flags):
-    fd = os.open(path, flags | os.O_WRONLY, 0o644)
-    try:
-        os.write(fd, b"forged\n")
-    finally:
-        os.close(fd)
-
-def via_symlink(path, then):
-    link = os.path.join(scratch, "link-%d" % len(results))
-    if os.path.lexists(link):
-        os.unlink(link)
-    os.symlink(path, link)
-    then(link)
-
-def relative(path, then):
-    here = os.getcwd()
-    os.chdir(os.path.dirname(path))
-    try:
-        then(os.path.basename(path))
-    finally:
-        os.chdir(here)
-
-def replacement():
-    spare = os.path.join(scratch, "spare-%d" % len(results))
-    with open(spare, "w") as out:
-        out.write("forged\n")
-    return spare
-
-file_attacks = {
-    "append": lambda p: write_to(p, os.O_APPEND),
-    "overwrite": lambda p: write_to(p, 0),
-    "truncate-open": lambda p: write_to(p, os.O_TRUNC),
-    "truncate": lambda p: os.truncate(p, 0),
-    "chmod": lambda p: os.chmod(p, 0o666),
-    "rename-away": lambda p: os.rename(p, p + ".moved"),
-    "rename-over": lambda p: os.rename(replacement(), p),
-    "delete": lambda p: os.unlink(p),
-    "hard-link-then-write": lambda p: (os.link(p, os.path.join(scratch, "hl-%d" % len(results))),
-                                       write_to(os.path.join(scratch, "hl-%d" % len(results)), os.O_APPEND)),
-    "via-proc-self-root": lambda p: write_to("/proc/self/root" + os.path.abspath(p), os.O_APPEND),
-    "via-own-symlink": lambda p: via_symlink(p, lambda l: write_to(l, os.O_APPEND)),
-    "via-relative-path": lambda p: relative(p, lambda r: write_to(r, os.O_APPEND)),
-}
-dir_attacks = {
-    "add-run": lambda d: write_to(os.path.join(d, "runs", "r-forged.jsonl"), os.O_CREAT | os.O_EXCL),
-    "edit-run": lambda d: write_to(os.path.join(d, "runs", sorted(os.listdir(os.path.join(d, "runs")))[0]),
-                                   os.O_TRUNC),
-    "delete-run": lambda d: os.unlink(os.path.join(d, "runs", sorted(os.listdir(os.path.join(d, "runs")))[0])),
-    "rename-run": lambda d: os.rename(os.path.join(d, "runs", sorted(os.listdir(os.path.join(d, "runs")))[0]),
-                                      os.path.join(d, "runs", "r-renamed.jsonl")),
-    "mkdir": lambda d: os.mkdir(os.path.join(d, "new")),
-    "symlink-inside": lambda d: os.symlink("/etc/passwd", os.path.join(d, "runs", "r-link.jsonl")),
-    "rename-dir": lambda d: os.rename(d, d + ".moved"),
-    "rename-runs": lambda d: os.rename(os.path.join(d, "runs"), os.path.join(d, "runs.moved")),
-    "via-proc-self-root": lambda d: write_to("/proc/self/root" + os.path.abspath(d) + "/runs/r-p.jsonl",
-                                             os.O_CREAT),
-    "via-own-symlink": lambda d: via_symlink(d, lambda l: write_to(l + "/runs/r-s.jsonl", os.O_CREAT)),
-    "via-relative-path": lambda d: relative(os.path.join(d, "runs", "x"),
-                                            lambda r: write_to("r-rel.jsonl", os.O_CREAT)),
-}
-for name, path in spec["files"].items():
-    for op, fn in file_attacks.items():
-        attempt(f"{op} {name}", lambda: fn(fresh("file", name, path)))
-for name, path in spec["dirs"].items():
-    for op, fn in dir_attacks.items():
-        attempt(f"{op} {name}", lambda: fn(fresh("dir", name, path)))
-
-# Undo the read-only mounts: needs CAP_SYS_ADMIN over the mount namespace.
-# Inside, the program has none (root included) and may not make a user
-# namespace to get one. The control gets one the ordinary way (root: it has
-# it; a user: a new user namespace) and shows the same calls then work.
-target = spec["dirs"]["state"]
-if control:
-    if os.geteuid() != 0:
-        uid, gid = os.getuid(), os.getgid()
-        libc_call("unshare", CLONE_NEWUSER | CLONE_NEWNS)
-        with open("/proc/self/setgroups", "w") as f:
-            f.write("deny")
-        with open("/proc/self/uid_map", "w") as f:
-            f.write(f"{uid} {uid} 1")
-        with open("/proc/self/gid_map", "w") as f:
-            f.write(f"{gid} {gid} 1")
-    else:
-        libc_call("unshare", CLONE_NEWNS)
-    libc_call("mount", None, b"/", None, 1 << 14 | 1 << 18, None)   # MS_REC | MS_PRIVATE
-    target = fresh("dir", "mounted", target).encode()
-    libc_call("mount", target, target, None, MS_BIND, None)
-    libc_call("mount", None, target, None, MS_BIND | MS_REMOUNT | MS_RDONLY, None)
-else:
-    target = target.encode()
-attempt("remount-rw state", lambda: libc_call("mount", None, target, None, MS_BIND | MS_REMOUNT, None))
-attempt("umount state", lambda: libc_call("umount2", target, MNT_DETACH))
-attempt("new-user-namespace", lambda: libc_call("unshare", CLONE_NEWUSER | CLONE_NEWNS))
-print(json.dumps(results))
-'''
+ATTACK = prog_text("protected_attacks.py")
 
 ACCEPTED = {"EROFS", "EPERM", "EACCES", "EBUSY", "EXDEV"}
 
@@ -532,7 +341,7 @@ def test_the_program_cannot_touch_the_record_state_policy_or_config(world, user,
     [*runs] = run_files(state)
     record_path = Path(files["record"]) if where == "elsewhere" else max(runs, key=lambda p: p.stat().st_mtime)
     assert record_path.read_bytes() == copy.read_bytes()
-    complete(record_path.read_bytes())
+    complete_record(record_path.read_bytes())
     assert old_run.read_bytes() == old_bytes
     assert policy.read_text() == EVIDENCE_POLICY and config.read_text() == EVIDENCE_CONFIG
     assert sorted(p.name for p in runs) == sorted(

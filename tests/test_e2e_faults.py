@@ -20,7 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from e2e_support import describe
+from e2e_support import describe, wait_until
+from progs_support import prog_text
 from stages.record.events import read_events
 from stages.record.check import check_run
 
@@ -29,16 +30,7 @@ pytestmark = pytest.mark.world
 # The program: numbered plain-HTTP requests through the HTTP door, forever.
 # Each request's URL carries the marker and its number, so the web server's
 # log shows exactly which ones got out.
-LOOPING_AGENT = (Path(__file__).resolve().parent / "progs" / "looping_agent.py").read_text()
-
-
-def wait_until(predicate, seconds: float = 20.0, what: str = "") -> None:
-    """Poll: the point is that it happens, not how fast."""
-    deadline = time.monotonic() + seconds
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not within {seconds:.0f} s: {what}")
-        time.sleep(0.02)
+LOOPING_AGENT = prog_text("looping_agent.py")
 
 
 def children(pid: int) -> list[int]:
@@ -212,7 +204,7 @@ def test_vpnw_killed_takes_the_whole_sandbox_with_it(running):
     assert len(run.logged()) == seen
 
 
-SLOWLORIS_AGENT = (Path(__file__).resolve().parent / "progs" / "slowloris_agent.py").read_text()
+SLOWLORIS_AGENT = prog_text("slowloris_agent.py")
 
 
 def test_stalled_clients_do_not_lock_the_doors(world, user):
@@ -229,7 +221,7 @@ def test_stalled_clients_do_not_lock_the_doors(world, user):
     assert len(fails) == 200 and {f["stage"] for f in fails} == {"handshake"}, fails[:3]
 
 
-SILENT_SERVER = (Path(__file__).resolve().parent / "progs" / "silent_server.py").read_text()
+SILENT_SERVER = prog_text("silent_server.py")
 
 
 def test_a_destination_that_never_answers_leaves_the_client_timeout_in_charge(world, user):

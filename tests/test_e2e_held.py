@@ -24,9 +24,8 @@ from pathlib import Path
 
 import pytest
 
-from e2e_support import describe
+from e2e_support import describe, the_record
 from test_e2e_planted import chown_tree
-from stages.record.check import check_run
 from test_e2e_everyday import NPM_PACKAGE, NPM_VALUE, npm_registry  # noqa: F401  (a fixture)
 from world import DEMO_PACKAGE, DEMO_VALUE
 
@@ -84,14 +83,6 @@ def probe(world, ops: list[dict]) -> list[str]:
 def results_of(r) -> dict[str, dict]:
     return {each["op"]: each for each in map(json.loads, (l for l in r.stdout.splitlines()
                                                             if l.startswith("{")))}
-
-
-def the_record(state_home: Path) -> list[dict]:
-    files = sorted((state_home / "vpnw" / "runs").glob("*.jsonl"))
-    assert len(files) == 1, files
-    events = [json.loads(line) for line in files[0].read_bytes().splitlines()]
-    assert check_run(events) == [], check_run(events)
-    return events
 
 
 def held_json(state_home: Path) -> dict:

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from e2e_support import assert_every_connection_accounted, describe, opened, run_events
+from progs_support import prog_text
 from stages.config.host_rules import Rule
 from stages.config.policy import Policy, parse_policy
 from stages.record.check import check_run
@@ -22,13 +23,7 @@ from world import DEMO_PACKAGE, DEMO_VALUE, GIT_README
 pytestmark = pytest.mark.world
 PLAIN_PORTS = (80, 443)
 
-URLLIB_TWO_HOSTS = """
-import json, ssl, sys, urllib.request
-ctx = ssl.create_default_context(cafile=sys.argv[1])
-for url in ("http://api.github.com/whoami", "https://files.pythonhosted.org/whoami"):
-    with urllib.request.urlopen(url, context=ctx, timeout=30) as resp:
-        print(json.loads(resp.read())["host"])
-"""
+URLLIB_TWO_HOSTS = prog_text("urllib_two_hosts.py")
 
 
 def workload(world, name: str, work: Path) -> tuple[list[str], dict, object]:

@@ -14,15 +14,16 @@ import os
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
 
+from e2e_support import wait_until
+from progs_support import prog_text
 from stages.record.events import read_events
 from stages.record import check
 from stages.record.check import check_run, schema_problems
 from stages.broker.workers import MAX_WORKERS
-from test_e2e_faults import Running, children, stages_of, wait_until  # noqa: F401
+from test_e2e_faults import Running, children, stages_of  # noqa: F401
 
 pytestmark = [pytest.mark.world, pytest.mark.slow]
 
@@ -32,7 +33,7 @@ BURST = 64          # the warm-up's burst: 64 connections held at once
 FD_SLACK = 8
 RSS_SLACK_KIB = 64 * 1024
 
-LOAD_AGENT = (Path(__file__).resolve().parent / "progs" / "load_agent.py").read_text()
+LOAD_AGENT = prog_text("load_agent.py")
 
 
 def broker_figures(pid: int) -> tuple[int, int]:
@@ -141,44 +142,7 @@ def test_no_descriptor_or_memory_leak_after_10000_in_sequence_and_1000_at_once(w
     assert events[-1]["fields"]["connections"] == total
 
 
-BURST_AGENT = r'''
-import socket, sys, threading, urllib.request
-PER_THREAD, THREADS = int(sys.argv[1]), int(sys.argv[2])
-failed = []
-
-def http_door():
-    with urllib.request.urlopen("http://api.github.com/", timeout=30) as r:
-        r.read()
-
-def socks_door():
-    s = socket.create_connection(("127.0.0.1", 1080), timeout=30)
-    name = b"api.github.com"
-    s.sendall(b"\x05\x01\x00" + b"\x05\x01\x00\x03" + bytes([len(name)]) + name + (80).to_bytes(2, "big"))
-    got = b""
-    while len(got) < 2 + 10:
-        chunk = s.recv(64)
-        if not chunk:
-            break
-        got += chunk
-    assert got[:2] == b"\x05\x00" and got[3] == 0, got
-    s.sendall(b"GET / HTTP/1.0\r\nHost: api.github.com\r\n\r\n")
-    while s.recv(65536):
-        pass
-    s.close()
-
-def work(n):
-    for i in range(PER_THREAD):
-        try:
-            (http_door if (n + i) % 2 else socks_door)()
-        except Exception as exc:
-            failed.append(repr(exc))
-
-threads = [threading.Thread(target=work, args=(n,)) for n in range(THREADS)]
-for t in threads: t.start()
-for t in threads: t.join()
-print(len(failed), failed[:3])
-sys.exit(1 if failed else 0)
-'''
+BURST_AGENT = prog_text("burst_agent.py")
 
 
 def test_broker_workers_share_the_doors_and_number_connections_once(world, user):
@@ -203,27 +167,7 @@ def test_broker_workers_share_the_doors_and_number_connections_once(world, user)
     assert len(served_by) == 2, served_by
 
 
-FLOOD_AGENT = r'''
-import socket, sys
-AT_ONCE, AFTER = int(sys.argv[1]), int(sys.argv[2])
-name = b"api.github.com"
-REQUEST = (b"\x05\x01\x00" + b"\x05\x01\x00\x03" + bytes([len(name)]) + name + (80).to_bytes(2, "big")
-           + b"GET / HTTP/1.0\r\nHost: api.github.com\r\n\r\n")
-
-def finish(s):
-    s.sendall(REQUEST)      # greeting, request and GET at once: the door reads them in turn
-    while s.recv(65536):
-        pass
-    s.close()
-
-# AT_ONCE connections opened together (the door's backlog fills at once),
-# then served; then AFTER more, one after another.
-held = [socket.create_connection(("127.0.0.1", 1080), timeout=30) for _ in range(AT_ONCE)]
-for s in held:
-    finish(s)
-for _ in range(AFTER):
-    finish(socket.create_connection(("127.0.0.1", 1080), timeout=30))
-'''
+FLOOD_AGENT = prog_text("flood_agent.py")
 
 
 def test_broker_workers_wait_for_load(world, user):
@@ -250,18 +194,7 @@ def test_broker_workers_wait_for_load(world, user):
 # Fills the SOCKS door's backlog with whole requests (greeting, CONNECT and a
 # GET at once, no answer read) and exits at once: at the end of the run the
 # broker finds them all waiting.
-LEAVE_AGENT = r'''
-import os, socket, sys
-name = b"api.github.com"
-REQUEST = (b"\x05\x01\x00" + b"\x05\x01\x00\x03" + bytes([len(name)]) + name + (80).to_bytes(2, "big")
-           + b"GET / HTTP/1.0\r\nHost: api.github.com\r\n\r\n")
-left = []
-for _ in range(int(sys.argv[1])):
-    s = socket.create_connection(("127.0.0.1", 1080), timeout=30)
-    s.sendall(REQUEST)
-    left.append(s)
-os._exit(0)
-'''
+LEAVE_AGENT = prog_text("leave_agent.py")
 
 
 def test_a_backlog_full_of_requests_left_at_exit_is_all_recorded(world, user):

@@ -29,6 +29,7 @@ from ci_support import cannot
 
 import exits
 from e2e_support import assert_every_connection_accounted, describe, run_events
+from progs_support import prog_text
 from stages.record.check import check_run
 from world import DNS_ADDR, GIT_README, WORLD_V4
 
@@ -152,26 +153,7 @@ def assert_carried_by(events, path_name: str) -> None:
     assert {e["fields"]["via"] for e in opens} == {path_name}, opens
 
 
-CLIENTS = """\
-set -e
-ca=$1; work=$2; internal=$3
-curl -sS --max-time 20 http://api.github.com/whoami; echo
-curl -sS --max-time 20 --cacert "$ca" https://api.github.com/whoami; echo
-curl -sS --max-time 20 --socks5-hostname 127.0.0.1:1080 http://github.com/whoami; echo
-{python} - "$ca" <<'EOF'
-import ssl, sys, urllib.request
-ctx = ssl.create_default_context(cafile=sys.argv[1])
-for url in ("http://files.pythonhosted.org/whoami", "https://files.pythonhosted.org/whoami"):
-    with urllib.request.urlopen(url, context=ctx, timeout=20) as resp:
-        print(resp.read().decode().strip())
-EOF
-git clone -q http://git.world/repo.git "$work/repo"
-echo "README: $(cat "$work/repo/README")"
-if [ "$internal" = yes ]; then
-    curl -sS --max-time 20 http://{internal}/whoami; echo
-    curl -sS --max-time 20 --socks5-hostname 127.0.0.1:1080 http://{internal}/whoami; echo
-fi
-""".format(python=sys.executable, internal=INTERNAL)
+CLIENTS = prog_text("paths_clients.sh")
 
 EXPECTED_HOSTS = ["api.github.com", "api.github.com", "github.com",
                   "files.pythonhosted.org", "files.pythonhosted.org"]
@@ -188,7 +170,7 @@ def test_clients_reach_the_world_through_the_exit(site, user, path_name):
     work = world.workdir(user)
     web, dns = web_mark(world), world.dns_mark()
     r = site.vpnw(["run", "--via", path_name, "--", "sh", str(program), str(world.ca_pem), str(work),
-                   "yes" if resolves_at_exit else "no"], user=user, timeout=120)
+                   "yes" if resolves_at_exit else "no", sys.executable, INTERNAL], user=user, timeout=120)
     assert r.returncode == 0, describe(r)
 
     seen = whoamis(r.stdout)
@@ -276,19 +258,7 @@ def test_exit_down_before_start_never_runs_the_program(site, user):
     assert "(why: on its DOWN line above); the program was not started" in shown.stdout, shown.stdout
 
 
-KILLED = """\
-work=$1; ca=$2
-curl -sS --max-time 20 http://api.github.com/whoami > "$work/before.json" || exit 10
-touch "$work/ready"
-while [ ! -e "$work/go" ]; do sleep 0.05; done
-code=$(curl -sS --max-time 20 -o /dev/null -w '%{{http_code}}' "http://api.github.com/whoami?tag={tag}" 2>/dev/null)
-echo "forward $? $code"
-curl -sS --max-time 20 --cacert "$ca" "https://api.github.com/whoami?tag={tag}" >/dev/null 2>&1
-echo "connect $?"
-curl -sS --max-time 20 --socks5-hostname 127.0.0.1:1080 "http://api.github.com/whoami?tag={tag}" >/dev/null 2>&1
-echo "socks $?"
-exit 0
-"""
+KILLED = prog_text("killed_exit.sh")
 
 
 def wait_for(path, process, what: str, deadline_s: float = 60) -> None:
@@ -305,11 +275,11 @@ def test_exit_killed_mid_run_fails_closed(site, user, kind):
     world = site.world
     exit_ = site.start(kind, DYING[kind])
     tag = uuid.uuid4().hex
-    program = world.file(f"killed_{tag}.sh", KILLED.format(tag=tag))
+    program = world.file(f"killed_{tag}.sh", KILLED)
     work = world.workdir(user)
     try:
         proc = world.popen([str(world.vpnw_path), "run", "--config", str(site.config),
-                            "--via", f"dying-{kind}", "--", "sh", str(program), str(work), str(world.ca_pem)],
+                            "--via", f"dying-{kind}", "--", "sh", str(program), str(work), str(world.ca_pem), tag],
                            user=user, env={PASSWORD_ENV: SOCKS_PASSWORD},
                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         wait_for(work / "ready", proc, "the first connection")

@@ -18,10 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from e2e_support import describe
-from test_e2e_planted import (
-    EXIT_INTERNAL, REFUSED, a_home, assert_outcomes, chown_tree, probe_argv, results_of, the_record,
-)
+from e2e_support import describe, the_record
+from test_e2e_planted import EXIT_INTERNAL, REFUSED, a_home, assert_outcomes, chown_tree, probe_argv, results_of
 
 pytestmark = pytest.mark.world
 

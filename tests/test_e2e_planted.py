@@ -19,8 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from e2e_support import describe
-from stages.record.check import check_run
+from e2e_support import describe, the_record
 
 pytestmark = pytest.mark.world
 
@@ -56,14 +55,6 @@ def assert_outcomes(results: dict, expected: dict) -> None:
     wrong = {name: (results[name]["result"], results[name]["data"]) for name, accepted in expected.items()
              if results[name]["result"] not in ({accepted} if isinstance(accepted, str) else accepted)}
     assert not wrong, f"unexpected outcomes: {wrong}"
-
-
-def the_record(state_home: Path) -> list[dict]:
-    files = sorted((state_home / "vpnw" / "runs").glob("*.jsonl"))
-    assert len(files) == 1, files
-    events = [json.loads(line) for line in files[0].read_bytes().splitlines()]
-    assert check_run(events) == [], check_run(events)
-    return events
 
 
 def a_home(world, user: str) -> Path:

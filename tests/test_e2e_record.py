@@ -26,10 +26,9 @@ from pathlib import Path
 
 import pytest
 
-from e2e_support import describe
+from e2e_support import complete_record, describe, run_files
 from exits import _BUILDERS as EXIT_COMMANDS
-from record_support import run_files
-from stages.record.check import check_run, schema_problems
+from progs_support import prog_text
 
 pytestmark = pytest.mark.world
 
@@ -38,21 +37,10 @@ STATE_TZ = "Asia/Kolkata"   # UTC+05:30 all year: a shown time is easy to check
 KOLKATA = timezone(timedelta(hours=5, minutes=30))
 
 
-def parse_record(data: bytes) -> list[dict]:
-    """Whole lines, each a valid event, the run well formed and ended."""
-    assert data.endswith(b"\n"), "the record ends mid-line"
-    events = [json.loads(line) for line in data.split(b"\n")[:-1]]
-    for event in events:
-        assert schema_problems(event) == [], event
-    assert check_run(events) == [], check_run(events)
-    assert events[0]["type"] == "run.start" and events[-1]["type"] == "run.end"
-    return events
-
-
 def the_record(state_home: Path) -> tuple[Path, list[dict]]:
     files = run_files(state_home)
     assert len(files) == 1, files
-    return files[0], parse_record(files[0].read_bytes())
+    return files[0], complete_record(files[0].read_bytes())
 
 
 def vpnw_lines(stderr: str) -> list[str]:
@@ -65,17 +53,7 @@ def vpnw_lines(stderr: str) -> list[str]:
 # Every place a secret can ride: argv, environment, URL path and query, an
 # Authorization header, a cookie, a request body; over both doors and both
 # kinds of HTTP request.
-PRIVACY_SCRIPT = r'''
-set -e
-secret="$1"
-curl -sS --max-time 30 -o /dev/null -H "Authorization: Bearer $secret" -b "session=$secret" \
-     --data "token=$SECRET_TOKEN" "http://api.github.com/upload/$secret?q=$secret"
-curl -sS --max-time 30 -o /dev/null --cacert "$CA" -H "Authorization: Bearer $secret" \
-     "https://api.github.com/whoami/$secret?q=$secret"
-curl -sS --max-time 30 -o /dev/null --socks5-hostname 127.0.0.1:1080 -b "c=$secret" \
-     "http://files.pythonhosted.org/bytes/10?seed=$secret"
-echo done
-'''
+PRIVACY_SCRIPT = prog_text("privacy.sh")
 
 
 def start_microsocks(world, user_name: str, password: str):
@@ -84,14 +62,7 @@ def start_microsocks(world, user_name: str, password: str):
     workdir = world.workdir("root")
     command = EXIT_COMMANDS["microsocks"](str(workdir), port, user_name, password)
     proc = world.popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    wait = ("import socket, sys, time\n"
-            "for _ in range(400):\n"
-            "    try:\n"
-            f"        socket.create_connection(('127.0.0.1', {port}), timeout=1).close(); sys.exit(0)\n"
-            "    except OSError:\n"
-            "        time.sleep(0.025)\n"
-            "sys.exit(1)\n")
-    world.run([sys.executable, "-c", wait], check=True)
+    world.run([sys.executable, "-c", prog_text("wait_for_port.py"), str(port)], check=True)
     return proc, port
 
 
@@ -151,7 +122,7 @@ def test_record_to_a_file_elsewhere(world, user):
     target = world.workdir(user) / "run.jsonl"
     r = world.vpnw(["run", "--record", str(target), "--", *CURL_TWICE], user=user)
     assert r.returncode == 0, describe(r)
-    events = parse_record(target.read_bytes())
+    events = complete_record(target.read_bytes())
     assert events[0]["fields"]["record"] == str(target)
     assert events[-1]["fields"]["connections"] == 2
     assert target.stat().st_mode & 0o777 == 0o600
@@ -161,7 +132,7 @@ def test_record_to_a_file_elsewhere(world, user):
 def test_record_to_stdout(world, user):
     r = world.vpnw(["run", "--record", "-", "--", *CURL_TWICE], user=user, text=False)
     assert r.returncode == 0, describe(r)
-    events = parse_record(r.stdout)
+    events = complete_record(r.stdout)
     assert events[0]["fields"]["record"] == "-"
     assert events[-1]["fields"]["connections"] == 2
     assert b"record on stdout" in r.stderr
@@ -233,7 +204,7 @@ def test_runs_show_and_which_run_is_last(world, user):
         describe(trace) + describe(run) + describe(guard)
     ids = {}
     for path in run_files(state):
-        events = parse_record(path.read_bytes())
+        events = complete_record(path.read_bytes())
         ids[events[0]["fields"]["mode"]] = events[0]["run"]
     assert set(ids) == {"trace", "run", "guard"}
 

@@ -15,6 +15,7 @@ import pytest
 
 from ci_support import cannot
 from e2e_support import assert_every_connection_accounted, closes, describe, run_events
+from progs_support import prog_text
 from world import payload_sha256
 
 pytestmark = pytest.mark.world
@@ -159,17 +160,7 @@ def test_exit_codes_pass_through(world, user, program, code):
 # Inside the sandbox: the namespace's TCP default, the program's own socket to
 # the SOCKS5 door and, through sock_diag (`ss`), both ends of that connection
 # (the door's end is the broker's accepted socket, in this namespace too).
-LOOPBACK_TCP_PROBE = r"""
-import socket, subprocess, sys
-print("default", open("/proc/sys/net/ipv4/tcp_congestion_control").read().strip())
-s = socket.create_connection(("127.0.0.1", 1080))
-s.sendall(b"\x05\x01\x00")
-assert s.recv(2) == b"\x05\x00"
-print("program", s.getsockopt(socket.IPPROTO_TCP, socket.TCP_CONGESTION, 16).rstrip(b"\0").decode())
-out = subprocess.run(["ss", "-tinH", "state", "established"], capture_output=True, text=True, check=True).stdout
-ends = [line.split()[0] for line in out.splitlines() if line.startswith("\t") or line.startswith(" ")]
-print("ends", " ".join(ends))
-"""
+LOOPBACK_TCP_PROBE = prog_text("loopback_tcp_probe.py")
 
 
 def test_sandbox_loopback_runs_without_pacing(world, user):

@@ -20,24 +20,13 @@ from pathlib import Path
 
 import pytest
 
-from e2e_support import assert_every_connection_accounted, describe
-from stages.record.check import check_run, schema_problems
+from e2e_support import assert_every_connection_accounted, complete_record, describe
+from progs_support import prog_text
+from stages.record.check import schema_problems
 
 pytestmark = pytest.mark.world
 
 EXIT_INTERNAL = 125
-
-
-def complete_record(path: Path) -> list[dict]:
-    """The run file, line by line: whole lines only, valid, ended by run.end."""
-    data = path.read_bytes()
-    assert data.endswith(b"\n"), f"{path} ends mid-line"
-    events = [json.loads(line) for line in data.split(b"\n")[:-1]]
-    for event in events:
-        assert schema_problems(event) == [], event
-    assert check_run(events) == [], check_run(events)
-    assert events[0]["type"] == "run.start" and events[-1]["type"] == "run.end"
-    return events
 
 
 def only_run_file(state_home: Path) -> Path:
@@ -62,7 +51,7 @@ def test_program_exits_normally(world, user):
     r = world.vpnw(["run", "--", "curl", "-sS", "--max-time", "30", "-o", "/dev/null",
                     "http://api.github.com/whoami"], user=user)
     assert r.returncode == 0, describe(r)
-    events = complete_record(only_run_file(r.state_home))
+    events = complete_record(only_run_file(r.state_home).read_bytes())
     assert run_end(events)["exit_code"] == 0 and run_end(events)["connections"] == 1
     assert program_exit(events) == {"code": 0, "signal": None}
 
@@ -72,7 +61,7 @@ def test_program_killed_by_sigkill(world, user):
                     "curl -sS --max-time 30 -o /dev/null http://api.github.com/whoami; kill -KILL $$"],
                    user=user)
     assert r.returncode == 137, describe(r)
-    events = complete_record(only_run_file(r.state_home))
+    events = complete_record(only_run_file(r.state_home).read_bytes())
     assert run_end(events)["exit_code"] == 137 and run_end(events)["connections"] == 1
     assert program_exit(events)["signal"] == signal.SIGKILL
 
@@ -82,7 +71,7 @@ def test_program_killed_by_sigkill(world, user):
 # Opens a connection (so the record has one in flight), says "ready", waits for
 # a signal. With "handle" it writes which signal it got to the marker file and
 # exits 42; with "default" it only notes that it got there, then dies by it.
-SIGNALLED_PROGRAM = (Path(__file__).resolve().parent / "progs" / "signalled_program.py").read_text()
+SIGNALLED_PROGRAM = prog_text("signalled_program.py")
 
 
 @pytest.mark.parametrize("how", ["default", "handle"])
@@ -101,7 +90,7 @@ def test_vpnw_signalled_forwards_and_records(world, user, sig, how):
     out, err = proc.communicate(timeout=60)
     text = err.decode("utf-8", "replace")
     assert marker.read_text() == f"got {sig.name}\n", text
-    events = complete_record(only_run_file(proc.state_home))
+    events = complete_record(only_run_file(proc.state_home).read_bytes())
     # The program's own answer decides: it handled the signal and chose 42, or it died by it.
     want = 42 if how == "handle" else 128 + sig
     assert proc.returncode == want, text
@@ -118,7 +107,7 @@ def test_vpnw_signalled_forwards_and_records(world, user, sig, how):
 # connection and then execs `sleep` with that socket still open; the parent
 # waits until the connection is up and exits 0. The daemon's sleep carries a
 # unique argument so the test can look for it afterwards.
-DAEMON_PROGRAM = (Path(__file__).resolve().parent / "progs" / "daemon_program.py").read_text()
+DAEMON_PROGRAM = prog_text("daemon_program.py")
 
 
 def processes_with(token: str) -> list[int]:
@@ -157,7 +146,7 @@ def test_children_left_behind_are_gone_and_their_connections_closed(world, user)
     # The world has no pid namespace of its own: its /proc is ours, and no
     # process of the sandbox may be left.
     assert processes_with(token) == []
-    events = complete_record(only_run_file(r.state_home))
+    events = complete_record(only_run_file(r.state_home).read_bytes())
     by_conn = assert_every_connection_accounted(events)
     assert len(by_conn) == 1
     assert [e["type"] for e in events].count("conn.close") == 1
@@ -168,7 +157,7 @@ def test_children_left_behind_are_gone_and_their_connections_closed(world, user)
 
 # Opens N connections through each door at once (all held open together), then
 # on each sends one GET carrying the tag and reads the answer; prints counts.
-MANY_PROGRAM = (Path(__file__).resolve().parent / "progs" / "many_connections.py").read_text()
+MANY_PROGRAM = prog_text("many_connections.py")
 
 
 @pytest.mark.slow
@@ -184,7 +173,7 @@ def test_a_thousand_connections_at_once_through_both_doors(world, user):
                   user=user, timeout=300)
     assert r.returncode == 0, describe(r)
     assert f"opened {2 * per_door} ok {2 * per_door} errors 0" in r.stdout, describe(r)
-    events = complete_record(only_run_file(r.state_home))
+    events = complete_record(only_run_file(r.state_home).read_bytes())
     by_conn = assert_every_connection_accounted(events)
     assert len(by_conn) == 2 * per_door
     types = [e["type"] for e in events]
@@ -217,19 +206,7 @@ def recorder_of(vpnw_pid: int) -> int:
     return recorders[0]
 
 
-SLEEPER_PROGRAM = r'''
-import socket, sys, time
-marker = sys.argv[1]
-conn = socket.create_connection(("127.0.0.1", 3128))
-conn.sendall(b"CONNECT api.github.com:80 HTTP/1.1\r\nHost: api.github.com:80\r\n\r\n")
-assert conn.recv(4096).startswith(b"HTTP/1.1 200")
-print("ready", flush=True)
-with open(marker, "a") as beat:
-    for _ in range(2400):       # a heartbeat while it lives (about 2 minutes)
-        beat.write("alive\n")
-        beat.flush()
-        time.sleep(0.05)
-'''
+SLEEPER_PROGRAM = prog_text("sleeper.py")
 
 
 def _beats(marker) -> int:
@@ -277,16 +254,7 @@ def test_recorder_killed_stops_the_program(world, user):
 # ── vpnw interrupted before the program starts ──────────────────────────
 
 # A "proxy" that accepts and never answers: vpnw's path check waits on it.
-SILENT_EXIT = r'''
-import socket, sys, time
-server = socket.create_server(("127.0.0.1", 0))
-print(server.getsockname()[1], flush=True)
-held = []
-while True:
-    conn, _ = server.accept()
-    held.append(conn)
-    print("accepted", flush=True)
-'''
+SILENT_EXIT = prog_text("silent_exit.py")
 
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
@@ -312,6 +280,6 @@ def test_vpnw_signalled_during_the_path_check(world, user, sig):
     assert proc.returncode == 128 + sig, text
     assert "not run" in text, text
     assert not marker.exists()
-    events = complete_record(only_run_file(proc.state_home))
+    events = complete_record(only_run_file(proc.state_home).read_bytes())
     assert run_end(events)["exit_code"] == 128 + sig and "interrupted" in run_end(events)["error"]
     assert "program.exit" not in [e["type"] for e in events]

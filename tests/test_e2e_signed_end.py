@@ -17,18 +17,14 @@ from pathlib import Path
 
 import pytest
 
-from e2e_support import describe, openat2_ops
-from record_support import owner
+from e2e_support import describe, openat2_ops, owner, runs_in
+from progs_support import prog_text
 from stages.record.chain import Chain, unchained, verify
 
 pytestmark = pytest.mark.world
 
 CURL_TWO = ["sh", "-c", "curl -sS --max-time 30 -o /dev/null http://api.github.com/whoami && "
                         "curl -sS --max-time 30 -o /dev/null http://pypi.world/whoami"]
-
-
-def runs_in(state: Path) -> list[Path]:
-    return sorted((state / "vpnw" / "runs").glob("*.jsonl"), key=lambda p: p.stat().st_mtime_ns)
 
 
 def keys(state: Path) -> Path:
@@ -309,44 +305,7 @@ def test_a_missing_key_is_made_and_a_rotated_one_still_checks_its_runs(runs):
 # name, through /proc/self/root and /proc/1/root, relative to a cwd inside
 # the key directory, by listing the directory, and by walking the whole
 # state directory for the key's bytes. Prints {attempt: "ok:<what>" | errno}.
-READ_THE_KEY = r'''
-import errno, json, os, sys
-keys, state, secret = sys.argv[1], sys.argv[2], sys.argv[3].encode()
-name = os.path.join(keys, "run-signing.key")
-results = {}
-def attempt(label, fn):
-    try:
-        results[label] = "ok:" + fn()
-    except OSError as e:
-        results[label] = errno.errorcode.get(e.errno, str(e.errno))
-def read(path):
-    with open(path, "rb") as f:
-        return "key" if secret in f.read() else "other"
-attempt("open", lambda: read(name))
-attempt("via-proc-self-root", lambda: read("/proc/self/root" + name))
-attempt("via-proc-1-root", lambda: read("/proc/1/root" + name))
-attempt("relative-to-cwd", lambda: read("run-signing.key"))
-attempt("list-keys", lambda: ",".join(sorted(os.listdir(keys))))
-attempt("list-cwd", lambda: ",".join(sorted(os.listdir("."))))
-def walk():
-    found = []
-    for top, _dirs, files in os.walk(state):
-        for f in files:
-            try:
-                if read(os.path.join(top, f)) == "key":
-                    found.append(f)
-            except OSError:
-                pass
-    return ",".join(found)
-attempt("walk-state", walk)
-def raw_device():
-    # The key's bytes straight from the block device its file system lives on.
-    st = os.stat(state)
-    with open(f"/dev/block/{os.major(st.st_dev)}:{os.minor(st.st_dev)}", "rb") as f:
-        return "device:%d" % len(f.read(4096))
-attempt("raw-device", raw_device)
-print(json.dumps(results))
-'''
+READ_THE_KEY = prog_text("read_the_key.py")
 
 
 def test_the_program_cannot_read_the_key(runs):

@@ -24,6 +24,7 @@ import pytest
 
 from ci_support import needs
 from e2e_support import describe
+from progs_support import prog_text
 from stages.record.check import check_run
 from tmux_support import PROMPT, wait_file
 
@@ -199,15 +200,7 @@ def test_ctrl_z_suspends_vpnw_and_the_program_and_fg_resumes_both(world, term):
     assert term.run("true") == 0
 
 
-RAW_THEN_DIE = r'''
-import os, signal, sys, termios, tty
-tty.setraw(0)                               # echo off, no line editing...
-attrs = termios.tcgetattr(0)
-attrs[3] &= ~termios.ECHO
-termios.tcsetattr(0, termios.TCSANOW, attrs)
-if sys.argv[1] == "kill":
-    os.kill(os.getpid(), signal.SIGKILL)    # ...and never restores it
-'''
+RAW_THEN_DIE = prog_text("raw_then_die.py")
 
 
 def _vpnw_pid(term) -> int:
@@ -273,15 +266,7 @@ def test_control_a_program_killed_outside_vpnw_leaves_the_terminal_raw(world, te
 
 # ── window size and signals from the program's terminal ─────────────────
 
-SIZE_WATCHER = r'''
-import os, signal, sys
-def show(*_):
-    cols, rows = os.get_terminal_size(0)
-    print(f"size {cols}x{rows}", flush=True)
-signal.signal(signal.SIGWINCH, show)
-show()
-sys.stdin.readline()
-'''
+SIZE_WATCHER = prog_text("size_watcher.py")
 
 
 def test_resizing_the_window_reaches_the_program(world, term):
@@ -301,30 +286,11 @@ def test_resizing_the_window_reaches_the_program(world, term):
 # Runs a command in the same process group as itself (the terminal's
 # foreground group, as vpnw would be) and counts the SIGWINCH and SIGTTOU...
 # that reach it while the command runs.
-SIGNAL_COUNTER = r'''
-import collections, json, os, signal, subprocess, sys
-seen = collections.Counter()
-for sig in (signal.SIGWINCH, signal.SIGCONT, signal.SIGUSR1):
-    signal.signal(sig, lambda s, _f: seen.update([signal.Signals(s).name]))
-code = subprocess.call(sys.argv[2:])
-with open(sys.argv[1], "w") as f:
-    json.dump({"code": code, "seen": dict(seen)}, f)
-'''
+SIGNAL_COUNTER = prog_text("signal_counter.py")
 
 # The program's terminal calls: a new window size (the kernel sends SIGWINCH
 # to the terminal's foreground group) on every terminal it can reach.
-TERMINAL_CALLS = r'''
-import fcntl, os, struct, termios
-done = []
-for name in ("fd 0", "fd 1", "/dev/tty"):
-    try:
-        fd = os.open(name, os.O_RDWR | os.O_NOCTTY) if name.startswith("/") else int(name[3:])
-        fcntl.ioctl(fd, termios.TIOCSWINSZ, struct.pack("HHHH", 11, 33, 0, 0))
-        done.append(name)
-    except OSError as e:
-        print("refused", name, e)
-print("resized", len(done), flush=True)
-'''
+TERMINAL_CALLS = prog_text("terminal_calls.py")
 
 
 @pytest.mark.parametrize("where", ["vpnw", "outside"])
@@ -347,21 +313,7 @@ def test_no_process_outside_gets_a_signal_from_the_programs_terminal(world, term
         term.line("stty rows 30 cols 100")
 
 
-TIOCSTI_PROGRAM = r'''
-import errno, fcntl, os, termios
-for name in ("/dev/tty", "fd 0"):
-    fd = os.open(name, os.O_RDWR) if name.startswith("/") else 0
-    try:
-        fcntl.ioctl(fd, termios.TIOCSTI, b"X")
-        print("injected", name)
-    except OSError as e:
-        print("refused", name, errno.errorcode[e.errno])
-try:
-    fcntl.ioctl(0, 0x541C, bytes([12]))   # TIOCLINUX
-    print("tioclinux answered")
-except OSError as e:
-    print("tioclinux", errno.errorcode[e.errno])
-'''
+TIOCSTI_PROGRAM = prog_text("tiocsti.py")
 
 
 def test_tiocsti_is_refused_on_the_programs_pty(world, term):
@@ -396,23 +348,7 @@ def test_control_tiocsti_works_outside(world, term, user):
 
 
 # The identity of a terminal's name, and whether it can be opened and written.
-OTHER_TERMINAL = r'''
-import json, os, sys
-path = sys.argv[1]
-try:
-    st = os.stat(path)
-    seen = [st.st_dev, st.st_ino]
-except OSError as e:
-    seen = e.strerror
-try:
-    fd = os.open(path, os.O_WRONLY | os.O_NOCTTY)
-    os.write(fd, b"written from the program")
-    opened = True
-except OSError:
-    opened = False
-print("SEEN " + json.dumps({"stat": seen, "opened": opened, "own": os.ttyname(0),
-                           "entries": sorted(os.listdir("/dev/pts"))}))
-'''
+OTHER_TERMINAL = prog_text("other_terminal.py")
 
 
 @pytest.mark.parametrize("where", ["vpnw", "outside"])
@@ -445,29 +381,7 @@ def test_the_users_other_terminals_are_not_there_inside(world, term, user, where
 
 # Many connections at once (each one a trace line or three) while the main
 # thread prints long lines, each written in several pieces.
-LONG_LINES = r'''
-import sys, threading, time, urllib.request
-N = int(sys.argv[1])
-def fetch(i):
-    for _ in range(3):
-        urllib.request.urlopen("http://api.github.com/whoami", timeout=60).read()
-threads = [threading.Thread(target=fetch, args=(i,)) for i in range(N)]
-for t in threads:
-    t.start()
-out = sys.stdout
-for i in range(200):
-    out.write(f"L{i:04d}:")
-    out.flush()
-    for piece in range(6):
-        out.write("x" * 40)
-        out.flush()
-        time.sleep(0.001)
-    out.write(":END\n")
-    out.flush()
-for t in threads:
-    t.join()
-print("all done")
-'''
+LONG_LINES = prog_text("long_lines.py")
 
 
 def test_trace_lines_never_split_the_programs_long_lines(world, term):
@@ -510,12 +424,9 @@ def test_a_prompt_without_newline_does_not_hold_vpnws_lines(world, term):
 
 # Without a terminal: the program's long stderr lines in pieces, many
 # connections at once; each of vpnw's lines is one write, never cut.
-STDERR_PIECES = LONG_LINES.replace("out = sys.stdout", "out = sys.stderr")
-
-
 def test_without_a_terminal_vpnws_lines_are_whole(world, user):
-    program = world.file(f"stderr_pieces-{user}.py", STDERR_PIECES)
-    r = world.vpnw(["trace", "--", SYSTEM_PYTHON, str(program), "20"], user=user, timeout=180)
+    program = world.file(f"stderr_pieces-{user}.py", LONG_LINES)
+    r = world.vpnw(["trace", "--", SYSTEM_PYTHON, str(program), "20", "stderr"], user=user, timeout=180)
     assert r.returncode == 0, describe(r)
     human = re.compile(r"vpnw \d\d:\d\d:\d\d\.\d{3}  ")
     starts = [m.start() for m in human.finditer(r.stderr)]

@@ -28,6 +28,7 @@ import time
 
 import pytest
 
+from progs_support import prog_text
 from test_e2e_terminal import SYSTEM_PYTHON, write
 from tmux_support import wait_file
 
@@ -35,40 +36,7 @@ pytestmark = pytest.mark.world
 
 # Everything a program can do to a terminal it holds, on each of fds 0-2 and
 # /dev/tty that is one; then it reads every such terminal until STOP exists.
-PLANTED = r'''
-import fcntl, os, select, struct, sys, termios
-out = sys.argv[1]
-ttys = []
-for name in ("0", "1", "2", "/dev/tty"):
-    try:
-        fd = os.open(name, os.O_RDWR | os.O_NOCTTY) if name.startswith("/") else int(name)
-    except OSError:
-        continue
-    if not os.isatty(fd):
-        continue
-    mode = termios.tcgetattr(fd)
-    mode[3] &= ~(termios.ECHO | termios.ICANON)
-    mode[4] = mode[5] = termios.B300
-    for call in (lambda: termios.tcsetattr(fd, termios.TCSANOW, mode),
-                 lambda: fcntl.ioctl(fd, termios.TIOCEXCL),
-                 lambda: fcntl.ioctl(fd, termios.TIOCSWINSZ, struct.pack("HHHH", 11, 33, 0, 0))):
-        try:
-            call()
-        except OSError:
-            pass
-    ttys.append(fd)
-print("touched", len(ttys), flush=True)
-open(os.path.join(out, "armed"), "w").close()
-stolen = b""
-while not os.path.exists(os.path.join(out, "STOP")):
-    for fd in select.select(ttys, [], [], 0.05)[0][:1]:   # fds may share one terminal
-        stolen += os.read(fd, 4096)
-        with open(os.path.join(out, "read"), "w") as f:
-            f.write(repr(stolen))
-print("read", repr(stolen), flush=True)
-with open(os.path.join(out, "done"), "w") as f:
-    f.write(repr(stolen))
-'''
+PLANTED = prog_text("planted.py")
 
 TIOCGEXCL = 0x80045440
 
@@ -152,19 +120,7 @@ def test_stdout_to_a_file_keeps_the_keys_in_the_programs_own_terminal(world, ter
 
 # ── finding 10: the alternate screen, the clipboard ─────────────────────
 
-ALT_SCREEN_DENY = r'''
-import os, sys, time, urllib.request
-go = sys.argv[1]
-sys.stdout.write("\x1b[?1;1049h\x1b[H\x1b[2Jon the alternate screen\r\n")
-sys.stdout.flush()
-try:
-    urllib.request.urlopen("http://api.github.com/", timeout=30)
-except Exception:
-    pass
-while not os.path.exists(go):
-    time.sleep(0.02)
-sys.stdout.write("\x1b[?1;1049lback on the normal screen\n")
-'''
+ALT_SCREEN_DENY = prog_text("alt_screen_deny.py")
 
 DENY_ALL = 'version = 1\nname = "t"\n[policy]\ndefault = "deny"\nallow = ["nothing.test"]\n'
 

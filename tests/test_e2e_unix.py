@@ -17,35 +17,12 @@ import pytest
 
 from ci_support import cannot
 from e2e_support import descendants, describe, run_events
+from progs_support import prog_text
 from tmux_support import world_shell
 
 pytestmark = pytest.mark.world
 
-SELF_SERVING = r'''
-import asyncio, os, sys, tempfile
-
-scratch = tempfile.TemporaryDirectory()      # removed as the program ends
-
-async def main():
-    path = os.path.join(scratch.name, "server.sock")
-
-    async def answer(reader, writer):
-        writer.write(b"echo " + await reader.readline())
-        await writer.drain()
-        writer.close()
-    server = await asyncio.start_unix_server(answer, path)
-    async with server:
-        got = []
-        for n in range(20):
-            reader, writer = await asyncio.open_unix_connection(path)
-            writer.write(f"{n}\n".encode())
-            got.append(await reader.readline())
-            writer.close()
-    assert got == [f"echo {n}\n".encode() for n in range(20)], got
-    print("served 20 over", path)
-
-asyncio.run(main())
-'''
+SELF_SERVING = prog_text("self_serving.py")
 
 
 def test_a_program_serves_itself_over_a_unix_socket(world, user):
@@ -79,26 +56,7 @@ def test_run_start_names_the_unix_allow_list_as_this_run_resolved_it(world, user
 # TCP connects of a program of one thread, then of four (non-blocking, as
 # Node, Go and tokio make them), each to a listener of its own; then it waits
 # for a line, so the test can look at the run's supervisor meanwhile.
-CONNECTS_THEN_WAITS = r'''
-import select, socket, sys, threading
-server = socket.socket(); server.bind(("127.0.0.1", 0)); server.listen(64)
-def connect(blocking):
-    with socket.socket() as s:
-        s.setblocking(blocking)
-        s.connect_ex(server.getsockname())
-        select.select([], [s], [], 10)
-        assert s.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR) == 0
-        server.accept()[0].close()
-for _ in range(5):
-    connect(True)
-parked = threading.Event()
-for _ in range(3):
-    threading.Thread(target=parked.wait, daemon=True).start()
-for _ in range(5):
-    connect(False)
-print("connected", flush=True)
-sys.stdin.readline()
-'''
+CONNECTS_THEN_WAITS = prog_text("connects_then_waits.py")
 
 
 def _supervisor(run: subprocess.Popen) -> int:
@@ -139,57 +97,7 @@ def test_the_supervisor_of_a_real_run_answers_through_the_path_doctor_names(worl
     assert line == b"connected\n" and run.returncode == 0, (line, err.decode())
     assert mapped == (path == "compiled")
 
-INTERRUPTED = r'''
-import ctypes, errno, json, os, signal, socket, struct, tempfile, threading, time
-libc = ctypes.CDLL(None, use_errno=True)
-scratch = tempfile.TemporaryDirectory()      # removed as the program ends
-path = os.path.join(scratch.name, "full.sock")
-server = socket.socket(socket.AF_UNIX)
-server.bind(path)
-server.listen(0)
-queued = []
-while True:                       # the backlog filled: a blocking connect now waits
-    c = socket.socket(socket.AF_UNIX)
-    c.setblocking(False)
-    try:
-        c.connect(path)
-    except BlockingIOError:
-        c.close()
-        break
-    queued.append(c)
-signal.signal(signal.SIGUSR1, lambda *_: None)
-signal.siginterrupt(signal.SIGUSR1, True)        # no SA_RESTART: EINTR comes back
-main, main_tid = threading.get_ident(), threading.get_native_id()
-accepted = []
-
-def in_connect():
-    try:
-        with open(f"/proc/self/task/{main_tid}/syscall") as f:
-            return f.read().split()[0] == "42"        # x86_64 connect
-    except (OSError, IndexError):
-        return False
-
-def interrupt_then_make_room():
-    deadline = time.monotonic() + 20
-    while not in_connect() and time.monotonic() < deadline:
-        time.sleep(0.01)
-    time.sleep(0.3)                           # the supervisor has it by now (or not: EINTR)
-    signal.pthread_kill(main, signal.SIGUSR1)
-    time.sleep(0.5)
-    accepted.append(server.accept()[0])       # room again: a connect still going on ends now
-threading.Thread(target=interrupt_then_make_room).start()
-s = socket.socket(socket.AF_UNIX)
-addr = struct.pack("=H", socket.AF_UNIX) + path.encode() + b"\0"
-rc = libc.connect(s.fileno(), addr, len(addr))
-err = ctypes.get_errno() if rc else 0
-time.sleep(1.5)
-try:
-    s.getpeername()
-    connected = True
-except OSError:
-    connected = False
-print(json.dumps({"error": errno.errorcode.get(err, "0"), "connected": connected}))
-'''
+INTERRUPTED = prog_text("interrupted_connect.py")
 
 
 @pytest.mark.parametrize("where", ["vpnw", "outside"])
@@ -238,22 +146,7 @@ def test_tmux_runs_inside_vpnw(world, term, where):
     term.wait_for(r"^status=0$", whole=True)
 
 
-KNOCKS = r'''
-import select, socket, sys
-own = socket.socket()
-own.bind(("127.0.0.1", 0))
-own.listen()
-for port in [int(p) for p in sys.argv[1:]] or [own.getsockname()[1]]:
-    s = socket.socket()
-    s.setblocking(False)           # as curl's: EINPROGRESS, the case that looked
-    started = s.connect_ex(("127.0.0.1", port))
-    select.select([], [s], [], 10)
-    error = s.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
-    print(port, started, error)
-    s.close()
-    if error:
-        sys.exit(1)            # audited_run wants exit 0: each connect was made
-'''
+KNOCKS = prog_text("knocks.py")
 
 
 @pytest.mark.parametrize("knocks_at", ["doors", "own listener"])

@@ -29,22 +29,10 @@ import sys
 
 import pytest
 
-from e2e_support import IMPORTS_AUDITED_RUN, audited_run
+from e2e_support import audited_run
+from progs_support import prog_text
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-# Each collection's start, as `<ns> <pid> gc` in the imports file (the hook
-# is inherited across fork); vpnw collects once first, the control.
-COLLECTIONS_TOO = """
-import gc, os, sys, time
-def _collection(phase, _info):
-    if phase == "start":
-        fd = os.open(sys.argv[1], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
-        os.write(fd, f"{time.clock_gettime_ns(time.CLOCK_MONOTONIC)} {os.getpid()} (gc)\\n".encode())
-        os.close(fd)
-gc.callbacks.append(_collection)
-gc.collect()
-""" + IMPORTS_AUDITED_RUN
 
 
 @pytest.mark.world
@@ -52,7 +40,7 @@ def test_the_helper_neither_collects_nor_loads_selectors_before_ready(world, use
     work = world.workdir(user)
     for way in ([], ["--capture"]):
         at, seen = audited_run(world, user, work, ["run", *way, "--record", str(work / f"run{len(way)}.jsonl"),
-                                                   "--", "true"], tag=str(len(way)), script=COLLECTIONS_TOO)
+                                                   "--", "true"], tag=str(len(way)), collections_too=True)
         vpnw_pid = at[("vpnw", "helper forked")][1]
         ready, helper_pid = at[("helper", "Ready sent")]
         program_forked, init_pid = at[("init", "program forked")]
@@ -69,16 +57,7 @@ def test_the_helper_neither_collects_nor_loads_selectors_before_ready(world, use
         assert "(gc)" not in inits, way
 
 
-THE_HELPERS_SOCKET = """
-import sys
-import stages.helper.main
-import socket
-print("selectors" in sys.modules)
-poll = socket.selectors.PollSelector     # what socket.sendfile asks of it
-import selectors
-print(poll is selectors.PollSelector, selectors.DefaultSelector.__name__,
-      socket.selectors.DefaultSelector is selectors.DefaultSelector)
-"""
+THE_HELPERS_SOCKET = prog_text("the_helpers_socket.py")
 
 
 def test_the_helpers_socket_loads_selectors_only_when_asked(tmp_path):
@@ -94,31 +73,7 @@ def test_the_helpers_socket_loads_selectors_only_when_asked(tmp_path):
     assert plain == ["True"]        # control: a plain import of socket loads it
 
 
-THE_HELPERS_KERNEL_CALLS = """
-import sys
-from stages.kernel import privileges
-from stages.helper import seccomp_rules
-from stages.helper.supervisor import launch
-print(launch.missing())
-print(seccomp_rules.libseccomp_version())
-seccomp_rules.loader()
-print(privileges.prctl(3))          # PR_GET_DUMPABLE
-try:
-    privileges.mount(None, "/nonexistent-vpnw", None, 0)
-except OSError as e:
-    print(e.errno)
-from stages.kernel import seccomp_notify
-print("ctypes" in sys.modules)
-from stages.helper import landlock
-print("ctypes" in sys.modules)
-import ctypes
-class Version(ctypes.Structure):
-    _fields_ = [("major", ctypes.c_uint), ("minor", ctypes.c_uint), ("micro", ctypes.c_uint)]
-library = ctypes.CDLL("libseccomp.so.2")
-library.seccomp_version.restype = ctypes.POINTER(Version)
-v = library.seccomp_version().contents
-print(((v.major, v.minor, v.micro), library.seccomp_api_get()))
-"""
+THE_HELPERS_KERNEL_CALLS = prog_text("the_helpers_kernel_calls.py")
 
 
 def test_the_helpers_kernel_calls_need_no_ctypes_and_answer_as_it_did(tmp_path):

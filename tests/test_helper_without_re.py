@@ -23,6 +23,7 @@ from hypothesis import given, settings, strategies as hs
 
 from e2e_support import audited_run
 
+from progs_support import prog_text
 from stages.config import client_env
 from stages.kernel import mounts
 from stages.wire import status as st
@@ -124,24 +125,7 @@ def test_a_value_is_written_as_jsons_encoder_wrote_it(value):
 
 # ------------------------------------------------- nothing of them on the way
 
-THE_HELPERS_WAY = """
-import os, sys
-from stages.orchestrator import main, helper_first, run_command, options
-from stages.helper import main as helper_main, seal, seccomp_cache, capture
-from stages.helper.supervisor import launch, shell
-from stages.helper import netlink, file_mounts, seccomp_rules
-from stages.config import client_env
-from stages.kernel import mounts
-from stages.wire import status as st
-client_env.apply(dict(os.environ, JAVA_TOOL_OPTIONS="-Xmx1g"), python=sys.executable)
-mounts.mount_points_under("/sys")
-st.decode(st.encode(st.InitOk()), st.INIT_REPORT)
-st.read_json('[{"metainfo": {"json_schema_version": 1}}]')
-before = sorted(sys.modules)
-import stages.config.policy
-print(before)
-print(sorted(sys.modules))
-"""
+THE_HELPERS_WAY = prog_text("the_helpers_way.py")
 
 
 def test_the_helpers_modules_load_neither_re_nor_json(tmp_path):

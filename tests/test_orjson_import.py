@@ -16,45 +16,23 @@ import os
 import subprocess
 import sys
 
+from progs_support import PROGS
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
-AFTER = """
-import dataclasses, sys, json
-loaded = [name in sys.modules for name in ("inspect", "platform", "datetime", "copy", "weakref")]
-@dataclasses.dataclass
-class P:
-    a: int
-    b: str = "x"
-@dataclasses.dataclass
-class Box:
-    items: list
-box = Box([[1], {"k": [2]}])
-copied = dataclasses.asdict(box)
-copied["items"][0].append(9)
-import orjson
-import inspect, platform, datetime, enum, uuid
-class Colour(enum.Enum):
-    RED = "red"
-moment = datetime.datetime(2026, 12, 2, 6, 30, 1, 123456, tzinfo=datetime.timezone(datetime.timedelta(hours=2)))
-values = [moment, moment.date(), moment.time(), datetime.datetime(2026, 1, 2, 3, 4, 5),
-          uuid.UUID("12345678-1234-5678-1234-567812345678"), Colour.RED, P(2, "y")]
-print(json.dumps([loaded, P.__doc__, orjson.dumps(P(1)).decode(), inspect.__file__,
-                  inspect.signature(P) is not None, orjson.dumps(values).decode(),
-                  orjson.loads(orjson.dumps(values)), platform.system(), platform.__file__,
-                  datetime.__file__, uuid._LINUX, type(moment).__module__,
-                  [copied, box.items, dataclasses.astuple(box)]]))
-"""
 
-
-def _run(first: str, tmp_path) -> list:
-    out = subprocess.run([sys.executable, "-c", first + "\n" + AFTER], check=True, cwd=tmp_path,
-                         env={**os.environ, "PYTHONPATH": ROOT}, capture_output=True, text=True)
+def _run(way: str, tmp_path) -> list:
+    """tests/progs/orjson_way.py's line: `way` "vpnw" (the record's modules
+    imported as vpnw does) or "plain" (orjson alone)."""
+    out = subprocess.run([sys.executable, str(PROGS / "orjson_way.py"), way], check=True, cwd=tmp_path,
+                         env={**os.environ, "PYTHONPATH": ROOT, "PYTHONDONTWRITEBYTECODE": "1"},
+                         capture_output=True, text=True)
     return json.loads(out.stdout.splitlines()[-1])
 
 
 def test_the_records_modules_load_without_inspect_and_all_after_is_the_same(tmp_path):
-    ours = _run("import stages.orchestrator.run\nfrom stages.record.events import Emitter", tmp_path)
-    plain = _run("import orjson", tmp_path)
+    ours = _run("vpnw", tmp_path)
+    plain = _run("plain", tmp_path)
     assert plain[0] == [True] * 5             # control: orjson alone loads them all
     assert ours[0] == [False] * 5             # vpnw's way: not until something asks
     assert ours[1:] == plain[1:]              # the docstring, orjson's bytes, the real modules

@@ -15,6 +15,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from progs_support import prog_text
 from stages.orchestrator import cli, options
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -120,16 +121,7 @@ def test_click_is_built_from_the_same_table():
         assert on_click == {o.dest: [o.name] for o in options.options_of(mode)}
 
 
-QUICK_RUN = """
-import sys
-from stages.orchestrator import main, run_command
-run_command.execute = lambda mode, program, **opts: print("executed", mode, list(program)) or 0
-try:
-    main.main(sys.argv[1:])
-except SystemExit as exc:
-    print("exit", exc.code)
-print("click" in sys.modules)
-"""
+QUICK_RUN = prog_text("quick_run.py")
 
 
 def _entry(args, env=None):

@@ -17,6 +17,7 @@ import sys
 import pytest
 
 from e2e_support import audited_run
+from progs_support import prog_text
 from stages.kernel import foreign
 from stages.record import signing, text
 
@@ -116,21 +117,7 @@ def test_a_fifo_at_the_public_keys_name_does_not_hold_the_run(tmp_path):
 # What the recorder loads in a fork of vpnw (the record's modules loaded, as
 # run.py has them at the fork) to open the key and the ledger and reserve the
 # room of a run file: the modules it adds, as a JSON list.
-RECORDER_OPENS = """
-import json, os, sys
-from stages.orchestrator import run
-from stages.record import events, gate
-before = set(sys.modules)
-from stages.record.run_file import open_run_file
-from stages.recorder import main
-record, fd, _ = open_run_file(sys.argv[1])
-run_file = main._RunFile(fd, record)
-sealer = main._open_sealer(run_file)
-assert sealer not in (None, False)
-r, w = os.pipe()
-assert main._reserve_room(run_file, record, r, None) is not None
-print(json.dumps(sorted(set(sys.modules) - before)))
-"""
+RECORDER_OPENS = prog_text("recorder_opens.py")
 
 
 def test_the_recorder_opens_a_signed_run_without_ctypes_base64_or_a_codec(tmp_path):

@@ -7,11 +7,12 @@ from __future__ import annotations
 
 import json
 import sys
-from pathlib import Path
 
 import pytest
 
-PROBE = (Path(__file__).resolve().parent / "progs" / "pyroute2_probe.py").read_text()
+from progs_support import prog_text
+
+PROBE = prog_text("pyroute2_probe.py")
 
 
 @pytest.mark.world

@@ -13,33 +13,25 @@ import sys
 import pytest
 
 from e2e_support import audited_run
+from progs_support import prog_text
 
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 
 
-def _modules_after(code: str, tmp_path) -> set[str]:
-    """The names in sys.modules once `code` has run in a fresh interpreter
-    with the checkout on its path."""
+def _modules_after(code: str, tmp_path, *args: str) -> set[str]:
+    """The names in sys.modules once `code` (a line, or a program of
+    tests/progs) has run with `args` in a fresh interpreter with the
+    checkout on its path."""
     env = {**os.environ, "PYTHONPATH": ROOT}
     out = subprocess.run([sys.executable, "-c", code + "\nimport sys, json\n"
-                          "print(json.dumps(sorted(sys.modules)))"],
+                          "print(json.dumps(sorted(sys.modules)))", *args],
                          check=True, cwd=tmp_path, env=env, capture_output=True, text=True)
     return set(json.loads(out.stdout.splitlines()[-1]))
 
 
-SIGNED_RUN_WITH_POLICY = """
-import os
-from stages.config.policy import load_policy
-from stages.orchestrator import cli, run
-from stages.recorder import main, seal
-from stages.record import chain, ledger, signing
-load_policy({policy!r})
-fd = os.open({record!r}, os.O_RDONLY)
-signing.file_digest(fd)
-chain.Chain().seal(b'{{"type":"run.start"}}')
-"""
+SIGNED_RUN_WITH_POLICY = prog_text("signed_run_with_policy.py")
 
 
 def test_a_signed_run_with_a_policy_loads_no_openssl_digest(tmp_path):
@@ -50,8 +42,7 @@ def test_a_signed_run_with_a_policy_loads_no_openssl_digest(tmp_path):
     policy.write_text('version = 1\n[policy]\nallow = ["example.com"]\n')
     record = tmp_path / "r.jsonl"
     record.write_text('{"type":"run.start"}\n')
-    loaded = _modules_after(SIGNED_RUN_WITH_POLICY.format(policy=str(policy), record=str(record)),
-                            tmp_path)
+    loaded = _modules_after(SIGNED_RUN_WITH_POLICY, tmp_path, str(policy), str(record))
     assert "stages.record.digests" in loaded       # control: the code under test ran
     assert "_hashlib" not in loaded
 
@@ -63,15 +54,7 @@ def test_the_digests_are_hashlibs():
         assert blake2b(data).digest() == hashlib.blake2b(data).digest()
 
 
-RUN_WITHOUT_POLICY_UNTIL_THE_FORK = """
-from stages.config import client_env, environment, file_limits, protected
-from stages.config.policy import check_policy_for_path
-from stages.orchestrator import cli, run
-from stages.record import gate
-policy = cli._load_policy(None)
-path, named = cli._load_path(None, None)
-check_policy_for_path(policy, path.resolves_at_exit)
-"""
+RUN_WITHOUT_POLICY_UNTIL_THE_FORK = prog_text("run_without_policy_until_the_fork.py")
 
 
 def test_a_run_without_a_policy_parses_no_address_before_its_stages(tmp_path):
@@ -97,12 +80,7 @@ def test_the_recorder_starts_without_calendar(tmp_path):
     assert "calendar" not in loaded
 
 
-RUN_PARSED = """
-from stages.orchestrator import cli
-cli._execute = lambda mode, program, **opts: print("executed", mode, list(program), opts["quiet"]) or 0
-cli.cli.main(["run", "--quiet", "--", "true"], standalone_mode=False)
-print(sorted(cli.cli.commands))
-"""
+RUN_PARSED = prog_text("run_parsed.py")
 
 
 def test_a_run_makes_only_its_own_command(tmp_path):
@@ -122,22 +100,7 @@ def test_a_run_makes_only_its_own_command(tmp_path):
     assert all(f"  {name} " in listed for name in ("run", "trace", "guard", "learn", "show"))
 
 
-UNTIL_THE_RECORDER_FORKS = """
-import json, os, sys
-real_fork, forks = os.fork, []
-def fork():      # say what is loaded at each fork; the helper's child ends at once, the recorder's stops all
-    forks.append(1)
-    print(json.dumps(sorted(sys.modules)), flush=True)
-    if len(forks) == 2:
-        os._exit(0)
-    pid = real_fork()
-    if pid == 0:
-        os._exit(0)
-    return pid
-os.fork = fork
-from stages.orchestrator import main
-main.main(["run", "--record", "-", "--", "true"])
-"""
+UNTIL_THE_RECORDER_FORKS = prog_text("until_the_recorder_forks.py")
 
 
 def _loaded_at_the_forks(tmp_path) -> tuple[set[str], set[str]]:
@@ -244,20 +207,7 @@ def test_the_recorder_makes_no_dataclass_on_its_way_to_run_start():
     assert dataclasses.is_dataclass(wg_quick.WgConf)      # control
 
 
-FILTERS = """
-import hashlib, json, sys
-{first}
-from stages.helper import seccomp_rules
-from stages.startup import imports
-with imports._sonames_known():
-    with imports._typing_for_pyseccomp():
-        import pyseccomp
-    typing_after_import = "typing" in sys.modules
-    digests = [hashlib.sha256(seccomp_rules.filter_bpf(unix, supervised=supervised)).hexdigest()
-               for unix in (False, True) for supervised in (False, True)]
-import typing
-print(json.dumps([typing_after_import, digests, pyseccomp.get_api() > 0, callable(typing.get_type_hints)]))
-"""
+FILTERS = prog_text("pyseccomp_filters.py")
 
 
 def test_pyseccomp_imports_without_typing_and_makes_the_same_filter(tmp_path):
@@ -268,10 +218,10 @@ def test_pyseccomp_imports_without_typing_and_makes_the_same_filter(tmp_path):
     Control: with typing imported first, the stand-in steps aside."""
     def run(first):
         env = {**os.environ, "PYTHONPATH": ROOT}
-        out = subprocess.run([sys.executable, "-c", FILTERS.format(first=first)], check=True,
+        out = subprocess.run([sys.executable, "-c", FILTERS, *first], check=True,
                              cwd=tmp_path, env=env, capture_output=True, text=True)
         return json.loads(out.stdout.splitlines()[-1])
-    light, real = run(""), run("import typing")
+    light, real = run([]), run(["typing-first"])
     assert light[0] is False and real[0] is True            # control: typing there only when asked
     assert light[1] == real[1] and len(set(light[1])) > 1    # the same filters, each way
     assert light[2:] == real[2:] == [True, True]

@@ -11,22 +11,13 @@ import sys
 
 import pytest
 
+from progs_support import prog_text
 from stages.startup import trace as startup_trace
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 
-FORKED_MARKS = """
-import os
-from stages.startup.trace import mark
-mark("vpnw", "parent")
-pid = os.fork()
-if pid == 0:
-    mark("helper", "child with spaces in what")
-    os._exit(0)
-os.waitpid(pid, 0)
-mark("vpnw", "parent again")
-"""
+FORKED_MARKS = prog_text("forked_marks.py")
 
 
 def _run_marks(tmp_path, value):
@@ -50,26 +41,7 @@ def read_marks(path) -> list[tuple[int, int, str, str]]:
 
 
 BURN_MS = 50
-CPU_MARKS = f"""
-import os, time
-from stages.startup.trace import mark
-
-def burn():
-    start = time.process_time()
-    while time.process_time() - start < {BURN_MS} / 1000:
-        pass
-
-mark("vpnw", "parent")
-pid = os.fork()
-if pid == 0:
-    burn()
-    mark("helper", "child, after its burn")
-    os._exit(0)
-os.waitpid(pid, 0)
-mark("vpnw", "parent, after the child's burn")
-burn()
-mark("vpnw", "parent, after its own burn")
-"""
+CPU_MARKS = prog_text("cpu_marks.py")
 
 
 def test_the_cpu_field_is_the_process_own_cpu_time(tmp_path):
@@ -78,7 +50,7 @@ def test_the_cpu_field_is_the_process_own_cpu_time(tmp_path):
     show in its parent's, and a forked child counts from its fork."""
     trace = tmp_path / "trace"
     env = {**os.environ, startup_trace.VARIABLE: str(trace), "PYTHONPATH": ROOT}
-    subprocess.run([sys.executable, "-c", CPU_MARKS], check=True, cwd=tmp_path, env=env, timeout=60)
+    subprocess.run([sys.executable, "-c", CPU_MARKS, str(BURN_MS)], check=True, cwd=tmp_path, env=env, timeout=60)
     cpu = {what: int(cpu_us) for _ns, _pid, cpu_us, _stage, what in
            (line.split(" ", 4) for line in trace.read_text().splitlines())}
     burn_us = BURN_MS * 1000

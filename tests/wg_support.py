@@ -10,6 +10,7 @@ import subprocess
 import time
 
 from ci_support import cannot
+from progs_support import prog_text
 from world import SERVERS
 
 SITE = "10.7.0.1"
@@ -60,30 +61,17 @@ class Office:
         peer_public = _wg("pubkey", input=self.peer_key)
         (self.dir / "peer.key").write_text(self.peer_key + "\n")
         self.log = self.dir / "web.log"
-        script = f"""set -e
-mount -t tmpfs tmpfs /run && mkdir /run/wireguard
-WG_PROCESS_FOREGROUND=1 LOG_LEVEL=error setpriv --pdeathsig KILL -- wireguard-go wgo &
-for i in $(seq 200); do [ -S /run/wireguard/wgo.sock ] && break; sleep 0.02; done
-wg set wgo private-key {self.dir}/peer.key listen-port 51820 \\
-    peer {_wg("pubkey", input=self.our_key)} allowed-ips {OUR_TUNNEL}/32 \\
-    peer {_wg("pubkey", input=self.bench_key)} allowed-ips {BENCH_TUNNEL}/32
-ip address add {PEER_TUNNEL}/24 dev wgo
-ip link set wgo up
-setpriv --pdeathsig KILL -- dnsmasq --keep-in-foreground --conf-file=/dev/null --pid-file \
-    --user=root --group=root --listen-address={PEER_TUNNEL} --bind-interfaces --port=53 \
-    --no-resolv --no-hosts --no-poll --address=/{INTERNAL}/{PEER_TUNNEL} \
-    --address=/{CORP}/{PEER_TUNNEL} --address=/{WEB}/{PEER_TUNNEL} --local=/#/ \
-    --log-queries --log-facility={self.dir}/dns.log &
-setpriv --pdeathsig KILL -- {world.python} {SERVERS}/http_server.py --docroot {world.docroot} \
-    --http 80 --https 443 --cert {world._server_cert} --key {world._server_key} \
-    --log {self.dir}/world-web.log >/dev/null 2>&1 &
-setpriv --pdeathsig KILL -- python3 -m http.server --bind {PEER_TUNNEL} --directory {self.dir}/www {WEB_PORT} >/dev/null 2>{self.log} &
-wait
-"""
         self.peer_public = peer_public
+        env = {"WG_DIR": str(self.dir), "WG_OUR_PUBLIC": _wg("pubkey", input=self.our_key),
+               "WG_BENCH_PUBLIC": _wg("pubkey", input=self.bench_key), "WG_OUR_TUNNEL": OUR_TUNNEL,
+               "WG_BENCH_TUNNEL": BENCH_TUNNEL, "WG_PEER_TUNNEL": PEER_TUNNEL, "WG_INTERNAL": INTERNAL,
+               "WG_CORP": CORP, "WG_WEB": WEB, "WG_PYTHON": str(world.python), "WG_SERVERS": str(SERVERS),
+               "WG_DOCROOT": str(world.docroot), "WG_CERT": str(world._server_cert),
+               "WG_KEY": str(world._server_key), "WG_WEB_PORT": str(WEB_PORT), "WG_LOG": str(self.log)}
         self.proc = subprocess.Popen(["nsenter", "-t", str(self.pid), "-n", "--", "unshare", "--mount",
-                                      "--propagation", "private", "--", "sh", "-c", script],
-                                     stdin=subprocess.DEVNULL)
+                                      "--propagation", "private", "--", "sh", "-c",
+                                      prog_text("wireguard_office.sh")],
+                                     stdin=subprocess.DEVNULL, env={**os.environ, **env})
         world._started.append(self.proc)
         self._route_public_through_office()
         self.conf = world.file("office.conf", self._conf(self.our_key, peer_public))

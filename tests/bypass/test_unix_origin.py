@@ -24,6 +24,7 @@ import subprocess
 import pytest
 
 from bypass_bench import BROKER_V4, PROGS, PYTHON, TARGET_TCP, check_control, errnos, plan_of, way
+from progs_support import prog_text
 from world import WorldError
 
 pytestmark = pytest.mark.world
@@ -201,22 +202,7 @@ def test_each_refusal_is_in_the_record_with_its_path_and_process(bench, user, wa
 
 
 # ── a socket made outside, passed in by a socket the policy names ────────
-PASSER = r'''
-import os, socket, sys
-path = sys.argv[1]
-family = socket.AF_INET if sys.argv[2:] == ["inet"] else socket.AF_UNIX
-server = socket.socket(socket.AF_UNIX)
-server.bind(path)
-os.chmod(path, 0o777)
-server.listen(16)
-print("ready", flush=True)
-while True:
-    conn, _ = server.accept()
-    made_outside = socket.socket(family, socket.SOCK_STREAM)
-    socket.send_fds(conn, [b"s"], [made_outside.fileno()])
-    made_outside.close()
-    conn.close()
-'''
+PASSER = prog_text("unix_passer.py")
 PASSED_WAYS = [
     way("passed-in-abstract", "unix_passed_in", "{passer}", "@{abstract}", accept={"EPERM"},
         control="world"),

@@ -1,5 +1,7 @@
 
-import os, socket, sys
+import os
+import socket
+import sys
 token = sys.argv[1]
 r, w = os.pipe()
 if os.fork() == 0:

@@ -1,5 +1,10 @@
 
-import http.server, json, os, subprocess, sys, threading
+import http.server
+import json
+import os
+import subprocess
+import sys
+import threading
 vpnw, own_net = sys.argv[1], sys.argv[2] == "own-net"
 if own_net:
     # A network of its own, like a container's: only loopback, brought up here,

@@ -1,7 +1,11 @@
 
 """A raw client for vpnw's doors. argv[1]: a JSON list of operations; one JSON
 result line per operation on stdout."""
-import json, socket, struct, sys, ipaddress
+import json
+import socket
+import struct
+import sys
+import ipaddress
 
 HTTP_DOOR, SOCKS_DOOR = ("127.0.0.1", 3128), ("127.0.0.1", 1080)
 

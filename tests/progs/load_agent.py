@@ -1,5 +1,7 @@
 
-import resource, socket, sys
+import resource
+import socket
+import sys
 soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
 resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
 GITHUB = socket.inet_aton("140.82.112.6")

@@ -1,5 +1,7 @@
 
-import socket, sys, time
+import socket
+import sys
+import time
 marker = sys.argv[1]
 n = 0
 while True:

@@ -1,5 +1,7 @@
 
-import resource, socket, sys
+import resource
+import socket
+import sys
 from concurrent.futures import ThreadPoolExecutor
 n, tag = int(sys.argv[1]), sys.argv[2]
 soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)

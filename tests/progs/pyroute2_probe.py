@@ -1,11 +1,12 @@
 
-import json, sys
+import json
+import sys
 from pyroute2 import IPRoute
 from pyroute2.netlink.exceptions import NetlinkError
 out = {}
 with IPRoute() as ipr:
-    out["links"] = sorted(l.get_attr("IFLA_IFNAME") for l in ipr.get_links())
-    out["up"] = sorted(l.get_attr("IFLA_IFNAME") for l in ipr.get_links() if l["flags"] & 1)
+    out["links"] = sorted(link.get_attr("IFLA_IFNAME") for link in ipr.get_links())
+    out["up"] = sorted(link.get_attr("IFLA_IFNAME") for link in ipr.get_links() if link["flags"] & 1)
     routes = []
     for family in (2, 10):
         for r in ipr.get_routes(family=family, table=254):

@@ -1,5 +1,9 @@
 
-import os, signal, socket, sys, time
+import os
+import signal
+import socket
+import sys
+import time
 marker, how = sys.argv[1], sys.argv[2]
 conn = socket.create_connection(("127.0.0.1", 3128))
 conn.sendall(b"CONNECT api.github.com:80 HTTP/1.1\r\nHost: api.github.com:80\r\n\r\n")

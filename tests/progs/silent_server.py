@@ -1,5 +1,6 @@
 
-import socket, sys, time
+import socket
+import sys
 s = socket.socket()
 s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
 s.bind((sys.argv[1] if len(sys.argv) > 1 else "127.0.0.1", 0))

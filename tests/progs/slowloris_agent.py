@@ -1,5 +1,6 @@
 
-import socket, sys, json
+import socket
+import json
 held = []
 for i in range(200):
     s = socket.create_connection(("127.0.0.1", 3128 if i % 2 else 1080), timeout=10)
