@@ -144,7 +144,51 @@ BROKER_EVENTS = [
 ]
 
 
-@pytest.mark.parametrize("event, envelope, fields", BROKER_EVENTS, ids=lambda x: getattr(x, "KIND", ""))
+# The orchestrator's events, each with its fields in the order run.py writes
+# them in the keyword form (the lead's replacement lines make these types).
+ORCHESTRATOR_EVENTS = [
+    (ev.RunStart(mode="guard", program="agent", policy="p", policy_file="/p.toml", via="direct",
+                 config="/paths.toml", dry_run=False, allow_unix_sockets=False, version="1.0",
+                 record="/r.jsonl", files={"layers": {}}, env_kept=["HTTP_PROXY"],
+                 deny_private_scope="addresses", deny_private_shadows={"set": "l3", "rules": []},
+                 capture=True, ask=True, unix_allow=[{"entry": "/s", "path": "/s"}],
+                 unix_allow_unlisted=2, work_set={"paths": ["/w"], "outside": "held"},
+                 secrets=[{"name": "gh"}], keys_given=["GH_TOKEN"], protected={"hidden": []}),
+     ("run.start", None), dict(mode="guard", program="agent", policy="p", policy_file="/p.toml",
+                               via="direct", config="/paths.toml", dry_run=False,
+                               allow_unix_sockets=False, version="1.0", record="/r.jsonl",
+                               files={"layers": {}}, env_kept=["HTTP_PROXY"],
+                               deny_private_scope="addresses",
+                               deny_private_shadows={"set": "l3", "rules": []}, capture=True, ask=True,
+                               unix_allow=[{"entry": "/s", "path": "/s"}], unix_allow_unlisted=2,
+                               work_set={"paths": ["/w"], "outside": "held"}, secrets=[{"name": "gh"}],
+                               keys_given=["GH_TOKEN"], protected={"hidden": []})),
+    (ev.RunStart(mode="run", program="true", policy=None, policy_file=None, via="direct",
+                 dry_run=False, allow_unix_sockets=False, version="1.0", record="-", env_kept=[],
+                 protected={"hidden": []}),
+     ("run.start", None), dict(mode="run", program="true", policy=None, policy_file=None, via="direct",
+                               dry_run=False, allow_unix_sockets=False, version="1.0", record="-",
+                               env_kept=[], protected={"hidden": []})),
+    (ev.SandboxReady(namespaces=["user", "net"], seccomp=True, unix_sockets=False, unix="own",
+                     doors={"http": 3128, "socks": 1080}, local_doors=[11434]),
+     ("sandbox.ready", None), dict(namespaces=["user", "net"], seccomp=True, unix_sockets=False,
+                                   unix="own", doors={"http": 3128, "socks": 1080}, local_doors=[11434])),
+    (ev.UnixAllow(path="/run/s", process=7, program="curl", rule="/run/s"),
+     ("unix.allow", None), dict(path="/run/s", process=7, program="curl", rule="/run/s")),
+    (ev.UnixDeny(path="/run/d", process=7, program="curl", reason="outside"),
+     ("unix.deny", None), dict(path="/run/d", process=7, program="curl", reason="outside")),
+    (ev.ProgramExit(code=0, signal=None, no_route=3, loopback_refused=[11434]),
+     ("program.exit", None), dict(code=0, signal=None, no_route=3, loopback_refused=[11434])),
+    (ev.FilesHeld(count=2, entries=[], truncated=False, unlisted=2),
+     ("files.held", None), dict(count=2, entries=[], truncated=False, unlisted=2)),
+    (ev.RunEnd(exit_code=0, connections=3, denied=1, would_deny=0, failed=0, ms=812.5, error="e"),
+     ("run.end", None), dict(exit_code=0, connections=3, denied=1, would_deny=0, failed=0, ms=812.5,
+                             error="e")),
+]
+
+
+@pytest.mark.parametrize("event, envelope, fields", BROKER_EVENTS + ORCHESTRATOR_EVENTS,
+                         ids=lambda x: getattr(x, "KIND", ""))
 def test_a_type_writes_the_bytes_the_keyword_form_writes(event, envelope, fields):
     """The record's bytes are the same whichever form the writer used: the
     digest chain, the goldens and every reader depend on them."""

@@ -18,8 +18,9 @@ connection has `conn` (the envelope's conn) as its first field, positional;
 the others are keyword-only and have `conn` None. A field given a default
 here is optional: left out of the line when None (a field that is written
 as null, `policy` say, has no default). A field's annotation is its JSON
-type; tests/test_record_schema.py holds each type to schema.json field by
-field (names, which are required, JSON types) and docs/record.md to both.
+type; tests/test_event_types.py holds each type to schema.json field by
+field (names, which are required, JSON types), test_record_schema.py holds
+docs/record.md to the schema.
 
 The types are `_Event` tuples, not dataclasses or NamedTuples: the broker
 makes several per connection, and a class here costs one __init_subclass__

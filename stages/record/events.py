@@ -2,9 +2,9 @@
 
 Every stage that writes events constructs its kind's type (event_types.py)
 and hands it to an `Emitter`; every stage that reads them uses `read_events`
-(and event_types.decode for a kind's type). The human-readable description is docs/record.md and the
-machine-readable one is schema.json beside this file; tests check that
-all three agree.
+(and event_types.decode for a kind's type). The human-readable description
+is docs/record.md and the machine-readable one is schema.json beside this
+file; tests check that they and the types agree.
 """
 from __future__ import annotations
 
