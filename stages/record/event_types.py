@@ -43,6 +43,8 @@ class _Event(tuple):
     _types: dict = {}      # name -> its annotation
     _optional: frozenset = frozenset()
     _start = 0             # where _names begin in the tuple (1 after conn)
+    _flat = False          # no list or object among the fields
+    _kind_bytes = b""
 
     def __init_subclass__(cls):
         annotations = cls.__dict__.get("__annotations__", {})
@@ -51,6 +53,11 @@ class _Event(tuple):
         cls._names = cls._fields[cls._start:]
         cls._types = {name: annotations[name] for name in cls._names}
         cls._optional = frozenset(name for name in cls._names if name in cls.__dict__)
+        # Flat: every field a number, a bool, a string or null; such an event
+        # whose fields' JSON is at most MAX_FIELD bytes has nothing to clip
+        # (events.Emitter's fast path).
+        cls._flat = all(set(getattr(kind, "__args__", (kind,))) <= _SCALARS for kind in cls._types.values())
+        cls._kind_bytes = cls.KIND.encode()
         for index, name in enumerate(cls._fields):
             setattr(cls, name, property(operator.itemgetter(index)))
         _BY_KIND[cls.KIND] = cls
@@ -102,6 +109,7 @@ class _Event(tuple):
 
 
 _BY_KIND: dict = {}
+_SCALARS = {str, int, float, bool, type(None)}
 
 
 def _is(value, kind) -> bool:

@@ -228,6 +228,24 @@ class Emitter:
             return encode(self.run, type_, fields, path=self.path, conn=conn, pid=pid)
         return line
 
+    def _encode_event(self, event) -> bytes:
+        """An event_types event's line: _encode's bytes. A flat event (no list
+        or object among its fields, as the broker's connection events are)
+        whose fields' JSON is at most MAX_FIELD bytes has no field to clip:
+        its line is made without looking at each field."""
+        fields = event.fields()
+        conn = event.conn
+        if event._flat and (conn is None or type(conn) is int):
+            body = orjson.dumps(fields)
+            pid = _PID[0]
+            if len(body) <= MAX_FIELD and pid == self._pid:
+                line = b"".join((_HEAD, rfc3339_ns(time.time_ns()).encode(), b'","type":"',
+                                 event._kind_bytes, self._after_type,
+                                 b"null" if conn is None else b"%d" % conn, b',"fields":', body, b"}\n"))
+                if len(line) <= MAX_LINE:
+                    return line
+        return self._encode(event.KIND, conn, fields)     # a type's KIND is a kind
+
     def emit(self, event, conn: int | None = None, /, **fields) -> None:
         """Write one event: an event_types type (`emit(ConnClose(7, bytes_up=...))`),
         or, the form run.py and broker/main.py still use until they construct
@@ -235,7 +253,7 @@ class Emitter:
         # The envelope's path is the emitter's: every field name stays free for
         # the event itself (path.check has a field called "path").
         if type(event) is not str:
-            line = self._encode(event.KIND, event.conn, event.fields())     # a type's KIND is a kind
+            line = self._encode_event(event)
         elif event in _KINDS:
             line = self._encode(event, conn, fields)
         else:
