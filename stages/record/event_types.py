@@ -22,23 +22,25 @@ type; tests/test_event_types.py holds each type to schema.json field by
 field (names, which are required, JSON types), test_record_schema.py holds
 docs/record.md to the schema.
 
-The types are `_Event` tuples, not dataclasses or NamedTuples: the broker
-makes several per connection, and a class here costs one __init_subclass__
-when the module loads (no exec, no typing), on the way to run.start.
+The types are the status messages' tuples (`_Message`), not dataclasses or
+NamedTuples: the broker makes several per connection, and a class here
+costs one __init_subclass__ when the module loads (no exec, no typing), on
+the way to run.start.
 """
 import operator
 
 from stages.record.events import EVENT_TYPES, RecordError
+from stages.wire import status
 
 
-class _Event(tuple):
-    """An event's fields as a tuple, each readable by name. A subclass
-    annotates its fields in the record's order; a class attribute (None) makes
-    a field optional. KIND is the envelope's type."""
+class _Event(status._Message):
+    """An event's fields as a tuple, each readable by name, compared by kind
+    and value (the status messages' tuple, wire/status.py). A subclass
+    annotates its fields in the record's order; a class attribute (None)
+    makes a field optional. KIND is the envelope's type."""
     __slots__ = ()
     KIND = ""
     conn = None            # the envelope's conn; a connection's kinds have it as their first field
-    _fields: tuple = ()    # every field, conn first when the kind has it
     _names: tuple = ()     # the fields written into "fields" (conn aside)
     _types: dict = {}      # name -> its annotation
     _optional: frozenset = frozenset()
@@ -47,19 +49,17 @@ class _Event(tuple):
     _kind_bytes = b""
 
     def __init_subclass__(cls):
+        super().__init_subclass__()        # _fields, _defaults, a property per field
         annotations = cls.__dict__.get("__annotations__", {})
-        cls._fields = tuple(annotations)
         cls._start = 1 if cls._fields[:1] == ("conn",) else 0
         cls._names = cls._fields[cls._start:]
         cls._types = {name: annotations[name] for name in cls._names}
-        cls._optional = frozenset(name for name in cls._names if name in cls.__dict__)
+        cls._optional = frozenset(cls._defaults)
         # Flat: every field a number, a bool, a string or null; such an event
         # whose fields' JSON is at most MAX_FIELD bytes has nothing to clip
         # (events.Emitter's fast path).
         cls._flat = all(set(getattr(kind, "__args__", (kind,))) <= _SCALARS for kind in cls._types.values())
         cls._kind_bytes = cls.KIND.encode()
-        for index, name in enumerate(cls._fields):
-            setattr(cls, name, property(operator.itemgetter(index)))
         _BY_KIND[cls.KIND] = cls
 
     def fields(self) -> dict:
@@ -70,20 +70,6 @@ class _Event(tuple):
         optional = self._optional
         return {name: value for name, value in zip(self._names, values)
                 if value is not None or name not in optional}
-
-    def __eq__(self, other) -> bool:
-        return type(self) is type(other) and tuple.__eq__(self, other)
-
-    def __ne__(self, other) -> bool:
-        return not self.__eq__(other)
-
-    __hash__ = tuple.__hash__
-
-    def __repr__(self) -> str:
-        return f"{type(self).__name__}({', '.join(f'{n}={v!r}' for n, v in zip(self._fields, self))})"
-
-    def __getnewargs__(self):
-        return tuple(self)
 
     @classmethod
     def from_fields(cls, fields: dict, conn: int | None = None) -> "_Event":
