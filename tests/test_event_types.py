@@ -73,9 +73,10 @@ def _filled(cls) -> tuple[dict, int | None]:
 def test_new_and_fields_follow_the_annotations(cls):
     """Each kind's written-out __new__ and fields() against its annotations:
     the same names, in the same order, optional ones left out when None."""
-    params = inspect.signature(cls.__new__).parameters
-    assert list(params)[1:] == list(cls._fields)
-    assert {n for n, p in params.items() if p.default is None} == set(cls._optional)
+    if "__new__" in cls.__dict__:                # written out (the broker's kinds)
+        params = inspect.signature(cls.__new__).parameters
+        assert list(params)[1:] == list(cls._fields)
+        assert {n for n, p in params.items() if p.default is None} == set(cls._optional)
     values, conn = _filled(cls)
     event = cls(*([conn] if conn else []), **values)
     assert list(event.fields().items()) == list(values.items())

@@ -118,11 +118,14 @@ def _says(kind) -> str:
 
 # ------------------------------------------------------------- the kinds
 # In the order a run produces them (events.EVENT_TYPES). Which stage writes
-# each, and what each field means: docs/record.md. Each kind's __new__ and
-# fields() are written out, not made from the annotations: the broker makes
-# five or so events per connection, and a generic loop over the fields
-# costs it ~1.5 us an event (scripts/bench/event_cost.py); the annotations
-# stay the one list, and tests/test_event_types.py holds both to it.
+# each, and what each field means: docs/record.md. The kinds the broker
+# writes per connection or query have their __new__ (and the per-connection ones their fields())
+# written out, not made from the annotations: the broker makes five or so
+# events per connection, and the generic loop over the fields cost it
+# ~1.5 us an event (scripts/bench/event_cost.py); the annotations stay the
+# one list, and tests/test_event_types.py holds both to it. The
+# orchestrator's kinds, written a few times a run, take the generic ones
+# (by keyword, as every kind).
 
 class RunStart(_Event):
     """The run begins (the orchestrator)."""
@@ -151,17 +154,6 @@ class RunStart(_Event):
     protected: dict = None
     cut: dict = None                       # events.encode's, when the line was shortened
 
-    def __new__(cls, *, mode, program, policy, policy_file, via, config=None, dry_run,
-                allow_unix_sockets, version, record, files=None, env_kept=None,
-                deny_private_scope=None, deny_private_shadows=None, capture=None, ask=None,
-                unix_allow=None, unix_allow_unlisted=None, work_set=None, secrets=None,
-                keys_given=None, protected=None, cut=None):
-        return tuple.__new__(cls, (mode, program, policy, policy_file, via, config, dry_run,
-                                   allow_unix_sockets, version, record, files, env_kept,
-                                   deny_private_scope, deny_private_shadows, capture, ask,
-                                   unix_allow, unix_allow_unlisted, work_set, secrets, keys_given,
-                                   protected, cut))
-
 
 class PathCheck(_Event):
     """The chosen path was checked before the program starts (the broker)."""
@@ -171,9 +163,6 @@ class PathCheck(_Event):
     ok: bool
     ms: float
     error: str = None
-
-    def __new__(cls, *, path, type, ok, ms, error=None):
-        return tuple.__new__(cls, (path, type, ok, ms, error))
 
 
 class SandboxReady(_Event):
@@ -185,9 +174,6 @@ class SandboxReady(_Event):
     unix: str = None
     doors: dict
     local_doors: list = None
-
-    def __new__(cls, *, namespaces, seccomp, unix_sockets, unix=None, doors, local_doors=None):
-        return tuple.__new__(cls, (namespaces, seccomp, unix_sockets, unix, doors, local_doors))
 
 
 class ConnRequest(_Event):
@@ -352,9 +338,6 @@ class UnixAllow(_Event):
     program: str
     rule: str
 
-    def __new__(cls, *, path, process, program, rule):
-        return tuple.__new__(cls, (path, process, program, rule))
-
 
 class UnixDeny(_Event):
     """The supervisor refused a Unix socket bound outside (the orchestrator)."""
@@ -363,9 +346,6 @@ class UnixDeny(_Event):
     process: int
     program: str
     reason: str
-
-    def __new__(cls, *, path, process, program, reason):
-        return tuple.__new__(cls, (path, process, program, reason))
 
 
 class ProgramExit(_Event):
@@ -376,9 +356,6 @@ class ProgramExit(_Event):
     no_route: int = None
     loopback_refused: list = None
 
-    def __new__(cls, *, code, signal, no_route=None, loopback_refused=None):
-        return tuple.__new__(cls, (code, signal, no_route, loopback_refused))
-
 
 class FilesHeld(_Event):
     """What the program wrote outside its work set, held (the orchestrator)."""
@@ -387,9 +364,6 @@ class FilesHeld(_Event):
     entries: list
     truncated: bool
     unlisted: int = None
-
-    def __new__(cls, *, count, entries, truncated, unlisted=None):
-        return tuple.__new__(cls, (count, entries, truncated, unlisted))
 
 
 class RunEnd(_Event):
@@ -405,11 +379,6 @@ class RunEnd(_Event):
     error: str = None
     events_to_lost: int = None
     syslog_lost: int = None
-
-    def __new__(cls, *, exit_code, connections, denied, would_deny, failed, ms, error=None,
-                events_to_lost=None, syslog_lost=None):
-        return tuple.__new__(cls, (exit_code, connections, denied, would_deny, failed, ms, error,
-                                   events_to_lost, syslog_lost))
 
 
 class Truncated(tuple):
