@@ -21,6 +21,12 @@ def pool(start: int = 0) -> FakeNames:
     return FakeNames(memory=bytearray(SLOTS * SLOT_SIZE), start=start)
 
 
+def answer(*args):
+    """dns_door.answer, its dns.answer event as the line's fields."""
+    reply, event = dns_door.answer(*args)
+    return reply, None if event is None else event.fields()
+
+
 def query(name: str | bytes, qtype: int = dns.A, qclass: int = 1, qid: int = 0x1234) -> bytes:
     raw = name if isinstance(name, bytes) else name.encode()
     qname = b"".join(bytes([len(l)]) + l for l in raw.split(b".") if l) + b"\0"
@@ -52,7 +58,7 @@ def test_pool_wraps_and_is_bounded():
 
 def test_a_query_gets_a_made_up_address_and_the_record_says_so():
     names = pool()
-    reply, fields = dns_door.answer(query("API.GitHub.com"), names, "udp")
+    reply, fields = answer(query("API.GitHub.com"), names, "udp")
     assert fields == {"name": "API.GitHub.com", "type": "A", "transport": "udp", "rcode": "NOERROR",
                       "address": "198.18.0.0"}
     assert dns.parse_answer(reply, 0x1234, dns.A) == [ipaddress.IPv4Address("198.18.0.0")]
@@ -66,7 +72,7 @@ def test_a_query_gets_a_made_up_address_and_the_record_says_so():
                                           (251, "REFUSED")])
 def test_other_types_get_nothing(qtype, rcode):
     names = pool()
-    reply, fields = dns_door.answer(query("api.github.com", qtype), names, "tcp")
+    reply, fields = answer(query("api.github.com", qtype), names, "tcp")
     assert fields["rcode"] == rcode and "address" not in fields
     flags, qd, an = struct.unpack_from("!HHH", reply, 2)
     assert flags & 0xF == (dns.REFUSED if rcode == "REFUSED" else dns.NOERROR) and (qd, an) == (1, 0)
@@ -79,7 +85,7 @@ def test_other_types_get_nothing(qtype, rcode):
     (b"caf\xc3\xa9.example", "REFUSED"), ("1.2.3.4", "REFUSED")])
 def test_special_and_odd_names_get_no_address(name, rcode):
     names = pool()
-    reply, fields = dns_door.answer(query(name), names, "udp")
+    reply, fields = answer(query(name), names, "udp")
     assert fields["rcode"] == rcode and fields.get("reason"), fields
     flags, _qd, an = struct.unpack_from("!HHH", reply, 2)
     assert (dns.RCODE_NAMES[flags & 0xF], an) == (rcode, 0), (flags, an)
@@ -92,25 +98,25 @@ def test_special_and_odd_names_get_no_address(name, rcode):
 
 
 def test_class_other_than_in_is_refused():
-    _reply, fields = dns_door.answer(query("api.github.com", dns.A, qclass=3), pool(), "udp")
+    _reply, fields = answer(query("api.github.com", dns.A, qclass=3), pool(), "udp")
     assert fields["rcode"] == "REFUSED"
 
 
 def test_not_a_query():
-    assert dns_door.answer(b"\x00" * 5, pool(), "udp") == (None, None)
+    assert answer(b"\x00" * 5, pool(), "udp") == (None, None)
     answer_bit = bytearray(query("a.example"))
     answer_bit[2] |= 0x80
-    assert dns_door.answer(bytes(answer_bit), pool(), "udp") == (None, None)
+    assert answer(bytes(answer_bit), pool(), "udp") == (None, None)
     two = bytearray(query("a.example"))
     two[5] = 2
-    reply, fields = dns_door.answer(bytes(two), pool(), "udp")
+    reply, fields = answer(bytes(two), pool(), "udp")
     assert fields["rcode"] == "FORMERR" and struct.unpack_from("!H", reply, 2)[0] & 0xF == dns.FORMERR
 
 
 @settings(max_examples=300, deadline=None)
 @given(st.binary(max_size=300))
 def test_any_bytes_give_an_answer_or_nothing_never_an_exception(data):
-    reply, fields = dns_door.answer(data, pool(), "udp")
+    reply, fields = answer(data, pool(), "udp")
     assert (reply is None) == (fields is None)
 
 
@@ -139,28 +145,28 @@ def test_a_refused_name_carries_the_reason_as_an_extended_error(name, said):
 
     def refusal(host):
         return name_refusal(host, POLICY)
-    reply, fields = dns_door.answer(_edns(query(name)), names, "udp", refusal)
+    reply, fields = answer(_edns(query(name)), names, "udp", refusal)
     assert fields["rcode"] == "NOERROR" and fields["address"] and said in fields["reason"], fields
     code, text = extended_error(reply)
     assert code == dns.EDE_BLOCKED and text.startswith(f"vpnw: {name} denied: ") and said in text
     assert names.name_for(ipaddress.ip_address(fields["address"])) == name
     # Another type: NODATA, with the reason all the same.
-    reply, fields = dns_door.answer(_edns(query(name, 16)), names, "udp", refusal)
+    reply, fields = answer(_edns(query(name, 16)), names, "udp", refusal)
     assert fields["rcode"] == "NODATA" and extended_error(reply)[0] == dns.EDE_BLOCKED
     # Without EDNS there is no place for it.
-    reply, fields = dns_door.answer(query(name), names, "udp", refusal)
+    reply, fields = answer(query(name), names, "udp", refusal)
     assert fields["rcode"] == "NOERROR" and extended_error(reply) is None
 
 
 @pytest.mark.parametrize("name", ["api.github.com", "files.pythonhosted.org"])
 def test_a_name_some_port_allows_still_gets_an_address(name):
     names = pool()
-    reply, fields = dns_door.answer(_edns(query(name)), names, "udp", lambda h: name_refusal(h, POLICY))
+    reply, fields = answer(_edns(query(name)), names, "udp", lambda h: name_refusal(h, POLICY))
     assert fields["rcode"] == "NOERROR" and fields["address"], fields
     assert extended_error(reply) is None
 
 
 def test_a_name_that_does_not_exist_stays_nxdomain():
-    reply, fields = dns_door.answer(_edns(query("printer.local")), pool(), "udp",
+    reply, fields = answer(_edns(query("printer.local")), pool(), "udp",
                                     lambda h: name_refusal(h, Policy.allow_all()))
     assert fields["rcode"] == "NXDOMAIN" and extended_error(reply) is None

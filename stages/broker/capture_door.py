@@ -91,9 +91,8 @@ class CaptureDoor(_Door):
             address, port = original_destination(client)
         except NoOriginalDestination as exc:
             reset(client)
-            self.journal.fail(self.journal.new_conn(), "handshake", "bad-request",
-                              f"a connection at the capture door without an original "
-                              f"destination ({exc})")
+            self.journal.handshake_failed("bad-request", f"a connection at the capture door without "
+                                                         f"an original destination ({exc})")
             return
         conn = self.journal.new_conn()
         # An address the DNS door made up becomes its name in connect().
@@ -102,10 +101,7 @@ class CaptureDoor(_Door):
             if not (isinstance(outcome, Denied) and await self._answer_refusal(client, outcome)):
                 reset(client)
             return
-        try:
-            await self.run_relay(client, outcome)
-        finally:
-            self.journal.close_conn(outcome)
+        await self.tunnel(client, outcome)
 
     async def _answer_refusal(self, client: socket.socket, denied: Denied) -> bool:
         """Say the refusal in the program's protocol; False: not one we can

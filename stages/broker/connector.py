@@ -13,6 +13,8 @@ import socket
 import time
 
 from stages.startup.records import NamedTuple   # not dataclasses: the loop's import (records.py)
+from stages.record import event_types as ev
+from stages.broker import decide
 from stages.broker.dial import DialError
 from stages.broker.hosts_file import HostsFile
 from stages.broker.journal import Journal, ms_since
@@ -27,13 +29,13 @@ class Opened:
     """A connection dialled, counted while it relays. A plain class, not a
     dataclass: made once per connection, and ~1 ms less on the loop's import."""
     __slots__ = ("conn", "sock", "address", "port", "dial_ms", "opened_at", "bytes_up", "bytes_down",
-                 "closed", "stream")
+                 "stream")
 
     def __init__(self, conn: int, sock: socket.socket, address: str, port: int, dial_ms: int,
-                 opened_at: float, bytes_up: int = 0, bytes_down: int = 0, closed: bool = False):
+                 opened_at: float, bytes_up: int = 0, bytes_down: int = 0):
         self.conn, self.sock, self.address, self.port = conn, sock, address, port
         self.dial_ms, self.opened_at = dial_ms, opened_at
-        self.bytes_up, self.bytes_down, self.closed = bytes_up, bytes_down, closed
+        self.bytes_up, self.bytes_down = bytes_up, bytes_down
         self.stream = None      # what a dial's `finish` made of the socket (a secret door's TLS)
 
 
@@ -82,6 +84,7 @@ class LookupThreads:
             await self.paused.wait()
         loop = asyncio.get_running_loop()
         if self.executor is None:
+            # the pool's concurrent.futures loads at the run's first lookup (lean_asyncio.py)
             from stages.startup.lean_asyncio import thread_pool_executor
             self.executor = thread_pool_executor()(thread_name_prefix="vpnw-lookup")
         self.in_flight += 1
@@ -139,7 +142,6 @@ class Connector:
     def __init__(self, journal: Journal, *, policy, dialer, via: str, dry_run: bool,
                  local_addresses: frozenset, hold=None, record_gate=None, fake_names=None,
                  machine_step: bool | None = None):
-        from stages.broker import decide
         self.decide = decide
         self.journal = journal
         self.policy = policy
@@ -168,9 +170,11 @@ class Connector:
         Opened.stream. `request_fields` go into conn.request (a secret door's name)."""
         fake, host = self._made_up(host)
         where = {"host": host, "port": port, "door": door}     # policy.* events carry it too
-        self.journal.emit("conn.request", conn, door=door, kind=kind, host=host, port=port,
-                          **({"fake_address": str(fake)} if fake is not None else {}), **request_fields)
+        self.journal.emit(ev.ConnRequest(conn, door=door, kind=kind, host=host, port=port,
+                                         fake_address=None if fake is None else str(fake),
+                                         **request_fields))
         if fake is not None and host == str(fake):
+            # only with capture's DNS door, and then only for an address it gave no name
             from stages.broker.fake_ips import not_given_reason
             return self._end(conn, Denied(not_given_reason(fake), "dns-door"), where)
         stage = "resolve"
@@ -221,15 +225,15 @@ class Connector:
         no join with conn.request."""
         journal = self.journal
         if isinstance(outcome, Opened):
-            journal.emit("conn.open", conn, address=outcome.address, port=outcome.port,
-                         via=self.via, ms=outcome.dial_ms)
+            journal.emit(ev.ConnOpen(conn, address=outcome.address, port=outcome.port,
+                                     via=self.via, ms=outcome.dial_ms))
         elif isinstance(outcome, Denied):
-            journal.deny(conn, rule=outcome.rule, reason=outcome.reason, enforced=True,
-                         **(where or {}), **(outcome.asked or {}))
-            if where:
-                outcome = outcome._replace(host=where["host"], port=where["port"])
+            journal.deny(ev.PolicyDeny(conn, rule=outcome.rule, reason=outcome.reason, enforced=True,
+                                       **where, **(outcome.asked or {})))
+            outcome = outcome._replace(host=where["host"], port=where["port"])
         else:
-            journal.fail(conn, outcome.stage, outcome.error, outcome.reason)
+            journal.fail(ev.ConnFail(conn, stage=outcome.stage, error=outcome.error,
+                                     reason=outcome.reason))
         return outcome
 
     async def _decide(self, conn: int, host: str, port: int,
@@ -276,11 +280,11 @@ class Connector:
             if machine is not None:
                 return Denied(machine.reason, machine.rule, asked)
         if verdict.allowed:
-            self.journal.emit("policy.allow", conn, rule=verdict.rule, reason=verdict.reason,
-                              host=host, port=port, door=door, **(asked or {}))
+            self.journal.emit(ev.PolicyAllow(conn, rule=verdict.rule, reason=verdict.reason,
+                                             host=host, port=port, door=door, **(asked or {})))
         else:
-            self.journal.deny(conn, rule=verdict.rule, reason=verdict.reason, enforced=False,
-                              host=host, port=port, door=door)
+            self.journal.deny(ev.PolicyDeny(conn, rule=verdict.rule, reason=verdict.reason,
+                                            enforced=False, host=host, port=port, door=door))
         return _Allowed(target.host, addresses)
 
     async def _ask(self, conn: int, target, door: str):
@@ -348,8 +352,8 @@ class Connector:
         in_file = self.hosts.lookup(host)
         if in_file:
             # What getaddrinfo would answer from /etc/hosts, without its thread.
-            self.journal.emit("dns.resolve", conn, host=host, addresses=self.hosts.texts(host),
-                              ms=ms_since(started))
+            self.journal.emit(ev.DnsResolve(conn, host=host, addresses=self.hosts.texts(host),
+                                            ms=ms_since(started)))
             return in_file
         try:
             async with asyncio.timeout(DNS_TIMEOUT):
@@ -357,8 +361,8 @@ class Connector:
         except (OSError, asyncio.TimeoutError, UnicodeError) as exc:
             message = "timed out" if isinstance(exc, asyncio.TimeoutError) else (
                 getattr(exc, "strerror", None) or str(exc))
-            self.journal.emit("dns.resolve", conn, host=host, addresses=[], ms=ms_since(started),
-                              error=message)
+            self.journal.emit(ev.DnsResolve(conn, host=host, addresses=[], ms=ms_since(started),
+                                            error=message))
             raise DialError("dns", f"{host}: the name was not resolved ({message})") from None
         found = []
         for family, _, _, _, sockaddr in infos:
@@ -367,8 +371,8 @@ class Connector:
             ip = ipaddress.ip_address(sockaddr[0].split("%", 1)[0])
             if ip not in found:
                 found.append(ip)
-        self.journal.emit("dns.resolve", conn, host=host, addresses=[str(a) for a in found],
-                          ms=ms_since(started))
+        self.journal.emit(ev.DnsResolve(conn, host=host, addresses=[str(a) for a in found],
+                                        ms=ms_since(started)))
         if not found:
             raise DialError("dns", f"{host}: the name has no addresses")
         return tuple(found)
@@ -380,11 +384,11 @@ class Connector:
         try:
             found, server = await self.dialer.resolve(host)
         except DialError as exc:
-            self.journal.emit("dns.resolve", conn, host=host, addresses=[], ms=ms_since(started),
-                              error=exc.reason)
+            self.journal.emit(ev.DnsResolve(conn, host=host, addresses=[], ms=ms_since(started),
+                                            error=exc.reason))
             raise
-        self.journal.emit("dns.resolve", conn, host=host, addresses=[str(a) for a in found],
-                          ms=ms_since(started), server=server)
+        self.journal.emit(ev.DnsResolve(conn, host=host, addresses=[str(a) for a in found],
+                                        ms=ms_since(started), server=server))
         if not found:
             raise DialError("dns", f"{host}: {server} knows no addresses for the name")
         return tuple(found)

@@ -33,6 +33,7 @@ import socket
 import struct
 
 from stages.config.addresses import BadHost, classify_name, parse_host
+from stages.record import event_types as ev
 from stages.protocols import dns
 from stages.broker.fake_ips import FakeNames, PoolFull
 from stages.broker.sessions import _Door
@@ -44,8 +45,8 @@ TCP_MAX_QUERIES = 100               # per connection
 
 
 def answer(data: bytes, names: FakeNames, transport: str,
-           refusal=None) -> tuple[bytes | None, dict | None]:
-    """(reply or None, dns.answer's fields or None). None, None: not a
+           refusal=None) -> tuple[bytes | None, ev.DnsAnswer | None]:
+    """(reply or None, the dns.answer event or None). None, None: not a
     query at all (an answer, or shorter than a header): dropped unanswered
     and unrecorded, as a resolver does. `refusal`: name -> the reason the
     policy refuses it at every port, or None (Connector.name_refusal)."""
@@ -56,18 +57,15 @@ def answer(data: bytes, names: FakeNames, transport: str,
             return None, None
         rcode = dns.NOTIMP if "standard" in str(exc) else dns.FORMERR
         return (dns.build_error(exc.query_id, exc.flags, rcode),
-                {"name": "", "type": "", "rcode": dns.RCODE_NAMES[rcode], "transport": transport,
-                 "reason": f"not a query the DNS door reads: {exc}"})
+                ev.DnsAnswer(name="", type="", transport=transport, rcode=dns.RCODE_NAMES[rcode],
+                             reason=f"not a query the DNS door reads: {exc}"))
     shown = b".".join(query.labels).decode("ascii", "backslashreplace")
-    fields = {"name": shown[:253], "type": query.type_name, "transport": transport}
     rcode, addresses, reason, refused = _decide(query, names, refusal)
-    fields["rcode"] = dns.RCODE_NAMES[rcode] if rcode or addresses else "NODATA"
-    if addresses:
-        fields["address"] = str(addresses[0])
-    if reason:
-        fields["reason"] = reason
+    event = ev.DnsAnswer(name=shown[:253], type=query.type_name, transport=transport,
+                         rcode=dns.RCODE_NAMES[rcode] if rcode or addresses else "NODATA",
+                         address=str(addresses[0]) if addresses else None, reason=reason or None)
     error = (dns.EDE_BLOCKED, f"vpnw: {shown[:253]} denied: {reason}") if refused else None
-    return dns.build_response(query, rcode, addresses, error=error), fields
+    return dns.build_response(query, rcode, addresses, error=error), event
 
 
 def _decide(query: dns.Query, names: FakeNames, refusal=None) -> tuple[int, tuple, str | None, bool]:
@@ -117,9 +115,9 @@ class DnsDatagrams:
             except OSError:
                 return
             served += 1
-            reply, fields = answer(data, self.ctx.fake_names, "udp", self.ctx.connector.name_refusal)
-            if fields is not None:
-                self.ctx.journal.emit("dns.answer", **fields)
+            reply, event = answer(data, self.ctx.fake_names, "udp", self.ctx.connector.name_refusal)
+            if event is not None:
+                self.ctx.journal.emit(event)
             if reply is not None:       # at most ~290 bytes: one question, one A record
                 try:
                     self.sock.sendto(reply, peer)
@@ -144,9 +142,9 @@ class DnsTcpDoor(_Door):
                 buffered += chunk
             size = struct.unpack_from("!H", buffered)[0]
             data, buffered = buffered[2:2 + size], buffered[2 + size:]
-            reply, fields = answer(data, self.ctx.fake_names, "tcp", self.connector.name_refusal)
-            if fields is not None:
-                self.journal.emit("dns.answer", **fields)
+            reply, event = answer(data, self.ctx.fake_names, "tcp", self.connector.name_refusal)
+            if event is not None:
+                self.journal.emit(event)
             if reply is None:
                 return
             try:

@@ -3,7 +3,8 @@
 Events are held and written once per loop turn (one write(2) for all the
 events of a turn: the recorder wakes less often and the loop spends its time
 relaying); connection numbers and the run's totals are counted here, the one
-place that writes conn.fail and conn.close.
+place that writes policy.deny, conn.fail and conn.close. Every event is its
+kind's type (stages/record/event_types.py), made by the writer.
 """
 from __future__ import annotations
 
@@ -11,7 +12,9 @@ import asyncio
 import time
 
 from stages.wire import status as st
+from stages.record import event_types as ev
 from stages.record.events import Emitter
+from stages.broker.workers import ConnNumbers
 
 
 def ms_since(since: float) -> int:
@@ -20,7 +23,6 @@ def ms_since(since: float) -> int:
 
 class Journal:
     def __init__(self, emitter: Emitter, status_fd: int, numbers=None):
-        from stages.broker.workers import ConnNumbers
         self.emitter = emitter
         self.status_fd = status_fd
         self.numbers = numbers or ConnNumbers()   # shared with the workers, when there are any
@@ -30,8 +32,9 @@ class Journal:
         self.loop = None        # the broker's loop, once it runs (flushes are scheduled on it)
         emitter.hold()
 
-    def emit(self, type_: str, conn: int | None = None, **fields) -> None:
-        self.emitter.emit(type_, conn, **fields)
+    def emit(self, event) -> None:
+        """Write one event (an event_types type) at this loop turn's flush."""
+        self.emitter.emit(event)
         if not self.flush_scheduled:
             loop = self.loop
             if loop is None:
@@ -78,28 +81,36 @@ class Journal:
         self.totals["connections"] += 1
         return self.numbers.next()
 
-    def deny(self, conn: int, *, rule: str, reason: str, enforced: bool, **fields) -> None:
+    def deny(self, event: ev.PolicyDeny) -> None:
         """policy.deny, counted: a denial, or (--dry-run) one that would have been."""
-        self.totals["denied" if enforced else "would_deny"] += 1
-        self.emit("policy.deny", conn, rule=rule, reason=reason, enforced=enforced, **fields)
+        self.totals["denied" if event.enforced else "would_deny"] += 1
+        self.emit(event)
 
     def add_totals(self, counts: dict) -> None:
         """A worker's totals, reported at its end, join the run's."""
         for key, value in counts.items():
             self.totals[key] += value
 
-    def fail(self, conn: int, stage: str, error: str, reason: str) -> None:
+    def fail(self, event: ev.ConnFail) -> None:
+        """conn.fail, counted."""
         self.totals["failed"] += 1
-        self.emit("conn.fail", conn, stage=stage, error=error, reason=reason)
+        self.emit(event)
+
+    def handshake_failed(self, error: str, reason: str) -> None:
+        """A client that never made a whole request: a connection number of
+        its own, and its conn.fail at the handshake."""
+        self.fail(ev.ConnFail(self.new_conn(), stage="handshake", error=error, reason=reason))
 
     def close_conn(self, opened) -> None:
-        """conn.close for an Opened connection, once, closing its socket."""
-        if opened.closed:
-            return
-        opened.closed = True
+        """The one place a connection that was opened ends: its socket (and a
+        secret door's TLS stream) closed, its conn.close written. Called once
+        per connection by the one that holds it (sessions.py: a tunnel's
+        relay, or a kept-alive client's upstream)."""
+        if opened.stream is not None:
+            opened.stream[1].transport.abort()
         try:
             opened.sock.close()
         except OSError:
             pass
-        self.emit("conn.close", opened.conn, bytes_up=opened.bytes_up,
-                  bytes_down=opened.bytes_down, ms=ms_since(opened.opened_at))
+        self.emit(ev.ConnClose(opened.conn, bytes_up=opened.bytes_up, bytes_down=opened.bytes_down,
+                               ms=ms_since(opened.opened_at)))

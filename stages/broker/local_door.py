@@ -14,6 +14,7 @@ from __future__ import annotations
 import socket
 import time
 
+from stages.record import event_types as ev
 from stages.broker.connector import Failed, Opened
 from stages.broker.journal import ms_since
 from stages.broker.sessions import _Door
@@ -31,30 +32,27 @@ class LocalDoor(_Door):
         except OSError:
             return
         conn = self.journal.new_conn()
-        self.journal.emit("conn.request", conn, door="local", kind="local", host="localhost",
-                          port=port)
+        self.journal.emit(ev.ConnRequest(conn, door="local", kind="local", host="localhost", port=port))
         policy = self.connector.policy
         rule = localhost_rule(policy, port)
         if rule is None:      # a deny rule on localhost took it back
-            self.journal.deny(conn, rule="localhost", enforced=True, host="localhost", port=port,
-                              door="local",
-                              reason=f"localhost:{port}: a deny rule refuses it; the machine's own "
-                                     f"loopback is reached only by an allow rule localhost:{port}")
+            self.journal.deny(ev.PolicyDeny(
+                conn, rule="localhost", enforced=True, host="localhost", port=port, door="local",
+                reason=f"localhost:{port}: a deny rule refuses it; the machine's own "
+                       f"loopback is reached only by an allow rule localhost:{port}"))
             return
-        self.journal.emit("policy.allow", conn, rule=f"allow {rule.label()}", host="localhost",
-                          port=port, door="local",
-                          reason=f'localhost:{port} matches allow rule "{rule.text}" '
-                                 f"({policy.where(rule)}): the machine's own loopback, this port only")
+        self.journal.emit(ev.PolicyAllow(
+            conn, rule=f"allow {rule.label()}", host="localhost", port=port, door="local",
+            reason=f'localhost:{port} matches allow rule "{rule.text}" '
+                   f"({policy.where(rule)}): the machine's own loopback, this port only"))
         outcome = await self._dial(conn, port)
         if not isinstance(outcome, Opened):
-            self.journal.fail(conn, outcome.stage, outcome.error, outcome.reason)
+            self.journal.fail(ev.ConnFail(conn, stage=outcome.stage, error=outcome.error,
+                                          reason=outcome.reason))
             return
-        self.journal.emit("conn.open", conn, address=outcome.address, port=port, via="localhost",
-                          ms=outcome.dial_ms)
-        try:
-            await self.run_relay(client, outcome)
-        finally:
-            self.journal.close_conn(outcome)
+        self.journal.emit(ev.ConnOpen(conn, address=outcome.address, port=port, via="localhost",
+                                      ms=outcome.dial_ms))
+        await self.tunnel(client, outcome)
 
     async def _dial(self, conn: int, port: int) -> Opened | Failed:
         started = time.monotonic()

@@ -25,8 +25,11 @@ import time
 from stages.wire import status as st
 from stages.wire.exits import ExitCode
 from stages.wire.handoff import take_pending
+from stages.record import event_types as ev
 from stages.record.events import Emitter
+from stages.config.policy import Policy
 from stages.broker.connector import Connector
+from stages.broker.local_addresses import local_addresses
 from stages.broker.warn import warn
 from stages.broker.dial import PathDownError
 from stages.broker.dialers import dialer_for
@@ -94,11 +97,11 @@ class Broker:
             await self.dialer.check()
         except PathDownError as exc:
             ms = ms_since(started)
-            self.journal.emit("path.check", path=name, type=kind, ok=False, ms=ms, error=str(exc))
+            self.journal.emit(ev.PathCheck(path=name, type=kind, ok=False, ms=ms, error=str(exc)))
             self.journal.status(st.PathDown(path=name, error=str(exc)))
             return False
         ms = ms_since(started)
-        self.journal.emit("path.check", path=name, type=kind, ok=True, ms=ms)
+        self.journal.emit(ev.PathCheck(path=name, type=kind, ok=True, ms=ms))
         self.journal.status(st.PathOk(path=name, type=kind, ms=ms))
         return True
 
@@ -279,9 +282,9 @@ class Broker:
         self._watch_load()
         if len(self.handshaking) >= MAX_PENDING_HANDSHAKES:
             sock.close()
-            self.journal.fail(self.journal.new_conn(), "handshake", "refused",
-                              f"{MAX_PENDING_HANDSHAKES} connections are already waiting to send "
-                              "their request; this one was closed at once")
+            self.journal.handshake_failed("refused", f"{MAX_PENDING_HANDSHAKES} connections are already "
+                                                     "waiting to send their request; this one was "
+                                                     "closed at once")
             return
         self.handshaking.add(sock)
         task = self.loop.create_task(self._serve(door, sock))
@@ -314,6 +317,7 @@ def _secret_doors(context: DoorContext, secrets) -> dict:
     """The secret doors (secret_door.py), on a run whose policy has secrets."""
     if secrets is None:
         return {}
+    # only a run with secrets loads the secret doors (and ssl)
     from stages.broker.secret_door import SecretDoor, SecretKeeper
     keeper = SecretKeeper(secrets.secrets, secrets.values, secrets.ports, secrets.env)
     return {"secret": SecretDoor(context, keeper)}
@@ -325,8 +329,9 @@ def _capture_doors(context: DoorContext) -> dict:
     (main.py loads them with the loop), not on every run's first connection."""
     if context.fake_names is None:
         return {}
+    # only a run with capture loads them (the docstring says why)
     from stages.broker.capture_door import CaptureDoor
-    from stages.broker.dns_door import DnsTcpDoor
+    from stages.broker.dns_door import DnsTcpDoor        # (the same)
     return {"capture": CaptureDoor(context), "dns": DnsTcpDoor(context)}
 
 
@@ -335,6 +340,7 @@ def _hold(ask_fd: int | None, worker: bool):
     (hold.py); a worker's own, made from the lead's."""
     if ask_fd is None:
         return None
+    # only guard --ask holds connections
     from stages.broker.hold import Hold
     return Hold.for_worker(ask_fd) if worker else Hold(ask_fd)
 
@@ -356,12 +362,10 @@ def run_broker(handoff_fd: int, event_fd: int, status_fd: int, *, run_id: str, p
     """The broker process body (the lead's, or a worker's: then `crew` is
     None and `numbers` the shared counter); returns its exit code (0,
     PATH_DOWN, INTERNAL)."""
-    from stages.broker.local_addresses import local_addresses
     broker = None
     try:
         _raise_fd_limit()
         if policy is None:
-            from stages.config.policy import Policy
             policy = Policy.allow_all()
         broker = Broker(emitter=Emitter(event_fd, run_id, path=path.name),
                         status_fd=status_fd, policy=policy, path=path, path_reported=path_reported,

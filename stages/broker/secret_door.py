@@ -23,12 +23,14 @@ from __future__ import annotations
 
 import asyncio
 import socket
+import ssl          # loaded only on a run with secrets: this module is then (broker/main.py)
 import time
 
+from stages.record import event_types as ev
 from stages.broker import http_proxy
 from stages.broker.connector import Denied, Opened
 from stages.broker.dial import DialError
-from stages.broker.sessions import HANDSHAKE_TIMEOUT, IDLE_TIMEOUT, RECV_SIZE, _Door, _feed
+from stages.broker.sessions import RECV_SIZE, KeptUpstream, _feed, _Forwarding
 from stages.config import secrets as sc
 
 TLS_TIMEOUT = 15.0
@@ -89,19 +91,24 @@ class SecretKeeper:
         """The client context, made once: the system's store (SSL_CERT_FILE
         and SSL_CERT_DIR as OpenSSL reads them), the host name checked."""
         if self._tls is None:
-            import ssl
             self._tls = ssl.create_default_context()
         return self._tls
 
 
-class SecretDoor(_Door):
+class SecretDoor(_Forwarding):
+    """A secret's door: each request checked, given the credential and
+    forwarded over the broker's own TLS to the secret's host."""
+    HEADS = (http_proxy.SecretHead,)
+    ORIGIN = "host"
+    CLOSED_EARLY = "the host closed before answering"
+    SPLICES = False                 # the upstream is TLS: every byte goes through the stream
+    UPGRADES = True                 # WebSocket
 
     def __init__(self, ctx, keeper: SecretKeeper | None):
         super().__init__(ctx)
         self.keeper = keeper
 
     async def serve(self, client: socket.socket) -> None:
-        loop = self.ctx.loop
         try:
             door_port = client.getsockname()[1]
         except OSError:
@@ -115,75 +122,64 @@ class SecretDoor(_Door):
         except OSError:
             pass
         parser = http_proxy.SecretRequestParser(secret.host, secret.port, door_port, names)
-        upstream: Opened | None = None
-        responses = None
+        kept = KeptUpstream(self.journal)
         first = True
         try:
             while True:
-                limit = HANDSHAKE_TIMEOUT if first else IDLE_TIMEOUT
-                try:
-                    head = await self._next_head(parser, client, loop.time() + limit)
-                except http_proxy.HttpProxyError as exc:
-                    await self.send_quietly(client, http_proxy.error_response(exc.status, exc.reason))
-                    self.journal.fail(self.journal.new_conn(), "handshake", "bad-request",
-                                      f"secret door {secret.name}: HTTP: {exc.reason}")
-                    return
-                except asyncio.TimeoutError:
-                    if first or parser.buffered:
-                        await self.send_quietly(client, http_proxy.error_response(
-                            408, "no complete request in time"))
-                        self.journal.fail(self.journal.new_conn(), "handshake", "timeout",
-                                          f"no complete HTTP request head within {limit:.0f} s")
-                    return
+                head = await self.request_head(parser, client, first, f"secret door {secret.name}: ")
                 if head is None:
                     return
                 first = False
                 self.ctx.handshaking.discard(client)
-                refused = _rules_refuse(secret, head)
-                dry = self.connector.dry_run
-                if refused is not None and not dry:
-                    conn = self.journal.new_conn()
-                    self.journal.emit("conn.request", conn, door="secret", kind="secret", host=secret.host,
-                                      port=secret.port, secret=secret.name)
-                    await self._refuse(client, conn, secret, head, refused)
-                    return
-                try:
-                    credential = await self.keeper.credential(secret)
-                except sc.SourceError as exc:
-                    conn = self.journal.new_conn()
-                    self.journal.emit("conn.request", conn, door="secret", kind="secret",
-                                      host=secret.host, port=secret.port, secret=secret.name)
-                    self.journal.fail(conn, "resolve", "internal", str(exc))
-                    await self.send_quietly(client, http_proxy.error_response(502, str(exc)))
-                    return
-                if upstream is not None and (upstream.stream[0].at_eof() or upstream.stream[1].is_closing()
-                                             or not _still_open(upstream.sock)):
-                    await self._close(upstream)
-                    upstream = None
-                if upstream is None:
-                    outcome = await self.connector.connect(
-                        self.journal.new_conn(), "secret", "secret", secret.host, secret.port,
-                        finish=self._tls_for(secret), secret=secret.name)
-                    if not isinstance(outcome, Opened):
-                        await self.send_quietly(client, _refusal(outcome))
-                        return
-                    upstream = outcome
-                    responses = http_proxy.ResponseParser()
-                if refused is not None:
-                    # --dry-run: the request goes on, its would-be denial on the
-                    # connection that carries it.
-                    await self._refuse(client, upstream.conn, secret, head, refused, enforced=False)
-                keep = await self._exchange(client, parser, upstream, responses, head, credential)
-                if keep == "upgraded":
-                    return
-                if keep == "close-upstream":
-                    await self._close(upstream)
-                    upstream = None
-                elif keep != "keep":
+                if await self._one_request(client, parser, secret, head, kept) != "keep":
                     return
         finally:
-            if upstream is not None:
-                await self._close(upstream)
+            kept.drop()
+
+    async def _one_request(self, client, parser, secret, head, kept: KeptUpstream) -> str:
+        """One request through the door: refused by the secret's rules, or
+        given its credential and exchanged on the kept upstream (dialled,
+        and decided, when there is none). "keep": the next request may follow."""
+        refused = _rules_refuse(secret, head)
+        if refused is not None and not self.connector.dry_run:
+            await self._refuse(client, self._requested(secret), secret, head, refused)
+            return "close"
+        try:
+            credential = await self.keeper.credential(secret)
+        except sc.SourceError as exc:
+            self.journal.fail(ev.ConnFail(self._requested(secret), stage="resolve", error="internal",
+                                          reason=str(exc)))
+            await self.send_quietly(client, http_proxy.error_response(502, str(exc)))
+            return "close"
+        if kept.opened is not None and (kept.opened.stream[0].at_eof()
+                                        or kept.opened.stream[1].is_closing()
+                                        or not _still_open(kept.opened.sock)):
+            kept.drop()
+        if kept.opened is None:
+            outcome = await self.connector.connect(
+                self.journal.new_conn(), "secret", "secret", secret.host, secret.port,
+                finish=self._tls_for(secret), secret=secret.name)
+            if not isinstance(outcome, Opened):
+                await self.send_quietly(client, _refusal(outcome))
+                return "close"
+            kept.hold(outcome)
+        if refused is not None:
+            # --dry-run: the request goes on, its would-be denial on the
+            # connection that carries it.
+            await self._refuse(client, kept.opened.conn, secret, head, refused, enforced=False)
+        keep = await self._exchange(client, parser, kept.opened, kept.responses, head, credential)
+        if keep == "close-upstream":
+            kept.drop()
+            return "keep"
+        return keep
+
+    def _requested(self, secret) -> int:
+        """A new connection's number and its conn.request, for a request
+        that ends before the connector sees it."""
+        conn = self.journal.new_conn()
+        self.journal.emit(ev.ConnRequest(conn, door="secret", kind="secret", host=secret.host,
+                                         port=secret.port, secret=secret.name))
+        return conn
 
     async def _refuse(self, client, conn: int, secret, head, why: str, enforced: bool = True) -> None:
         """A request the secret's rules refuse: a denial in the record with
@@ -191,16 +187,16 @@ class SecretDoor(_Door):
         body says why; under --dry-run only the record's would-be denial."""
         path = head.target.split(b"?", 1)[0].decode("ascii", "replace")[:400]
         reason = f"secret door {secret.name}: {why}"
-        self.journal.deny(conn, rule=f"secrets.{secret.name}.allow", reason=reason, enforced=enforced,
-                          host=secret.host, port=secret.port, door="secret",
-                          method=head.method.decode("ascii", "replace"), path=path)
+        self.journal.deny(ev.PolicyDeny(conn, rule=f"secrets.{secret.name}.allow", reason=reason,
+                                        enforced=enforced, host=secret.host, port=secret.port,
+                                        door="secret", method=head.method.decode("ascii", "replace"),
+                                        path=path))
         if enforced:
             await self.send_quietly(client, http_proxy.error_response(403, f"denied: {reason}",
                                                                       deny_reason=reason))
 
     def _tls_for(self, secret):
         async def finish(sock: socket.socket, host: str):
-            import ssl
             # A head and its body are separate writes, each answer waited
             # for: without this the body waits for the host's delayed ACK.
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -218,27 +214,9 @@ class SecretDoor(_Door):
                 raise DialError("tls", f"{secret.host}: the TLS handshake failed ({what})") from None
         return finish
 
-    async def _close(self, upstream: Opened) -> None:
-        _, writer = upstream.stream
-        writer.transport.abort()
-        self.journal.close_conn(upstream)
-
-    async def _next_head(self, parser, client, deadline):
-        while True:
-            event = parser.next_event()
-            if event is http_proxy.NEED_DATA:
-                _feed(parser, await self.recv(client, deadline))
-            elif event is http_proxy.CLOSED:
-                return None
-            elif isinstance(event, http_proxy.SecretHead):
-                return event
-            else:
-                raise http_proxy.HttpProxyError("unexpected data between requests")
-
     async def _exchange(self, client, parser, upstream: Opened, responses, head, credential) -> str:
         """One request and its answer: "keep", "close-upstream", "close" or
         "upgraded" (a WebSocket relayed to its end)."""
-        loop = self.ctx.loop
         reader, writer = upstream.stream
         try:
             # The head and what of the body already came go in one write (a
@@ -267,30 +245,11 @@ class SecretDoor(_Door):
             if no_body:
                 parser.next_event()     # its END (a body's END was taken above)
             try:
-                return await self._relay_response(client, upstream, responses, head, parser)
+                return await self.relay_response(client, upstream, responses, head, parser)
             except (OSError, http_proxy.HttpProxyError):
                 return "close"
-        body = loop.create_task(self._pump_body(client, parser, upstream))
-        answer = loop.create_task(self._relay_response(client, upstream, responses, head, parser))
-        try:
-            done, _ = await asyncio.wait({body, answer}, return_when=asyncio.FIRST_COMPLETED)
-            if body in done and body.exception() is not None:
-                return "close"
-            keep = await answer
-            if not body.done():
-                return "close"
-            return keep
-        except (OSError, http_proxy.HttpProxyError):
-            return "close"
-        finally:
-            for task in (body, answer):
-                if not task.done():
-                    task.cancel()
-            for task in (body, answer):
-                try:
-                    await task
-                except BaseException:
-                    pass
+        return await self.body_and_answer(self._pump_body(client, parser, upstream),
+                                          self.relay_response(client, upstream, responses, head, parser))
 
     async def _pump_body(self, client, parser, upstream: Opened) -> None:
         loop = self.ctx.loop
@@ -308,61 +267,10 @@ class SecretDoor(_Door):
             else:
                 raise http_proxy.HttpProxyError("unexpected event in a request body")
 
-    async def _relay_response(self, client, upstream: Opened, responses, request, parser) -> str:
-        loop = self.ctx.loop
-        reader, writer = upstream.stream
-        final = None
-        client_keeps = request.keep_alive
-        out: list[bytes] = []
+    async def read_upstream(self, upstream: Opened) -> bytes:
+        return await upstream.stream[0].read(RECV_SIZE)
 
-        async def send_out() -> None:
-            data = b"".join(out)
-            out.clear()
-            await loop.sock_sendall(client, data)
-            upstream.bytes_down += len(data)
-
-        try:
-            while True:
-                event = responses.next_event()
-                if event is http_proxy.NEED_DATA:
-                    if out:
-                        await send_out()
-                    _feed(responses, await reader.read(RECV_SIZE))
-                elif isinstance(event, http_proxy.ResponseHead):
-                    if event.status == 101:
-                        out.append(event.render(close=False))
-                        out.append(responses.tunnel_data())
-                        await send_out()
-                        await self._relay_upgraded(client, upstream, parser.tunnel_data())
-                        return "upgraded"
-                    if event.status >= 200:
-                        final = event
-                        client_keeps = client_keeps and not event.close_delimited
-                    out.append(event.render(close=not client_keeps))
-                elif isinstance(event, http_proxy.Body):
-                    out.append(event.data)
-                elif event is http_proxy.END:
-                    if final is None:
-                        raise http_proxy.HttpProxyError("the host closed before answering", 502)
-                    if out:
-                        await send_out()
-                    break
-        except http_proxy.HttpProxyError as exc:
-            if final is None:
-                out.clear()
-                await self.send_quietly(client, http_proxy.error_response(
-                    502, f"bad answer from the host: {exc.reason}"))
-            elif out:
-                try:
-                    await send_out()
-                except OSError:
-                    pass
-            raise
-        if not client_keeps:
-            return "close"
-        return "keep" if final.keep_alive and responses.buffered == 0 else "close-upstream"
-
-    async def _relay_upgraded(self, client, upstream: Opened, early: bytes) -> None:
+    async def relay_upgraded(self, client, upstream: Opened, early: bytes) -> None:
         """After a 101: bytes both ways until either side ends."""
         loop = self.ctx.loop
         reader, writer = upstream.stream

@@ -12,12 +12,12 @@ from functools import lru_cache
 from importlib import resources
 from typing import Iterable
 
+from stages.record.event_types import ABOUT_A_CONNECTION
 from stages.record.events import EVENT_TYPES
 
 # The events that end a connection request: exactly one of them per request.
 _REQUEST_ENDS = ("policy.deny", "conn.fail", "conn.open")
-_CONN_TYPES = {"conn.request", "dns.resolve", "policy.allow", "policy.deny",
-               "conn.open", "conn.fail", "conn.close"}
+_CONN_TYPES = ABOUT_A_CONNECTION
 _MAX_PROBLEMS = 200
 
 
@@ -28,7 +28,7 @@ def load_schema() -> dict:
 @lru_cache(maxsize=1)
 def _validator():
     try:
-        import jsonschema
+        import jsonschema       # optional (the tests' dependency): without it no schema check
     except ImportError:
         return None
     return jsonschema.Draft202012Validator(load_schema())

@@ -1,9 +1,10 @@
 """The record, version 1: the one place that says what an event is.
 
-Every stage that writes events uses `Emitter`; every stage that reads them uses
-`read_events`. The human-readable description is docs/record.md and the
-machine-readable one is schema.json beside this file; tests check that
-all three agree.
+Every stage that writes events constructs its kind's type (event_types.py)
+and hands it to an `Emitter`; every stage that reads them uses `read_events`
+(and event_types.decode for a kind's type). The human-readable description
+is docs/record.md and the machine-readable one is schema.json beside this
+file; tests check that they and the types agree.
 """
 from __future__ import annotations
 
@@ -44,6 +45,8 @@ EVENT_TYPES = (
     "files.held",     # orchestrator: what the program wrote outside its work set (held, not applied)
     "run.end",        # orchestrator: the run is over; totals and vpnw's exit code
 )                     # (the recorder adds events_to_lost: what the --events-to copy dropped)
+
+_KINDS = frozenset(EVENT_TYPES)
 
 # run.start's deny_private_scope: what deny_private covers on the run's path.
 # "addresses": every address vpnw dials (it resolves names itself);
@@ -209,14 +212,13 @@ class Emitter:
     def _encode(self, type_: str, conn, fields: dict) -> bytes:
         """encode()'s bytes, the envelope's fixed members serialised once
         (an emitter writes for one run, one path and, once forked, one pid):
-        a busy broker writes four or five events per connection."""
+        a busy broker writes four or five events per connection. `type_` is
+        a kind of EVENT_TYPES (emit checks it)."""
         pid = _PID[0]
-        if pid != self._pid or type_ not in EVENT_TYPES:
+        if pid != self._pid:
             self._pid = pid
             self._after_type = (b'","run":' + orjson.dumps(self.run) + b',"pid":' + str(pid).encode()
                                 + b',"path":' + orjson.dumps(self.path) + b',"conn":')
-            if type_ not in EVENT_TYPES:
-                raise RecordError(f"unknown event type {type_!r}")
         if type(conn) is not int and conn is not None or _needs_clip(fields):
             return encode(self.run, type_, fields, path=self.path, conn=conn, pid=pid)
         line = b"".join((_HEAD, rfc3339_ns(time.time_ns()).encode(), b'","type":"',
@@ -226,10 +228,36 @@ class Emitter:
             return encode(self.run, type_, fields, path=self.path, conn=conn, pid=pid)
         return line
 
-    def emit(self, type_: str, conn: int | None = None, /, **fields) -> None:
+    def _encode_event(self, event) -> bytes:
+        """An event_types event's line: _encode's bytes. A flat event (no list
+        or object among its fields, as the broker's connection events are)
+        whose fields' JSON is at most MAX_FIELD bytes has no field to clip:
+        its line is made without looking at each field."""
+        fields = event.fields()
+        conn = event.conn
+        if event._flat and (conn is None or type(conn) is int):
+            body = orjson.dumps(fields)
+            pid = _PID[0]
+            if len(body) <= MAX_FIELD and pid == self._pid:
+                line = b"".join((_HEAD, rfc3339_ns(time.time_ns()).encode(), b'","type":"',
+                                 event._kind_bytes, self._after_type,
+                                 b"null" if conn is None else b"%d" % conn, b',"fields":', body, b"}\n"))
+                if len(line) <= MAX_LINE:
+                    return line
+        return self._encode(event.KIND, conn, fields)     # a type's KIND is a kind
+
+    def emit(self, event, conn: int | None = None, /, **fields) -> None:
+        """Write one event: an event_types type (`emit(ConnClose(7, bytes_up=...))`),
+        or, the form run.py and broker/main.py still use until they construct
+        their types, a kind with its conn and fields (`emit("run.end", **fields)`)."""
         # The envelope's path is the emitter's: every field name stays free for
         # the event itself (path.check has a field called "path").
-        line = self._encode(type_, conn, fields)
+        if type(event) is not str:
+            line = self._encode_event(event)
+        elif event in _KINDS:
+            line = self._encode(event, conn, fields)
+        else:
+            raise RecordError(f"unknown event type {event!r}")
         if self._held is None:
             self._write(line)
             return
