@@ -23,9 +23,10 @@ field (names, which are required, JSON types), test_record_schema.py holds
 docs/record.md to the schema.
 
 The types are the status messages' tuples (`_Message`), not dataclasses or
-NamedTuples: the broker makes several per connection, and a class here
-costs one __init_subclass__ when the module loads (no exec, no typing), on
-the way to run.start.
+NamedTuples: the broker makes several per connection, so each kind's
+__new__ and fields() are written out from its annotations when its class is
+made (_made_methods, as collections.namedtuple does), and the module loads
+no typing on the way to run.start.
 """
 import operator
 
@@ -60,16 +61,8 @@ class _Event(status._Message):
         # (events.Emitter's fast path).
         cls._flat = all(set(getattr(kind, "__args__", (kind,))) <= _SCALARS for kind in cls._types.values())
         cls._kind_bytes = cls.KIND.encode()
+        cls.__new__, cls.fields = _made_methods(cls)
         _BY_KIND[cls.KIND] = cls
-
-    def fields(self) -> dict:
-        """The line's "fields", in order; an optional field that is None is left out."""
-        values = self[self._start:] if self._start else self
-        if not self._optional:
-            return dict(zip(self._names, values))
-        optional = self._optional
-        return {name: value for name, value in zip(self._names, values)
-                if value is not None or name not in optional}
 
     @classmethod
     def from_fields(cls, fields: dict, conn: int | None = None) -> "_Event":
@@ -92,6 +85,36 @@ class _Event(status._Message):
         if conn is not None:
             raise RecordError(f"{cls.KIND} is about no connection: conn must be null")
         return cls(**fields)
+
+
+def _made_methods(cls):
+    """The kind's __new__ and fields(), written out from its annotations (as
+    collections.namedtuple writes its __new__): the broker makes five or so
+    events per connection, and a generic loop over the fields cost it ~1.5 us
+    an event (scripts/bench/event_cost.py). `conn` positional, every other
+    field by keyword; an optional field that is None is left out of fields()."""
+    names = cls._names
+    given = ["conn"] if cls._start else []
+    keywords = [f"{name}=None" if name in cls._optional else name for name in names]
+    signature = ", ".join(["cls", *given, *(["*"] if keywords else []), *keywords])
+    values = ", ".join([*given, *names]) + ("," if len(given) + len(names) == 1 else "")
+    leading = []                  # the required fields before the first optional one: one literal
+    for name in names:
+        if name in cls._optional:
+            break
+        leading.append(name)
+    unpack = ", ".join([*(["_"] if cls._start else []), *names]) + ("," if len(given) + len(names) == 1 else "")
+    body = ["def fields(self):", f"    {unpack} = self" if names else "    pass",
+            "    out = {" + ", ".join(f"{name!r}: {name}" for name in leading) + "}"]
+    for name in names[len(leading):]:           # in order: the record's bytes depend on it
+        test = f"if {name} is not None: " if name in cls._optional else ""
+        body.append(f"    {test}out[{name!r}] = {name}")
+    body += ["    return out"]
+    source = (f"def __new__({signature}):\n    return _tuple_new(cls, ({values}))\n"
+              + "\n".join(body) + "\n")
+    space = {"_tuple_new": tuple.__new__}
+    exec(source, space)          # noqa: S102 - our own annotations, as namedtuple does
+    return space["__new__"], space["fields"]
 
 
 _BY_KIND: dict = {}
@@ -118,14 +141,9 @@ def _says(kind) -> str:
 
 # ------------------------------------------------------------- the kinds
 # In the order a run produces them (events.EVENT_TYPES). Which stage writes
-# each, and what each field means: docs/record.md. The kinds the broker
-# writes per connection or query have their __new__ (and the per-connection ones their fields())
-# written out, not made from the annotations: the broker makes five or so
-# events per connection, and the generic loop over the fields cost it
-# ~1.5 us an event (scripts/bench/event_cost.py); the annotations stay the
-# one list, and tests/test_event_types.py holds both to it. The
-# orchestrator's kinds, written a few times a run, take the generic ones
-# (by keyword, as every kind).
+# each, and what each field means: docs/record.md. Each kind's __new__ and
+# fields() are made from its annotations when the class is made
+# (_Event._made_methods).
 
 class RunStart(_Event):
     """The run begins (the orchestrator)."""
@@ -187,18 +205,6 @@ class ConnRequest(_Event):
     fake_address: str = None
     secret: str = None
 
-    def __new__(cls, conn, *, door, kind, host, port, fake_address=None, secret=None):
-        return tuple.__new__(cls, (conn, door, kind, host, port, fake_address, secret))
-
-    def fields(self) -> dict:
-        _, door, kind, host, port, fake_address, secret = self
-        out = {"door": door, "kind": kind, "host": host, "port": port}
-        if fake_address is not None:
-            out["fake_address"] = fake_address
-        if secret is not None:
-            out["secret"] = secret
-        return out
-
 
 class DnsResolve(_Event):
     """A name was looked up (only when an address could change the answer)."""
@@ -210,18 +216,6 @@ class DnsResolve(_Event):
     error: str = None
     server: str = None
 
-    def __new__(cls, conn, *, host, addresses, ms, error=None, server=None):
-        return tuple.__new__(cls, (conn, host, addresses, ms, error, server))
-
-    def fields(self) -> dict:
-        _, host, addresses, ms, error, server = self
-        out = {"host": host, "addresses": addresses, "ms": ms}
-        if error is not None:
-            out["error"] = error
-        if server is not None:
-            out["server"] = server
-        return out
-
 
 class DnsAnswer(_Event):
     """The DNS door answered a query (capture); nothing was looked up."""
@@ -232,9 +226,6 @@ class DnsAnswer(_Event):
     rcode: str
     address: str = None
     reason: str = None
-
-    def __new__(cls, *, name, type, transport, rcode, address=None, reason=None):
-        return tuple.__new__(cls, (name, type, transport, rcode, address, reason))
 
 
 class PolicyAllow(_Event):
@@ -249,16 +240,6 @@ class PolicyAllow(_Event):
     by: str = None
     answer: str = None
     scope: str = None
-
-    def __new__(cls, conn, *, rule, reason, host, port, door, by=None, answer=None, scope=None):
-        return tuple.__new__(cls, (conn, rule, reason, host, port, door, by, answer, scope))
-
-    def fields(self) -> dict:
-        _, rule, reason, host, port, door, by, answer, scope = self
-        out = {"rule": rule, "reason": reason, "host": host, "port": port, "door": door}
-        if by is not None or answer is not None or scope is not None:
-            out.update(_Event.fields(self))
-        return out
 
 
 class PolicyDeny(_Event):
@@ -278,11 +259,6 @@ class PolicyDeny(_Event):
     method: str = None
     path: str = None
 
-    def __new__(cls, conn, *, rule, reason, enforced, host, port, door, by=None, answer=None,
-                scope=None, method=None, path=None):
-        return tuple.__new__(cls, (conn, rule, reason, enforced, host, port, door, by, answer,
-                                   scope, method, path))
-
 
 class ConnOpen(_Event):
     """The destination was dialled and the relay started."""
@@ -293,12 +269,6 @@ class ConnOpen(_Event):
     via: str
     ms: float
 
-    def __new__(cls, conn, *, address, port, via, ms):
-        return tuple.__new__(cls, (conn, address, port, via, ms))
-
-    def fields(self) -> dict:
-        return {"address": self[1], "port": self[2], "via": self[3], "ms": self[4]}
-
 
 class ConnFail(_Event):
     """The connection could not be made, or its handshake was bad."""
@@ -308,12 +278,6 @@ class ConnFail(_Event):
     error: str
     reason: str
 
-    def __new__(cls, conn, *, stage, error, reason):
-        return tuple.__new__(cls, (conn, stage, error, reason))
-
-    def fields(self) -> dict:
-        return {"stage": self[1], "error": self[2], "reason": self[3]}
-
 
 class ConnClose(_Event):
     """An opened connection ended: its byte counts and how long it lasted."""
@@ -322,12 +286,6 @@ class ConnClose(_Event):
     bytes_up: int
     bytes_down: int
     ms: float
-
-    def __new__(cls, conn, *, bytes_up, bytes_down, ms):
-        return tuple.__new__(cls, (conn, bytes_up, bytes_down, ms))
-
-    def fields(self) -> dict:
-        return {"bytes_up": self[1], "bytes_down": self[2], "ms": self[3]}
 
 
 class UnixAllow(_Event):
