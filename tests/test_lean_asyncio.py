@@ -17,6 +17,7 @@ import sys
 import pytest
 
 from e2e_support import audited_run
+from startup_support import needs_the_tricks
 
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -151,6 +152,7 @@ def _run(way: str, tmp_path) -> dict:
     return json.loads(_lines(way, CHECKS, tmp_path)[-1])
 
 
+@needs_the_tricks
 @pytest.mark.parametrize("capture", [False, True])
 def test_the_loop_import_loads_no_stood_in_module_and_every_path_gets_the_real_one(tmp_path, capture):
     brokers = _run(BROKERS_WAY.format(capture=capture), tmp_path)
@@ -205,6 +207,7 @@ asyncio.run(main())
 '''
 
 
+@needs_the_tricks
 def test_the_loop_starts_stops_and_looks_up_without_them_and_logs_once_logging_is_set_up(tmp_path):
     """The broker's loop as it starts (a new loop, which logs its selector
     at debug; add_signal_handler, which asks whether its callback is a

@@ -16,6 +16,8 @@ import os
 import subprocess
 import sys
 
+from startup_support import needs_the_tricks
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 AFTER = """
@@ -52,6 +54,7 @@ def _run(first: str, tmp_path) -> list:
     return json.loads(out.stdout.splitlines()[-1])
 
 
+@needs_the_tricks
 def test_the_records_modules_load_without_inspect_and_all_after_is_the_same(tmp_path):
     ours = _run("import stages.orchestrator.run\nfrom stages.record.events import Emitter", tmp_path)
     plain = _run("import orjson", tmp_path)

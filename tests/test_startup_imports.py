@@ -13,6 +13,7 @@ import sys
 import pytest
 
 from e2e_support import audited_run
+from startup_support import needs_the_tricks
 
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -42,6 +43,7 @@ chain.Chain().seal(b'{{"type":"run.start"}}')
 """
 
 
+@needs_the_tricks
 def test_a_signed_run_with_a_policy_loads_no_openssl_digest(tmp_path):
     """vpnw (the policy's digest), the recorder (the digest chain) and the
     signing (BLAKE2b of the file) take their digests from CPython's own
@@ -159,6 +161,7 @@ def test_the_helper_forks_before_the_run_modules_and_the_policy_load(tmp_path):
                 "stages.record.events", "dataclasses"} & helper
 
 
+@needs_the_tricks
 def test_a_plain_run_loads_no_click_and_no_file_limits_before_the_recorder(tmp_path):
     """`vpnw run -- true` as the console script starts it, up to the recorder's
     fork (vpnw's part of the start: every module loaded by then is on the
@@ -177,6 +180,7 @@ def test_a_plain_run_loads_no_click_and_no_file_limits_before_the_recorder(tmp_p
 OFF_THE_WAY = {"orjson", "dataclasses", "inspect", "uuid", "platform", "typing"}
 
 
+@needs_the_tricks
 def test_the_run_forks_its_helper_before_the_records_modules(tmp_path):
     """At the helper's fork (every module vpnw has loaded is one the helper
     starts with) there is no orjson, no dataclasses and nothing they bring:
@@ -190,6 +194,7 @@ def test_the_run_forks_its_helper_before_the_records_modules(tmp_path):
     assert {"orjson", "stages.record.events"} <= at_recorder      # control
 
 
+@needs_the_tricks
 @pytest.mark.world
 def test_the_helper_reaches_ready_without_the_records_modules(world, user):
     """A real run, every import of every process seen (an audit hook):
@@ -214,6 +219,7 @@ def test_the_helper_reaches_ready_without_the_records_modules(world, user):
     assert OFF_THE_WAY & loaded == set()
 
 
+@needs_the_tricks
 def test_the_recorder_writes_run_start_without_typing(tmp_path):
     """What vpnw loads before it forks the recorder (the record's modules)
     and what the recorder loads to write and sign a record: no typing
@@ -225,6 +231,7 @@ def test_the_recorder_writes_run_start_without_typing(tmp_path):
     assert "typing" not in loaded
 
 
+@needs_the_tricks
 def test_the_recorder_makes_no_dataclass_on_its_way_to_run_start():
     """Each dataclass execs its generated methods when its module loads
     (~1 ms of CPU each under load): the recorder's modules, loaded between
@@ -260,6 +267,7 @@ print(json.dumps([typing_after_import, digests, pyseccomp.get_api() > 0, callabl
 """
 
 
+@needs_the_tricks
 def test_pyseccomp_imports_without_typing_and_makes_the_same_filter(tmp_path):
     """The helper imports pyseccomp with a stand-in typing (its annotations,
     cast and overload only; stages/helper/sandbox.py): typing never loads,
