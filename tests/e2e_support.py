@@ -126,16 +126,18 @@ main.main(sys.argv[2:])
 
 def audited_run(world, user, work, args: list[str], tag: str = "",
                 python_flags: tuple[str, ...] = ("-I",),
-                script: str = IMPORTS_AUDITED_RUN) -> tuple[dict, list[tuple[int, int, str]]]:
+                script: str = IMPORTS_AUDITED_RUN,
+                env: dict | None = None) -> tuple[dict, list[tuple[int, int, str]]]:
     """`vpnw ARGS` as IMPORTS_AUDITED_RUN runs it, traced (VPNW_STARTUP_TRACE):
     each start-up mark as {(stage, what): (ns, pid)}, and every import of
     every process of the run as (ns, pid, module). `tag` names its files
     in `work` (two runs in one test). `script`: IMPORTS_AUDITED_RUN with
-    more hooks before it (its sys.argv[1] is the imports file)."""
+    more hooks before it (its sys.argv[1] is the imports file). `env`: more
+    of vpnw's environment."""
     from stages.startup import trace as startup_trace
     trace, imports = work / f"trace{tag}", work / f"imports{tag}"
     result = world.run([world.python, *python_flags, "-c", script, str(imports), *args],
-                       user=user, env={startup_trace.VARIABLE: str(trace)})
+                       user=user, env={startup_trace.VARIABLE: str(trace), **(env or {})})
     assert result.returncode == 0, result.stderr
     at = {}
     for line in trace.read_text().splitlines():

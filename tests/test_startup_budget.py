@@ -24,6 +24,7 @@ import sys
 
 import pytest
 
+from e2e_support import audited_run
 from stages.startup import VARIABLE
 from stages.startup.tricks import DROPPED, TRICKS
 
@@ -125,3 +126,35 @@ def test_the_switch_is_read_from_the_environment(tricks, tmp_path):
                          env={**os.environ, VARIABLE: tricks}, capture_output=True, text=True,
                          check=True).stdout.strip()
     assert out == str(tricks == "on")
+
+
+@pytest.mark.world
+def test_the_switch_reaches_every_process_and_the_program_sees_the_persons_environment(world, user):
+    """A real run with VPNW_STARTUP_TRICKS=off and one with it on, every
+    import of every process seen: off, the helper loads the json package
+    (the status lines' codec, stages/startup/json_c.py), the recorder
+    hashlib (stages/record/digests.py) and the broker ssl's `_ssl` (a plain `import
+    asyncio`); on, none of them does (the controls: `_json`, `_sha256`, and
+    the broker's asyncio). The program's environment has the variable as
+    the person set it, either way."""
+    work = world.workdir(user)
+    seen = {}
+    for tricks in ("off", "on"):
+        shown = work / f"env-{tricks}"
+        program = ["sh", "-c", f'echo "${{{VARIABLE}-unset}}" > {shown}; sleep 0.5']
+        at, imported = audited_run(world, user, work, ["run", "--record", str(work / f"{tricks}.jsonl"),
+                                                      "--", *program],
+                                   tag=tricks, env={VARIABLE: tricks})
+        pids = {"helper": at[("helper", "Ready sent")][1],
+                "recorder": at[("recorder", "run.start written")][1],
+                "broker": at[("broker", "path reported")][1]}
+        seen[tricks] = {stage: {name for _ns, pid, name in imported if pid == p}
+                        for stage, p in pids.items()}
+        assert shown.read_text().strip() == tricks
+    off, on = seen["off"], seen["on"]
+    assert "json" in off["helper"] and "json" not in on["helper"]
+    assert "_json" in on["helper"]                                          # control
+    assert "hashlib" in off["recorder"] and "hashlib" not in on["recorder"]
+    assert "_sha256" in on["recorder"] or "_sha2" in on["recorder"]         # control
+    assert "_ssl" in off["broker"] and "_ssl" not in on["broker"]
+    assert "asyncio" in on["broker"]                                        # control
