@@ -14,6 +14,7 @@ import time
 
 import pytest
 
+from startup_support import needs_the_tricks
 from stages.wire import handoff
 from stages.broker.startup import load_while_watching
 
@@ -266,6 +267,7 @@ print("ssl afterwards:", ssl.OPENSSL_VERSION.split()[0])
 """
 
 
+@needs_the_tricks
 def test_the_direct_paths_loop_loads_without_tls_and_serves():
     """The broker on the direct path never speaks TLS: its loop loads
     without ssl (and OpenSSL), asyncio serves connections as before, and
@@ -297,6 +299,7 @@ print("frozen by the import:", gc.get_freeze_count() > frozen_before)
 """
 
 
+@needs_the_tricks
 def test_the_loops_import_sets_off_no_collection_and_is_frozen_after():
     """The import makes only what lives for the whole run: no collection
     looks at it while it loads, and it is frozen once loaded, so later
