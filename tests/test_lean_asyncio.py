@@ -225,6 +225,7 @@ def test_the_loop_starts_stops_and_looks_up_without_them_and_logs_once_logging_i
 
 
 @pytest.mark.world
+@needs_the_tricks
 def test_a_real_brokers_loop_loads_without_the_stood_in_modules(world, user):
     """A real run (every import of every process seen) whose broker loads
     and starts its loop: from "loop import begun" to its end, the broker

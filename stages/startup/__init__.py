@@ -6,10 +6,11 @@ them, each with what it buys: stages/startup/tricks.py).
 imports as any Python program does, and behaves the same. Every process of
 a run reads it from the environment it inherits (the helper, the recorder,
 the broker and its workers are forked; the WireGuard path process is
-exec'd with vpnw's own environment); the program's environment is the
-person's, as before. Each trick asks `startup.ON` when it runs, not when
-its module loads, so a measurement (scripts/bench/tricks.py) can turn one
-off within one process."""
+exec'd with vpnw's own environment; `vpnw learn` is a vpnw of its own);
+the program's environment is the person's, as before. A trick done by a
+call asks `startup.ON` when it runs; one made at import (the records,
+json_c, digests) when its module loads, so a measurement
+(scripts/bench/tricks.py) can turn it off within one process before that."""
 from __future__ import annotations
 
 import os
