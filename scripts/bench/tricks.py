@@ -5,7 +5,9 @@ each way in a fresh interpreter (this checkout's stages first on the path),
 the two ways interleaved round after round: the CPU time
 (time.process_time) of the one step the trick changes, after the same
 setup. Prints the medians and the gain (without - with) in ms, and the
-machine's load average before and after; the table in
+machine's load average before and after. (The freeze before a fork is
+not here: its cost falls in the child, after the fork, and is read from
+traced runs, `scripts/bench/run --only startup`.) The table in
 stages/startup/tricks.py and docs/architecture.md ("Start-up budget")
 carries these figures. No root needed, no network.
 
@@ -101,10 +103,6 @@ CASES = {
         "import gc\n",
         "gc.disable()\nimport stages.helper.main, stages.helper.sandbox\ngc.enable()\n",
         "import stages.helper.main, stages.helper.sandbox\n"),
-    "frozen before a fork (one full collection after)": (
-        "import gc\n" + RUN_MODULES + "import stages.startup.imports as i; i.import_orjson()\n",
-        "gc.freeze()\ngc.collect()\n",
-        "gc.collect()\n"),
     "_json, not json": ("", "import _json\n", "import json\n"),
     "_ctypes, not ctypes": ("", "import stages.kernel.foreign\n", "import ctypes\n"),
     "_socket before the helper's fork": ("", "import _socket\n", "import socket\n"),

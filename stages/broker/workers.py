@@ -50,6 +50,7 @@ import time
 
 from stages.config.environment import EnvironmentProblem, broker_workers
 from stages.kernel.descriptors import close_all_but
+from stages.startup import collector
 from stages.wire import status as st
 from stages.wire.exits import ExitCode
 from stages.wire.handoff import link, send_door
@@ -136,6 +137,7 @@ class Crew:
         if self.started:
             return
         self.started = True
+        collector.freeze()      # the policy's index and every module: out of the workers' collections
         for _ in range(self.size):
             lead_end, worker_end = link()
             status_r, status_w = os.pipe()

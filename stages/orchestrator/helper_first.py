@@ -46,6 +46,7 @@ def fork_stage(keep: list[int], body, *, die_with_parent: bool = False,
     `stdio`: the fds that become the child's 0, 1 and 2 (default: the orchestrator's).
     `collect`: the garbage collector on in the child (the helper's is off
     until its Ready: stages/helper/sandbox.py, collect_from_now)."""
+    collector.freeze()      # what exists now, out of the stage's collections (collector.py)
     pid = os.fork()
     if pid:
         return pid

@@ -1,13 +1,12 @@
-"""The garbage collector while a stage loads (a start-up trick,
+"""The garbage collector while a stage loads (start-up tricks,
 stages/startup/tricks.py): paused while what lives for the whole run is
 made (the broker's loop, the helper's and init's modules), and what was
-made then frozen, out of every later collection's sight. Off
-(`startup.ON` false), pause and freeze do nothing: the collector runs as in
-any Python program.
+made then frozen, out of every later collection's sight; and what a
+process made frozen before it forks a stage. Off (`startup.ON` false),
+pause and freeze do nothing: the collector runs as in any Python program.
 
-Measured and dropped (under 1 ms each, tricks.py): no collection while vpnw
-itself starts (its modules, click, until its stages are forked), and a
-freeze before each fork."""
+Measured and dropped (under 1 ms, tricks.py): no collection while vpnw
+itself starts (its modules, click, until its stages are forked)."""
 from __future__ import annotations
 
 import gc
@@ -31,6 +30,16 @@ def freeze_and_resume() -> None:
     if startup.ON:
         gc.freeze()
         gc.enable()
+
+
+def freeze() -> None:
+    """Before a fork: what exists now (every module, the policy's index)
+    lives for the whole run. Out of the collector's sight, the child's
+    collections never walk it, and its pages stay shared (a collection
+    writes to every object it looks at, and a page written after the fork
+    is copied, in each process that writes it)."""
+    if startup.ON:
+        gc.freeze()
 
 
 def resume() -> None:

@@ -5,8 +5,12 @@ holds the same table; tests/test_startup_budget.py keeps the two equal).
 `gain_ms`: the CPU time of the one step the trick changes, without it minus
 with it, medians of 15 fresh interpreters each way, interleaved
 (scripts/bench/tricks.py, on this project's 2-core machine, load average
-1.6-3.0 while other work ran). A trick must buy 1 ms or more; DROPPED lists
-those that bought less, now plain code. `VPNW_STARTUP_TRICKS=off` turns every
+1.6-3.0 while other work ran); the freeze before a fork, whose cost falls
+after the fork (the child's collections and its copied pages), from traced
+`vpnw run -- true` (scripts/bench/run --only startup, 10 rounds, load 4-6:
+the recorder's CPU 9.1 ms signed and 4.1 with `--record -` with it, 11.2
+and 6.9 without). A trick must buy 1 ms or more; DROPPED lists those that
+bought less, now plain code. `VPNW_STARTUP_TRICKS=off` turns every
 row of TRICKS off (stages/startup/__init__.py)."""
 from __future__ import annotations
 
@@ -75,6 +79,12 @@ TRICKS = (
           "stages/startup/collector.py pause, freeze_and_resume (broker/main.py)",
           "the collections the loop's import sets off (then frozen)",
           "the import makes only what lives for the whole run", 2.2),
+    Trick("frozen before each fork",
+          "stages/startup/collector.py freeze (orchestrator/helper_first.py fork_stage, "
+          "broker/workers.py)",
+          "a forked stage's collections walking (and copying the pages of) what its parent made",
+          "the recorder's way to run.start (measured in traced runs: its CPU, without - with)",
+          2.1),
     Trick("no collection in the helper until Ready",
           "stages/startup/collector.py pause, freeze_and_resume "
           "(orchestrator/helper_first.py, helper/main.py, helper/sandbox.py, "
@@ -92,7 +102,4 @@ DROPPED = (
           "orchestrator/main.py, cli.py, run_command.py, run.py",
           "collections until the stages are forked", "vpnw's own start (to the recorder's fork)",
           0.1),
-    Trick("frozen before each fork", "orchestrator/helper_first.py fork_stage, broker/workers.py",
-          "a forked stage's full collections walking what its parent made",
-          "per full collection in a stage; a start makes none or one", 0.8),
 )
