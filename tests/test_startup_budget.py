@@ -25,30 +25,9 @@ import sys
 import pytest
 
 from e2e_support import audited_run
+from startup_support import AT_THE_FORKS, ROOT, modules_loaded
 from stages.startup import VARIABLE
 from stages.startup.tricks import DROPPED, TRICKS
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-# `vpnw run --record - -- true` as the console script starts it, the module
-# names printed at each fork (no json: the listing must not load what it
-# counts); the helper's child ends at once, the recorder's fork ends it all.
-AT_THE_FORKS = """
-import os, sys
-real_fork, forks = os.fork, []
-def fork():
-    forks.append(1)
-    print(repr(sorted(sys.modules)), flush=True)
-    if len(forks) == 2:
-        os._exit(0)
-    pid = real_fork()
-    if pid == 0:
-        os._exit(0)
-    return pid
-os.fork = fork
-from stages.orchestrator import main
-main.main(["run", "--record", "-", "--", "true"])
-"""
 
 # The broker's loop as _load_the_loop loads it on the direct path.
 THE_LOOP = """
@@ -65,18 +44,9 @@ BUDGETS = {"vpnw at the helper's fork": 70, "vpnw at the recorder's fork": 114,
            "the broker's loop loaded": 160}
 
 
-def _loaded(code: str, tricks: str, tmp_path) -> list[set[str]]:
-    env = {**os.environ, "PYTHONPATH": ROOT, VARIABLE: tricks,
-           "XDG_STATE_HOME": str(tmp_path / "state")}
-    out = subprocess.run([sys.executable, "-I", "-c", f"import sys; sys.path.insert(0, {ROOT!r})\n" + code],
-                         check=True, cwd=tmp_path, env=env, capture_output=True, text=True,
-                         stdin=subprocess.DEVNULL).stdout
-    return [set(ast.literal_eval(line)) for line in out.splitlines() if line.startswith("[")]
-
-
 def _steps(tricks: str, tmp_path) -> dict[str, set[str]]:
-    helper, recorder = _loaded(AT_THE_FORKS, tricks, tmp_path)
-    (loop,) = _loaded(THE_LOOP, tricks, tmp_path)
+    helper, recorder = modules_loaded(AT_THE_FORKS, tricks, tmp_path)
+    (loop,) = modules_loaded(THE_LOOP, tricks, tmp_path)
     return {"vpnw at the helper's fork": helper, "vpnw at the recorder's fork": recorder,
             "the broker's loop loaded": loop}
 

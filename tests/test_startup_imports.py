@@ -13,7 +13,8 @@ import sys
 import pytest
 
 from e2e_support import audited_run
-from startup_support import needs_the_tricks
+from stages import startup
+from startup_support import AT_THE_FORKS, modules_loaded, needs_the_tricks
 
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -124,29 +125,9 @@ def test_a_run_makes_only_its_own_command(tmp_path):
     assert all(f"  {name} " in listed for name in ("run", "trace", "guard", "learn", "show"))
 
 
-UNTIL_THE_RECORDER_FORKS = """
-import json, os, sys
-real_fork, forks = os.fork, []
-def fork():      # say what is loaded at each fork; the helper's child ends at once, the recorder's stops all
-    forks.append(1)
-    print(json.dumps(sorted(sys.modules)), flush=True)
-    if len(forks) == 2:
-        os._exit(0)
-    pid = real_fork()
-    if pid == 0:
-        os._exit(0)
-    return pid
-os.fork = fork
-from stages.orchestrator import main
-main.main(["run", "--record", "-", "--", "true"])
-"""
-
-
 def _loaded_at_the_forks(tmp_path) -> tuple[set[str], set[str]]:
-    env = {**os.environ, "PYTHONPATH": ROOT, "XDG_STATE_HOME": str(tmp_path / "state")}
-    out = subprocess.run([sys.executable, "-c", UNTIL_THE_RECORDER_FORKS], check=True, cwd=tmp_path,
-                         env=env, capture_output=True, text=True, stdin=subprocess.DEVNULL)
-    helper, recorder = (set(json.loads(line)) for line in out.stdout.splitlines()[-2:])
+    """What vpnw has loaded when it forks the helper, and the recorder."""
+    helper, recorder = modules_loaded(AT_THE_FORKS, "on" if startup.ON else "off", tmp_path)
     return helper, recorder
 
 

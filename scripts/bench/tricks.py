@@ -23,6 +23,8 @@ import subprocess
 import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(ROOT, "tests"))
+from startup_support import until_the_forks  # noqa: E402  (tests/: the fork harness the tests use)
 
 # name -> (setup, with the trick, without it). The setup runs untimed in
 # both; `OFF` in a setup turns the switch off within that process
@@ -31,23 +33,10 @@ OFF = "import stages.startup; stages.startup.ON = False\n"
 RUN_MODULES = ("import stages.orchestrator.run_command, stages.orchestrator.run, "
                "stages.config.policy, stages.config.paths\n")
 # vpnw's own start: `vpnw run --record - -- true` until it forks the
-# recorder (its second fork), where the CPU so far is printed and it ends;
-# its helper's child ends at once.
-UNTIL_THE_RECORDER = """\
-import os, time
-from stages.orchestrator import main
-real_fork, forks = os.fork, []
-def fork():
-    forks.append(1)
-    if len(forks) == 2:
-        print((time.process_time() - before) * 1000, flush=True)
-        os._exit(0)
-    pid = real_fork()
-    if pid == 0:
-        os._exit(0)
-    return pid
-os.fork = fork
-"""
+# recorder (its second fork), where the CPU so far is printed and it ends
+# (tests/startup_support.py; its helper's child ends at once).
+UNTIL_THE_RECORDER = until_the_forks(
+    "if len(forks) == 2:\n    print((time.process_time() - before) * 1000, flush=True)")
 CASES = {
     "pyseccomp's typing and ctypes.util": (
         "import stages.startup.imports as i\n",
@@ -96,9 +85,9 @@ CASES = {
         "import stages.startup.lean_asyncio as la; la.import_asyncio(True)\n"
         "import stages.broker.loop, stages.broker.decide\n"),
     "no collection while vpnw starts (to the recorder's fork)": (
-        UNTIL_THE_RECORDER + "import gc\n",
-        "main.main(['run', '--record', '-', '--', 'true'])\n",
-        "gc.disable = gc.freeze = lambda: None\nmain.main(['run', '--record', '-', '--', 'true'])\n"),
+        "import gc\nfrom stages.orchestrator import main\n",
+        UNTIL_THE_RECORDER,
+        "gc.disable = gc.freeze = lambda: None\n" + UNTIL_THE_RECORDER),
     "no collection in the helper until Ready (its imports)": (
         "import gc\n",
         "gc.disable()\nimport stages.helper.main, stages.helper.sandbox\ngc.enable()\n",
