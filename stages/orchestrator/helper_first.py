@@ -33,7 +33,7 @@ FORWARDED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUI
 
 def set_pdeathsig(sig: int) -> None:
     # In the forked stage, which loads it anyway (not on the way to the fork);
-    # through _ctypes alone, not the ctypes package (stages/kernel/privileges.py).
+    # with ctypes (stages/kernel/privileges.py).
     from stages.kernel import privileges as priv
     priv.prctl(priv.PR_SET_PDEATHSIG, sig)
 
