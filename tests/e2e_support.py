@@ -169,18 +169,20 @@ IMPORTS_AUDITED_RUN = prog_text("imports_audited_run.py")
 
 def audited_run(world, user, work, args: list[str], tag: str = "",
                 python_flags: tuple[str, ...] = ("-I",),
-                collections_too: bool = False) -> tuple[dict, list[tuple[int, int, str]]]:
+                collections_too: bool = False,
+                env: dict | None = None) -> tuple[dict, list[tuple[int, int, str]]]:
     """`vpnw ARGS` as IMPORTS_AUDITED_RUN runs it, traced (VPNW_STARTUP_TRACE):
     each start-up mark as {(stage, what): (ns, pid)}, and every import of
     every process of the run as (ns, pid, module). `tag` names its files
     in `work` (two runs in one test). `collections_too`: each garbage
-    collection's start too, as the module "(gc)"."""
+    collection's start too, as the module "(gc)". `env`: more of vpnw's
+    environment."""
     from stages.startup import trace as startup_trace
     trace, imports = work / f"trace{tag}", work / f"imports{tag}"
     more = ["--collections-too"] if collections_too else []
     result = world.run([world.python, *python_flags, "-c", IMPORTS_AUDITED_RUN, str(imports), *more,
                         *args],
-                       user=user, env={startup_trace.VARIABLE: str(trace)})
+                       user=user, env={startup_trace.VARIABLE: str(trace), **(env or {})})
     assert result.returncode == 0, result.stderr
     at = {}
     for line in trace.read_text().splitlines():

@@ -15,6 +15,7 @@ import time
 import pytest
 
 from progs_support import prog_text
+from startup_support import needs_the_tricks
 from stages.wire import handoff
 from stages.broker.startup import load_while_watching
 
@@ -234,6 +235,7 @@ def test_the_loop_begins_to_load_on_the_doors_before_the_brokers_own_imports():
 _LOOP_WITHOUT_TLS = prog_text("loop_without_tls.py")
 
 
+@needs_the_tricks
 def test_the_direct_paths_loop_loads_without_tls_and_serves():
     """The broker on the direct path never speaks TLS: its loop loads
     without ssl (and OpenSSL), asyncio serves connections as before, and
@@ -254,6 +256,7 @@ def test_the_direct_paths_loop_loads_without_tls_and_serves():
 _LOOP_WITHOUT_COLLECTIONS = prog_text("loop_without_collections.py")
 
 
+@needs_the_tricks
 def test_the_loops_import_sets_off_no_collection_and_is_frozen_after():
     """The import makes only what lives for the whole run: no collection
     looks at it while it loads, and it is frozen once loaded, so later

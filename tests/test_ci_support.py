@@ -72,8 +72,8 @@ def test_the_readme_tables_tests_carry_the_mark():
 
 def test_scripts_test_carries_ci_through_sudo():
     """As a user, scripts/test runs itself again under sudo, which resets the
-    environment: CI (and the VPNW_ settings that choose the venv and the
-    workers) go along on sudo's command line. A stand-in sudo prints what it
+    environment: CI (and the VPNW_ settings that choose the venv, the
+    workers and the start-up tricks) go along on sudo's command line. A stand-in sudo prints what it
     was given."""
     import shutil
     import tempfile
@@ -87,13 +87,14 @@ def test_scripts_test_carries_ci_through_sudo():
             path.chmod(0o755)
         (where / "bin" / "sudo").chmod(0o755)
         env = {"PATH": f"{where / 'bin'}:/usr/bin:/bin", "CI": "true", "VPNW_VENV": "/opt/some-venv",
-               "VPNW_TEST_WORKERS": "1"}
+               "VPNW_TEST_WORKERS": "1", "VPNW_STARTUP_TRICKS": "off"}
         as_user = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"] if os.geteuid() == 0 else []
         r = subprocess.run([*as_user, str(where / "scripts" / "test"), "-k", "world"], capture_output=True,
                            text=True, env=env, cwd=where, timeout=60)
         assert r.returncode == 0, r.stdout + r.stderr
         assert r.stdout.splitlines() == ["--", "env", "CI=true", "VPNW_VENV=/opt/some-venv",
-                                         "VPNW_TEST_WORKERS=1", str(where / "scripts" / "test"),
+                                         "VPNW_TEST_WORKERS=1", "VPNW_STARTUP_TRICKS=off",
+                                         str(where / "scripts" / "test"),
                                          "-k", "world"], r.stdout
     finally:
         shutil.rmtree(where)

@@ -13,6 +13,7 @@ import signal
 import pytest
 
 from e2e_support import audited_run
+from startup_support import needs_the_tricks
 
 from stages.orchestrator import fd_wait
 
@@ -104,6 +105,7 @@ def test_it_refuses_what_it_does_not_do(pipes):
 
 
 @pytest.mark.world
+@needs_the_tricks     # with them off vpnw imports socket (and selectors) before the helper's fork
 def test_a_runs_vpnw_never_imports_selectors(world, user):
     work = world.workdir(user)
     at, imported = audited_run(world, user, work,

@@ -22,6 +22,7 @@ import pytest
 from hypothesis import given, settings, strategies as hs
 
 from e2e_support import audited_run
+from startup_support import needs_the_tricks
 
 from progs_support import prog_text
 from stages.config import client_env
@@ -128,6 +129,7 @@ def test_a_value_is_written_as_jsons_encoder_wrote_it(value):
 THE_HELPERS_WAY = prog_text("the_helpers_way.py")
 
 
+@needs_the_tricks
 def test_the_helpers_modules_load_neither_re_nor_json(tmp_path):
     out = subprocess.run([sys.executable, "-c", THE_HELPERS_WAY], cwd=tmp_path, check=True,
                          env={**os.environ, "PYTHONPATH": ROOT, "HOME": str(tmp_path)},
@@ -139,6 +141,7 @@ def test_the_helpers_modules_load_neither_re_nor_json(tmp_path):
 
 
 @pytest.mark.world
+@needs_the_tricks
 def test_a_real_helper_reaches_ready_without_re_or_json(world, user):
     """As the launcher starts vpnw (`python -I`, then main), plain and with
     --capture: neither module among vpnw's imports before the helper's fork

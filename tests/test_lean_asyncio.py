@@ -18,6 +18,7 @@ import pytest
 
 from e2e_support import audited_run
 from progs_support import PROGS
+from startup_support import needs_the_tricks
 
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -46,6 +47,7 @@ def _run(way: str, tmp_path) -> dict:
     return json.loads(_lines(way, "lean_asyncio_checks", tmp_path)[-1])
 
 
+@needs_the_tricks
 @pytest.mark.parametrize("capture", [False, True])
 def test_the_loop_import_loads_no_stood_in_module_and_every_path_gets_the_real_one(tmp_path, capture):
     brokers = _run(BROKERS_WAY[capture], tmp_path)
@@ -72,6 +74,7 @@ def test_the_loop_import_loads_no_stood_in_module_and_every_path_gets_the_real_o
 
 
 
+@needs_the_tricks
 def test_the_loop_starts_stops_and_looks_up_without_them_and_logs_once_logging_is_set_up(tmp_path):
     """The broker's loop as it starts (a new loop, which logs its selector
     at debug; add_signal_handler, which asks whether its callback is a
@@ -89,6 +92,7 @@ def test_the_loop_starts_stops_and_looks_up_without_them_and_logs_once_logging_i
 
 
 @pytest.mark.world
+@needs_the_tricks
 def test_a_real_brokers_loop_loads_without_the_stood_in_modules(world, user):
     """A real run (every import of every process seen) whose broker loads
     and starts its loop: from "loop import begun" to its end, the broker

@@ -17,6 +17,7 @@ import subprocess
 import sys
 
 from progs_support import PROGS
+from startup_support import needs_the_tricks
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -30,6 +31,7 @@ def _run(way: str, tmp_path) -> list:
     return json.loads(out.stdout.splitlines()[-1])
 
 
+@needs_the_tricks
 def test_the_records_modules_load_without_inspect_and_all_after_is_the_same(tmp_path):
     ours = _run("vpnw", tmp_path)
     plain = _run("plain", tmp_path)

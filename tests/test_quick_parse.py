@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 
 from progs_support import prog_text
 from stages.orchestrator import cli, options
+from startup_support import needs_the_tricks
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -129,6 +130,7 @@ def _entry(args, env=None):
                           text=True, env={**os.environ, "PYTHONPATH": ROOT, **(env or {})})
 
 
+@needs_the_tricks
 def test_a_clean_run_starts_without_click():
     done = _entry(["run", "--quiet", "--", "true"])
     assert done.stdout.splitlines() == ["executed run ['true']", "exit 0", "False"]

@@ -14,6 +14,8 @@ import pytest
 
 from e2e_support import audited_run
 from progs_support import prog_text
+from stages import startup
+from startup_support import AT_THE_FORKS, modules_loaded, needs_the_tricks
 
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -34,6 +36,7 @@ def _modules_after(code: str, tmp_path, *args: str) -> set[str]:
 SIGNED_RUN_WITH_POLICY = prog_text("signed_run_with_policy.py")
 
 
+@needs_the_tricks
 def test_a_signed_run_with_a_policy_loads_no_openssl_digest(tmp_path):
     """vpnw (the policy's digest), the recorder (the digest chain) and the
     signing (BLAKE2b of the file) take their digests from CPython's own
@@ -100,14 +103,9 @@ def test_a_run_makes_only_its_own_command(tmp_path):
     assert all(f"  {name} " in listed for name in ("run", "trace", "guard", "learn", "show"))
 
 
-UNTIL_THE_RECORDER_FORKS = prog_text("until_the_recorder_forks.py")
-
-
 def _loaded_at_the_forks(tmp_path) -> tuple[set[str], set[str]]:
-    env = {**os.environ, "PYTHONPATH": ROOT, "XDG_STATE_HOME": str(tmp_path / "state")}
-    out = subprocess.run([sys.executable, "-c", UNTIL_THE_RECORDER_FORKS], check=True, cwd=tmp_path,
-                         env=env, capture_output=True, text=True, stdin=subprocess.DEVNULL)
-    helper, recorder = (set(json.loads(line)) for line in out.stdout.splitlines()[-2:])
+    """What vpnw has loaded when it forks the helper, and the recorder."""
+    helper, recorder = modules_loaded(AT_THE_FORKS, "on" if startup.ON else "off", tmp_path)
     return helper, recorder
 
 
@@ -122,6 +120,7 @@ def test_the_helper_forks_before_the_run_modules_and_the_policy_load(tmp_path):
                 "stages.record.events", "dataclasses"} & helper
 
 
+@needs_the_tricks
 def test_a_plain_run_loads_no_click_and_no_file_limits_before_the_recorder(tmp_path):
     """`vpnw run -- true` as the console script starts it, up to the recorder's
     fork (vpnw's part of the start: every module loaded by then is on the
@@ -140,6 +139,7 @@ def test_a_plain_run_loads_no_click_and_no_file_limits_before_the_recorder(tmp_p
 OFF_THE_WAY = {"orjson", "dataclasses", "inspect", "uuid", "platform", "typing"}
 
 
+@needs_the_tricks
 def test_the_run_forks_its_helper_before_the_records_modules(tmp_path):
     """At the helper's fork (every module vpnw has loaded is one the helper
     starts with) there is no orjson, no dataclasses and nothing they bring:
@@ -153,6 +153,7 @@ def test_the_run_forks_its_helper_before_the_records_modules(tmp_path):
     assert {"orjson", "stages.record.events"} <= at_recorder      # control
 
 
+@needs_the_tricks
 @pytest.mark.world
 def test_the_helper_reaches_ready_without_the_records_modules(world, user):
     """A real run, every import of every process seen (an audit hook):
@@ -177,6 +178,7 @@ def test_the_helper_reaches_ready_without_the_records_modules(world, user):
     assert OFF_THE_WAY & loaded == set()
 
 
+@needs_the_tricks
 def test_the_recorder_writes_run_start_without_typing(tmp_path):
     """What vpnw loads before it forks the recorder (the record's modules)
     and what the recorder loads to write and sign a record: no typing
@@ -188,6 +190,7 @@ def test_the_recorder_writes_run_start_without_typing(tmp_path):
     assert "typing" not in loaded
 
 
+@needs_the_tricks
 def test_the_recorder_makes_no_dataclass_on_its_way_to_run_start():
     """Each dataclass execs its generated methods when its module loads
     (~1 ms of CPU each under load): the recorder's modules, loaded between
@@ -210,9 +213,10 @@ def test_the_recorder_makes_no_dataclass_on_its_way_to_run_start():
 FILTERS = prog_text("pyseccomp_filters.py")
 
 
+@needs_the_tricks
 def test_pyseccomp_imports_without_typing_and_makes_the_same_filter(tmp_path):
     """The helper imports pyseccomp with a stand-in typing (its annotations,
-    cast and overload only; stages/helper/sandbox.py): typing never loads,
+    cast and overload only; stages/startup/imports.py): typing never loads,
     the filter's BPF is byte for byte the one made with the real typing,
     every way, and a later `import typing` is the real one.
     Control: with typing imported first, the stand-in steps aside."""

@@ -44,6 +44,8 @@ WORLD_V4, INTERNET_V4 = "10.200.0.1", "10.200.0.2"
 WORLD_V6, INTERNET_V6 = "fd00:200::1", "fd00:200::2"
 DNS_ADDR = "10.53.0.53"
 UNPRIVILEGED_USER = "vpnwtest"
+# Carried into the world's clean environment (stages/startup/__init__.py).
+STARTUP_TRICKS = "VPNW_STARTUP_TRICKS"
 PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 # The world's names. Addresses look public on purpose (so deny_private lets
@@ -475,6 +477,8 @@ class World:
         home = self._home(user)
         full_env = {"PATH": PATH, "HOME": str(home), "USER": user, "LOGNAME": user,
                     "LANG": "C.UTF-8", "XDG_STATE_HOME": str(state_home)}
+        if STARTUP_TRICKS in os.environ:      # the suite run with the start-up tricks off (.ci/run)
+            full_env[STARTUP_TRICKS] = os.environ[STARTUP_TRICKS]
         full_env.update(env or {})
         argv = ["nsenter", "-t", str(self.world_pid), "-n", "-m", "--", *private_binds(binds or {})]
         if user != "root":

@@ -12,7 +12,9 @@ already use: tinyproxy and squid (HTTP), dante and microsocks (SOCKS5), each
 with the bench's own configuration (see "the Debian proxies" below).
 
 `startup`: `vpnw run -- true` against `true`, four ways: the record to a file
-(signed) and to stdout (`--record -`), each without and with --capture. This
+(signed) and to stdout (`--record -`), each without and with --capture; and
+each way again with every start-up trick off (VPNW_STARTUP_TRICKS=off,
+stages/startup/tricks.py), interleaved, in the "tricks off" column. This
 tree's runs are traced (VPNW_STARTUP_TRACE, stages/startup/trace.py):
 the median time each process reached each of its marks is the start-up
 budget (docs/architecture.md, "Start-up budget").
@@ -1009,14 +1011,23 @@ STARTUP_WAYS = {"signed": ("--record", "{record}"), "--record -": ("--record", "
                 "signed --capture": ("--capture", "--record", "{record}"),
                 "--record - --capture": ("--capture", "--record", "-")}
 TRACE_VARIABLE = "VPNW_STARTUP_TRACE"     # stages/startup/trace.py
+TRICKS_VARIABLE = "VPNW_STARTUP_TRICKS"   # stages/startup/__init__.py
+# This tree's vpnw again with every start-up trick off, a build of its own
+# in bench_startup's runs (the "tricks off" column).
+TRICKS_OFF = "tricks off"
 
 
-def startup_once(vpnw: str, args: tuple[str, ...], record: str, trace: str | None) -> tuple[float, dict]:
+def startup_once(vpnw: str, args: tuple[str, ...], record: str, trace: str | None,
+                 tricks_off: bool = False) -> tuple[float, dict]:
     """One `vpnw run ARGS -- true`: its wall time (ms) and, with `trace`
     (a file for stages/startup/trace.py), when each process reached
-    each of its marks, in ms from the start (REV's vpnw may know none)."""
+    each of its marks, in ms from the start (REV's vpnw may know none).
+    `tricks_off`: with VPNW_STARTUP_TRICKS=off."""
     env = dict(os.environ)
     env.pop(TRACE_VARIABLE, None)
+    env.pop(TRICKS_VARIABLE, None)
+    if tricks_off:
+        env[TRICKS_VARIABLE] = "off"
     if trace:
         env[TRACE_VARIABLE] = trace
         with contextlib.suppress(FileNotFoundError):
@@ -1060,10 +1071,11 @@ def bench_startup(rounds: int) -> dict:
     """`vpnw run -- true` against `true` (and REV's vpnw, with --against),
     each of STARTUP_WAYS, the runs interleaved; every run traced (each
     process's marks: the start-up budget; a REV's too, for the CPU each of
-    its stages used, when it has the trace)."""
+    its stages used, when it has the trace). This tree's vpnw runs twice
+    a round, the second time with the start-up tricks off (TRICKS_OFF)."""
     record = os.path.join(PLACE.tmp, "startup.jsonl")
     trace = os.path.join(PLACE.tmp, "startup.trace")
-    builds = {None: VPNW, **AGAINST}
+    builds = {None: VPNW, TRICKS_OFF: VPNW, **AGAINST}
     walls = {(rev, way): [] for rev in builds for way in STARTUP_WAYS}
     timelines = {(rev, way): [] for rev in builds for way in STARTUP_WAYS}
     plain = []
@@ -1078,9 +1090,9 @@ def bench_startup(rounds: int) -> dict:
                 if (rev, way) in unknown:
                     continue
                 try:
-                    wall, marks = startup_once(vpnw, args, record, trace)
+                    wall, marks = startup_once(vpnw, args, record, trace, tricks_off=rev == TRICKS_OFF)
                 except subprocess.CalledProcessError as exc:
-                    if rev is None or exc.returncode != 121:
+                    if rev in (None, TRICKS_OFF) or exc.returncode != 121:
                         raise
                     unknown.add((rev, way))
                     continue
@@ -1100,6 +1112,7 @@ def bench_startup(rounds: int) -> dict:
             "timeline_ms": {way: _median_marks(timelines[(None, way)]) for way in STARTUP_WAYS},
             "timeline_runs": {way: _runs_with(timelines[(None, way)]) for way in STARTUP_WAYS},
             "cpu_ms": cpu(None),
+            "tricks_off": {"over_ms": figures(TRICKS_OFF), "cpu_ms": cpu(TRICKS_OFF)},
             "against": {rev: {"over_ms": figures(rev), "cpu_ms": cpu(rev)} for rev in AGAINST}}
 
 
@@ -1122,9 +1135,14 @@ def _runs_with(runs: list[dict]) -> dict:
 def print_startup(w, s: dict, verdict: str) -> None:
     w(f"\nstart-up: vpnw run -- true, ms over true ({s['true_ms']:.1f} ms)   target: {verdict}\n")
     revs = list(s["against"])
-    w(f"    {'':<24} {'this tree':>10}" + "".join(f" {'@' + r:>12} {'new/old':>7}" for r in revs) + "\n")
+    off = s.get("tricks_off")
+    w(f"    {'':<24} {'this tree':>10}" + (f" {TRICKS_OFF:>12} {'on/off':>7}" if off else "")
+      + "".join(f" {'@' + r:>12} {'new/old':>7}" for r in revs) + "\n")
     for way, over in s["over_ms"].items():
         row = f"    {way:<24} {over:10.1f}"
+        if off:
+            off_ms = off["over_ms"][way]
+            row += f" {off_ms:12.1f} {over / off_ms if off_ms else 0:7.2f}"
         for r in revs:
             old = s["against"][r]["over_ms"][way]
             row += (f" {old:12.1f} {over / old if old else 0:7.2f}" if old is not None
@@ -1146,6 +1164,9 @@ def print_startup(w, s: dict, verdict: str) -> None:
         w("      CPU ms each stage had used at its last mark: " + ", ".join(
             f"{k[5:]} {v:.1f}" for k, v in marks.items() if k.startswith("cpu: ")) + "\n")
         w(f"      {s['true_ms'] + s['over_ms'][way]:7.1f}          vpnw has exited (wall)\n")
+        if off and off["cpu_ms"].get(way):
+            w(f"      CPU ms with the tricks off ({TRICKS_VARIABLE}=off): " + ", ".join(
+                f"{stage} {ms:.1f}" for stage, ms in off["cpu_ms"][way].items()) + "\n")
 
 
 # ------------------------------------------------------------------ capture

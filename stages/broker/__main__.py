@@ -24,10 +24,11 @@ def main(argv=None) -> int:
     parser.add_argument("--grace", type=float, default=2.0, help="seconds open relays get at the end")
     args = parser.parse_args(argv)
 
+    # After the arguments are read, each: --help and a bad argument answer without them.
     from stages.wire.exits import ExitCode
-    from stages.config.paths import ConfigError, choose_path, load_config
-    from stages.config.policy import Policy, PolicyError, check_policy_for_path, load_policy
-    from stages.record.events import new_run_id
+    from stages.config.paths import ConfigError, choose_path, load_config  # (as above)
+    from stages.config.policy import Policy, PolicyError, check_policy_for_path, load_policy  # (as above)
+    from stages.record.events import new_run_id  # (as above)
     try:
         policy = load_policy(args.policy) if args.policy else Policy.allow_all()
         config = load_config(args.config) if args.config else None
@@ -39,7 +40,7 @@ def main(argv=None) -> int:
     if problem:
         print(f"vpnw broker: {problem}", file=sys.stderr)
         return ExitCode.USAGE
-    from stages.broker.main import main_from_fds
+    from stages.broker.main import main_from_fds     # once the policy and path are good
     return main_from_fds(args.handoff_fd, 1, args.status_fd, run_id=args.run_id or new_run_id(),
                          policy=policy, path=path, dry_run=args.dry_run, grace=args.grace)
 

@@ -156,6 +156,7 @@ def load_while_watching(link_fd: int, load) -> Early:
 def _watch(link, loader: _Loader, early: Early) -> None:
     """Read the link until the loop has loaded, is needed (a connection),
     or never will be (early.quiet_end)."""
+    # socket and the link's messages, once the loop's import has begun (the docstring above)
     from stages.wire.handoff import take_pending
     while True:
         ready = _readable({loader.loaded_r, *_doors(early), link.fileno()})

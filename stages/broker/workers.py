@@ -40,7 +40,6 @@ Only the direct path has workers: the other paths keep state of their own
 from __future__ import annotations
 
 import fcntl
-import gc
 import mmap
 import os
 import select
@@ -49,8 +48,10 @@ import socket
 import struct
 import time
 
-from stages.wire import status as st
+from stages.config.environment import EnvironmentProblem, broker_workers
 from stages.kernel.descriptors import close_all_but
+from stages.startup import collector
+from stages.wire import status as st
 from stages.wire.exits import ExitCode
 from stages.wire.handoff import link, send_door
 
@@ -68,7 +69,6 @@ def worker_count(path) -> tuple[int, bool]:
     process may run on, at most MAX_WORKERS, and one for any path but direct."""
     if path is not None and path.type != "direct":
         return 1, False
-    from stages.config.environment import EnvironmentProblem, broker_workers
     try:
         wanted = broker_workers(dict(os.environ))   # the command line refused a bad one
     except EnvironmentProblem:
@@ -137,11 +137,7 @@ class Crew:
         if self.started:
             return
         self.started = True
-        # What exists now (the policy's index above all, and every module)
-        # lives for the whole run: out of the collector's sight, its pages
-        # stay shared with the workers (a collection writes to every object
-        # it looks at, and each page written after the fork is copied).
-        gc.freeze()
+        collector.freeze()      # the policy's index and every module: out of the workers' collections
         for _ in range(self.size):
             lead_end, worker_end = link()
             status_r, status_w = os.pipe()

@@ -27,7 +27,7 @@ import errno
 import os
 # json's C half, as stages/wire/status.py uses it: the json package loads
 # `re` (docs/architecture.md, "Start-up budget"), and init is on the way to Ready.
-from _json import encode_basestring
+from stages.startup.json_c import encode_basestring
 
 from stages.config.work_set import layer_plan, mount_table
 # Imported before the layer: a module first imported after it would leave

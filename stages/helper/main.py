@@ -5,14 +5,11 @@ imported inside the forked helper process.
 """
 from __future__ import annotations
 
-import gc
 import os
+import socket  # noqa: F401  (the helper's first import of it, here as before)
 TYPE_CHECKING = False   # typing.TYPE_CHECKING, without importing typing (~4 ms)
 
-from stages.startup.imports import import_socket
-
-import_socket()     # stages/startup/imports.py: without selectors' epoll
-
+from stages.startup import collector  # noqa: E402
 from stages.wire.pty_handoff import ProgramTerminal  # noqa: E402
 
 if TYPE_CHECKING:   # annotations only: the helper imports no policy code at run time
@@ -69,7 +66,7 @@ def run_helper_first(argv: list[str], *, handoff_fd: int, status_fd: int, go_fd:
 def _exit_with(body, status_fd: int) -> NoReturn:
     """body()'s code as the process's exit; never returns into the orchestrator's code.
     No garbage collection until Ready (processes.collect_from_now)."""
-    gc.disable()
+    collector.pause()
     from stages.wire.exits import ExitCode  # in the forked helper alone
     code = ExitCode.INTERNAL
     try:

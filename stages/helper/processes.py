@@ -3,10 +3,10 @@ seal.py's docstring draws them) share: the signals passed on, the seal's
 error, the go byte, reaping, and the garbage collector's switch."""
 from __future__ import annotations
 
-import gc
 import os
 import signal
 
+from stages.startup import collector
 from stages.wire.exits import killed_by
 
 FORWARDED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP,
@@ -39,9 +39,8 @@ def collect_from_now() -> None:
     import and build, and a collection there found nothing to free while it
     walked (and so copied, after the fork) every object made so far. What
     exists now lives as long as the process, so it is frozen out of the
-    collector's sight first (gc.freeze, as vpnw does before its forks)."""
-    gc.freeze()
-    gc.enable()
+    collector's sight first (as vpnw does before its forks; stages/startup/collector.py)."""
+    collector.freeze_and_resume()
 
 
 def kill_quietly(pid: int, sig: int) -> None:

@@ -1,74 +1,22 @@
-"""C functions called through `_ctypes` alone, without the `ctypes` package.
+"""C functions through ctypes, in the few forms vpnw's callers use.
 
 The recorder of a signed run calls C twice: libsodium (stages/record/sodium.py)
 and fallocate(2) for the room kept ahead of the run file
-(stages/recorder/reserve.py). `import ctypes` costs about 2 ms of CPU on this
-kind of machine beyond the `_ctypes` extension it is built on (its Python
-half makes some sixty classes), on the recorder's way to run.start, which
-the program waits for (docs/architecture.md, "Start-up budget"). These few
-types are made exactly as ctypes makes them (`class c_int(_SimpleCData):
-_type_ = "i"`), so the calls convert their arguments as ctypes' would.
-The helper, init and the program's process use it too (privileges.py's
-prctl, unshare, mount and capset; the seccomp loader and libseccomp's
-version, stages/helper/seccomp_rules.py), on their way to the seal.
+(stages/recorder/reserve.py); the helper, init and the program's process
+call prctl, unshare, mount and capset (privileges.py), the seccomp loader
+and libseccomp's version (stages/helper/seccomp_rules.py), and the
+supervisor its notify calls. They used to go through `_ctypes` alone, with
+these types made as ctypes makes them; that bought 0.6-0.7 ms of CPU a
+process, under the 1 ms a start-up trick must buy (stages/startup/tricks.py),
+so they are ctypes' own again, under the names the callers use.
 """
 from __future__ import annotations
 
-import _ctypes
-
-
-class c_int(_ctypes._SimpleCData):
-    _type_ = "i"
-
-
-class c_uint(_ctypes._SimpleCData):
-    _type_ = "I"
-
-
-class c_ushort(_ctypes._SimpleCData):
-    _type_ = "H"
-
-
-class c_long(_ctypes._SimpleCData):
-    _type_ = "l"
-
-
-class c_ulong(_ctypes._SimpleCData):
-    _type_ = "L"
-
-
-# As ctypes has them: where long is 64 bits, int64 and unsigned long long are long's.
-if _ctypes.sizeof(c_long) == 8:
-    c_int64, c_ulonglong = c_long, c_ulong
-else:                                            # pragma: no cover - ILP32
-    class c_int64(_ctypes._SimpleCData):
-        _type_ = "q"
-
-    class c_ulonglong(_ctypes._SimpleCData):
-        _type_ = "Q"
-
-
-c_size_t = c_ulong      # size_t on Linux's LP64 and ILP32 alike, as ctypes has it
-
-
-class c_void_p(_ctypes._SimpleCData):
-    _type_ = "P"
-
-
-class c_char_p(_ctypes._SimpleCData):
-    _type_ = "z"
-
-
-class c_char(_ctypes._SimpleCData):
-    _type_ = "c"
-
-
-get_errno = _ctypes.get_errno
-addressof = _ctypes.addressof
-byref = _ctypes.byref
-sizeof = _ctypes.sizeof
-POINTER = _ctypes.POINTER
-Structure = _ctypes.Structure
+import ctypes
+from ctypes import (  # noqa: F401  (the names the callers use: foreign.c_int...)
+    POINTER, Structure, addressof, byref, c_char, c_char_p, c_int, c_int64, c_long, c_size_t,
+    c_uint, c_ulong, c_ulonglong, c_ushort, c_void_p, get_errno, sizeof,
+)
 
 
 def buffer(size: int):
@@ -95,19 +43,13 @@ class Library:
 
     def __init__(self, name: str | None, use_errno: bool = False):
         self._name = name
-        self._handle = _ctypes.dlopen(name, 0)      # ctypes' DEFAULT_MODE (RTLD_LOCAL; NOW added by _ctypes)
-        flags = _ctypes.FUNCFLAG_CDECL | (_ctypes.FUNCFLAG_USE_ERRNO if use_errno else 0)
-
-        class Function(_ctypes.CFuncPtr):
-            _flags_ = flags
-            _restype_ = c_int
-        self._function = Function
+        self._library = ctypes.CDLL(name, use_errno=use_errno)
 
     def function(self, name: str, argtypes: tuple, restype=c_int):
         """The library's `name`, called with `argtypes` (ctypes' conversions)
         and returning `restype` (None: void). Raises AttributeError when the
         library has no such symbol (as ctypes does)."""
-        fn = self._function((name, self))
+        fn = self._library[name]        # a new function object each time (CDLL's getattr caches one)
         fn.argtypes = argtypes
         fn.restype = restype
         return fn

@@ -14,7 +14,6 @@ reads the clock).
 from __future__ import annotations
 
 import ipaddress
-import re
 from dataclasses import dataclass, field
 from typing import Iterable
 

@@ -6,25 +6,19 @@ before that. A run, trace or guard whose words parse cleanly does not come
 here at all (main.py: options.quick_parse reads the same option table)."""
 from __future__ import annotations
 
-import gc
 import importlib
 import signal
 import sys
 
-# No collection while click loads (as in main.py): what it allocates lives
-# for the whole run.
-gc.disable()
+import click
 
-import click  # noqa: E402
-
-from stages import __version__  # noqa: E402
-from stages.orchestrator import options as opt, run_command  # noqa: E402
-from stages.orchestrator.run_command import (  # noqa: E402,F401  (the names tests and callers use)
+from stages import __version__
+from stages.orchestrator import options as opt, run_command
+from stages.orchestrator.run_command import (  # noqa: F401  (the names tests and callers use)
     UsageProblem, _check_side_outputs, _check_syslog_target, _load_path, _load_policy,
     _resolve_files,
 )
-from stages.wire.exits import ExitCode, killed_by  # noqa: E402
-gc.enable()
+from stages.wire.exits import ExitCode, killed_by
 _execute = run_command.execute     # what run, trace and guard call (looked up here when called)
 
 # Subcommands that live with their stage; imported only when used, to keep start-up light.
@@ -98,8 +92,8 @@ def _sandboxed_command(mode: str, fn) -> click.Command:
 
 def complete_policy(ctx, param, incomplete: str):
     """Tab after --policy: the presets for "@...", files otherwise."""
-    from click.shell_completion import CompletionItem
-    from stages.config import presets
+    from click.shell_completion import CompletionItem   # only when completing (Tab)
+    from stages.config import presets    # only when completing (Tab)
     if incomplete.startswith(presets.MARK):
         return [CompletionItem(presets.MARK + name, help=presets.summary(name))
                 for name in presets.names() if name.startswith(incomplete[1:])]
@@ -110,8 +104,8 @@ def complete_program(ctx, param, incomplete: str):
     """bash breaks COMP_WORDS at "@" (COMP_WORDBREAKS): `--policy @cl`
     reaches click as --policy "@" and "cl", the program's first word, while
     readline replaces the whole "@cl": the preset is offered with its "@"."""
-    from click.shell_completion import CompletionItem
-    from stages.config import presets
+    from click.shell_completion import CompletionItem   # only when completing (Tab)
+    from stages.config import presets    # only when completing (Tab)
     if ctx.params.get("policy_file") == presets.MARK and not ctx.params.get("program"):
         return [CompletionItem(presets.MARK + name, help=presets.summary(name))
                 for name in presets.names() if name.startswith(incomplete)]

@@ -17,13 +17,15 @@ needs (no dataclasses, no policy).
 from __future__ import annotations
 
 import errno
-import gc
 import os
 import signal
+import sys
 
+from stages import startup
 from stages.kernel.descriptors import close_all_but
-from stages.wire.exits import ExitCode
+from stages.startup import collector
 from stages.startup.trace import mark
+from stages.wire.exits import ExitCode
 
 FORWARDED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT,
                      signal.SIGUSR1, signal.SIGUSR2)
@@ -31,7 +33,7 @@ FORWARDED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUI
 
 def set_pdeathsig(sig: int) -> None:
     # In the forked stage, which loads it anyway (not on the way to the fork);
-    # through _ctypes alone, not the ctypes package (stages/kernel/privileges.py).
+    # with ctypes (stages/kernel/privileges.py).
     from stages.kernel import privileges as priv
     priv.prctl(priv.PR_SET_PDEATHSIG, sig)
 
@@ -44,20 +46,16 @@ def fork_stage(keep: list[int], body, *, die_with_parent: bool = False,
     `stdio`: the fds that become the child's 0, 1 and 2 (default: the orchestrator's).
     `collect`: the garbage collector on in the child (the helper's is off
     until its Ready: stages/helper/processes.py, collect_from_now)."""
-    # What exists now (every module, the policy's index) lives for the whole
-    # run: out of the collector's sight, its pages stay shared with the
-    # stages (a collection writes to every object it looks at, and a page
-    # written after the fork is copied, in each stage that writes it).
-    gc.freeze()
+    collector.freeze()      # what exists now, out of the stage's collections (collector.py)
     pid = os.fork()
     if pid:
         return pid
     code = ExitCode.INTERNAL
     try:
-        if collect:
-            gc.enable()     # off only while vpnw starts (cli.py)
+        if not collect:
+            collector.pause()
         else:
-            gc.disable()
+            collector.resume()      # whatever paused it in vpnw (run_command.execute)
         # Terminal signals go to the orchestrator only; it forwards what it must.
         os.setpgid(0, 0)
         for sig in FORWARDED_SIGNALS:
@@ -76,7 +74,6 @@ def fork_stage(keep: list[int], body, *, die_with_parent: bool = False,
         code = exc.code if isinstance(exc.code, int) else ExitCode.INTERNAL
     except BaseException as exc:  # noqa: BLE001 - a stage must never return into the parent's code
         try:
-            import sys
             sys.stderr.write(f"vpnw: internal error in stage: {exc!r}\n")
             sys.stderr.flush()
         except Exception:
@@ -155,6 +152,7 @@ def plan_terminal(record: str | None, log: str | None, no_clipboard: bool, env) 
         human_r, human_fd = os.pipe()
         own.append(human_fd)
         color = "NO_COLOR" not in env
+    # A terminal's pair only: a run without one loads socket after the fork (_seqpacket_pair)
     import socket
     ours, helpers = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
     # The helper replaces each of fds 0-2 that is a terminal with the pty's
@@ -198,12 +196,16 @@ class Helper:
         self.broker_end = broker_end     # the handoff link's far end (an fd), for the broker
 
 
-def _socketpair(kind: int) -> tuple[int, int]:
-    """A Unix socket pair as two fds, made with _socket: the socket module
-    (whose import loads selectors) is then imported after the fork, on
-    both sides at once, not before it."""
-    import _socket
-    ours, theirs = _socket.socketpair(_socket.AF_UNIX, kind)
+def _seqpacket_pair() -> tuple[int, int]:
+    """A SOCK_SEQPACKET Unix socket pair as two fds, made with _socket (a
+    start-up trick, stages/startup/tricks.py): the socket module (whose
+    import loads selectors) is then imported after the fork, on both sides
+    at once, not before it. With the tricks off, with socket."""
+    if startup.ON:
+        import _socket as sockets    # the C half alone: the trick (above)
+    else:
+        import socket as sockets     # the tricks off: the public module
+    ours, theirs = sockets.socketpair(sockets.AF_UNIX, sockets.SOCK_SEQPACKET)
     return ours.detach(), theirs.detach()
 
 
@@ -211,16 +213,15 @@ def fork_helper(argv: list[str], allow_unix_sockets: bool, terminal: Terminal) -
     """The helper (which builds the sandbox and runs the program), with the
     handoff link (stages/wire/handoff.py's link(): SOCK_SEQPACKET) whose far
     end goes to the broker, and the plan pipe."""
-    import _socket
-    helper_end, broker_end = _socketpair(_socket.SOCK_SEQPACKET)
+    helper_end, broker_end = _seqpacket_pair()
     status_r, status_w = os.pipe()
     go_r, go_w = os.pipe()
     plan_r, plan_w = os.pipe()
 
     def helper_body():
         mark("helper", "forked")
-        from stages.helper.main import run_helper_first
-        from stages.wire.pty_handoff import ProgramTerminal
+        from stages.helper.main import run_helper_first     # in the helper: after the fork
+        from stages.wire.pty_handoff import ProgramTerminal     # in the helper: after the fork
         run_helper_first(argv, handoff_fd=helper_end, status_fd=status_w, go_fd=go_r,
                          plan_fd=plan_r, allow_unix_sockets=allow_unix_sockets,
                          tty=ProgramTerminal(terminal.pty_socket[1].fileno(), stdio=terminal.on_tty)
@@ -244,7 +245,7 @@ def send_plan(helper: Helper, plan) -> None:
     """The plan (stages/wire/helper_plan.py's Plan), then the pipe's end. A
     helper that is already gone (its seal failed) said why on its status
     pipe, which the run reads next."""
-    from stages.wire import helper_plan
+    from stages.wire import helper_plan     # after the helper's fork (the module's docstring)
     plan_w, helper.plan_w = helper.plan_w, None
     try:
         helper_plan.send(plan_w, plan)

@@ -1,29 +1,22 @@
 """`vpnw`'s entry point (the console script). A run, trace or guard whose
-words options.quick_parse reads cleanly starts without click; everything
-else (help, --version, a mistake, the other commands) goes to click (cli.py),
-which says and exits exactly as it always has."""
+words options.quick_parse reads cleanly starts without click (a start-up
+trick, stages/startup/tricks.py; with the tricks off every command goes to
+click); everything else (help, --version, a mistake, the other commands)
+goes to click (cli.py), which says and exits exactly as it always has."""
 from __future__ import annotations
 
 import errno
-import gc
 import os
 import signal
 import sys
 
-# No collection while vpnw starts: what it allocates now (modules, the
-# policy) lives for the whole run, so a collection would find nothing to
-# free, and a full one walks every object made so far (some 10-15 % of the
-# imports' time). On again once the command line is read; a run turns it off
-# again until its stages are forked (run_command.execute, run.py).
-gc.disable()
+from stages import startup
+from stages.startup.trace import mark
 
-from stages.startup.trace import mark  # noqa: E402
 mark("vpnw", "interpreter up")
 
-from stages.orchestrator import options, run_command  # noqa: E402
+from stages.orchestrator import options, run_command  # noqa: E402  (after the mark above)
 from stages.wire.exits import killed_by  # noqa: E402
-
-gc.enable()
 
 # click's shell completion asks through this variable: click answers it.
 CLICK_COMPLETION = "_VPNW_COMPLETE"
@@ -33,9 +26,10 @@ def main(argv=None) -> None:
     words = sys.argv[1:] if argv is None else list(argv)
     mark("vpnw", "cli imported")
     parsed = None
-    if words and words[0] in options.SANDBOXED and CLICK_COMPLETION not in os.environ:
+    if startup.ON and words and words[0] in options.SANDBOXED and CLICK_COMPLETION not in os.environ:
         parsed = options.quick_parse(words[0], words[1:])
     if parsed is None:
+        # click only for what quick_parse left (help, a mistake, the other commands)
         from stages.orchestrator.cli import main as with_click
         with_click(words)
         return

@@ -8,6 +8,9 @@ tee's `subprocess` is loaded only when asked for.
 from __future__ import annotations
 
 import os
+import signal
+import stat
+import time
 
 import orjson
 
@@ -17,6 +20,7 @@ from stages.recorder import say as _say
 from stages.recorder.hints import RunFacts
 from stages.recorder.human import HUMAN_MODES, QUIET, HumanState, LiveOrder, format_event
 from stages.recorder.reserve import RecordRoom
+from stages import startup
 from stages.startup.trace import mark
 
 # A line longer than this with no newline is not an event; drop it rather
@@ -82,8 +86,7 @@ class _Tee:
     EXIT_GRACE = 2.0
 
     def __init__(self, command: str):
-        import signal
-        import subprocess
+        import subprocess       # only for --events-to (its command)
 
         # Only for a copy (~0.6 ms of CPU with select's, on the way to run.start otherwise).
         from stages.recorder.feeder import BoundedFeeder
@@ -129,7 +132,6 @@ class _Tee:
     def lost_before_end(self) -> int:
         """Before run.end: a last bounded chance for the backlog, then what
         the copy lost so far (run.end's events_to_lost)."""
-        import time
         if not self.hurry:
             was_open = not self.feeder.closed
             self.feeder.drain(time.monotonic() + self.DRAIN_GRACE, self.IDLE)
@@ -138,8 +140,6 @@ class _Tee:
         return self.feeder.lost
 
     def close(self) -> None:
-        import signal
-        import time
         if self.feeder.wants_write() and not self.hurry:
             self.feeder.drain(time.monotonic() + self.IDLE, self.IDLE)
         undelivered = self.feeder.drop_pending() if not self.feeder.closed else 0
@@ -175,8 +175,8 @@ def _with_fields(raw: bytes, **extra) -> bytes:
 def _open_syslog(target: str | None, events_format: str):
     if target is None:
         return None
-    from stages.recorder.shipping.transports import TargetError
-    from stages.recorder.syslog_out import SyslogOut
+    from stages.recorder.shipping.transports import TargetError    # only for --syslog
+    from stages.recorder.syslog_out import SyslogOut    # only for --syslog
     try:
         return SyslogOut(target, events_format)
     except TargetError as exc:
@@ -274,12 +274,11 @@ class _Recorder:
             except OSError as exc:
                 _say(f"cannot start --events-to command {tee_command!r}: {exc.strerror or exc}")
         if self.tee is not None and events_format != "jsonl":
-            from stages.recorder.shipping import stream_renderer
+            from stages.recorder.shipping import stream_renderer    # only for another format
             self.tee_render = stream_renderer(events_format)
         self.syslog = _open_syslog(syslog_target, events_format)
         self.sides = [side for side in (self.tee, self.syslog) if side is not None]
         if self.sides:
-            import signal
             sides = self.sides
 
             def hurry(_signum, _frame):
@@ -337,8 +336,13 @@ class _Recorder:
         room, offset = self.room, self.run_file.offset
         if room is None or offset is None:
             return lambda: None
-        import _thread      # not threading: nothing else here needs it
-        done = _thread.allocate_lock()
+        # The C half (a start-up trick, stages/startup/tricks.py): threading's
+        # import is ~2.6 ms here, and nothing else in the recorder needs it.
+        if startup.ON:
+            import _thread as threads       # the trick (above)
+        else:
+            import threading as threads     # the tricks off: the public module
+        done = threads.allocate_lock() if startup.ON else threads.Lock()
         done.acquire()
 
         def give_back():
@@ -347,7 +351,10 @@ class _Recorder:
             finally:
                 done.release()
         try:
-            _thread.start_new_thread(give_back, ())
+            if startup.ON:
+                threads.start_new_thread(give_back, ())
+            else:
+                threads.Thread(target=give_back, daemon=True).start()
         except RuntimeError:        # no thread to be had: here, first
             give_back()
         return lambda: done.acquire()
@@ -474,11 +481,10 @@ def last_line(chain: Chain) -> bytes:
 def _open_sealer(run_file: _RunFile):
     """The key and the ledger for a run file (None: not a regular file, so
     nothing to sign; False: they cannot be used, said)."""
-    import stat
     if run_file.offset is None or not stat.S_ISREG(os.fstat(run_file.fd).st_mode):
         return None     # before the imports: `--record -` never loads the signing code
-    from stages.recorder.seal import Sealer
-    from stages.record.signing import KeyProblem
+    from stages.recorder.seal import Sealer    # a file record's only (the line above)
+    from stages.record.signing import KeyProblem    # a file record's only
     try:
         return Sealer.open()
     except (KeyProblem, OSError) as exc:
@@ -509,7 +515,7 @@ def _signal_ready(fd: int) -> None:
 
 def _wait_readable(in_fd: int, sides: list) -> None:
     """Until events arrive, feed the side outputs whenever they can take more."""
-    import select
+    import select       # only with side outputs (--events-to, --syslog)
     while True:
         waiting = [side for side in sides if side.wants_write()]
         if not waiting:

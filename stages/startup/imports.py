@@ -6,14 +6,19 @@ from __future__ import annotations
 
 import os
 
+from stages import startup
 from stages.startup.stand_ins import inert, stand_in
 
 
 def import_pyseccomp() -> None:
-    """pyseccomp, imported with ctypes.util and typing stood in for (below)."""
+    """pyseccomp, imported with ctypes.util and typing stood in for (below);
+    with the tricks off, a plain import."""
+    if not startup.ON:
+        import pyseccomp  # noqa: F401  (the tricks off: the plain import; the helper's, only where the filter is not cached)
+        return
     with _sonames_known():
         with _typing_for_pyseccomp():
-            import pyseccomp  # noqa: F401  (its import alone sees the stand-in typing)
+            import pyseccomp  # noqa: F401  (here, so its import alone sees the stand-ins)
 
 
 def _sonames_known() -> stand_in:
@@ -23,7 +28,7 @@ def _sonames_known() -> stand_in:
     it imports, ctypes.util is a stand-in whose find_library tries the usual
     sonames first (the dynamic loader resolves them to the very files ldconfig
     would name) and otherwise asks the real ctypes.util, as before."""
-    import ctypes
+    import ctypes       # only where pyseccomp is imported (the filter not cached)
 
     def find_library(name):
         soname = _KNOWN_SONAMES.get(name)
@@ -53,17 +58,6 @@ def _typing_for_pyseccomp() -> stand_in:
                     cast=lambda _type, value: value, overload=lambda function: function)
 
 
-def import_socket() -> None:
-    """The helper's first import of socket (pty_handoff's, then the doors'):
-    socket.py imports selectors, which creates and closes an epoll to choose
-    its DefaultSelector, for socket.sendfile alone, which the helper never
-    calls (~1.2 ms of its CPU before the plan). While socket imports,
-    selectors is a stand-in that loads the real module the first time any
-    name is asked of it (docs/architecture.md, "Start-up budget")."""
-    with stand_in("selectors"):
-        import socket  # noqa: F401
-
-
 def import_orjson():
     """orjson, imported with four stand-ins (docs/architecture.md, "Start-up
     budget", 3), each only while orjson imports; any import of the module
@@ -84,11 +78,15 @@ def import_orjson():
       its whole pure-Python version first): the stand-in holds that capsule,
       so orjson's date and time types are datetime's own.
 
-    vpnw imports this on its way to the recorder's fork."""
-    import _datetime
+    vpnw imports this on its way to the recorder's fork. With the tricks
+    off, a plain import."""
+    if not startup.ON:
+        import orjson       # the tricks off: the plain import, where the lean one is
+        return orjson
+    import _datetime        # the C half, for its capsule alone (above)
     with stand_in("inspect"), stand_in("copy"), stand_in("platform", system=_system), \
             stand_in("datetime", datetime_CAPI=_datetime.datetime_CAPI):
-        import orjson
+        import orjson       # with the stand-ins above standing: this function's purpose
     return orjson
 
 

@@ -46,6 +46,7 @@ from __future__ import annotations
 import sys
 import types
 
+from stages import startup
 from stages.startup.stand_ins import inert, stand_in
 
 
@@ -68,13 +69,13 @@ def _iscoroutinefunction(object) -> bool:     # noqa: A002 - inspect's name for 
         function = function.__func__
     if type(function) is types.FunctionType and not hasattr(function, "_is_coroutine_marker"):
         return bool(function.__code__.co_flags & _CO_COROUTINE)
-    import inspect
+    import inspect      # the real one, for what this stand-in cannot answer
     return inspect.iscoroutinefunction(object)
 
 
 def _extract_stack(f=None, limit=None):
     """traceback.extract_stack, from the caller's frame as the real one takes it."""
-    import traceback
+    import traceback    # the real one, asked for at last (asyncio's debug mode)
     return traceback.extract_stack(sys._getframe(1) if f is None else f, limit)
 
 
@@ -92,7 +93,7 @@ class _LoggerOnUse:
         object.__setattr__(self, "_name", name)
 
     def _real(self):
-        import logging
+        import logging      # the real logger, on its first use (the class's purpose)
         return logging.getLogger(object.__getattribute__(self, "_name"))
 
     def __getattr__(self, attribute: str):
@@ -139,21 +140,40 @@ def thread_pool_executor():
     made on its first use (a callback that raises), so that lookup does not
     wait for logging, traceback and the rest (~10 ms of CPU here)."""
     with stand_in("logging", getLogger=_LoggerOnUse):
+        # at the first lookup, not before (a run may never look a name up)
         from concurrent.futures import ThreadPoolExecutor
     return ThreadPoolExecutor
 
 
-def import_asyncio():
-    """`import asyncio`, with the stand-ins above while it imports."""
+def import_asyncio(without_ssl: bool = False):
+    """`import asyncio`, with the stand-ins above while it imports.
+
+    `without_ssl` (the direct path's broker, which never speaks TLS):
+    `import ssl` refused while asyncio loads, which asyncio takes as "no
+    TLS here"; ssl and OpenSSL's libraries were about a quarter of this
+    import, and a program that connects at once waits for the rest of it.
+    None in sys.modules makes `import ssl` raise ImportError; once asyncio
+    is in, ssl imports as any module does.
+
+    With the tricks off (`startup.ON` false): a plain `import asyncio`."""
     if "asyncio" in sys.modules:
         return sys.modules["asyncio"]
-    import concurrent   # noqa: F401 - the package, so `concurrent.futures` finds its stand-in
+    if not startup.ON:
+        import asyncio      # the tricks off: the plain import, here where the lean one is
+        return asyncio
+    refused = without_ssl and "ssl" not in sys.modules
+    if refused:
+        sys.modules["ssl"] = None
+    # the package, so `concurrent.futures` finds its stand-in
+    import concurrent   # noqa: F401
     standing = _stand_ins()
     try:
         for one in standing:
             one.__enter__()
-        import asyncio
+        import asyncio      # with the stand-ins above standing: this module's purpose
     finally:
         for one in standing:
             one.__exit__()
+        if refused and sys.modules.get("ssl", 0) is None:
+            del sys.modules["ssl"]
     return asyncio

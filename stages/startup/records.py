@@ -19,10 +19,22 @@ seal, and each dataclass execs its generated methods when its module loads
 A mutable default (a list, a dict) is given as `Factory(list)`: each record
 gets its own. `__post_init__`, when a class has one, runs after the fields
 are set (as in a dataclass).
+
+With the tricks off (`startup.ON` false, stages/startup/__init__.py) each
+subclass is made a real `dataclasses.dataclass` (frozen for a FrozenRecord;
+a default as the field's default, a Factory as its default_factory, an
+uncompared field `field(compare=False)`, an unshown one `field(repr=False)`)
+and `NamedTuple` is typing's own.
 """
 from __future__ import annotations
 
 from collections import namedtuple
+
+from stages import startup
+
+if not startup.ON:
+    import dataclasses
+    import typing
 
 
 class Factory:
@@ -55,6 +67,8 @@ class Record:
         cls._defaults = defaults
         cls._compared = tuple(name for name in cls._fields if name not in cls._uncompared)
         cls._shown = tuple(name for name in cls._fields if name not in cls._unshown)
+        if not startup.ON and cls.__module__ != __name__:     # not FrozenRecord itself
+            _as_dataclass(cls, own, {name: defaults[name] for name in own if name in defaults})
 
     def __init__(self, *args, **kwargs):
         cls = type(self)
@@ -111,6 +125,21 @@ class FrozenRecord(Record):
         return hash(self._key())
 
 
+def _as_dataclass(cls, own: tuple, own_defaults: dict) -> None:
+    """`cls` made a dataclass in place, with the fields its annotations and
+    class attributes described (the tricks off)."""
+    for name in own:
+        settings = {"compare": name not in cls._uncompared, "repr": name not in cls._unshown}
+        if name in own_defaults:
+            default = own_defaults[name]
+            if isinstance(default, Factory):
+                settings["default_factory"] = default.make
+            else:
+                settings["default"] = default
+        setattr(cls, name, dataclasses.field(**settings))
+    dataclasses.dataclass(cls, frozen=issubclass(cls, FrozenRecord))
+
+
 class _NamedTupleMeta(type):
     def __new__(mcls, name, bases, namespace):
         if not bases:
@@ -130,9 +159,12 @@ class _NamedTupleMeta(type):
 _NOT_COPIED = {"__module__", "__qualname__", "__annotations__", "__dict__", "__weakref__"}
 
 
-class NamedTuple(metaclass=_NamedTupleMeta):
+class _LeanNamedTuple(metaclass=_NamedTupleMeta):
     """`class Rule(NamedTuple):` with annotated fields, defaults, methods and
     a docstring, as typing.NamedTuple: the class made is a
     collections.namedtuple. Without `typing`, whose import is ~4 ms of CPU
     on the way to the helper's fork and again in the helper (docs/architecture.md,
     "Start-up budget")."""
+
+
+NamedTuple = _LeanNamedTuple if startup.ON else typing.NamedTuple

@@ -19,17 +19,20 @@ from __future__ import annotations
 import sys
 import types
 
+from stages import startup
+
 
 class stand_in:        # noqa: N801 - used as `with stand_in(...)`, as a function
     """`with stand_in("typing", cast=...): import pyseccomp`. Nothing is
-    stood in when the real module is loaded already."""
+    stood in when the real module is loaded already, nor with the tricks
+    off (`startup.ON`): the block's imports are then plain imports."""
 
     def __init__(self, name: str, **names):
         self.name, self.names = name, names
         self.module: types.ModuleType | None = None
 
     def __enter__(self) -> types.ModuleType | None:
-        if self.name in sys.modules:
+        if not startup.ON or self.name in sys.modules:
             return None
         module = self.module = types.ModuleType(self.name)
         module.__dict__.update(self.names)

@@ -21,7 +21,7 @@ _path = os.environ.get(VARIABLE) or None
 
 
 def _mark(stage: str, what: str) -> None:
-    import time
+    import time     # only when tracing (the docstring: off, no import beyond os)
     cpu = time.clock_gettime_ns(time.CLOCK_PROCESS_CPUTIME_ID) // 1000
     line = f"{time.clock_gettime_ns(time.CLOCK_MONOTONIC)} {os.getpid()} {cpu} {stage} {what}\n"
     try:

@@ -37,7 +37,7 @@ It is the standard library's C half, `_json`, that json.JSONEncoder and
 JSONDecoder use for these settings: the `json` package itself imports `re`
 (~6 ms), which nothing else on the helper's way to Ready needs.
 """
-import _json
+from stages.startup import json_c as _json   # _json, or json with the tricks off
 import operator
 import os
 

@@ -7,7 +7,6 @@ own machinery (shell.py, seccomp_notify) loads in the supervisor's process
 alone, after its fork."""
 from __future__ import annotations
 
-import gc
 import os
 import socket
 import stat
@@ -16,6 +15,7 @@ from stages.helper import seccomp_rules
 from stages.helper.supervisor.compiled import PYTHON_ONLY_ENV, compiled_path
 from stages.kernel import privileges as priv
 from stages.kernel.descriptors import close_all_but
+from stages.startup import collector
 from stages.startup.records import NamedTuple  # typing's, without importing typing
 
 TYPE_CHECKING = False   # typing.TYPE_CHECKING, without importing typing
@@ -132,8 +132,7 @@ def spawn(link_: SupervisorLink, named: list[NamedSocket], status_fd: int,
         # The helper collects nothing before Ready (main.py); this process
         # lives as long as the program and makes threads and reports: on again
         # (processes.collect_from_now).
-        gc.freeze()
-        gc.enable()
+        collector.freeze_and_resume()
         priv.prctl(priv.PR_SET_PDEATHSIG, 9)
         link_.program_end.close()
         close_all_but({link_.supervisor_end.fileno(), link_.proc_fd, status_fd,
