@@ -12,6 +12,7 @@ import textwrap
 
 import pytest
 
+from progs_support import prog_text
 from stages import startup
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -20,32 +21,14 @@ needs_the_tricks = pytest.mark.skipif(
     not startup.ON, reason="VPNW_STARTUP_TRICKS=off: checks a start-up trick that is off")
 
 
-def until_the_forks(at_fork: str, last: int = 2) -> str:
-    """Python source that starts `vpnw run --record - -- true` as the console
-    script does, with os.fork replaced: at each fork `at_fork` runs in vpnw
-    (`forks` counts them), the forked child ends at once, and the `last`th
-    fork (the recorder's is the second) ends it all."""
-    return f"""
-import os, sys
-real_fork, forks = os.fork, []
-def fork():
-    forks.append(1)
-{textwrap.indent(at_fork, "    ")}
-    if len(forks) == {last}:
-        os._exit(0)
-    pid = real_fork()
-    if pid == 0:
-        os._exit(0)
-    return pid
-os.fork = fork
-from stages.orchestrator import main
-main.main(["run", "--record", "-", "--", "true"])
-"""
+def until_the_forks(at_fork: str) -> str:
+    """tests/progs/until_the_forks.py's source with `at_fork(forks)` (the
+    body `at_fork` given, run at each fork in vpnw) defined before it."""
+    return "def at_fork(forks):\n" + textwrap.indent(at_fork, "    ") + "\n" + prog_text("until_the_forks.py")
 
 
-# The module names vpnw has loaded at each fork, one line each (no json:
-# the listing must not load what it lists).
-AT_THE_FORKS = until_the_forks("print(repr(sorted(sys.modules)), flush=True)")
+# The module names vpnw has loaded at each fork, one line each.
+AT_THE_FORKS = prog_text("until_the_forks.py")
 
 
 def modules_loaded(code: str, tricks: str, cwd) -> list[set[str]]:

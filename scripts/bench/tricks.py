@@ -43,8 +43,8 @@ CASES = {
         "i.import_pyseccomp()\n",
         "import pyseccomp\n"),
     "socket without selectors": (
-        "import stages.startup.imports as i\n",
-        "i.import_socket()\n",
+        "from stages.startup.stand_ins import stand_in\n",
+        "with stand_in('selectors'):\n    import socket\n",
         "import socket\n"),
     "orjson's inspect, copy, platform, datetime": (
         "import stages.startup.imports as i\n",
