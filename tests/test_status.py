@@ -6,7 +6,7 @@ type) is refused with StatusError and nothing else.
 
 The orchestrator: real processes stand in for the helper, the broker and the
 recorder and write scripted status lines into the real pipes of a real
-`_Run`; the thing under test is how the orchestrator turns what they say into
+`RunWatch`; the thing under test is how the orchestrator turns what they say into
 the program's start (or not) and vpnw's exit code.
 """
 from __future__ import annotations
@@ -14,7 +14,6 @@ from __future__ import annotations
 import os
 import signal
 import time
-from types import SimpleNamespace
 
 import pytest
 from hypothesis import given, settings
@@ -22,7 +21,7 @@ from hypothesis import strategies as hs
 
 from stages.wire import status as st
 from stages.wire.exits import ExitCode
-from stages.orchestrator.run import _Run
+from stages.orchestrator.watch import RunWatch, StageLinks
 from stages.record.events import Emitter, read_events
 
 SAMPLES = [
@@ -280,7 +279,7 @@ def _write_lines(fd: int, lines) -> None:
 
 
 def scripted_run(helper_before_go, helper_after_go, broker_lines, tmp_path):
-    """Run a real `_Run` against stand-ins that say the given lines.
+    """Run a real `RunWatch` against stand-ins that say the given lines.
 
     The helper stand-in says `helper_before_go`, waits for the go pipe and,
     only if it got the go byte, says `helper_after_go` and writes the file
@@ -323,10 +322,10 @@ def scripted_run(helper_before_go, helper_after_go, broker_lines, tmp_path):
     broker_pid = _stand_in(broker)
     for fd in (events_r, recorded_w, helper_w, broker_w, go_r):
         os.close(fd)
-    request = SimpleNamespace(path=SimpleNamespace(name="office"))
     emitter = Emitter(events_w, "r-test", path="office")
-    run = _Run(request, emitter, helper_pid, broker_pid, recorder_pid, helper_r, broker_r, go_w,
-               recorded_r)
+    said = []      # vpnw's own lines: the message is returned below
+    run = RunWatch(StageLinks(helper_pid, broker_pid, recorder_pid, helper_r, broker_r, go_w,
+                              recorded_r), emitter, said.append, "office")
     code, message = run.wait()
     os.close(events_w)
     run.reap()
