@@ -26,7 +26,7 @@ from stages.orchestrator.run_request import RunRequest
 from stages.record.run_file import vpnw_state_dir
 
 
-def protection(request: RunRequest, record: str):
+def protection(request: RunRequest, record: str) -> pr.Protection:
     """What the program may not change (stages/config/protected.py): vpnw's
     installation and evidence (its state directory, made if missing so the
     program cannot make it and plant runs there; the record, the policy, the
@@ -91,7 +91,7 @@ def evidence_names(request: RunRequest, record: str) -> list[str]:
     return list(dict.fromkeys(names))
 
 
-def pinned_names(protected) -> list[str]:
+def pinned_names(protected: pr.Protection) -> list[str]:
     """The protected paths the helper binds read-only and the directories it
     pins above them (stages/helper/pins.py), whose inodes are compared after
     the run. Not the name look-ups: the host replaces /etc/resolv.conf itself.
@@ -119,7 +119,7 @@ def identities(names: list[str]) -> dict:
     return out
 
 
-def after_the_program(protected, names_before: dict, run_id: str, say) -> str | None:
+def after_the_program(protected: pr.Protection, names_before: dict, run_id: str, say) -> str | None:
     """Once the program and all its processes are gone (its PID namespace
     ended with it): (1) each evidence name still names the file or directory
     it named at the start: a directory above renamed from inside would let
@@ -182,14 +182,14 @@ def _remember_replaced(replaced: dict, run_id: str, say) -> None:
             f"the next run cannot warn of it")
 
 
-def say_scan_cut(protected, say) -> None:
+def say_scan_cut(protected: pr.Protection, say) -> None:
     for tree in protected.scan_cut:
         say(f"{tree} has more than {pr.SCAN_BUDGET} directories in its first {pr.SCAN_DEPTH} levels: "
             f"vpnw did not look for every repository there, and the git hooks and config of "
             f"those it did not find are not pinned read-only")
 
 
-def say_new_repositories(request: RunRequest, record: str, protected, say) -> None:
+def say_new_repositories(request: RunRequest, record: str, protected: pr.Protection, say) -> None:
     """A repository the program made in the work set with hooks or config
     that run commands: named in the summary (git runs them when the person
     next works there; nothing stopped the program making it)."""

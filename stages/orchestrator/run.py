@@ -16,7 +16,9 @@ import gc
 import os
 import time
 
+from stages.config.protected import Protection
 from stages.orchestrator import protection as pn, run_held, run_start
+from stages.orchestrator.held import HeldLayer
 from stages.orchestrator.helper_first import (
     Helper, RunRefused, Terminal, abandon, open_the_log, send_plan,
 )
@@ -56,8 +58,8 @@ class _Start(NamedTuple):
     record: str
     run_id: str
     files_record: dict
-    protected: object            # stages.config.protected's Protection
-    layer: object                # stages.orchestrator.held's HeldLayer, or None
+    protected: Protection
+    layer: HeldLayer | None
     names_before: dict           # evidence and pinned names -> (device, inode)
     env: dict                    # the program's environment
     env_kept: list
