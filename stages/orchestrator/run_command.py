@@ -41,6 +41,7 @@ class UsageProblem(Exception):
 
 def check_environment() -> None:
     """The variables vpnw reads, checked like a bad option: before anything starts."""
+    # Its checks load when a command runs, not with this module.
     from stages.config.environment import check
     problem = check(dict(os.environ))
     if problem:
@@ -48,6 +49,8 @@ def check_environment() -> None:
 
 
 def _load_policy(policy_file):
+    # The loaders' modules load after the helper's fork; this module loads
+    # before it, with every command (tests/test_startup_imports.py).
     from stages.config.policy import Policy, PolicyError, load_policy
     if not policy_file:
         return Policy.allow_all()
@@ -75,8 +78,8 @@ def _load_policy(policy_file):
 def _refuse_replaced(path, what: str) -> None:
     """A policy or config in a folder a run found replaced, still as the run
     left it, is not loaded (stages/orchestrator/replaced.py)."""
-    from stages.orchestrator.replaced import refusal
-    from stages.record.run_file import vpnw_state_dir
+    from stages.orchestrator.replaced import refusal      # after the helper's fork, as above
+    from stages.record.run_file import vpnw_state_dir     # as above
     problem = refusal(vpnw_state_dir(), path, what)
     if problem:
         raise UsageProblem(problem)
@@ -84,7 +87,7 @@ def _refuse_replaced(path, what: str) -> None:
 
 def _load_path(config_file, via):
     """(the chosen path, what the config names: stages/config/paths.py's ConfigFiles)."""
-    from stages.config.paths import ConfigError, choose_path, config_files, load_config
+    from stages.config.paths import ConfigError, choose_path, config_files, load_config  # as the policy's
     if config_file:
         _refuse_replaced(config_file, "--config")
     try:
@@ -98,8 +101,9 @@ def _resolve_files(policy):
     """The policy's [files] table, resolved once for this run (stages/config/file_limits.py)."""
     if policy.files is None:
         return None
+    # Only a policy with [files] loads file_limits (tests/test_startup_imports.py).
     from stages.config.file_limits import invoker_homes, resolve
-    from stages.config.policy import PolicyError
+    from stages.config.policy import PolicyError    # loaded already: the policy is
     home, other_homes = invoker_homes(dict(os.environ))
     try:
         return resolve(policy.files, policy.source, home=home, cwd=os.getcwd(),
@@ -114,9 +118,10 @@ def _resolve_secrets(policy):
     run (121), naming the secret and the source, never a value."""
     if not policy.secrets:
         return None
+    # Only a policy with secrets loads their module.
     from stages.config import secrets as sc
-    from stages.config.lookups import invoker_homes
-    from stages.config.policy import localhost_ports
+    from stages.config.lookups import invoker_homes      # after the helper's fork, as the policy
+    from stages.config.policy import localhost_ports     # loaded already: the policy is
     env = dict(os.environ)
     home, _ = invoker_homes(env)
     try:
@@ -129,7 +134,7 @@ def _resolve_secrets(policy):
 def _check_syslog_target(target):
     if target is None:
         return None
-    from stages.recorder.shipping.transports import TargetError, parse_target
+    from stages.recorder.shipping.transports import TargetError, parse_target  # only with --syslog
     try:
         return str(parse_target(target))
     except TargetError as exc:

@@ -150,8 +150,10 @@ class RunWatch:
             sel.unregister(self.recorded_r)
         elif key.data == "recorder":
             sel.unregister(recorder_fd)
-            if self.reports.totals is None:
-                self.reports.fatal = self.reports.fatal or "the recorder stopped; vpnw stops the program rather than run it unrecorded"
+            r = self.reports
+            if r.totals is None:
+                r.fatal = r.fatal or ("the recorder stopped; vpnw stops the program rather than "
+                                      "run it unrecorded")
         else:
             reader = self.helper if key.data == "helper" else self.broker
             self._read(key.data, reader)
