@@ -216,8 +216,8 @@ def _plan(options: RunOptions, say: OwnLines) -> RunPlan:
             "(Docker, your ssh-agent, D-Bus), with no record of each connection; its own "
             "sockets work without it, and the policy's [unix] allow names the others it needs")
     plan = RunPlan(policy=policy, path=path, config_files=named, files=files, secrets=secrets,
-                   ask=options.mode == "guard" and (options.ask or policy.ask),
-                   capture=options.capture or policy.capture)
+                   ask=bool(options.mode == "guard" and (options.ask or policy.ask)),
+                   capture=bool(options.capture or policy.capture))
     mark("vpnw", "policy and paths loaded")
     return plan
 
