@@ -429,6 +429,37 @@ def test_a_broker_saying_junk_before_the_path_check_stops_the_run(tmp_path):
     assert (code, started) == (ExitCode.INTERNAL, False), message
 
 
+READY_OWN_UNIX = st.encode(st.Ready(("user", "net", "pid", "ipc", "mnt"), True, False,
+                                    (("http", 3128), ("socks", 1080)), unix="own"))
+UNIX_DENIED = st.encode(st.UnixConnect(path="/run/docker.sock", allowed=False, process=7,
+                                       program="curl", reason="a socket bound outside the sandbox"))
+
+
+def test_the_supervisors_unix_reports_are_recorded_while_the_program_runs(tmp_path):
+    """The phase table's running-phase rows (stages/orchestrator/phases.py):
+    a Unix-socket report between go and the exit becomes unix.deny."""
+    code, message, events, started = scripted_run(
+        [READY_OWN_UNIX], [UNIX_DENIED, st.encode(st.Exited(0, None))], [PATH_OK, TOTALS], tmp_path)
+    assert (code, message, started) == (0, None, True)
+    assert [e["type"] for e in events] == ["sandbox.ready", "unix.deny", "program.exit"]
+    assert events[1]["fields"] == {"path": "/run/docker.sock", "process": 7, "program": "curl",
+                                   "reason": "a socket bound outside the sandbox"}
+
+
+@pytest.mark.parametrize("ready, before_go, after_go, started_then", [
+    (READY_OWN_UNIX, [UNIX_DENIED], [], False),        # before go: the program has not run
+    (READY, [], [UNIX_DENIED], True),                  # a sandbox without the supervisor
+])
+def test_a_unix_report_out_of_its_phase_or_sandbox_stops_the_run(ready, before_go, after_go,
+                                                                 started_then, tmp_path):
+    code, message, events, started = scripted_run(
+        [ready, *before_go], [*after_go, st.encode(st.Exited(0, None))], [PATH_OK, TOTALS],
+        tmp_path)
+    assert (code, started) == (ExitCode.INTERNAL, started_then), message
+    assert "status message vpnw does not accept" in message
+    assert "unix.deny" not in [e["type"] for e in events]
+
+
 def test_exited_carries_the_no_route_count_only_when_there_is_one():
     assert st.encode(st.Exited(7, None, no_route=2)) == b'{"exit":{"code":7,"signal":null,"no_route":2}}\n'
     assert st.decode(st.encode(st.Exited(7, None, no_route=2)), st.HELPER_STATUS) == st.Exited(7, None, 2)
