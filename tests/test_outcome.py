@@ -49,10 +49,17 @@ def test_the_order_when_several_reports_came():
 
 
 def test_every_status_message_has_its_phases_in_the_table():
-    from stages.orchestrator.run import ACCEPTED, PHASE_WORDS
-    assert set(ACCEPTED["helper"]) == set(st.HELPER_STATUS)
-    assert set(ACCEPTED["broker"]) == set(st.BROKER_STATUS)
-    phases = {p for channel in ACCEPTED.values() for allowed in channel.values() for p in allowed}
+    from stages.orchestrator.phases import OVER, PHASE_WORDS, STEPS, step
+    helper_phases = {"sealing", "sealed", "running"}
+    kinds = lambda phases: {kind for (phase, kind) in STEPS if phase in phases}   # noqa: E731
+    assert kinds(helper_phases) == set(st.HELPER_STATUS)
+    assert kinds({"checking", "checked"}) == set(st.BROKER_STATUS)
+    phases = {phase for phase, _ in STEPS} | {s.follows for s in STEPS.values()}
     assert phases <= set(PHASE_WORDS)
     # Nothing is accepted from a stage after its last message.
-    assert all("over" not in allowed for channel in ACCEPTED.values() for allowed in channel.values())
+    assert all(phase != OVER for phase, _ in STEPS)
+    # A channel's phases take only its own messages (the key is the pair).
+    assert not kinds(helper_phases) & kinds({"checking", "checked"})
+    with pytest.raises(st.StatusError, match="Exited while the program waited to start"):
+        step("sealed", st.Exited(0, None))
+    assert step("running", st.Exited(0, None)).follows == OVER

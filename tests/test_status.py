@@ -6,7 +6,7 @@ type) is refused with StatusError and nothing else.
 
 The orchestrator: real processes stand in for the helper, the broker and the
 recorder and write scripted status lines into the real pipes of a real
-`_Run`; the thing under test is how the orchestrator turns what they say into
+`RunWatch`; the thing under test is how the orchestrator turns what they say into
 the program's start (or not) and vpnw's exit code.
 """
 from __future__ import annotations
@@ -14,7 +14,6 @@ from __future__ import annotations
 import os
 import signal
 import time
-from types import SimpleNamespace
 
 import pytest
 from hypothesis import given, settings
@@ -22,7 +21,7 @@ from hypothesis import strategies as hs
 
 from stages.wire import status as st
 from stages.wire.exits import ExitCode
-from stages.orchestrator.run import _Run
+from stages.orchestrator.watch import RunWatch, StageLinks
 from stages.record.events import Emitter, read_events
 
 SAMPLES = [
@@ -280,7 +279,7 @@ def _write_lines(fd: int, lines) -> None:
 
 
 def scripted_run(helper_before_go, helper_after_go, broker_lines, tmp_path):
-    """Run a real `_Run` against stand-ins that say the given lines.
+    """Run a real `RunWatch` against stand-ins that say the given lines.
 
     The helper stand-in says `helper_before_go`, waits for the go pipe and,
     only if it got the go byte, says `helper_after_go` and writes the file
@@ -323,10 +322,10 @@ def scripted_run(helper_before_go, helper_after_go, broker_lines, tmp_path):
     broker_pid = _stand_in(broker)
     for fd in (events_r, recorded_w, helper_w, broker_w, go_r):
         os.close(fd)
-    request = SimpleNamespace(path=SimpleNamespace(name="office"))
     emitter = Emitter(events_w, "r-test", path="office")
-    run = _Run(request, emitter, helper_pid, broker_pid, recorder_pid, helper_r, broker_r, go_w,
-               recorded_r)
+    said = []      # vpnw's own lines: the message is returned below
+    run = RunWatch(StageLinks(helper_pid, broker_pid, recorder_pid, helper_r, broker_r, go_w,
+                              recorded_r), emitter, said.append, "office")
     code, message = run.wait()
     os.close(events_w)
     run.reap()
@@ -428,6 +427,37 @@ def test_a_broker_saying_junk_before_the_path_check_stops_the_run(tmp_path):
     code, message, _, started = scripted_run([READY], [], [b'{"path_ok": true}', TOTALS],
                                              tmp_path)
     assert (code, started) == (ExitCode.INTERNAL, False), message
+
+
+READY_OWN_UNIX = st.encode(st.Ready(("user", "net", "pid", "ipc", "mnt"), True, False,
+                                    (("http", 3128), ("socks", 1080)), unix="own"))
+UNIX_DENIED = st.encode(st.UnixConnect(path="/run/docker.sock", allowed=False, process=7,
+                                       program="curl", reason="a socket bound outside the sandbox"))
+
+
+def test_the_supervisors_unix_reports_are_recorded_while_the_program_runs(tmp_path):
+    """The phase table's running-phase rows (stages/orchestrator/phases.py):
+    a Unix-socket report between go and the exit becomes unix.deny."""
+    code, message, events, started = scripted_run(
+        [READY_OWN_UNIX], [UNIX_DENIED, st.encode(st.Exited(0, None))], [PATH_OK, TOTALS], tmp_path)
+    assert (code, message, started) == (0, None, True)
+    assert [e["type"] for e in events] == ["sandbox.ready", "unix.deny", "program.exit"]
+    assert events[1]["fields"] == {"path": "/run/docker.sock", "process": 7, "program": "curl",
+                                   "reason": "a socket bound outside the sandbox"}
+
+
+@pytest.mark.parametrize("ready, before_go, after_go, started_then", [
+    (READY_OWN_UNIX, [UNIX_DENIED], [], False),        # before go: the program has not run
+    (READY, [], [UNIX_DENIED], True),                  # a sandbox without the supervisor
+])
+def test_a_unix_report_out_of_its_phase_or_sandbox_stops_the_run(ready, before_go, after_go,
+                                                                 started_then, tmp_path):
+    code, message, events, started = scripted_run(
+        [ready, *before_go], [*after_go, st.encode(st.Exited(0, None))], [PATH_OK, TOTALS],
+        tmp_path)
+    assert (code, started) == (ExitCode.INTERNAL, started_then), message
+    assert "status message vpnw does not accept" in message
+    assert "unix.deny" not in [e["type"] for e in events]
 
 
 def test_exited_carries_the_no_route_count_only_when_there_is_one():

@@ -199,17 +199,14 @@ def test_a_path_is_followed_through_its_symlinks_to_proc_self():
 
 
 def test_run_start_names_the_unix_allow_entries_as_resolved_within_its_budget():
-    from types import SimpleNamespace
-    from stages.orchestrator.run import UNIX_ALLOW_BUDGET, _unix_allow_record
+    from stages.orchestrator.run_start import UNIX_ALLOW_BUDGET, unix_allow_record
     entries = ("$SSH_AUTH_SOCK", "$UNSET", "/run/x.sock")
-    request = SimpleNamespace(policy=SimpleNamespace(unix_allow=entries),
-                              env={"SSH_AUTH_SOCK": "/tmp/ssh-a/agent.1"})
-    assert _unix_allow_record(request) == {"unix_allow": [
+    assert unix_allow_record(entries, {"SSH_AUTH_SOCK": "/tmp/ssh-a/agent.1"}) == {"unix_allow": [
         {"entry": "$SSH_AUTH_SOCK", "path": "/tmp/ssh-a/agent.1"},
         {"entry": "$UNSET", "path": None}, {"entry": "/run/x.sock", "path": "/run/x.sock"}]}
-    assert _unix_allow_record(SimpleNamespace(policy=SimpleNamespace(unix_allow=()), env={})) == {}
+    assert unix_allow_record((), {}) == {}
     many = tuple(f"/run/user/1000/s{i:03}-" + "é" * 10 for i in range(60))
-    got = _unix_allow_record(SimpleNamespace(policy=SimpleNamespace(unix_allow=many), env={}))
+    got = unix_allow_record(many, {})
     assert 0 < len(got["unix_allow"]) < 60
     assert got["unix_allow_unlisted"] == 60 - len(got["unix_allow"])
     import orjson

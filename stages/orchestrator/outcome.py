@@ -1,7 +1,8 @@
 """vpnw's exit code from what the stages reported: pure, no forks, no I/O.
 
-The run (run.py) collects the stages' status messages into `Reports`; this
-decides, in one order, which of them speaks for the run (docs/architecture.md,
+The run's wait (watch.py, stage_reports.py) collects the stages' status
+messages into `Reports`; this decides, in one order, which of them speaks
+for the run (docs/architecture.md,
 "Exit codes"): an interruption before the program started, a refused status
 message, the path down, the seal, vpnw's own failure, the program that could
 not be executed, a missing exit report, a denial under guard, then the

@@ -9,10 +9,15 @@ import gc
 import os
 import sys
 
+from stages.orchestrator import helper_first
+from stages.orchestrator.own_lines import OwnLines
+from stages.orchestrator.run_request import RunOptions, RunPlan, RunRequest
 from stages.wire.exits import ExitCode
 from stages.startup.trace import mark
 
-started = False    # set once a run/trace/guard started: the caller may skip the teardown
+# Read by main.py and cli.py after execute returns: it returns only when no
+# run started (a run that started ends the process in execute), so never set.
+started = False
 
 
 class UsageProblem(Exception):
@@ -36,6 +41,7 @@ class UsageProblem(Exception):
 
 def check_environment() -> None:
     """The variables vpnw reads, checked like a bad option: before anything starts."""
+    # Its checks load when a command runs, not with this module.
     from stages.config.environment import check
     problem = check(dict(os.environ))
     if problem:
@@ -43,6 +49,8 @@ def check_environment() -> None:
 
 
 def _load_policy(policy_file):
+    # The loaders' modules load after the helper's fork; this module loads
+    # before it, with every command (tests/test_startup_imports.py).
     from stages.config.policy import Policy, PolicyError, load_policy
     if not policy_file:
         return Policy.allow_all()
@@ -70,8 +78,8 @@ def _load_policy(policy_file):
 def _refuse_replaced(path, what: str) -> None:
     """A policy or config in a folder a run found replaced, still as the run
     left it, is not loaded (stages/orchestrator/replaced.py)."""
-    from stages.orchestrator.replaced import refusal
-    from stages.record.run_file import vpnw_state_dir
+    from stages.orchestrator.replaced import refusal      # after the helper's fork, as above
+    from stages.record.run_file import vpnw_state_dir     # as above
     problem = refusal(vpnw_state_dir(), path, what)
     if problem:
         raise UsageProblem(problem)
@@ -79,7 +87,7 @@ def _refuse_replaced(path, what: str) -> None:
 
 def _load_path(config_file, via):
     """(the chosen path, what the config names: stages/config/paths.py's ConfigFiles)."""
-    from stages.config.paths import ConfigError, choose_path, config_files, load_config
+    from stages.config.paths import ConfigError, choose_path, config_files, load_config  # as the policy's
     if config_file:
         _refuse_replaced(config_file, "--config")
     try:
@@ -91,10 +99,11 @@ def _load_path(config_file, via):
 
 def _resolve_files(policy):
     """The policy's [files] table, resolved once for this run (stages/config/file_limits.py)."""
-    if getattr(policy, "files", None) is None:
+    if policy.files is None:
         return None
+    # Only a policy with [files] loads file_limits (tests/test_startup_imports.py).
     from stages.config.file_limits import invoker_homes, resolve
-    from stages.config.policy import PolicyError
+    from stages.config.policy import PolicyError    # loaded already: the policy is
     home, other_homes = invoker_homes(dict(os.environ))
     try:
         return resolve(policy.files, policy.source, home=home, cwd=os.getcwd(),
@@ -107,11 +116,12 @@ def _resolve_secrets(policy):
     """The policy's secrets read from their sources, now, outside, before the
     program starts (stages/config/secrets.py): a source that fails stops the
     run (121), naming the secret and the source, never a value."""
-    if not getattr(policy, "secrets", ()):
+    if not policy.secrets:
         return None
+    # Only a policy with secrets loads their module.
     from stages.config import secrets as sc
-    from stages.config.lookups import invoker_homes
-    from stages.config.policy import localhost_ports
+    from stages.config.lookups import invoker_homes      # after the helper's fork, as the policy
+    from stages.config.policy import localhost_ports     # loaded already: the policy is
     env = dict(os.environ)
     home, _ = invoker_homes(env)
     try:
@@ -124,7 +134,7 @@ def _resolve_secrets(policy):
 def _check_syslog_target(target):
     if target is None:
         return None
-    from stages.recorder.shipping.transports import TargetError, parse_target
+    from stages.recorder.shipping.transports import TargetError, parse_target  # only with --syslog
     try:
         return str(parse_target(target))
     except TargetError as exc:
@@ -144,79 +154,72 @@ def _check_side_outputs(events_to, syslog, events_format) -> str:
     return events_format or "jsonl"
 
 
-def execute(mode, program, policy_file, config_file, via, record, events_to,
-            allow_unix_sockets, log=None, quiet=False, dry_run=False, syslog=None,
-            events_format=None, ask=False, ask_timeout=60.0, capture=False,
-            no_clipboard=False):
+def execute(mode, program, **options) -> int:
+    """run, trace or guard with the options click or options.quick_parse
+    read (RunOptions' fields). A run that started ends the process here
+    (exit_now) once its stages have ended; a refusal before that raises
+    UsageProblem."""
     mark("vpnw", "command line parsed")
     gc.disable()     # as in main.py: on again once the stages are forked (run.py), or on a refusal
     try:
-        return _start_run(mode, program, policy_file, config_file, via, record, events_to,
-                          allow_unix_sockets, log, quiet, dry_run, syslog, events_format, ask,
-                          ask_timeout, capture, no_clipboard)
+        code = _start_run(_checked(RunOptions(mode=mode, program=tuple(program), **options)))
     finally:
         gc.enable()
+    exit_now(code)
 
 
-def _start_run(mode, program, policy_file, config_file, via, record, events_to,
-               allow_unix_sockets, log, quiet, dry_run, syslog, events_format, ask, ask_timeout,
-               capture, no_clipboard):
-    if policy_file == "-" and config_file == "-":
+def _checked(options: RunOptions) -> RunOptions:
+    """The options as one command line: what no single option can check."""
+    if options.policy_file == "-" and options.config_file == "-":
         raise UsageProblem("--policy - and --config - both read stdin; fix: read one of them from a file")
-    syslog = _check_syslog_target(syslog)
-    events_format = _check_side_outputs(events_to, syslog, events_format)
-    if ask and policy_file and policy_file.startswith("@"):
+    syslog = _check_syslog_target(options.syslog)
+    events_format = _check_side_outputs(options.events_to, syslog, options.events_format)
+    policy_file = options.policy_file
+    if options.ask and policy_file and policy_file.startswith("@"):
         # An answer is written into the policy file: never into vpnw's own copy.
         raise UsageProblem(f"--ask edits the policy file, and {policy_file} is vpnw's own; "
                            f"fix: vpnw presets {policy_file[1:]} > policy.toml, then --policy policy.toml")
+    return options.replace(syslog=syslog, events_format=events_format)
+
+
+def _start_run(options: RunOptions) -> int:
     # The helper first, before the run's modules and the policy load: what
     # it does needs neither (helper_first.py); a refusal from here on kills it.
-    from stages.orchestrator import helper_first
-    terminal = helper_first.plan_terminal(record, log, no_clipboard, os.environ)
-    helper = helper_first.fork_helper(list(program), allow_unix_sockets, terminal)
+    terminal = helper_first.plan_terminal(options.record, options.log, options.no_clipboard,
+                                          os.environ)
+    helper = helper_first.fork_helper(list(options.program), options.allow_unix_sockets, terminal)
+    say = OwnLines()
     try:
-        request = _request(mode, program, policy_file, config_file, via, record, events_to,
-                           allow_unix_sockets, log, quiet, dry_run, syslog, events_format, ask,
-                           ask_timeout, capture, no_clipboard)
+        request = RunRequest(options=options, plan=_plan(options, say))
     except BaseException:
         helper_first.abandon(helper)
         helper_first.close_terminal(terminal)
         raise
-    from stages.orchestrator.run import execute
-    return execute(request, terminal, helper)
+    # The run's modules load only now, after the helper's fork (tests/test_startup_imports.py).
+    from stages.orchestrator.run import execute as run
+    return run(request, terminal, helper, say)
 
 
-def _request(mode, program, policy_file, config_file, via, record, events_to,
-             allow_unix_sockets, log, quiet, dry_run, syslog, events_format, ask, ask_timeout,
-             capture, no_clipboard):
-    """The policy and the paths loaded (UsageProblem when they cannot be): the RunRequest."""
-    from stages.orchestrator.run import RunRequest
+def _plan(options: RunOptions, say: OwnLines) -> RunPlan:
+    """The policy and the paths loaded (UsageProblem when they cannot be)."""
+    # The policy's module loads after the helper's fork (tests/test_startup_imports.py).
     from stages.config.policy import check_policy_for_path
-    policy = _load_policy(policy_file)
-    path, named = _load_path(config_file, via)
-    problem = check_policy_for_path(policy, path.resolves_at_exit) if policy_file else None
+    policy = _load_policy(options.policy_file)
+    path, named = _load_path(options.config_file, options.via)
+    problem = check_policy_for_path(policy, path.resolves_at_exit) if options.policy_file else None
     if problem:
         raise UsageProblem(f"{policy.source}: {problem}")
     files = _resolve_files(policy)
     secrets = _resolve_secrets(policy)
-    if allow_unix_sockets:
-        from stages.orchestrator.run import say
+    if options.allow_unix_sockets:
         say("--allow-unix-sockets: the program can reach every Unix socket on this machine "
             "(Docker, your ssh-agent, D-Bus), with no record of each connection; its own "
             "sockets work without it, and the policy's [unix] allow names the others it needs")
-    global started
-    started = True
-    request = RunRequest(mode=mode, argv=list(program), policy=policy, path=path, record=record,
-                         events_to=events_to, allow_unix_sockets=allow_unix_sockets,
-                         dry_run=dry_run, files=files, log=log, quiet=quiet,
-                         syslog=syslog, events_format=events_format,
-                         config_file=config_file, config_files=named,
-                         ask=bool(mode == "guard" and (ask or getattr(policy, "ask", False))),
-                         ask_timeout=ask_timeout,
-                         capture=capture or getattr(policy, "capture", False),
-                         no_clipboard=no_clipboard, secrets=secrets)
+    plan = RunPlan(policy=policy, path=path, config_files=named, files=files, secrets=secrets,
+                   ask=bool(options.mode == "guard" and (options.ask or policy.ask)),
+                   capture=bool(options.capture or policy.capture))
     mark("vpnw", "policy and paths loaded")
-    return request
+    return plan
 
 
 def exit_now(code: int) -> None:
