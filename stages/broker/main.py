@@ -36,8 +36,8 @@ def main_from_fds(handoff_fd: int, event_fd: int, status_fd: int, *, run_id: str
         # In the broker, after the fork (the module's docstring):
         from stages.wire import status
         from stages.record.events import Emitter    # (as above)
-        Emitter(event_fd, run_id, path="direct").emit("path.check", path="direct", type="direct",
-                                                       ok=True, ms=0)
+        from stages.record.event_types import PathCheck     # (as above)
+        Emitter(event_fd, run_id, path="direct").emit(PathCheck(path="direct", type="direct", ok=True, ms=0))
         status.write(status_fd, status.PathOk(path="direct", type="direct", ms=0))
         mark("broker", "path reported")
         path_reported = True

@@ -202,10 +202,7 @@ def main(argv=None) -> None:
         sys.exit(killed_by(signal.SIGINT))
     except click.exceptions.Exit as exc:
         sys.exit(exc.exit_code)
-    code = code if isinstance(code, int) else 0
-    if run_command.started:
-        run_command.exit_now(code)
-    sys.exit(code)
+    sys.exit(code if isinstance(code, int) else 0)
 
 
 if __name__ == "__main__":

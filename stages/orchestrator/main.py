@@ -54,10 +54,7 @@ def _run(mode: str, parsed: dict) -> int:
             raise
         sys.stdout = sys.stderr = None
         return 1
-    code = code if isinstance(code, int) else 0
-    if run_command.started:
-        run_command.exit_now(code)
-    return code
+    return code if isinstance(code, int) else 0
 
 
 def _say_aborted() -> None:

@@ -12,7 +12,6 @@ outcome.py (the exit code).
 """
 from __future__ import annotations
 
-import gc
 import os
 import time
 
@@ -80,6 +79,7 @@ def _execute(request: RunRequest, terminal: Terminal, helper: Helper, say: OwnLi
     # the helper never needs them, and the recorder and the broker, forked
     # next, share them.
     from stages.record.events import Emitter
+    from stages.record import event_types as ev   # as above
     from stages.orchestrator import stage_forks    # brings the record's gate: as above
     # Then the recorder: nothing is recorded that it does not see. The broker
     # dials only while the recorder holds room for the lines (record/gate.py).
@@ -106,7 +106,6 @@ def _execute(request: RunRequest, terminal: Terminal, helper: Helper, say: OwnLi
     relay = stage_forks.start_relay(terminal, say) if terminal.pty else None
     asker = stage_forks.start_asker(request, broker.ask_link, run_id, relay, say)
 
-    gc.enable()     # every stage is forked: off only while vpnw started (cli.py)
     options = request.options
     run = RunWatch(StageLinks(helper.pid, broker.pid, recorder.pid, helper.status_r,
                               broker.status_r, helper.go_w, recorder.recorded_r),
@@ -120,10 +119,9 @@ def _execute(request: RunRequest, terminal: Terminal, helper: Helper, say: OwnLi
         relay.finish_program()
 
     totals = run.totals or st.Totals()
-    emitter.emit("run.end", exit_code=int(code), connections=totals.connections,
-                 denied=totals.denied, would_deny=totals.would_deny, failed=totals.failed,
-                 ms=round((time.monotonic() - started) * 1000, 3),
-                 **({"error": error} if error else {}))
+    emitter.emit(ev.RunEnd(exit_code=int(code), connections=totals.connections,
+                           denied=totals.denied, would_deny=totals.would_deny, failed=totals.failed,
+                           ms=round((time.monotonic() - started) * 1000, 3), error=error or None))
     # Marked before the close: the recorder's EOF (and so its "signed" mark)
     # can come before vpnw runs again after it.
     mark("vpnw", "run.end sent")

@@ -5,7 +5,6 @@ command line parses cleanly never imports it. Every problem is a
 UsageProblem (121, "vpnw: MESSAGE"), raised before anything starts."""
 from __future__ import annotations
 
-import gc
 import os
 import sys
 
@@ -14,11 +13,6 @@ from stages.orchestrator.own_lines import OwnLines
 from stages.orchestrator.run_request import RunOptions, RunPlan, RunRequest
 from stages.wire.exits import ExitCode
 from stages.startup.trace import mark
-
-# Read by main.py and cli.py after execute returns: it returns only when no
-# run started (a run that started ends the process in execute), so never set.
-started = False
-
 
 class UsageProblem(Exception):
     """A bad command line, environment, policy or config: 121, said as `vpnw: MESSAGE`."""
@@ -160,12 +154,7 @@ def execute(mode, program, **options) -> int:
     (exit_now) once its stages have ended; a refusal before that raises
     UsageProblem."""
     mark("vpnw", "command line parsed")
-    gc.disable()     # as in main.py: on again once the stages are forked (run.py), or on a refusal
-    try:
-        code = _start_run(_checked(RunOptions(mode=mode, program=tuple(program), **options)))
-    finally:
-        gc.enable()
-    exit_now(code)
+    exit_now(_start_run(_checked(RunOptions(mode=mode, program=tuple(program), **options))))
 
 
 def _checked(options: RunOptions) -> RunOptions:

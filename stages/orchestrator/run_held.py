@@ -60,7 +60,8 @@ def what_was_held(request: RunRequest, layer, run_id: str, emitter, say) -> bool
         say(f"cannot list what the run held in {layer.dir}: {exc}")
         return False
     if found.entries:
-        emitter.emit("files.held", **held.record_fields(found))
+        from stages.record import event_types as ev    # loads orjson: after the helper's plan (run.py)
+        emitter.emit(ev.FilesHeld(**held.record_fields(found)))
         say(held_line(found.entries, run_id, homes, found.truncated))
         # HeldPlan layers are kept for a bounded time and size (docs/changes.md):
         # only a run that added one pays for the look.

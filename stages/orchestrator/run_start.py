@@ -120,19 +120,16 @@ def emit_run_start(emitter, request: RunRequest, record: str, files_record: dict
     options, plan = request.options, request.plan
     unix_allow = unix_allow_record(plan.policy.unix_allow, request.env)
     deny_private = _deny_private(plan.policy, plan.path.resolves_at_exit)
-    emitter.emit("run.start", mode=options.mode, program=os.path.basename(options.program[0]),
-                 policy=plan.policy.name if plan.policy.source else None,
-                 policy_file=plan.policy.source, via=plan.path.name,
-                 **({"config": options.config_file} if options.config_file else {}),
-                 dry_run=options.dry_run, allow_unix_sockets=options.allow_unix_sockets,
-                 version=__version__, record=record, **files_record,
-                 env_kept=env_kept, **deny_private,
-                 **({"capture": True} if plan.capture else {}),
-                 **({"ask": True} if plan.ask else {}),
-                 **unix_allow,
-                 **held_start,
-                 **({"secrets": plan.secrets.record()} if plan.secrets else {}),
-                 **({"keys_given": list(keys)} if keys else {}),
-                 protected=protected.to_record(budget=(800 if files_record else 2800)
-                                               - (UNIX_ALLOW_BUDGET if unix_allow else 0)
-                                               - len(repr(deny_private))))   # its own room
+    from stages.record import event_types as ev    # loads orjson: after the helper's plan (run.py)
+    emitter.emit(ev.RunStart(
+        mode=options.mode, program=os.path.basename(options.program[0]),
+        policy=plan.policy.name if plan.policy.source else None,
+        policy_file=plan.policy.source, via=plan.path.name, config=options.config_file or None,
+        dry_run=options.dry_run, allow_unix_sockets=options.allow_unix_sockets,
+        version=__version__, record=record, **files_record, env_kept=env_kept, **deny_private,
+        capture=True if plan.capture else None, ask=True if plan.ask else None,
+        **unix_allow, **held_start,
+        secrets=plan.secrets.record() if plan.secrets else None, keys_given=list(keys) or None,
+        protected=protected.to_record(budget=(800 if files_record else 2800)
+                                      - (UNIX_ALLOW_BUDGET if unix_allow else 0)
+                                      - len(repr(deny_private)))))   # its own room

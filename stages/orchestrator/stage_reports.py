@@ -59,18 +59,19 @@ class StageReports:
     # Each handler runs only in a phase the table allows; it records the report.
     def _on_ready(self, message: st.Ready) -> None:
         self.ready = message
-        self.emitter.emit("sandbox.ready", namespaces=list(message.namespaces),
-                          seccomp=message.seccomp, unix_sockets=message.unix_sockets,
-                          unix=message.unix, doors=dict(message.doors),
-                          **({"local_doors": list(message.local)} if message.local else {}))
+        from stages.record import event_types as ev    # loads orjson: after the helper's plan (run.py)
+        self.emitter.emit(ev.SandboxReady(namespaces=list(message.namespaces), seccomp=message.seccomp,
+                                          unix_sockets=message.unix_sockets, unix=message.unix,
+                                          doors=dict(message.doors),
+                                          local_doors=list(message.local) or None))
 
     def _on_unix(self, message: st.UnixConnect) -> str | None:
         if self.ready.unix != "own":
             return "a Unix-socket report from a sandbox without the supervisor"
-        self.emitter.emit("unix.allow" if message.allowed else "unix.deny", path=message.path,
-                          process=message.process, program=message.program,
-                          **({"rule": message.reason} if message.allowed else
-                             {"reason": message.reason}))
+        from stages.record import event_types as ev    # loads orjson: after the helper's plan (run.py)
+        said = dict(path=message.path, process=message.process, program=message.program)
+        self.emitter.emit(ev.UnixAllow(**said, rule=message.reason) if message.allowed
+                          else ev.UnixDeny(**said, reason=message.reason))
         return None
 
     def _on_loopback_refused(self, message: st.LoopbackRefused) -> str | None:
@@ -107,9 +108,10 @@ class StageReports:
 
     def _on_exited(self, message: st.Exited) -> None:
         self.program_exit = message
-        self.emitter.emit("program.exit", code=message.code, signal=message.signal,
-                          **({"no_route": message.no_route} if message.no_route else {}),
-                          **({"loopback_refused": self.loopback_refused} if self.loopback_refused else {}))
+        from stages.record import event_types as ev    # loads orjson: after the helper's plan (run.py)
+        self.emitter.emit(ev.ProgramExit(code=message.code, signal=message.signal,
+                                         no_route=message.no_route or None,
+                                         loopback_refused=self.loopback_refused or None))
 
     def _on_path_report(self, message: st.PathOk | st.PathDown) -> None:
         self.path_ok = isinstance(message, st.PathOk)

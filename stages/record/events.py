@@ -46,7 +46,6 @@ EVENT_TYPES = (
     "run.end",        # orchestrator: the run is over; totals and vpnw's exit code
 )                     # (the recorder adds events_to_lost: what the --events-to copy dropped)
 
-_KINDS = frozenset(EVENT_TYPES)
 
 # run.start's deny_private_scope: what deny_private covers on the run's path.
 # "addresses": every address vpnw dials (it resolves names itself);
@@ -246,18 +245,9 @@ class Emitter:
                     return line
         return self._encode(event.KIND, conn, fields)     # a type's KIND is a kind
 
-    def emit(self, event, conn: int | None = None, /, **fields) -> None:
-        """Write one event: an event_types type (`emit(ConnClose(7, bytes_up=...))`),
-        or, the form run.py and broker/main.py still use until they construct
-        their types, a kind with its conn and fields (`emit("run.end", **fields)`)."""
-        # The envelope's path is the emitter's: every field name stays free for
-        # the event itself (path.check has a field called "path").
-        if type(event) is not str:
-            line = self._encode_event(event)
-        elif event in _KINDS:
-            line = self._encode(event, conn, fields)
-        else:
-            raise RecordError(f"unknown event type {event!r}")
+    def emit(self, event) -> None:
+        """Write one event, an event_types type (`emit(ConnClose(7, bytes_up=...))`)."""
+        line = self._encode_event(event)
         if self._held is None:
             self._write(line)
             return
