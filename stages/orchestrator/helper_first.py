@@ -21,9 +21,9 @@ import os
 import signal
 import sys
 
-from stages import startup
 from stages.kernel.descriptors import close_all_but
 from stages.startup import collector
+from stages.startup.c_halves import seqpacket_pair
 from stages.startup.trace import mark
 from stages.wire.exits import ExitCode
 
@@ -152,7 +152,7 @@ def plan_terminal(record: str | None, log: str | None, no_clipboard: bool, env) 
         human_r, human_fd = os.pipe()
         own.append(human_fd)
         color = "NO_COLOR" not in env
-    # A terminal's pair only: a run without one loads socket after the fork (_seqpacket_pair)
+    # A terminal's pair only: a run without one loads socket after the fork (startup/c_halves.py, seqpacket_pair)
     import socket
     ours, helpers = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
     # The helper replaces each of fds 0-2 that is a terminal with the pty's
@@ -196,24 +196,11 @@ class Helper:
         self.broker_end = broker_end     # the handoff link's far end (an fd), for the broker
 
 
-def _seqpacket_pair() -> tuple[int, int]:
-    """A SOCK_SEQPACKET Unix socket pair as two fds, made with _socket (a
-    start-up trick, stages/startup/tricks.py): the socket module (whose
-    import loads selectors) is then imported after the fork, on both sides
-    at once, not before it. With the tricks off, with socket."""
-    if startup.ON:
-        import _socket as sockets    # the C half alone: the trick (above)
-    else:
-        import socket as sockets     # the tricks off: the public module
-    ours, theirs = sockets.socketpair(sockets.AF_UNIX, sockets.SOCK_SEQPACKET)
-    return ours.detach(), theirs.detach()
-
-
 def fork_helper(argv: list[str], allow_unix_sockets: bool, terminal: Terminal) -> Helper:
     """The helper (which builds the sandbox and runs the program), with the
     handoff link (stages/wire/handoff.py's link(): SOCK_SEQPACKET) whose far
     end goes to the broker, and the plan pipe."""
-    helper_end, broker_end = _seqpacket_pair()
+    helper_end, broker_end = seqpacket_pair()
     status_r, status_w = os.pipe()
     go_r, go_w = os.pipe()
     plan_r, plan_w = os.pipe()

@@ -20,7 +20,7 @@ from stages.recorder import say as _say
 from stages.recorder.hints import RunFacts
 from stages.recorder.human import HUMAN_MODES, QUIET, HumanState, LiveOrder, format_event
 from stages.recorder.reserve import RecordRoom
-from stages import startup
+from stages.startup.c_halves import in_a_thread
 from stages.startup.trace import mark
 
 # A line longer than this with no newline is not an event; drop it rather
@@ -336,28 +336,8 @@ class _Recorder:
         room, offset = self.room, self.run_file.offset
         if room is None or offset is None:
             return lambda: None
-        # The C half (a start-up trick, stages/startup/tricks.py): threading's
-        # import is ~2.6 ms here, and nothing else in the recorder needs it.
-        if startup.ON:
-            import _thread as threads       # the trick (above)
-        else:
-            import threading as threads     # the tricks off: the public module
-        done = threads.allocate_lock() if startup.ON else threads.Lock()
-        done.acquire()
-
-        def give_back():
-            try:
-                room.finish(offset)
-            finally:
-                done.release()
-        try:
-            if startup.ON:
-                threads.start_new_thread(give_back, ())
-            else:
-                threads.Thread(target=give_back, daemon=True).start()
-        except RuntimeError:        # no thread to be had: here, first
-            give_back()
-        return lambda: done.acquire()
+        # In a thread of its own (startup/c_halves.py: without threading's import).
+        return in_a_thread(lambda: room.finish(offset))
 
     def seal(self, lines: list[bytes]) -> tuple[list[tuple[dict, bytes]], list[bytes]]:
         """(event, its line sealed into the chain) for each line that is an
