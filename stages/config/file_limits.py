@@ -205,4 +205,4 @@ def resolve(rules: FileRules, source: str | None, *, home: str, cwd: str,
         problems.sort(key=lambda p: p[0])
         raise PolicyError("\n".join(m for _, m in problems), source=source, line=problems[0][0])
     return FileLimits(tuple(deny), None if write is None else tuple(write), source,
-                      getattr(rules, "outside", "read-only"))
+                      rules.outside)

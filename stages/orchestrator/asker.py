@@ -373,8 +373,8 @@ class PolicyWriteBack:
 
     def __init__(self, policy, run_id: str):
         self.run_id = run_id
-        self.source = getattr(policy, "source", None)
-        self.sha256 = getattr(policy, "sha256", None)
+        self.source = policy.source if policy is not None else None
+        self.sha256 = policy.sha256 if policy is not None else None
         self.place = _policy_place(self.source, self.sha256)
 
     def add(self, rule: str, which: str) -> str:

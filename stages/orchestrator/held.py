@@ -62,7 +62,7 @@ def prepare(run_id: str, state: str, cwd: str, homes: tuple[str, ...], files) ->
     "held"; None when [files] keeps its read-only meaning, or lifts the
     write limit (allow_write = ["/"])."""
     limited = files is not None and files.allow_write is not None
-    if limited and (not files.limits_writes or getattr(files, "outside", "read-only") != "held"):
+    if limited and (not files.limits_writes or files.outside != "held"):
         return None
     real_cwd = os.path.realpath(cwd)
     real_homes = tuple(os.path.realpath(h) for h in homes)

@@ -119,14 +119,14 @@ def explain(target, policy, *, path, local_addresses=frozenset(), lookup=None) -
     """(allowed, or None when undecided without a look-up; the lines to
     print). `lookup(host, port)`: the addresses of a name, or None not to
     look anything up. Pure but for `lookup`."""
-    at_exit = bool(getattr(path, "resolves_at_exit", False))
-    tunnel_dns = getattr(path, "type", "direct") == "wireguard"
+    at_exit = path.resolves_at_exit
+    tunnel_dns = path.type == "wireguard"
     where = policy.source or "no policy (vpnw run/trace without --policy)"
     lines = [f"{target} under {where}, path {path.describe()}"]
     looked_up = None
     verdict = d.decide(target, policy, None, local_addresses=local_addresses, resolves_at_exit=at_exit)
     machine = None
-    if isinstance(verdict, d.LookUp) or (getattr(verdict, "allowed", False) and target.ip is None
+    if isinstance(verdict, d.LookUp) or (isinstance(verdict, d.Decision) and verdict.allowed and target.ip is None
                                          and not verdict.addresses and not at_exit):
         # The broker looks the name up here: to decide, or to dial it (step 4).
         if lookup is None or tunnel_dns:
