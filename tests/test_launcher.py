@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from ci_support import cannot
+from startup_support import needs_the_tricks
 
 BIN = Path(sys.executable).parent
 ROOT = Path(__file__).resolve().parent.parent
@@ -35,6 +36,7 @@ def _python_of(script: Path) -> str:
     return script.read_text().splitlines()[0]
 
 
+@needs_the_tricks      # with them off main.py goes through click, which loads re
 def test_the_installed_vpnw_imports_nothing_before_its_entry_point():
     vpnw = BIN / "vpnw"
     assert _python_of(vpnw).startswith(f"#!{BIN}/python")      # pip made "#!python" ours

@@ -33,7 +33,7 @@ def test_every_option_click_or_the_quick_parser_gives_is_a_field_with_its_defaul
 
 
 def test_an_option_the_request_does_not_know_is_refused():
-    with pytest.raises(TypeError, match="no field"):
+    with pytest.raises(TypeError, match="no field|unexpected keyword"):     # a record; a dataclass with the tricks off
         RunOptions(mode="run", program=("true",), polcy_file="p.toml")
 
 

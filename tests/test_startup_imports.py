@@ -109,6 +109,7 @@ def _loaded_at_the_forks(tmp_path) -> tuple[set[str], set[str]]:
     return helper, recorder
 
 
+@needs_the_tricks      # quick_parse's way: click's loads the run's modules first
 def test_the_helper_forks_before_the_run_modules_and_the_policy_load(tmp_path):
     """The helper is forked first, right after the command line is read
     (stages/orchestrator/helper_first.py): its imports and its seccomp filter
