@@ -126,6 +126,22 @@ def split_lines(head: bytes) -> list[bytes]:
     return text.split(b"\n")
 
 
+
+def split_request_line(request_line: bytes) -> tuple[bytes, bytes, bytes]:
+    """(method, target, version) of a request line, each checked: what both
+    the HTTP door's and a secret door's parsers read first."""
+    parts = request_line.split(b" ")
+    if len(parts) != 3:
+        raise HttpProxyError("malformed request line")
+    method, target, version = parts
+    if not METHOD.match(method):
+        raise HttpProxyError("malformed method")
+    if not VERSION.match(version):
+        raise HttpProxyError("unsupported HTTP version", 505)
+    if not target or BAD_VALUE.search(target) or b"\t" in target:
+        raise HttpProxyError("malformed request target")
+    return method, target, version
+
 # Every line of a header block well formed (a token, a colon, a value with no
 # control character but tab): the common case, checked in one match; the
 # line-by-line loop below then only runs to say what is wrong.

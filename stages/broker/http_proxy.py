@@ -32,7 +32,7 @@ from stages.broker.http_heads import (  # noqa: F401  (Body and the heads: this 
     HOST_HEADER, MAX_REQUEST_LINE, MAX_RESPONSE_HEADERS, MAX_HEADERS, METHOD, VERSION, BAD_VALUE,
     STATUS_LINE, Body, ConnectHead, ForwardHead, HttpProxyError, ResponseHead, SecretHead,
     body_framing, connection_tokens, keeps_alive, parse_absolute_uri, parse_headers, split_authority,
-    split_lines, strip_hop_by_hop,
+    split_lines, split_request_line, strip_hop_by_hop,
 )
 from stages.broker.sans_io import NEED_DATA  # noqa: F401 - NEED_DATA is one of this parser's events
 
@@ -85,16 +85,7 @@ class RequestParser(Framer):
         request_line, header_lines = lines[0], lines[1:]
         if len(request_line) > MAX_REQUEST_LINE:
             raise HttpProxyError("request line too long", 414)
-        parts = request_line.split(b" ")
-        if len(parts) != 3:
-            raise HttpProxyError("malformed request line")
-        method, target, version = parts
-        if not METHOD.match(method):
-            raise HttpProxyError("malformed method")
-        if not VERSION.match(version):
-            raise HttpProxyError("unsupported HTTP version", 505)
-        if not target or BAD_VALUE.search(target) or b"\t" in target:
-            raise HttpProxyError("malformed request target")
+        method, target, version = split_request_line(request_line)
         headers = parse_headers(header_lines, MAX_HEADERS)
         names = [name.lower() for name, _ in headers]
         if method == b"CONNECT":
@@ -144,16 +135,7 @@ class SecretRequestParser(RequestParser):
     def _parse_request_head(self, head: bytes):
         lines = split_lines(head)
         request_line, header_lines = lines[0], lines[1:]
-        parts = request_line.split(b" ")
-        if len(parts) != 3:
-            raise HttpProxyError("malformed request line")
-        method, target, version = parts
-        if not METHOD.match(method):
-            raise HttpProxyError("malformed method")
-        if not VERSION.match(version):
-            raise HttpProxyError("unsupported HTTP version", 505)
-        if not target or BAD_VALUE.search(target) or b"\t" in target or b" " in target:
-            raise HttpProxyError("malformed request target")
+        method, target, version = split_request_line(request_line)
         if method == b"CONNECT":
             raise HttpProxyError("a secret door forwards requests to its host; it opens no tunnels", 405)
         headers = parse_headers(header_lines, MAX_HEADERS)

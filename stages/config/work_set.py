@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import os
 
+from stages.kernel.mountinfo import unescape
 from stages.startup.records import NamedTuple  # typing's, without importing typing
 
 # Left as they are (docs/security.md): the sandbox's own /proc, the
@@ -92,21 +93,6 @@ class Mount(NamedTuple):
     read_only: bool
 
 
-def _unescape(field: str) -> str:
-    if "\\" not in field:
-        return field
-    out, i = [], 0
-    while i < len(field):
-        digits = field[i + 1:i + 4]
-        if field[i] == "\\" and len(digits) == 3 and all(d in "01234567" for d in digits):
-            out.append(chr(int(digits, 8)))
-            i += 4
-        else:
-            out.append(field[i])
-            i += 1
-    return "".join(out)
-
-
 def mount_table(mountinfo: str) -> list[Mount]:
     """/proc/self/mountinfo -> the visible mounts, one per point (the last
     mounted at a point covers the ones before), in the file's order."""
@@ -116,7 +102,7 @@ def mount_table(mountinfo: str) -> list[Mount]:
         if len(fields) < 10 or "-" not in fields[6:]:
             continue
         dash = fields.index("-", 6)
-        point = _unescape(fields[4])
+        point = unescape(fields[4])
         by_point.pop(point, None)
         by_point[point] = Mount(point, fields[dash + 1], "ro" in fields[5].split(","))
     return list(by_point.values())

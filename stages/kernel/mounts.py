@@ -6,30 +6,13 @@ from __future__ import annotations
 import os
 
 from stages.kernel import privileges as priv
+from stages.kernel.mountinfo import unescape
 
 MS_RDONLY, MS_REMOUNT, MS_BIND = 1, 32, 4096
 # statvfs f_flag bit -> the mount flag that keeps it (a remount must keep the
 # flags the kernel locked on mounts inherited from the caller's namespace).
 KEPT_FLAGS = ((2, priv.MS_NOSUID), (4, priv.MS_NODEV), (8, priv.MS_NOEXEC), (16, 16),
               (1024, 1024), (2048, 2048), (4096, 1 << 21))
-
-
-def unescape(field: str) -> str:
-    """A mountinfo field with the kernel's octal escapes (a backslash and three
-    octal digits: `\\040` for a space) undone; without `re`, which nothing
-    else on the helper's way to Ready imports."""
-    if "\\" not in field:
-        return field
-    out, i = [], 0
-    while i < len(field):
-        digits = field[i + 1:i + 4]
-        if field[i] == "\\" and len(digits) == 3 and all(d in "01234567" for d in digits):
-            out.append(chr(int(digits, 8)))
-            i += 4
-        else:
-            out.append(field[i])
-            i += 1
-    return "".join(out)
 
 
 def mount_points_under(top: str) -> list[str]:
